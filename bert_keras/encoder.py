@@ -1,0 +1,143 @@
+"""The BERT encoder: embeddings, a stack of Transformer blocks and the pooler."""
+
+import keras
+import tensorflow as tf
+
+from bert_keras.config import BertConfig
+from bert_keras.layers import BertEmbeddings, BertPooler, TransformerEncoderBlock
+from bert_keras.layers.transformer import attention_bias
+
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertEncoder(keras.Model):
+    """Bidirectional Transformer encoder with the TF Hub BERT interface.
+
+    Takes a dict of int `input_word_ids`, `input_mask`, `input_type_ids` [batch, seq]
+    (any seq <= max_position_embeddings) and returns a dict with `sequence_output`
+    [B, L, H], `pooled_output` [B, H], `encoder_outputs` (one [B, L, H] per layer) and,
+    with `return_attention_probs=True`, `attention_probs` (one [B, heads, L, L] per layer).
+
+    Build one from a `BertConfig` (`BertEncoder(BertConfig.preset("base"))`) or load a
+    released checkpoint with `BertEncoder.from_checkpoint(path)`.
+    """
+
+    def __init__(self, config=None, **kwargs):
+        super().__init__(**kwargs)
+        if config is None:
+            config = BertConfig()
+        elif isinstance(config, dict):
+            config = BertConfig.from_dict(config)
+        elif not isinstance(config, BertConfig):
+            raise TypeError(f"config must be a BertConfig or a dict, got {type(config).__name__}")
+        self.config = config
+        self.vocab_path = None  # set by from_checkpoint when a vocab.txt sits beside the weights
+        self.embeddings = BertEmbeddings(
+            vocab_size=config.vocab_size,
+            hidden_size=config.hidden_size,
+            max_position_embeddings=config.max_position_embeddings,
+            type_vocab_size=config.type_vocab_size,
+            dropout_rate=config.hidden_dropout_prob,
+            initializer_range=config.initializer_range,
+            layer_norm_eps=config.layer_norm_eps,
+            dtype=self.dtype_policy,
+            name="embeddings",
+        )
+        self.transformer_blocks = [
+            TransformerEncoderBlock(
+                hidden_size=config.hidden_size,
+                num_attention_heads=config.num_attention_heads,
+                intermediate_size=config.intermediate_size,
+                hidden_act=config.hidden_act,
+                hidden_dropout_prob=config.hidden_dropout_prob,
+                attention_probs_dropout_prob=config.attention_probs_dropout_prob,
+                initializer_range=config.initializer_range,
+                layer_norm_eps=config.layer_norm_eps,
+                dtype=self.dtype_policy,
+                name=f"transformer_block_{i}",
+            )
+            for i in range(config.num_hidden_layers)
+        ]
+        self.pooler = BertPooler(
+            config.hidden_size,
+            initializer_range=config.initializer_range,
+            dtype=self.dtype_policy,
+            name="pooler",
+        )
+        # Every weight's shape follows from the config, so build now: checkpoints can be
+        # loaded before the first call and `.keras` files restore without a sample input.
+        self.embeddings.build()
+        for block in self.transformer_blocks:
+            block.build()
+        self.pooler.build()
+        self.built = True
+
+    def call(self, inputs, training=None, return_attention_probs=False):
+        input_word_ids, input_mask, input_type_ids = self._checked_inputs(inputs)
+        hidden = self.embeddings(input_word_ids, input_type_ids, training=training)
+        bias = attention_bias(input_mask)
+        encoder_outputs, attention_probs = [], []
+        for block in self.transformer_blocks:
+            if return_attention_probs:
+                hidden, probs = block(hidden, bias, training=training, return_attention_probs=True)
+                attention_probs.append(probs)
+            else:
+                hidden = block(hidden, bias, training=training)
+            encoder_outputs.append(hidden)
+        outputs = {
+            "sequence_output": hidden,
+            "pooled_output": self.pooler(hidden),
+            "encoder_outputs": encoder_outputs,
+        }
+        if return_attention_probs:
+            outputs["attention_probs"] = attention_probs
+        return outputs
+
+    def _checked_inputs(self, inputs):
+        if not isinstance(inputs, dict):
+            raise TypeError(
+                f"BertEncoder takes a dict with keys {list(INPUT_NAMES)}, got {type(inputs).__name__}"
+            )
+        missing = [name for name in INPUT_NAMES if name not in inputs]
+        if missing:
+            raise ValueError(f"BertEncoder inputs are missing {missing}; got keys {sorted(inputs)}")
+        tensors = []
+        for name in INPUT_NAMES:
+            tensor = inputs[name]
+            if not isinstance(tensor, (tf.Tensor, tf.Variable)) and not keras.ops.is_tensor(tensor):
+                tensor = tf.convert_to_tensor(tensor)
+            dtype = tf.as_dtype(tensor.dtype)
+            if not dtype.is_integer:
+                raise TypeError(f"BertEncoder input {name} must be an integer tensor, got {dtype.name}")
+            if len(tensor.shape) != 2:
+                raise ValueError(f"BertEncoder input {name} must be [batch, seq], got shape {tensor.shape}")
+            tensors.append(tensor)
+        shapes = {name: tuple(t.shape) for name, t in zip(INPUT_NAMES, tensors)}
+        if not all(_compatible(shapes[INPUT_NAMES[0]], s) for s in shapes.values()):
+            raise ValueError(f"BertEncoder inputs must all have the same shape, got {shapes}")
+        seq_length = tensors[0].shape[1]
+        if seq_length is not None and seq_length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"sequence length {seq_length} exceeds max_position_embeddings="
+                f"{self.config.max_position_embeddings}; truncate the inputs"
+            )
+        return tensors
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    @classmethod
+    def from_checkpoint(cls, path, **kwargs):
+        """Loads an original TF1 checkpoint, a Hugging Face folder or a `.keras` file."""
+        from bert_keras import checkpoint
+
+        return checkpoint.load_encoder(path, **kwargs)
+
+
+def _compatible(a, b):
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))

@@ -1,0 +1,94 @@
+"""Token + segment + position embeddings, as BERT sums them before the first block."""
+
+import keras
+import tensorflow as tf
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertEmbeddings(keras.layers.Layer):
+    """Sums word, token-type and absolute position embeddings, then LayerNorm and dropout.
+
+    The word table is exposed as `word_embeddings` so the masked-LM head can tie its
+    output projection to it. Ids outside the tables raise an error instead of reading
+    whatever memory `gather` would return on an accelerator.
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        hidden_size,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+        dropout_rate=0.1,
+        initializer_range=0.02,
+        layer_norm_eps=1e-12,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.max_position_embeddings = max_position_embeddings
+        self.type_vocab_size = type_vocab_size
+        self.dropout_rate = dropout_rate
+        self.initializer_range = initializer_range
+        self.layer_norm_eps = layer_norm_eps
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_eps, dtype=self.dtype_policy, name="layer_norm"
+        )
+        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+
+    def build(self, input_shape=None):
+        initializer = keras.initializers.TruncatedNormal(stddev=self.initializer_range)
+        self.word_embeddings = self.add_weight(
+            shape=(self.vocab_size, self.hidden_size), initializer=initializer, name="word_embeddings"
+        )
+        self.token_type_embeddings = self.add_weight(
+            shape=(self.type_vocab_size, self.hidden_size),
+            initializer=initializer,
+            name="token_type_embeddings",
+        )
+        self.position_embeddings = self.add_weight(
+            shape=(self.max_position_embeddings, self.hidden_size),
+            initializer=initializer,
+            name="position_embeddings",
+        )
+        self.layer_norm.build((None, None, self.hidden_size))
+
+    def call(self, input_word_ids, input_type_ids, training=None):
+        seq_length = tf.shape(input_word_ids)[1]
+        check_id_range(input_word_ids, self.vocab_size, "input_word_ids", "vocab_size")
+        check_id_range(input_type_ids, self.type_vocab_size, "input_type_ids", "type_vocab_size")
+        tf.debugging.assert_less_equal(
+            seq_length,
+            self.max_position_embeddings,
+            message=f"sequence length exceeds max_position_embeddings={self.max_position_embeddings}",
+        )
+        embeddings = (
+            tf.gather(self.word_embeddings, input_word_ids)
+            + tf.gather(self.token_type_embeddings, input_type_ids)
+            + self.position_embeddings[None, :seq_length]
+        )
+        return self.dropout(self.layer_norm(embeddings), training=training)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape, self.hidden_size)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "max_position_embeddings": self.max_position_embeddings,
+            "type_vocab_size": self.type_vocab_size,
+            "dropout_rate": self.dropout_rate,
+            "initializer_range": self.initializer_range,
+            "layer_norm_eps": self.layer_norm_eps,
+        }
+
+
+def check_id_range(ids, size, name, size_name):
+    """Asserts 0 <= ids < size (compiled away under XLA, where it cannot be checked)."""
+    tf.debugging.assert_non_negative(ids, message=f"{name} has negative ids")
+    tf.debugging.assert_less(
+        ids, tf.cast(size, ids.dtype), message=f"{name} has ids >= {size_name}={size}"
+    )

@@ -1,0 +1,1 @@
+"""End-to-end Keras scripts behind the `bert-keras` command line."""

@@ -1,0 +1,35 @@
+"""The `bert-keras` command: one sub-command per pipeline module.
+
+Each pipeline module exposes `register(subparsers)`, which adds its sub-command
+and sets `func` on the parser's defaults to a callable taking the parsed args.
+"""
+
+import argparse
+import importlib
+import sys
+
+PIPELINES = ("convert", "vocab")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="bert-keras",
+        description="BERT on TensorFlow 2 / Keras 3: convert, pre-train, fine-tune, export.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name in PIPELINES:
+        importlib.import_module(f"pipelines.{name}").register(subparsers)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except (ValueError, FileNotFoundError) as error:
+        print(f"bert-keras {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
