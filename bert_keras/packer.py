@@ -104,7 +104,10 @@ class BertPacker(keras.layers.Layer):
         sep_positions = starts + kept
         total_lengths = sep_positions[:, -1] + 1
         if seq_length is None:
-            packed_length = self._dynamic_length(tf.reduce_max(tf.concat([total_lengths, [0]], 0)))
+            # An empty batch still gets the length of an empty text, [CLS] + [SEP]s, so
+            # that models can read position 0.
+            empty_length = tf.constant([num_segments + 1], tf.int64)
+            packed_length = self._dynamic_length(tf.reduce_max(tf.concat([total_lengths, empty_length], 0)))
         else:
             packed_length = tf.constant(seq_length, tf.int64)
 

@@ -56,13 +56,19 @@ class BertEmbeddings(keras.layers.Layer):
 
     def call(self, input_word_ids, input_type_ids, training=None):
         seq_length = tf.shape(input_word_ids)[1]
-        check_id_range(input_word_ids, self.vocab_size, "input_word_ids", "vocab_size")
-        check_id_range(input_type_ids, self.type_vocab_size, "input_type_ids", "type_vocab_size")
-        tf.debugging.assert_less_equal(
-            seq_length,
-            self.max_position_embeddings,
-            message=f"sequence length exceeds max_position_embeddings={self.max_position_embeddings}",
-        )
+        checks = [
+            *check_id_range(input_word_ids, self.vocab_size, "input_word_ids", "vocab_size"),
+            *check_id_range(input_type_ids, self.type_vocab_size, "input_type_ids", "type_vocab_size"),
+            tf.debugging.assert_less_equal(
+                seq_length,
+                self.max_position_embeddings,
+                message=f"sequence length exceeds max_position_embeddings={self.max_position_embeddings}",
+            ),
+        ]
+        # The lookups wait for the checks, so a bad id fails with the check's message.
+        with tf.control_dependencies(checks):
+            input_word_ids = tf.identity(input_word_ids)
+            input_type_ids = tf.identity(input_type_ids)
         embeddings = (
             tf.gather(self.word_embeddings, input_word_ids)
             + tf.gather(self.token_type_embeddings, input_type_ids)
@@ -87,8 +93,10 @@ class BertEmbeddings(keras.layers.Layer):
 
 
 def check_id_range(ids, size, name, size_name):
-    """Asserts 0 <= ids < size (compiled away under XLA, where it cannot be checked)."""
-    tf.debugging.assert_non_negative(ids, message=f"{name} has negative ids")
-    tf.debugging.assert_less(
-        ids, tf.cast(size, ids.dtype), message=f"{name} has ids >= {size_name}={size}"
-    )
+    """Assertions 0 <= ids < size (compiled away under XLA, where they cannot run)."""
+    return [
+        tf.debugging.assert_non_negative(ids, message=f"{name} has negative ids"),
+        tf.debugging.assert_less(
+            ids, tf.cast(size, ids.dtype), message=f"{name} has ids >= {size_name}={size}"
+        ),
+    ]

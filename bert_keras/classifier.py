@@ -1,0 +1,54 @@
+"""Sentence and sentence-pair classification (and regression) from the [CLS] vector."""
+
+import keras
+
+from bert_keras.task import BertTask, default_optimizer, head_initializer
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertClassifier(BertTask):
+    """`num_classes` logits from the pooled [CLS] vector, as the original run_classifier:
+    dropout, then a new dense layer initialised with stddev 0.02.
+
+    Args:
+        encoder: a `BertEncoder`.
+        num_classes: K; `1` makes it a regression head (STS-B), trained with MSE.
+        dropout: on the pooled vector (the original uses 0.1).
+        preprocessor: optional `BertPreprocessor` for raw text in fit/evaluate/predict
+            (strings `[B]`, or a tuple `(text_a, text_b)` of them).
+
+    Call: packed dict of int `[B, L]` -> float32 logits `[B, K]` (`[B, 1]` scores for
+    regression).
+    """
+
+    def __init__(self, encoder, num_classes=2, dropout=0.1, preprocessor=None, **kwargs):
+        super().__init__(encoder, preprocessor, **kwargs)
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be positive, got {num_classes}")
+        self.num_classes = int(num_classes)
+        self.dropout_rate = float(dropout)
+        self.dropout = keras.layers.Dropout(dropout)
+        self.logits = keras.layers.Dense(
+            num_classes, kernel_initializer=head_initializer(encoder), dtype="float32", name="logits"
+        )
+        self.logits.build((None, encoder.config.hidden_size))
+        self.built = True
+
+    def call(self, inputs, training=None):
+        pooled = self._encode(inputs, training)["pooled_output"]
+        return self.logits(self.dropout(pooled, training=training))
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
+        """Defaults: AdamW 5e-5; cross-entropy on logits and accuracy, or MSE for K=1."""
+        regression = self.num_classes == 1
+        if optimizer == "auto":
+            optimizer = default_optimizer()
+        if loss == "auto":
+            loss = (keras.losses.MeanSquaredError() if regression
+                    else keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        if metrics == "auto":
+            metrics = [] if regression else [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def get_config(self):
+        return {**super().get_config(), "num_classes": self.num_classes, "dropout": self.dropout_rate}

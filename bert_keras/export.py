@@ -1,0 +1,228 @@
+"""SavedModel export for TensorFlow Serving, with tokenization inside the graph.
+
+`export_for_serving` writes the layout TF Serving watches, `BASE/<version>/` with
+`saved_model.pb`, `variables/`, `assets/vocab.txt` and `assets.extra/` (labels and
+warm-up requests), through `keras.export.ExportArchive`: TF Serving's C++ loader
+finds Keras 3 variables only in archives written that way.
+
+Signatures:
+- `serving_default`: raw UTF-8 strings, one `[batch]` tf.string input per text segment
+  (`text`, or e.g. `text_a` + `text_b`), returning the task's float32 outputs.
+- `serve_ids`: packed int32 `input_word_ids`, `input_mask`, `input_type_ids`.
+Outputs are float32 even for mixed-precision models, since REST JSON has no bfloat16.
+"""
+
+import json
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from bert_keras.encoder import INPUT_NAMES, BertEncoder
+from bert_keras.preprocessor import BertPreprocessor
+from bert_keras.tokenizer import BertTokenizer
+
+WARMUP_FILE = "tf_serving_warmup_requests"
+LABELS_FILE = "labels.txt"
+# Bytes of input text kept per segment per token of the sequence: a bound on the work a
+# huge request can cause that never cuts text that could still fit the sequence.
+BYTES_PER_TOKEN = 100
+DEFAULT_WARMUP_TEXTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "",
+    "Ünïcödé, 中文, and emoji 🙂 are fine too.",
+)
+
+
+def _float32(tensor):
+    return tf.cast(tensor, tf.float32) if tensor.dtype.is_floating else tensor
+
+
+def encoder_outputs(model, inputs):
+    outputs = model(inputs, training=False)
+    return {
+        "pooled_output": _float32(outputs["pooled_output"]),
+        "sequence_output": _float32(outputs["sequence_output"]),
+        "input_mask": inputs["input_mask"],
+    }
+
+
+def _task_outputs(model, labels):
+    """The function from packed inputs to named float32 outputs for this model's task."""
+    if isinstance(model, BertEncoder):
+        return lambda inputs: encoder_outputs(model, inputs)
+    from bert_keras import serving_tasks
+
+    return serving_tasks.outputs_for(model, labels)
+
+
+def export_for_serving(
+    model,
+    preprocessor,
+    export_dir,
+    version=1,
+    segments=("text",),
+    labels=None,
+    warmup_texts=DEFAULT_WARMUP_TEXTS,
+    model_name="bert",
+):
+    """Writes `export_dir/<version>/` for TF Serving and returns that path.
+
+    `model` is a `BertEncoder` or a task model; `preprocessor` a `BertPreprocessor`
+    (its `seq_length=None` mode pads each request batch only to its longest text,
+    the fastest choice for serving). `segments` names the string inputs; `labels`
+    (class names) adds a `labels` output to classifiers and is written to
+    `assets.extra/labels.txt`. `warmup_texts` become PredictionLog warm-up requests.
+    """
+    if not isinstance(preprocessor, BertPreprocessor):
+        raise TypeError(f"preprocessor must be a BertPreprocessor, got {type(preprocessor).__name__}")
+    if not segments or len(set(segments)) != len(segments):
+        raise ValueError(f"segments must be distinct input names, got {segments!r}")
+    path = Path(export_dir) / str(int(version))
+    if path.exists():
+        raise FileExistsError(f"{path} exists; TF Serving versions are immutable, pick a new version")
+    preprocessor = _bounded(preprocessor)
+    task = _task_outputs(model, labels)
+
+    def serve_text(*texts):
+        return task(preprocessor(list(texts)))
+
+    def serve_ids(input_word_ids, input_mask, input_type_ids):
+        return task(
+            {"input_word_ids": input_word_ids, "input_mask": input_mask, "input_type_ids": input_type_ids}
+        )
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.track(preprocessor)
+    archive.add_endpoint(
+        "serving_default",
+        serve_text,
+        input_signature=[tf.TensorSpec([None], tf.string, name=name) for name in segments],
+    )
+    archive.add_endpoint(
+        "serve_ids",
+        serve_ids,
+        input_signature=[tf.TensorSpec([None, None], tf.int32, name=name) for name in INPUT_NAMES],
+    )
+    archive.write_out(str(path), verbose=False)
+    # The graph holds the vocabulary as constants; this copy is for people and tools.
+    (path / "assets").mkdir(exist_ok=True)
+    vocab = "".join(f"{token}\n" for token in preprocessor.tokenizer.vocabulary)
+    (path / "assets" / "vocab.txt").write_text(vocab, encoding="utf-8")
+    extra = path / "assets.extra"
+    extra.mkdir()
+    if labels is not None:
+        (extra / LABELS_FILE).write_text("".join(f"{label}\n" for label in labels), encoding="utf-8")
+    if warmup_texts:
+        write_warmup_requests(extra / WARMUP_FILE, model_name, segments, warmup_texts)
+    return path
+
+
+def _bounded(preprocessor):
+    """A copy of the preprocessor whose tokenizer reads a bounded prefix of each text."""
+    max_tokens = preprocessor.packer.seq_length or preprocessor.packer.max_seq_length
+    config = preprocessor.tokenizer.get_config()
+    if config["max_input_bytes"] is None:
+        config["max_input_bytes"] = BYTES_PER_TOKEN * max_tokens
+    tokenizer = BertTokenizer.from_config(config)
+    preprocessor_config = preprocessor.get_config()
+    preprocessor_config["tokenizer"] = tokenizer
+    return BertPreprocessor.from_config(preprocessor_config)
+
+
+def write_warmup_requests(path, model_name, segments, texts):
+    """TF Serving replays these PredictionLog records at load, before taking traffic."""
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for batch in (list(texts), list(texts)[:1]):
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(name=model_name, signature_name="serving_default")
+            )
+            for name in segments:
+                request.inputs[name].CopyFrom(tf.make_tensor_proto(batch, dtype=tf.string))
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request)
+            )
+            writer.write(log.SerializeToString())
+
+
+def read_labels(export_path):
+    labels = Path(export_path) / "assets.extra" / LABELS_FILE
+    return labels.read_text(encoding="utf-8").splitlines() if labels.exists() else None
+
+
+def describe(export_path):
+    """Signature names -> input and output names, dtypes and shapes (like saved_model_cli)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel.FromString(
+        (Path(export_path) / "saved_model.pb").read_bytes()
+    )
+    result = {}
+    for name, signature in saved_model.meta_graphs[0].signature_def.items():
+        if name.startswith("__"):
+            continue
+        result[name] = {
+            side: {
+                key: (tf.dtypes.as_dtype(info.dtype).name, [d.size for d in info.tensor_shape.dim])
+                for key, info in getattr(signature, side).items()
+            }
+            for side in ("inputs", "outputs")
+        }
+    return json.loads(json.dumps(result))
+
+
+# Oldest TensorFlow Serving release whose model server links each tf.text op we may emit.
+# tf.text's first ops were linked in 2019 (tensorflow/serving#1405, first in 2.1);
+# FastWordpiece came with TF Text 2.10 (#2121), FastBertNormalize with 2.12 (#2064, #2119);
+# RoundRobinTrim is missing from servers that embed TF Text 2.12 (#4057) until 2.20.
+SERVING_RELEASE_OF_OP = {
+    "NormalizeUTF8": "2.1",
+    "NormalizeUTF8WithOffsetsMap": "2.1",
+    "RegexSplitWithOffsets": "2.1",
+    "WordpieceTokenizeWithOffsets": "2.1",
+    "CaseFoldUTF8": "2.1",
+    "FastWordpieceTokenizeWithOffsets": "2.10",
+    "FastBertNormalize": "2.12",
+    "TFText>RoundRobinTrim": "2.20",
+}
+
+
+def graph_ops(export_path):
+    """Every op type in the exported graph and its function library."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel.FromString(
+        (Path(export_path) / "saved_model.pb").read_bytes()
+    )
+    ops = set()
+    for meta_graph in saved_model.meta_graphs:
+        ops.update(node.op for node in meta_graph.graph_def.node)
+        for function in meta_graph.graph_def.library.function:
+            ops.update(node.op for node in function.node_def)
+    return ops
+
+
+def check_serving_ops(export_path, serving_release="2.12"):
+    """Raises unless every non-core op of the export is linked by that TF Serving release.
+
+    Returns {op: oldest release} for the non-core ops found. Core ops are those in
+    `tf.raw_ops`, which TensorFlow generates from its own op registry at build time.
+    """
+    extra = sorted(graph_ops(export_path) - set(dir(tf.raw_ops)))
+    unknown = [op for op in extra if op not in SERVING_RELEASE_OF_OP]
+    if unknown:
+        raise ValueError(f"{export_path} uses ops of unknown TF Serving support: {unknown}")
+    target = _version(serving_release)
+    too_new = {op: SERVING_RELEASE_OF_OP[op] for op in extra if _version(SERVING_RELEASE_OF_OP[op]) > target}
+    if too_new:
+        raise ValueError(
+            f"{export_path} needs a newer TF Serving than {serving_release}: {too_new}"
+        )
+    return {op: SERVING_RELEASE_OF_OP[op] for op in extra}
+
+
+def _version(text):
+    return tuple(int(part) for part in text.split("."))

@@ -1,0 +1,69 @@
+"""Multiple choice (SWAG-style): one score per (context, choice) pair, softmax over choices."""
+
+import keras
+import tensorflow as tf
+
+from bert_keras.encoder import INPUT_NAMES
+from bert_keras.task import BertTask, default_optimizer, head_initializer
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertMultipleChoice(BertTask):
+    """Each of the N choices is packed with its context; the pooled [CLS] vector of each
+    goes through dropout and a new 1-unit dense layer, as in the paper's SWAG setup.
+
+    Args:
+        encoder: a `BertEncoder`.
+        dropout: on the pooled vectors (0.1).
+        preprocessor: optional `BertPreprocessor`; raw inputs are then `(contexts,
+            choices)` with contexts strings `[B]` (or `[B, N]`) and choices `[B, N]`, or
+            choices alone `[B, N]`.
+
+    Call: packed dict of int `[B, N, L]` -> float32 logits `[B, N]` (softmax over N).
+    """
+
+    def __init__(self, encoder, dropout=0.1, preprocessor=None, **kwargs):
+        super().__init__(encoder, preprocessor, **kwargs)
+        self.dropout_rate = float(dropout)
+        self.dropout = keras.layers.Dropout(dropout)
+        self.score = keras.layers.Dense(1, kernel_initializer=head_initializer(encoder), dtype="float32", name="score")
+        self.score.build((None, encoder.config.hidden_size))
+        self.built = True
+
+    def call(self, inputs, training=None):
+        shape = tf.shape(inputs["input_word_ids"])
+        if inputs["input_word_ids"].shape.rank != 3:
+            raise ValueError(f"BertMultipleChoice takes inputs shaped [batch, choices, seq], got {inputs['input_word_ids'].shape}")
+        flat = {name: tf.reshape(inputs[name], [-1, shape[2]]) for name in INPUT_NAMES}
+        pooled = self._encode(flat, training)["pooled_output"]
+        scores = self.score(self.dropout(pooled, training=training))
+        return tf.reshape(scores, shape[:2])
+
+    def preprocess_samples(self, x, y=None, sample_weight=None):
+        segments = tuple(x) if isinstance(x, (tuple, list)) else (x,)
+        choices = tf.convert_to_tensor(segments[-1])
+        if choices.shape.rank != 2:
+            raise ValueError(f"choices must be strings [batch, choices], got shape {choices.shape}")
+        num_choices = tf.shape(choices)[1]
+        flat = []
+        for segment in segments:
+            segment = tf.convert_to_tensor(segment)
+            if segment.shape.rank == 1:
+                segment = tf.repeat(segment[:, tf.newaxis], num_choices, axis=1)
+            flat.append(tf.reshape(segment, [-1]))
+        packed = self.preprocessor(tuple(flat))
+        packed = {name: tf.reshape(t, [-1, num_choices, tf.shape(t)[1]]) for name, t in packed.items()}
+        return keras.utils.pack_x_y_sample_weight(packed, y, sample_weight)
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
+        """Defaults: AdamW 5e-5, cross-entropy over the choices, accuracy."""
+        if optimizer == "auto":
+            optimizer = default_optimizer()
+        if loss == "auto":
+            loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        if metrics == "auto":
+            metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def get_config(self):
+        return {**super().get_config(), "dropout": self.dropout_rate}

@@ -1,0 +1,229 @@
+"""What every task head shares: an encoder, an optional preprocessor for raw text,
+and construction from any encoder checkpoint.
+
+Raw strings cannot go through the train step (tf.text ops do not run under XLA or on
+TPU), so, as keras-hub's `Task` does, `fit`/`evaluate`/`predict` turn raw inputs into a
+`tf.data` pipeline that maps `preprocess_samples` over batches before the model sees
+them. The model's own `call` only ever takes packed int inputs, which is what an
+exported serving signature wraps.
+"""
+
+import json
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from bert_keras.encoder import INPUT_NAMES, BertEncoder
+from bert_keras.preprocessor import BertPreprocessor
+from bert_keras.tokenizer import BertTokenizer
+
+DEFAULT_BATCH_SIZE = 32
+
+
+def head_initializer(encoder):
+    """The original's truncated normal (stddev `initializer_range`, 0.02) for new weights."""
+    return keras.initializers.TruncatedNormal(stddev=encoder.config.initializer_range)
+
+
+def default_optimizer(learning_rate=5e-5):
+    """The original fine-tuning AdamW (decay 0.01, none on LayerNorm and biases, global
+    norm clipped to 1) at a constant rate; pipelines add warm-up and linear decay with
+    `bert_keras.optimization.create_optimizer`, which needs the number of steps."""
+    from bert_keras.optimization import AdamWeightDecay
+
+    return AdamWeightDecay(learning_rate=learning_rate, weight_decay_rate=0.01, global_clipnorm=1.0)
+
+
+def infer_lower_case(vocab_path):
+    """Uncased unless `tokenizer_config.json` beside the vocab says otherwise or the
+    vocabulary holds upper-case word pieces (cased vocabularies hold thousands)."""
+    vocab_path = Path(vocab_path)
+    tokenizer_config = vocab_path.parent / "tokenizer_config.json"
+    if tokenizer_config.exists():
+        values = json.loads(tokenizer_config.read_text(encoding="utf-8"))
+        if "do_lower_case" in values:
+            return bool(values["do_lower_case"])
+    with open(vocab_path, encoding="utf-8") as lines:
+        upper = sum(1 for line in lines if not line.startswith("[") and line.strip().lower() != line.strip())
+    return upper < 100
+
+
+def preprocessor_for(encoder, vocab=None, lower_case=None, **preprocessor_kwargs):
+    """A `BertPreprocessor` for `encoder`'s vocabulary (the vocab.txt found beside its
+    checkpoint unless `vocab` is given)."""
+    vocab = vocab or encoder.vocab_path
+    if vocab is None:
+        raise ValueError("no vocab.txt beside the checkpoint; pass vocab= (or preprocessor=None)")
+    if lower_case is None:
+        lower_case = infer_lower_case(vocab)
+    return BertPreprocessor(BertTokenizer(vocab, lower_case=lower_case), **preprocessor_kwargs)
+
+
+def is_packed(x):
+    """Whether `x` (inputs, or a dataset element's inputs) is already a packed dict."""
+    return isinstance(x, dict) and "input_word_ids" in x
+
+
+def _holds_strings(x):
+    if isinstance(x, tf.data.Dataset):
+        x = keras.utils.unpack_x_y_sample_weight(x.element_spec)[0]
+    for leaf in tf.nest.flatten(x):
+        if isinstance(leaf, (str, bytes)):
+            return True
+        if isinstance(leaf, (tf.TensorSpec, tf.RaggedTensorSpec, tf.Tensor, tf.RaggedTensor)):
+            if leaf.dtype == tf.string:
+                return True
+        elif isinstance(leaf, np.ndarray) and leaf.dtype.kind in "USO":
+            return True
+    return False
+
+
+def _to_tensors(value):
+    """Lists of strings / of lists become dense or ragged tensors that tf.data can slice."""
+    if value is None or isinstance(value, (tf.Tensor, tf.RaggedTensor, np.ndarray)):
+        return value
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], (list, tuple)):
+        lengths = {len(row) for row in value}
+        return tf.constant(value) if len(lengths) == 1 else tf.ragged.constant(value)
+    return np.asarray(value)
+
+
+def _segments_to_tensors(x):
+    if isinstance(x, tuple):
+        return tuple(_to_tensors(segment) for segment in x)
+    if isinstance(x, dict):
+        return {key: _to_tensors(value) for key, value in x.items()}
+    return _to_tensors(x)
+
+
+class BertTask(keras.Model):
+    """Base of the heads: holds `encoder` (a `BertEncoder`) and optional `preprocessor`
+    (a `BertPreprocessor`) used by `fit`/`evaluate`/`predict` on raw text."""
+
+    def __init__(self, encoder, preprocessor=None, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(encoder, BertEncoder):
+            raise TypeError(f"encoder must be a BertEncoder, got {type(encoder).__name__}")
+        if preprocessor is not None and not isinstance(preprocessor, BertPreprocessor):
+            raise TypeError(f"preprocessor must be a BertPreprocessor or None, got {type(preprocessor).__name__}")
+        self.encoder = encoder
+        self.preprocessor = preprocessor
+
+    # --- raw inputs -------------------------------------------------------------
+
+    def preprocess_samples(self, x, y=None, sample_weight=None):
+        """Raw batch -> packed batch; heads whose labels depend on tokenization override it."""
+        return keras.utils.pack_x_y_sample_weight(self.preprocessor(x), y, sample_weight)
+
+    def _raw(self, x):
+        if is_packed(x) or (isinstance(x, tf.data.Dataset) and is_packed(
+                keras.utils.unpack_x_y_sample_weight(x.element_spec)[0])):
+            return False
+        if not _holds_strings(x):
+            return False
+        if self.preprocessor is None:
+            raise ValueError(
+                f"{type(self).__name__} got raw strings but has no preprocessor; build it with "
+                "preprocessor=BertPreprocessor(...) or pass packed int inputs"
+            )
+        return True
+
+    def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
+        if isinstance(x, tf.data.Dataset):
+            if y is not None or sample_weight is not None or batch_size is not None:
+                raise ValueError("when x is a tf.data.Dataset, pass no y, sample_weight or batch_size")
+            dataset = x
+        else:
+            # A 1-tuple keeps inputs that are themselves a tuple of segments apart from (x, y).
+            data = (_segments_to_tensors(x),)
+            if y is not None or sample_weight is not None:
+                data = keras.utils.pack_x_y_sample_weight(data[0], _to_tensors(y), _to_tensors(sample_weight))
+            dataset = tf.data.Dataset.from_tensor_slices(data)
+            if shuffle:
+                dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
+            dataset = dataset.batch(batch_size or DEFAULT_BATCH_SIZE)
+
+        def preprocess(*element):
+            if len(element) == 1:
+                return self.preprocess_samples(element[0])
+            return self.preprocess_samples(*keras.utils.unpack_x_y_sample_weight(element))
+
+        return dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+    def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None, shuffle=True, **kwargs):
+        if self._raw(x):
+            x = self._dataset(x, y, sample_weight, batch_size, shuffle)
+            y = sample_weight = batch_size = None
+            shuffle = False  # done in the dataset, before preprocessing
+        if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
+            vx, vy, vsw = keras.utils.unpack_x_y_sample_weight(tuple(validation_data))
+            if self._raw(vx):
+                validation_data = self._dataset(vx, vy, vsw, batch_size)
+        elif validation_data is not None and self._raw(validation_data):
+            validation_data = self._dataset(validation_data)
+        return super().fit(
+            x, y, batch_size=batch_size, sample_weight=sample_weight,
+            validation_data=validation_data, shuffle=shuffle, **kwargs,
+        )
+
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        if self._raw(x):
+            x = self._dataset(x, y, sample_weight, batch_size)
+            y = sample_weight = batch_size = None
+        return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
+
+    def predict(self, x, batch_size=None, **kwargs):
+        if self._raw(x):
+            x = self._dataset(x, batch_size=batch_size)
+            batch_size = None
+        return super().predict(x, batch_size=batch_size, **kwargs)
+
+    def _encode(self, inputs, training):
+        if not is_packed(inputs):
+            raise ValueError(
+                f"{type(self).__name__} is called on the packed dict {list(INPUT_NAMES)}; for raw "
+                "text use fit/evaluate/predict (which apply the preprocessor) or "
+                "model(model.preprocessor(text))"
+            )
+        return self.encoder(inputs, training=training)
+
+    # --- serialisation and checkpoints ------------------------------------------
+
+    def get_config(self):
+        config = super().get_config()
+        config["encoder"] = keras.layers.serialize(self.encoder)
+        config["preprocessor"] = None if self.preprocessor is None else keras.layers.serialize(self.preprocessor)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["encoder"] = keras.layers.deserialize(config["encoder"])
+        if config.get("preprocessor") is not None:
+            config["preprocessor"] = keras.layers.deserialize(config["preprocessor"])
+        return cls(**config)
+
+    def compile_from_config(self, config):
+        # Keras skips this for models that override `compile`; the heads' `compile`
+        # only fills defaults, so restoring the saved settings through it is safe.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    @classmethod
+    def from_checkpoint(cls, path, preprocessor=True, vocab=None, lower_case=None, seq_length=128,
+                        encoder_config=None, **kwargs):
+        """A new head on the encoder of any checkpoint `BertEncoder.from_checkpoint` reads.
+
+        `preprocessor=True` builds one from the vocab.txt beside the checkpoint (or
+        `vocab`) with `seq_length` (None: dynamic padding); `False` leaves it out.
+        `encoder_config` overrides the checkpoint's config (e.g. dropout); `kwargs` go
+        to the head's constructor."""
+        encoder = BertEncoder.from_checkpoint(path, config=encoder_config)
+        if preprocessor is True:
+            preprocessor = preprocessor_for(encoder, vocab, lower_case, seq_length=seq_length)
+        elif preprocessor is False:
+            preprocessor = None
+        return cls(encoder, preprocessor=preprocessor, **kwargs)

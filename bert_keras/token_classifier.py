@@ -1,0 +1,100 @@
+"""Token classification (tagging, NER): one label per WordPiece from `sequence_output`."""
+
+import keras
+import tensorflow as tf
+
+from bert_keras.task import BertTask, default_optimizer, head_initializer
+
+IGNORE_LABEL = -1
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertTokenClassifier(BertTask):
+    """`num_classes` logits for every token, as the paper's NER setup: dropout, then a
+    new dense layer on each final hidden vector.
+
+    Args:
+        encoder: a `BertEncoder`.
+        num_classes: number of tags K.
+        dropout: on the sequence output (0.1 in the original).
+        preprocessor: optional `BertPreprocessor`; with it, fit/evaluate/predict take
+            pre-split words, ragged `[B, (words)]` strings, and word labels ragged
+            `[B, (words)]` ints: each word is tokenized on its own and its label goes to
+            its first piece; every other position gets `IGNORE_LABEL` (-1), which the
+            default loss skips.
+
+    Call: packed dict of int `[B, L]` -> float32 logits `[B, L, K]`. The prediction
+    for a word is the one at its first piece (`word_start_positions`).
+    """
+
+    def __init__(self, encoder, num_classes, dropout=0.1, preprocessor=None, **kwargs):
+        super().__init__(encoder, preprocessor, **kwargs)
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be positive, got {num_classes}")
+        self.num_classes = int(num_classes)
+        self.dropout_rate = float(dropout)
+        self.dropout = keras.layers.Dropout(dropout)
+        self.logits = keras.layers.Dense(
+            num_classes, kernel_initializer=head_initializer(encoder), dtype="float32", name="logits"
+        )
+        self.logits.build((None, None, encoder.config.hidden_size))
+        self.built = True
+
+    def call(self, inputs, training=None):
+        sequence = self._encode(inputs, training)["sequence_output"]
+        return self.logits(self.dropout(sequence, training=training))
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
+        """Defaults: AdamW 5e-5, cross-entropy over labelled positions only (label -1 is
+        ignored and excluded from the mean)."""
+        if optimizer == "auto":
+            optimizer = default_optimizer()
+        if loss == "auto":
+            loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE_LABEL)
+        if metrics == "auto":
+            metrics = []
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def word_start_positions(self, words):
+        """Words ragged `[B, (words)]` strings -> (packed inputs, ragged `[B, (words)]`
+        int32 position of each word's first piece, -1 for a word that was truncated
+        away or has no pieces)."""
+        words = _as_ragged_words(words)
+        pieces = self.preprocessor.tokenizer(words.flat_values)
+        packed = self.preprocessor.packer(tf.RaggedTensor.from_row_splits(pieces, words.row_splits))
+        counts = pieces.row_lengths()
+        before = tf.cumsum(counts, exclusive=True)
+        row_first = tf.gather(tf.concat([before, [tf.reduce_sum(counts)]], 0), words.row_starts())
+        position = before - tf.gather(row_first, words.value_rowids()) + 1
+        kept = tf.cast(tf.reduce_sum(packed["input_mask"], axis=1), tf.int64) - 2
+        valid = (counts > 0) & (position <= tf.gather(kept, words.value_rowids()))
+        position = tf.cast(tf.where(valid, position, -1), tf.int32)
+        return packed, words.with_flat_values(position)
+
+    def preprocess_samples(self, x, y=None, sample_weight=None):
+        packed, positions = self.word_start_positions(x)
+        if y is None:
+            return keras.utils.pack_x_y_sample_weight(packed, None, sample_weight)
+        y = _as_ragged_words(y)
+        flat = positions.flat_values
+        valid = flat >= 0
+        indices = tf.stack([tf.cast(positions.value_rowids(), tf.int32), flat], axis=1)
+        shape = tf.shape(packed["input_word_ids"])
+        labels = tf.scatter_nd(
+            tf.boolean_mask(indices, valid),
+            tf.boolean_mask(tf.cast(y.flat_values, tf.int32), valid) - IGNORE_LABEL,
+            shape,
+        ) + IGNORE_LABEL
+        return keras.utils.pack_x_y_sample_weight(packed, labels, sample_weight)
+
+    def get_config(self):
+        return {**super().get_config(), "num_classes": self.num_classes, "dropout": self.dropout_rate}
+
+
+def _as_ragged_words(words):
+    if isinstance(words, tf.RaggedTensor):
+        return words.with_row_splits_dtype(tf.int64)
+    raise TypeError(
+        "BertTokenClassifier takes pre-split words (and word labels) as ragged [batch, (words)] "
+        f"tensors or lists of lists, got {type(words).__name__}"
+    )

@@ -1,0 +1,162 @@
+"""`bert-keras pretrain`: masked LM + next sentence prediction with `model.fit`.
+
+Checkpoints are Keras `BackupAndRestore` backups (weights, optimizer state, step) taken
+every `--checkpoint-every` steps; one Keras "epoch" is one checkpoint interval, and the
+data stream is deterministic, so a run killed at any moment and started again with the
+same command skips the batches already trained on and loses at most one interval.
+An optional second phase (e.g. 128 -> 512 tokens) runs after the first, as in the paper.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "pretrain", help="pre-train BERT (masked LM + next sentence) with model.fit", description=__doc__
+    )
+    parser.add_argument("--config", default="base", help="preset name (tiny..large) or bert_config.json")
+    parser.add_argument("--init", help="start from this checkpoint (TF1, HF BertForPreTraining, .keras)")
+    parser.add_argument("--vocab", required=True, help="vocab.txt (its size must equal vocab_size)")
+    parser.add_argument("--cased", action="store_true")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", nargs="+", help="TFRecords made by create-pretraining-data (or the original tool)")
+    source.add_argument("--corpus", nargs="+", help="text files: dynamic masking, new masks every epoch")
+    parser.add_argument("--output", required=True, help="output folder (checkpoints, logs, final encoder)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--steps", type=int, required=True, help="optimizer updates in phase 1")
+    parser.add_argument("--seq-length", type=int, default=128)
+    parser.add_argument("--max-predictions-per-seq", type=int, default=20)
+    parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--warmup-steps", type=int, default=10000)
+    parser.add_argument("--optimizer", choices=("adamw", "lamb"), default="adamw")
+    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--gradient-accumulation-steps", type=int, default=1)
+    parser.add_argument("--phase2-steps", type=int, default=0, help="a second phase at --phase2-seq-length")
+    parser.add_argument("--phase2-seq-length", type=int, default=512)
+    parser.add_argument("--phase2-max-predictions-per-seq", type=int, default=80)
+    parser.add_argument("--phase2-batch-size", type=int)
+    parser.add_argument("--phase2-data", nargs="+", help="TFRecords for phase 2 (with --data)")
+    parser.add_argument("--phase2-learning-rate", type=float)
+    parser.add_argument("--phase2-warmup-steps", type=int)
+    parser.add_argument("--checkpoint-every", type=int, default=1000, help="steps between checkpoints")
+    parser.add_argument("--whole-word-mask", action="store_true", help="with --corpus")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--strategy", default="default", choices=("default", "one_device", "mirrored", "multi_worker", "tpu"))
+    parser.add_argument("--tpu", help="TPU name or address for --strategy tpu")
+    parser.add_argument("--mixed-precision", action="store_true", help="float16 on GPU, bfloat16 elsewhere")
+    parser.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
+    parser.set_defaults(func=run)
+
+
+def phases(args):
+    """[(name, seq_length, max_predictions, batch, steps, lr, warmup, data)] to run in order."""
+    result = [
+        ("phase1", args.seq_length, args.max_predictions_per_seq, args.batch_size, args.steps,
+         args.learning_rate, args.warmup_steps, args.data),
+    ]
+    if args.phase2_steps:
+        if args.data and not args.phase2_data:
+            raise ValueError("--phase2-steps with --data needs --phase2-data (TFRecords at the phase-2 length)")
+        result.append(
+            ("phase2", args.phase2_seq_length, args.phase2_max_predictions_per_seq,
+             args.phase2_batch_size or args.batch_size, args.phase2_steps,
+             args.phase2_learning_rate or args.learning_rate,
+             args.phase2_warmup_steps if args.phase2_warmup_steps is not None else args.warmup_steps,
+             args.phase2_data),
+        )
+    for name, _, _, _, steps, *_ in result:
+        if steps % args.checkpoint_every:
+            raise ValueError(f"{name}: steps ({steps}) must be a multiple of --checkpoint-every ({args.checkpoint_every})")
+    return result
+
+
+def run(args):
+    import keras
+    import tensorflow as tf
+
+    from bert_keras import BertConfig, BertEncoder, BertTokenizer
+    from bert_keras import checkpoint
+    from bert_keras import pretraining_data as data
+    from bert_keras.distribute import resolve_strategy
+    from bert_keras.optimization import create_optimizer
+    from bert_keras.pretrainer import BertPretrainer, save_pretrainer
+
+    output = Path(args.output)
+    plan = phases(args)
+    if args.mixed_precision:
+        on_gpu = bool(tf.config.list_physical_devices("GPU"))
+        keras.mixed_precision.set_global_policy("mixed_float16" if on_gpu else "mixed_bfloat16")
+    keras.utils.set_random_seed(args.seed)
+    strategy = resolve_strategy(args.strategy, tpu=args.tpu)
+    tokenizer = BertTokenizer(args.vocab, lower_case=not args.cased)
+
+    with strategy.scope():
+        if args.init:
+            pretrainer = BertPretrainer.from_checkpoint(args.init)
+        elif Path(args.config).suffix == ".json":
+            pretrainer = BertPretrainer(BertEncoder(BertConfig.from_json_file(args.config)))
+        else:
+            pretrainer = BertPretrainer(BertEncoder(BertConfig.preset(args.config)))
+    config = pretrainer.config
+    if config.vocab_size != tokenizer.vocabulary_size:
+        raise ValueError(
+            f"{args.vocab} has {tokenizer.vocabulary_size} tokens but the model's vocab_size is {config.vocab_size}"
+        )
+
+    for name, seq_length, max_predictions, batch_size, steps, lr, warmup, files in plan:
+        if seq_length > config.max_position_embeddings:
+            raise ValueError(f"{name}: seq length {seq_length} > max_position_embeddings {config.max_position_embeddings}")
+        backup = output / "checkpoints" / name
+        epochs = steps // args.checkpoint_every
+        done = _completed_epochs(backup)
+        # A finished phase still goes through fit, which restores its final weights.
+        skip = done * args.checkpoint_every * args.gradient_accumulation_steps if done < epochs else 0
+        if done:
+            print(f"{name}: resuming after step {done * args.checkpoint_every} of {steps}", file=sys.stderr)
+        if files:
+            dataset = data.pretraining_dataset(
+                files, batch_size, seq_length, max_predictions, seed=args.seed, skip_batches=skip
+            )
+        else:
+            dataset = data.dynamic_masking_dataset(
+                args.corpus, tokenizer, batch_size, seq_length, max_predictions,
+                whole_word_mask=args.whole_word_mask, seed=args.seed, skip_batches=skip,
+            )
+        with strategy.scope():
+            pretrainer.compile(
+                optimizer=create_optimizer(
+                    lr, steps, warmup, optimizer=args.optimizer, weight_decay=args.weight_decay,
+                    gradient_accumulation_steps=args.gradient_accumulation_steps,
+                ),
+                jit_compile=args.jit_compile,
+            )
+        callbacks = [
+            keras.callbacks.BackupAndRestore(str(backup), double_checkpoint=True, delete_checkpoint=False),
+            keras.callbacks.TensorBoard(str(output / "logs" / name), update_freq=max(1, args.checkpoint_every // 10)),
+        ]
+        pretrainer.fit(
+            dataset,
+            epochs=epochs,
+            steps_per_epoch=args.checkpoint_every * args.gradient_accumulation_steps,
+            callbacks=callbacks,
+            verbose=1 if sys.stdout.isatty() else 2,
+        )
+
+    final = output / "final"
+    final.mkdir(parents=True, exist_ok=True)
+    encoder = pretrainer.encoder
+    checkpoint.save_encoder(encoder, str(final / "encoder.keras"), "keras")
+    checkpoint.save_encoder(encoder, final / "encoder_hf", "hf", vocab_path=args.vocab)
+    checkpoint.save_encoder(encoder, final / "encoder_tf1", "tf1", vocab_path=args.vocab)
+    save_pretrainer(pretrainer, final / "pretrainer_tf1", "tf1", vocab_path=args.vocab)
+    print(f"saved the encoder to {final} (encoder.keras, encoder_hf/, encoder_tf1/) and encoder + heads to pretrainer_tf1/")
+
+
+def _completed_epochs(backup):
+    """Checkpoint intervals finished, from BackupAndRestore's training_metadata.json."""
+    metadata = Path(backup) / "training_metadata.json"
+    if not metadata.exists():
+        return 0
+    return int(json.loads(metadata.read_text())["epoch"])

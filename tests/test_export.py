@@ -1,0 +1,184 @@
+"""SavedModel export, checked the way TF Serving runs it (TF1 session loader, PredictRequests)."""
+
+import json
+import subprocess
+import sys
+from concurrent import futures
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
+from bert_keras import export
+from bert_keras.serving import ServingClient, ServingError, SessionPredictor, make_request
+from conftest import REFERENCE, require
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "quick", "brown", "fox", "##es",
+         "jump", "##s", ",", ".", "!", "a", "b", "c", "中", "文"]
+
+
+@pytest.fixture(scope="module")
+def minilm_exports(tmp_path_factory, minilm_dir):
+    """The real all-MiniLM-L6-v2 encoder exported with a single-text and a text-pair signature."""
+    encoder = BertEncoder.from_checkpoint(minilm_dir)
+    tokenizer = BertTokenizer(minilm_dir / "vocab.txt", lower_case=True)
+    base = tmp_path_factory.mktemp("minilm")
+    # The reference packed to 128 with longest_first truncation; pad dynamically up to that.
+    preprocessor = BertPreprocessor(tokenizer, seq_length=None, max_seq_length=128)
+    single = export.export_for_serving(encoder, preprocessor, base / "single", version=1)
+    pair = export.export_for_serving(encoder, preprocessor, base / "pair", version=1,
+                                     segments=("text_a", "text_b"))
+    return encoder, preprocessor, single, pair
+
+
+@pytest.fixture(scope="module")
+def tiny_export(tmp_path_factory):
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
+    encoder = BertEncoder(config)
+    preprocessor = BertPreprocessor(BertTokenizer(VOCAB), seq_length=None, max_seq_length=64)
+    path = export.export_for_serving(encoder, preprocessor, tmp_path_factory.mktemp("tiny"), version=3)
+    return encoder, preprocessor, path
+
+
+def test_raw_text_through_tf_serving_loader_matches_hugging_face(minilm_exports):
+    """Strings -> exported graph (TF1 loader, PredictRequest protos) == HF PyTorch outputs."""
+    _, _, single, pair = minilm_exports
+    ref = np.load(require(REFERENCE / "minilm_l6_encoder.npz"))
+    texts = json.loads(require(REFERENCE / "minilm_l6_encoder_inputs.json").read_text())
+    lengths = ref["input_mask"].sum(axis=1)
+    singles = [i for i, t in enumerate(texts) if t["text_b"] is None]
+    pairs = [i for i, t in enumerate(texts) if t["text_b"] is not None]
+    for path, rows, inputs in (
+        (single, singles, lambda rows: {"text": [texts[i]["text_a"] for i in rows]}),
+        (pair, pairs, lambda rows: {"text_a": [texts[i]["text_a"] for i in rows],
+                                    "text_b": [texts[i]["text_b"] for i in rows]}),
+    ):
+        predictor = SessionPredictor(path)
+        out = predictor.predict_texts(**inputs(rows))
+        assert out["input_mask"].sum(axis=1).tolist() == lengths[rows].tolist()
+        np.testing.assert_allclose(out["pooled_output"], ref["pooled_output"][rows], atol=1e-4)
+        for j, row in enumerate(rows):
+            n = lengths[row]
+            np.testing.assert_allclose(out["sequence_output"][j, :n],
+                                       ref["sequence_output"][row, :n], atol=1e-4)
+        predictor.close()
+
+
+def test_layout_warmup_and_serve_ids(minilm_exports, minilm_dir):
+    encoder, preprocessor, single, _ = minilm_exports
+    assert single.name == "1"
+    assert (single / "saved_model.pb").exists() and (single / "variables").is_dir()
+    assert (single / "assets" / "vocab.txt").read_text() == (minilm_dir / "vocab.txt").read_text()
+    predictor = SessionPredictor(single)
+    assert len(predictor.warmup_responses) == 2, "the warm-up file was not replayed"
+    texts = list(export.DEFAULT_WARMUP_TEXTS)
+    packed = preprocessor(tf.constant(texts))
+    expected = encoder(packed)
+    warm = {k: tf.make_ndarray(v) for k, v in predictor.warmup_responses[0].outputs.items()}
+    np.testing.assert_allclose(warm["pooled_output"], expected["pooled_output"], atol=1e-5)
+    by_ids = predictor.predict_texts("serve_ids", **{k: v.numpy() for k, v in packed.items()})
+    np.testing.assert_allclose(by_ids["pooled_output"], expected["pooled_output"], atol=1e-5)
+    assert by_ids["pooled_output"].dtype == np.float32
+
+
+def test_op_gate(tiny_export):
+    _, _, path = tiny_export
+    found = export.check_serving_ops(path, "2.12")
+    assert "FastWordpieceTokenizeWithOffsets" in found
+    with pytest.raises(ValueError, match="FastWordpieceTokenizeWithOffsets"):
+        export.check_serving_ops(path, "2.9")
+
+
+def test_saved_model_cli_show_and_run(tiny_export, tmp_path):
+    _, _, path = tiny_export
+    cli = ("import sys, tensorflow_text; from tensorflow.python.tools import saved_model_cli; "
+           "sys.argv = ['saved_model_cli'] + sys.argv[1:]; saved_model_cli.main()")
+    show = subprocess.run([sys.executable, "-c", cli, "show", "--dir", str(path), "--all"],
+                          capture_output=True, text=True, timeout=120)
+    assert show.returncode == 0, show.stderr
+    assert "signature_def['serving_default']" in show.stdout
+    assert "inputs['text'] tensor_info" in show.stdout
+    run = subprocess.run(
+        [sys.executable, "-c", cli, "run", "--dir", str(path), "--tag_set", "serve",
+         "--signature_def", "serving_default", "--input_exprs", "text=['the quick fox!']",
+         "--outdir", str(tmp_path), "--overwrite"],
+        capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    pooled = np.load(tmp_path / "pooled_output.npy")
+    encoder, preprocessor, _ = tiny_export
+    expected = encoder(preprocessor(tf.constant(["the quick fox!"])))["pooled_output"]
+    np.testing.assert_allclose(pooled, expected, atol=1e-5)
+
+
+BAD_TEXTS = [
+    "", "     ", "x" * (1 << 20), b"\xff\xfe invalid \xc3\x28 utf-8", "nul\x00bytes\x00",
+    "emoji 🙂🙃 中文 עברית العربية", "[MASK] [CLS] [SEP]",
+]
+
+
+def test_bad_text_gives_valid_outputs(tiny_export):
+    encoder, preprocessor, path = tiny_export
+    predictor = SessionPredictor(path)
+    out = predictor.predict_texts(text=np.array([t if isinstance(t, bytes) else t.encode() for t in BAD_TEXTS],
+                                                dtype=object))
+    assert np.isfinite(out["pooled_output"]).all() and np.isfinite(out["sequence_output"]).all()
+    assert out["pooled_output"].shape == (len(BAD_TEXTS), 16)
+    assert out["input_mask"].shape[1] <= 64, "the 1 MB text must be truncated to max_seq_length"
+    lengths = out["input_mask"].sum(axis=1)
+    assert lengths[0] == 2 and lengths[1] == 2, "empty and blank texts give [CLS] [SEP]"
+    big = predictor.predict_texts(text=["the quick brown fox"] * 1000)
+    assert big["pooled_output"].shape == (1000, 16)
+    empty = predictor.predict_texts(text=np.array([], dtype=object).astype(bytes))
+    assert empty["pooled_output"].shape == (0, 16)
+
+
+@pytest.mark.parametrize(
+    "inputs, signature, message",
+    [
+        ({"txt": ["a"]}, "serving_default", "missing \\['text'\\]"),
+        ({"text": np.array([1, 2], np.int32)}, "serving_default", "must be string"),
+        ({"text": [["a"]]}, "serving_default", "rank 1"),
+        ({"text": ["a"]}, "nope", "not found"),
+        ({"input_word_ids": np.array([[2, 99, 3]], np.int32), "input_mask": np.ones((1, 3), np.int32),
+          "input_type_ids": np.zeros((1, 3), np.int32)}, "serve_ids", "vocab_size"),
+    ],
+)
+def test_bad_requests_are_invalid_argument(tiny_export, inputs, signature, message):
+    _, _, path = tiny_export
+    predictor = SessionPredictor(path, replay_warmup=False)
+    with pytest.raises(ServingError, match=f"(?s)INVALID_ARGUMENT.*{message}"):
+        predictor.predict(make_request("tiny", signature, inputs))
+
+
+def test_grpc_client_against_a_predict_service(tiny_export):
+    """The client's wire protocol, against a PredictionService served on loopback."""
+    import grpc
+    from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+    encoder, preprocessor, path = tiny_export
+    predictor = SessionPredictor(path, replay_warmup=False)
+
+    class Service(prediction_service_pb2_grpc.PredictionServiceServicer):
+        def Predict(self, request, context):
+            try:
+                return predictor.predict(request)
+            except ServingError as error:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(Service(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        client = ServingClient("127.0.0.1", model="tiny", grpc_port=port, timeout=30)
+        out = client.predict(text=["the quick brown foxes jump!"])
+        expected = encoder(preprocessor(tf.constant(["the quick brown foxes jump!"])))
+        np.testing.assert_allclose(out["pooled_output"], expected["pooled_output"], atol=1e-5)
+        with pytest.raises(ServingError, match="INVALID_ARGUMENT"):
+            client.predict(wrong=["x"])
+    finally:
+        server.stop(None)
+    with pytest.raises(ServingError, match="UNAVAILABLE"):
+        ServingClient("127.0.0.1", grpc_port=port, retries=1, backoff=0.01, timeout=2).predict(text=["a"])

@@ -1,0 +1,167 @@
+"""The optimisers against numpy transcriptions of google-research/bert and the LAMB paper."""
+
+import re
+
+import keras
+import numpy as np
+import pytest
+
+from bert_keras import BertConfig, BertEncoder
+from bert_keras.checkpoint import encoder_weight_map
+from bert_keras.optimization import LAMB, AdamWeightDecay, WarmupLinearDecay, create_optimizer
+
+# optimization.py of google-research/bert: exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]
+ORIGINAL_NO_DECAY = re.compile("LayerNorm|layer_norm|bias")
+
+
+def original_lr(step, init_lr, num_train_steps, num_warmup_steps):
+    """create_optimizer's schedule: polynomial_decay(power=1) from step 0, linear warm-up."""
+    decayed = init_lr * (1.0 - min(step, num_train_steps) / num_train_steps)
+    if num_warmup_steps and step < num_warmup_steps:
+        return init_lr * step / num_warmup_steps
+    return decayed
+
+
+def clip_by_global_norm(grads, clip_norm):
+    norm = np.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads))
+    return [g * clip_norm / max(norm, clip_norm) for g in grads]
+
+
+def original_adamw_step(params, grads, ms, vs, lr, decays, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
+    """AdamWeightDecayOptimizer.apply_gradients, transcribed."""
+    out = []
+    for p, g, m, v, decay in zip(params, grads, ms, vs, decays):
+        m[...] = b1 * m + (1 - b1) * g
+        v[...] = b2 * v + (1 - b2) * g * g
+        update = m / (np.sqrt(v) + eps)
+        if decay:
+            update = update + wd * p
+        out.append(p - lr * update)
+    return out
+
+
+def lamb_step(params, grads, ms, vs, lr, decays, t, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
+    """Algorithm 2 of You et al. (2019) with BERT's exclusions (no decay, no trust ratio)."""
+    out = []
+    for p, g, m, v, decay in zip(params, grads, ms, vs, decays):
+        m[...] = b1 * m + (1 - b1) * g
+        v[...] = b2 * v + (1 - b2) * g * g
+        update = (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+        if decay:
+            update = update + wd * p
+            w_norm, u_norm = np.linalg.norm(p), np.linalg.norm(update)
+            update = update * (w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0)
+        out.append(p - lr * update)
+    return out
+
+
+def small_model():
+    """A dense kernel/bias and a LayerNorm: one decayed variable, three excluded."""
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(3, name="dense")(inputs)
+    outputs = keras.layers.LayerNormalization(name="layer_norm")(hidden)
+    model = keras.Model(inputs, outputs)
+    rng = np.random.default_rng(0)
+    for variable in model.trainable_variables:
+        variable.assign(rng.normal(size=variable.shape).astype("float32"))
+    return model
+
+
+@pytest.mark.parametrize("warmup", [0, 10])
+def test_schedule_matches_original(warmup):
+    schedule = WarmupLinearDecay(1e-3, decay_steps=100, warmup_steps=warmup)
+    for step in [0, 1, 5, 9, 10, 11, 50, 99, 100, 150]:
+        np.testing.assert_allclose(
+            float(schedule(step)), original_lr(step, 1e-3, 100, warmup), rtol=1e-6, atol=1e-12
+        )
+    restored = WarmupLinearDecay.from_config(schedule.get_config())
+    assert float(restored(7)) == float(schedule(7))
+
+
+def test_adamw_matches_original_update_rule():
+    model = small_model()
+    variables = model.trainable_variables
+    optimizer = create_optimizer(1e-2, num_train_steps=10, num_warmup_steps=2)
+    params = [v.numpy().copy() for v in variables]
+    ms = [np.zeros_like(p) for p in params]
+    vs = [np.zeros_like(p) for p in params]
+    decays = [not ORIGINAL_NO_DECAY.search(v.path) for v in variables]
+    assert decays == [True, False, False, False]  # dense kernel only
+    rng = np.random.default_rng(1)
+    for step in range(4):
+        # Gradients with global norm well above 1, so clipping is exercised.
+        grads = [rng.normal(scale=3.0, size=p.shape).astype("float32") for p in params]
+        optimizer.apply([keras.ops.convert_to_tensor(g) for g in grads], variables)
+        lr = original_lr(step, 1e-2, 10, 2)
+        params = original_adamw_step(params, clip_by_global_norm(grads, 1.0), ms, vs, lr, decays)
+        for variable, expected in zip(variables, params):
+            np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_lamb_matches_paper_with_exclusions():
+    model = small_model()
+    variables = model.trainable_variables
+    optimizer = create_optimizer(1e-2, num_train_steps=10, num_warmup_steps=0, optimizer="lamb")
+    params = [v.numpy().copy() for v in variables]
+    ms = [np.zeros_like(p) for p in params]
+    vs = [np.zeros_like(p) for p in params]
+    decays = [not ORIGINAL_NO_DECAY.search(v.path) for v in variables]
+    rng = np.random.default_rng(2)
+    for step in range(3):
+        grads = [rng.normal(scale=0.1, size=p.shape).astype("float32") for p in params]
+        optimizer.apply([keras.ops.convert_to_tensor(g) for g in grads], variables)
+        lr = original_lr(step, 1e-2, 10, 0)
+        params = lamb_step(params, clip_by_global_norm(grads, 1.0), ms, vs, lr, decays, step + 1)
+        for variable, expected in zip(variables, params):
+            np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-5, atol=1e-7)
+
+
+def test_gradient_accumulation_averages_micro_batches():
+    model = small_model()
+    variables = model.trainable_variables
+    params = [v.numpy().copy() for v in variables]
+    optimizer = create_optimizer(
+        1e-2, num_train_steps=10, num_warmup_steps=0, gradient_accumulation_steps=2
+    )
+    rng = np.random.default_rng(3)
+    grads = [[rng.normal(scale=0.1, size=p.shape).astype("float32") for p in params] for _ in range(4)]
+    ms = [np.zeros_like(p) for p in params]
+    vs = [np.zeros_like(p) for p in params]
+    decays = [not ORIGINAL_NO_DECAY.search(v.path) for v in variables]
+    for update in range(2):
+        first, second = grads[2 * update], grads[2 * update + 1]
+        optimizer.apply([keras.ops.convert_to_tensor(g) for g in first], variables)
+        for variable, expected in zip(variables, params):  # no change after a micro-batch
+            np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-6)
+        optimizer.apply([keras.ops.convert_to_tensor(g) for g in second], variables)
+        mean = [(a + b) / 2 for a, b in zip(first, second)]
+        lr = original_lr(update, 1e-2, 10, 0)  # the schedule counts updates, not micro-batches
+        params = original_adamw_step(params, clip_by_global_norm(mean, 1.0), ms, vs, lr, decays)
+        for variable, expected in zip(variables, params):
+            np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-5, atol=1e-7)
+
+
+def test_decay_exclusions_on_the_encoder_follow_the_original_names():
+    """Our variable paths differ from the original names; the decisions must not."""
+    encoder = BertEncoder(BertConfig.preset("tiny"))
+    optimizer = AdamWeightDecay(weight_decay_rate=0.01)
+    for variable, names in encoder_weight_map(encoder):
+        expected = not any(ORIGINAL_NO_DECAY.search(name) for name in names)
+        assert optimizer.uses_weight_decay(variable) == expected, (variable.path, names)
+
+
+@pytest.mark.parametrize("cls", [AdamWeightDecay, LAMB])
+def test_optimizer_serialises(cls):
+    optimizer = create_optimizer(
+        3e-4, 100, 10, optimizer="adamw" if cls is AdamWeightDecay else "lamb", weight_decay=0.02
+    )
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    assert type(restored) is cls
+    assert restored.weight_decay_rate == 0.02 and restored.global_clipnorm == 1.0
+    assert isinstance(restored._learning_rate, WarmupLinearDecay)
+    assert restored._learning_rate.get_config() == optimizer._learning_rate.get_config()
+
+
+def test_bad_optimizer_name():
+    with pytest.raises(ValueError, match="adamw"):
+        create_optimizer(1e-4, 10, 1, optimizer="sgd")
