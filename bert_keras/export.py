@@ -18,8 +18,9 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from bert_keras.encoder import INPUT_NAMES, BertEncoder
+from bert_keras.encoder import INPUT_NAMES
 from bert_keras.preprocessor import BertPreprocessor
+from bert_keras.serving_tasks import serving_functions
 from bert_keras.tokenizer import BertTokenizer
 
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -34,28 +35,6 @@ DEFAULT_WARMUP_TEXTS = (
 )
 
 
-def _float32(tensor):
-    return tf.cast(tensor, tf.float32) if tensor.dtype.is_floating else tensor
-
-
-def encoder_outputs(model, inputs):
-    outputs = model(inputs, training=False)
-    return {
-        "pooled_output": _float32(outputs["pooled_output"]),
-        "sequence_output": _float32(outputs["sequence_output"]),
-        "input_mask": inputs["input_mask"],
-    }
-
-
-def _task_outputs(model, labels):
-    """The function from packed inputs to named float32 outputs for this model's task."""
-    if isinstance(model, BertEncoder):
-        return lambda inputs: encoder_outputs(model, inputs)
-    from bert_keras import serving_tasks
-
-    return serving_tasks.outputs_for(model, labels)
-
-
 def export_for_serving(
     model,
     preprocessor,
@@ -65,6 +44,7 @@ def export_for_serving(
     labels=None,
     warmup_texts=DEFAULT_WARMUP_TEXTS,
     model_name="bert",
+    top_k=5,
 ):
     """Writes `export_dir/<version>/` for TF Serving and returns that path.
 
@@ -72,7 +52,9 @@ def export_for_serving(
     (its `seq_length=None` mode pads each request batch only to its longest text,
     the fastest choice for serving). `segments` names the string inputs; `labels`
     (class names) adds a `labels` output to classifiers and is written to
-    `assets.extra/labels.txt`. `warmup_texts` become PredictionLog warm-up requests.
+    `assets.extra/labels.txt`. `warmup_texts` become PredictionLog warm-up requests
+    (each segment gets the same texts). `top_k` is the fill-mask candidates per mask.
+    What each model type returns is defined in `bert_keras.serving_tasks`.
     """
     if not isinstance(preprocessor, BertPreprocessor):
         raise TypeError(f"preprocessor must be a BertPreprocessor, got {type(preprocessor).__name__}")
@@ -82,13 +64,13 @@ def export_for_serving(
     if path.exists():
         raise FileExistsError(f"{path} exists; TF Serving versions are immutable, pick a new version")
     preprocessor = _bounded(preprocessor)
-    task = _task_outputs(model, labels)
+    from_text, from_ids = serving_functions(model, preprocessor, labels, top_k)
 
     def serve_text(*texts):
-        return task(preprocessor(list(texts)))
+        return from_text(list(texts))
 
     def serve_ids(input_word_ids, input_mask, input_type_ids):
-        return task(
+        return from_ids(
             {"input_word_ids": input_word_ids, "input_mask": input_mask, "input_type_ids": input_type_ids}
         )
 

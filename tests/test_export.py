@@ -182,3 +182,99 @@ def test_grpc_client_against_a_predict_service(tiny_export):
         server.stop(None)
     with pytest.raises(ServingError, match="UNAVAILABLE"):
         ServingClient("127.0.0.1", grpc_port=port, retries=1, backoff=0.01, timeout=2).predict(text=["a"])
+
+
+@pytest.fixture(scope="module")
+def base_vocab_preprocessor():
+    from conftest import DATA
+
+    tokenizer = BertTokenizer(str(require(DATA / "vocab" / "vocab.txt")), lower_case=True)
+    return BertPreprocessor(tokenizer, seq_length=None, max_seq_length=64)
+
+
+def small_encoder():
+    return BertEncoder(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=64))
+
+
+def softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_classifier_export_probabilities_and_labels(tmp_path, base_vocab_preprocessor):
+    from bert_keras.classifier import BertClassifier
+
+    model = BertClassifier(small_encoder(), num_classes=3)
+    texts = ["a gripping, funny film", "dull"], ["it was fine", ""]
+    path = export.export_for_serving(model, base_vocab_preprocessor, tmp_path, segments=("text_a", "text_b"),
+                                     labels=["neg", "neutral", "pos"])
+    out = SessionPredictor(path).predict_texts(text_a=texts[0], text_b=texts[1])
+    logits = model(base_vocab_preprocessor(tuple(tf.constant(t) for t in texts))).numpy()
+    np.testing.assert_allclose(out["probabilities"], softmax(logits), atol=1e-5)
+    assert out["label_ids"].tolist() == logits.argmax(-1).tolist()
+    assert [label.decode() for label in out["labels"]] == [["neg", "neutral", "pos"][i] for i in logits.argmax(-1)]
+    assert export.read_labels(path) == ["neg", "neutral", "pos"]
+
+
+def test_tagger_export_tags_words_of_the_original_tokenizer(tmp_path, base_vocab_preprocessor):
+    from bert_keras.token_classifier import BertTokenClassifier
+
+    model = BertTokenClassifier(small_encoder(), num_classes=3)
+    text = "John Smith-Jones lives in Zürich."
+    path = export.export_for_serving(model, base_vocab_preprocessor, tmp_path, labels=["O", "B-PER", "B-LOC"])
+    out = SessionPredictor(path).predict_texts(text=[text, ""])
+    words = ["John", "Smith", "-", "Jones", "lives", "in", "Zürich", "."]
+    assert [w.decode() for w in out["words"][0]] == words
+    assert out["num_words"].tolist() == [8, 0]
+    packed = base_vocab_preprocessor(tf.constant([text]))
+    logits = model(packed).numpy()[0]
+    pieces = [base_vocab_preprocessor.tokenizer.id_to_token(int(i)) for i in packed["input_word_ids"][0]]
+    first_pieces = [p for p, piece in enumerate(pieces) if 0 < p < len(pieces) - 1
+                    and not piece.startswith("##") and piece != "[PAD]" and piece != "[SEP]"]
+    assert out["tag_ids"][0].tolist() == logits[first_pieces].argmax(-1).tolist()
+
+
+def test_span_export_answer_is_the_best_span_of_the_context(tmp_path, base_vocab_preprocessor):
+    from bert_keras.span_labeler import BertSpanLabeler
+
+    model = BertSpanLabeler(small_encoder())
+    question, context = "Where did John go?", "John Smith went home to Zürich after the game."
+    path = export.export_for_serving(model, base_vocab_preprocessor, tmp_path, segments=("question", "context"))
+    out = SessionPredictor(path).predict_texts(question=[question], context=[context])
+    tokenizer = base_vocab_preprocessor.tokenizer
+    packed = base_vocab_preprocessor((tf.constant([question]), tf.constant([context])))
+    logits = model(packed)
+    start, end = logits["start_logits"].numpy()[0], logits["end_logits"].numpy()[0]
+    n_question = len(tokenizer(tf.constant([question]))[0])
+    _, starts, ends = tokenizer.tokenize_with_offsets(tf.constant([context]))
+    first = n_question + 2
+    n_context = len(starts[0])
+    best = max(((start[s] + end[e], s, e) for s in range(first, first + n_context)
+                for e in range(s, min(s + 30, first + n_context))))
+    s_byte, e_byte = int(starts[0][best[1] - first]), int(ends[0][best[2] - first])
+    assert out["answer"][0].decode() == context.encode()[s_byte:e_byte].decode()
+    assert (out["answer_start_byte"][0], out["answer_end_byte"][0]) == (s_byte, e_byte)
+    np.testing.assert_allclose(out["score"][0], best[0], atol=1e-5)
+    np.testing.assert_allclose(out["no_answer_score"][0], start[0] + end[0], atol=1e-5)
+
+
+def test_fill_mask_export_on_reference_pretraining_model(tmp_path, base_vocab_preprocessor):
+    from bert_keras.pretrainer import BertPretrainer
+
+    model = BertPretrainer.from_checkpoint(require(REFERENCE / "tiny_pretraining_tf1"))
+    path = export.export_for_serving(model, base_vocab_preprocessor, tmp_path, top_k=3)
+    out = SessionPredictor(path).predict_texts(text=["the [MASK] sat on the [MASK].", "no mask here"])
+    assert out["mask_positions"].tolist() == [[2, 6], [-1, -1]]
+    tokenizer = base_vocab_preprocessor.tokenizer
+    pieces = ["[CLS]", "the", "[MASK]", "sat", "on", "the", "[MASK]", ".", "[SEP]"]
+    inputs = {"input_word_ids": np.array([[tokenizer.token_to_id(p) for p in pieces]], np.int32),
+              "input_mask": np.ones((1, 9), np.int32), "input_type_ids": np.zeros((1, 9), np.int32),
+              "masked_lm_positions": np.array([[2, 6]], np.int32)}
+    probabilities = softmax(model(inputs)["mlm_logits"].numpy()[0])
+    expected = np.argsort(-probabilities, axis=-1)[:, :3]
+    assert out["top_ids"][0].tolist() == expected.tolist()
+    assert [[t.decode() for t in row] for row in out["top_tokens"][0]] == [
+        [tokenizer.id_to_token(int(i)) for i in row] for row in expected]
+    np.testing.assert_allclose(out["top_probabilities"][0], np.sort(probabilities, -1)[:, ::-1][:, :3], atol=1e-5)
+    assert (out["top_ids"][1] == -1).all()
