@@ -3,7 +3,6 @@
 import json
 import subprocess
 import sys
-from concurrent import futures
 
 import numpy as np
 import pytest
@@ -152,36 +151,62 @@ def test_bad_requests_are_invalid_argument(tiny_export, inputs, signature, messa
         predictor.predict(make_request("tiny", signature, inputs))
 
 
-def test_grpc_client_against_a_predict_service(tiny_export):
-    """The client's wire protocol, against a PredictionService served on loopback."""
-    import grpc
-    from tensorflow_serving.apis import prediction_service_pb2_grpc
+@pytest.fixture(scope="module")
+def local_server(tiny_export):
+    from bert_keras.local_server import LocalModelServer
 
-    encoder, preprocessor, path = tiny_export
-    predictor = SessionPredictor(path, replay_warmup=False)
+    _, _, path = tiny_export
+    server = LocalModelServer(path.parent, name="tiny", grpc_port=0, rest_port=0).start()
+    yield server
+    server.stop()
 
-    class Service(prediction_service_pb2_grpc.PredictionServiceServicer):
-        def Predict(self, request, context):
-            try:
-                return predictor.predict(request)
-            except ServingError as error:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(Service(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        client = ServingClient("127.0.0.1", model="tiny", grpc_port=port, timeout=30)
-        out = client.predict(text=["the quick brown foxes jump!"])
-        expected = encoder(preprocessor(tf.constant(["the quick brown foxes jump!"])))
-        np.testing.assert_allclose(out["pooled_output"], expected["pooled_output"], atol=1e-5)
-        with pytest.raises(ServingError, match="INVALID_ARGUMENT"):
-            client.predict(wrong=["x"])
-    finally:
-        server.stop(None)
-    with pytest.raises(ServingError, match="UNAVAILABLE"):
-        ServingClient("127.0.0.1", grpc_port=port, retries=1, backoff=0.01, timeout=2).predict(text=["a"])
+def test_grpc_client(tiny_export, local_server):
+    encoder, preprocessor, _ = tiny_export
+    client = ServingClient("127.0.0.1", model="tiny", grpc_port=local_server.grpc_port, timeout=30)
+    out = client.predict(text=["the quick brown foxes jump!"])
+    expected = encoder(preprocessor(tf.constant(["the quick brown foxes jump!"])))
+    np.testing.assert_allclose(out["pooled_output"], expected["pooled_output"], atol=1e-5)
+    with pytest.raises(ServingError, match="INVALID_ARGUMENT.*missing"):
+        client.predict(wrong=["x"])
+    with pytest.raises(ServingError, match="NOT_FOUND"):
+        ServingClient("127.0.0.1", model="other", grpc_port=local_server.grpc_port).predict(text=["a"])
+
+
+def test_grpc_client_retries_then_names_the_problem():
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = ServingClient("127.0.0.1", grpc_port=port, retries=1, backoff=0.01, timeout=2)
+    with pytest.raises(ServingError, match=f"127.0.0.1:{port}.*UNAVAILABLE"):
+        client.predict(text=["a"])
+
+
+@pytest.mark.parametrize("format", ["row", "columnar"])
+def test_rest_client(tiny_export, local_server, format):
+    encoder, preprocessor, _ = tiny_export
+    client = ServingClient("127.0.0.1", model="tiny", rest_port=local_server.rest_port, timeout=30)
+    texts = ["the quick brown fox", "中文!"]
+    out = client.predict_rest(format=format, text=texts)
+    pooled = [row["pooled_output"] for row in out] if format == "row" else out["pooled_output"]
+    expected = encoder(preprocessor(tf.constant(texts)))["pooled_output"]
+    np.testing.assert_allclose(np.array(pooled), expected, atol=1e-5)
+    with pytest.raises(ServingError, match="HTTP 400.*missing"):
+        client.predict_rest(format=format, wrong=["x"])
+
+
+def test_rest_status_and_errors(local_server):
+    import urllib.request
+
+    base = f"http://127.0.0.1:{local_server.rest_port}/v1/models/tiny"
+    status = json.loads(urllib.request.urlopen(base).read())
+    assert status["model_version_status"][0] == {
+        "version": "3", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+    assert local_server.rest_predict("/v1/models/tiny:predict", b"{not json")[0] == 400
+    assert local_server.rest_predict("/v1/models/tiny:predict", b'{"instances": []}')[0] == 400
+    assert local_server.rest_predict("/v1/models/tiny/versions/9:predict", b'{"instances": ["a"]}')[0] == 404
 
 
 @pytest.fixture(scope="module")
