@@ -303,3 +303,51 @@ def test_fill_mask_export_on_reference_pretraining_model(tmp_path, base_vocab_pr
         [tokenizer.id_to_token(int(i)) for i in row] for row in expected]
     np.testing.assert_allclose(out["top_probabilities"][0], np.sort(probabilities, -1)[:, ::-1][:, :3], atol=1e-5)
     assert (out["top_ids"][1] == -1).all()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "rest"])
+def test_smoke_script_against_local_server(local_server, protocol, capsys):
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serving"))
+    import smoke
+
+    code = smoke.main(["--model", "tiny", "--protocol", protocol, "--grpc-port", str(local_server.grpc_port),
+                       "--rest-port", str(local_server.rest_port), "--requests", "6", "--concurrency", "2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "6 ok, 0 failed" in out
+
+
+@pytest.mark.skipif(not __import__("shutil").which("tensorflow_model_server"),
+                    reason="tensorflow_model_server is not on PATH (no package or Docker engine here)")
+def test_real_tensorflow_model_server(tiny_export, tmp_path):
+    import socket
+    import time
+
+    encoder, preprocessor, path = tiny_export
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(probe.getsockname()[1])
+    server = subprocess.Popen(["tensorflow_model_server", f"--port={ports[0]}", f"--rest_api_port={ports[1]}",
+                               "--model_name=tiny", f"--model_base_path={path.parent}"])
+    try:
+        client = ServingClient("127.0.0.1", "tiny", ports[0], ports[1], retries=10, backoff=0.5)
+        expected = encoder(preprocessor(tf.constant(["the quick fox"])))["pooled_output"]
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                out = client.predict(text=["the quick fox"])
+                break
+            except ServingError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+        np.testing.assert_allclose(out["pooled_output"], expected, atol=1e-5)
+        rows = client.predict_rest(text=["the quick fox"])
+        np.testing.assert_allclose(rows[0]["pooled_output"], expected[0], atol=1e-5)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

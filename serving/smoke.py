@@ -1,0 +1,93 @@
+"""Smoke and load check of a served bert-keras model over gRPC or REST.
+
+Sends a bounded number of requests (at most --requests, for at most --seconds) from
+--concurrency threads, checks every answer is finite, and prints latency percentiles
+and throughput. Point it only at servers you run (default: this machine).
+
+    python serving/smoke.py --model bert --protocol grpc --requests 200 --concurrency 4
+"""
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+
+import numpy as np
+
+from bert_keras.serving import ServingClient, ServingError
+
+TEXTS = [
+    "a gripping, beautifully acted film",
+    "",
+    "It was the best of times, it was the worst of times.",
+    "Ünïcödé, 中文 and emoji 🙂",
+]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--model", default="bert")
+    parser.add_argument("--protocol", choices=("grpc", "rest"), default="grpc")
+    parser.add_argument("--grpc-port", type=int, default=8500)
+    parser.add_argument("--rest-port", type=int, default=8501)
+    parser.add_argument("--input", default="text", help="string input name of the signature")
+    parser.add_argument("--requests", type=int, default=100)
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    args = parser.parse_args(argv)
+
+    client = ServingClient(args.host, args.model, args.grpc_port, args.rest_port, timeout=30)
+    latencies, failures, lock = [], [], threading.Lock()
+    deadline = time.monotonic() + args.seconds
+    counter = iter(range(args.requests))
+
+    def worker():
+        while time.monotonic() < deadline:
+            with lock:
+                index = next(counter, None)
+            if index is None:
+                return
+            start = time.perf_counter()
+            try:
+                if args.protocol == "grpc":
+                    outputs = client.predict(**{args.input: TEXTS})
+                    values = [v for v in outputs.values() if v.dtype.kind == "f"]
+                else:
+                    rows = client.predict_rest(**{args.input: TEXTS})
+                    values = [np.asarray(v, float) for row in rows for v in row.values()
+                              if isinstance(v, (float, list)) and not _has_text(v)]
+                if not all(np.isfinite(v).all() for v in values):
+                    raise ServingError("non-finite output")
+            except ServingError as error:
+                with lock:
+                    failures.append(str(error))
+                continue
+            with lock:
+                latencies.append(time.perf_counter() - start)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(args.concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    print(f"{args.protocol} {args.host} model {args.model}: {len(latencies)} ok, {len(failures)} failed "
+          f"in {elapsed:.1f} s ({len(latencies) * len(TEXTS) / elapsed:.1f} texts/s)")
+    if latencies:
+        q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [latencies[0]] * 99
+        print(f"latency per request of {len(TEXTS)} texts: p50 {q[49] * 1e3:.1f} ms, "
+              f"p95 {q[94] * 1e3:.1f} ms, p99 {q[98] * 1e3:.1f} ms")
+    for failure in failures[:3]:
+        print(f"failure: {failure}", file=sys.stderr)
+    return 1 if failures or not latencies else 0
+
+
+def _has_text(value):
+    return isinstance(value, str) or (isinstance(value, list) and any(_has_text(v) for v in value))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
