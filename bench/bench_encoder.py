@@ -146,57 +146,78 @@ def worker(name, config, connection):
         connection.send(times)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="base")
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per batch size")
-    parser.add_argument("--calls", type=int, default=4, help="timed calls per peer per round at batch 1")
-    parser.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS))
-    args = parser.parse_args()
-
-    from bert_keras.config import BertConfig
-
-    config = BertConfig.preset(args.preset).to_original_dict()
+def start_workers(names, config):
+    """One spawned worker per peer; returns {name: connection} of those that started."""
     context = multiprocessing.get_context("spawn")
-    peak = matmul_peak_gflops()
-    print(f"BERT-{args.preset} forward, seq {args.seq}, {os.cpu_count()} cores, "
-          f"fp32 matmul peak measured {peak:.0f} GFLOP/s")
     workers = {}
-    for name in args.peers:
+    for name in names:
         parent, child = context.Pipe()
         process = context.Process(target=worker, args=(name, config, child), daemon=True)
         process.start()
-        status = parent.recv()
+        child.close()  # so that a worker that dies shows as EOF here, not a hang
+        try:
+            status = parent.recv()
+        except EOFError:
+            status = f"worker died (exit code {process.join() or process.exitcode})"
         if status == "ready":
             workers[name] = (parent, process)
         else:
             print(f"  {name}: {status}")
             process.join()
+    return workers
 
+
+def stop_workers(workers):
+    for connection, process in workers.values():
+        connection.send(None)
+        process.join()
+
+
+def measure(workers, batch, seq, rounds, calls):
+    """Interleaved rounds: each peer in turn runs `calls` timed forwards. {name: [seconds]}"""
+    times = {name: [] for name in workers}
+    for _ in range(rounds):
+        for name, (connection, _) in workers.items():
+            connection.send((batch, seq, calls))
+            times[name] += connection.recv()
+    return times
+
+
+def print_table(rows, reference):
+    print(f"\n{'batch':>5}  {'implementation':34} {'median ms':>10} {'seq/s':>8} "
+          f"{'% peak':>7} {'time vs ' + reference:>30}")
+    for batch, name, ms, throughput, share, ratio in rows:
+        print(f"{batch:>5}  {name:34} {ms:>10.1f} {throughput:>8.1f} {share:>7.1%} {ratio:>29.2f}x")
+
+
+def main(peers=PEERS, description=__doc__):
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
+    parser.add_argument("--preset", default="base")
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per batch size")
+    parser.add_argument("--calls", type=int, default=4, help="timed calls per peer per round at batch 1")
+    parser.add_argument("--peers", nargs="+", default=list(peers), choices=list(peers))
+    args = parser.parse_args()
+
+    from bert_keras.config import BertConfig
+
+    config = BertConfig.preset(args.preset).to_original_dict()
+    peak = matmul_peak_gflops()
+    print(f"BERT-{args.preset} forward, seq {args.seq}, {os.cpu_count()} cores, "
+          f"fp32 matmul peak measured {peak:.0f} GFLOP/s")
+    workers = start_workers(args.peers, config)
     rows = []
     for batch in args.batch_sizes:
-        calls = args.calls if batch == 1 else 1
-        times = {name: [] for name in workers}
-        for _ in range(args.rounds):
-            for name, (connection, _) in workers.items():
-                connection.send((batch, args.seq, calls))
-                times[name] += connection.recv()
+        times = measure(workers, batch, args.seq, args.rounds, args.calls if batch == 1 else 1)
         flops = forward_flops(config, batch, args.seq)
         reference = statistics.median(times[args.peers[0]])
         for name, samples in times.items():
             median = statistics.median(samples)
             rows.append((batch, name, median * 1e3, batch / median, flops / median / 1e9 / peak,
                          median / reference))
-    for connection, process in workers.values():
-        connection.send(None)
-        process.join()
-
-    print(f"\n{'batch':>5}  {'implementation':30} {'median ms':>10} {'seq/s':>8} "
-          f"{'% peak':>7} {'time vs ' + args.peers[0]:>24}")
-    for batch, name, ms, throughput, share, ratio in rows:
-        print(f"{batch:>5}  {name:30} {ms:>10.1f} {throughput:>8.1f} {share:>7.1%} {ratio:>23.2f}x")
+    stop_workers(workers)
+    print_table(rows, args.peers[0])
 
 
 if __name__ == "__main__":

@@ -130,7 +130,9 @@ class BertTask(keras.Model):
             )
         return True
 
-    def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
+    def preprocessed_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
+        """Raw inputs (arrays, lists, or a batched `tf.data.Dataset` of `x` or `(x, y[, w])`)
+        -> a `tf.data.Dataset` of packed batches, preprocessed outside the train step."""
         if isinstance(x, tf.data.Dataset):
             if y is not None or sample_weight is not None or batch_size is not None:
                 raise ValueError("when x is a tf.data.Dataset, pass no y, sample_weight or batch_size")
@@ -154,15 +156,16 @@ class BertTask(keras.Model):
 
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None, shuffle=True, **kwargs):
         if self._raw(x):
-            x = self._dataset(x, y, sample_weight, batch_size, shuffle)
+            x = self.preprocessed_dataset(x, y, sample_weight, batch_size, shuffle)
             y = sample_weight = batch_size = None
-            shuffle = False  # done in the dataset, before preprocessing
+        if isinstance(x, tf.data.Dataset):
+            shuffle = False  # a dataset shuffles itself (ours did, before preprocessing)
         if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
             vx, vy, vsw = keras.utils.unpack_x_y_sample_weight(tuple(validation_data))
             if self._raw(vx):
-                validation_data = self._dataset(vx, vy, vsw, batch_size)
+                validation_data = self.preprocessed_dataset(vx, vy, vsw, batch_size)
         elif validation_data is not None and self._raw(validation_data):
-            validation_data = self._dataset(validation_data)
+            validation_data = self.preprocessed_dataset(validation_data)
         return super().fit(
             x, y, batch_size=batch_size, sample_weight=sample_weight,
             validation_data=validation_data, shuffle=shuffle, **kwargs,
@@ -170,13 +173,13 @@ class BertTask(keras.Model):
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         if self._raw(x):
-            x = self._dataset(x, y, sample_weight, batch_size)
+            x = self.preprocessed_dataset(x, y, sample_weight, batch_size)
             y = sample_weight = batch_size = None
         return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         if self._raw(x):
-            x = self._dataset(x, batch_size=batch_size)
+            x = self.preprocessed_dataset(x, batch_size=batch_size)
             batch_size = None
         return super().predict(x, batch_size=batch_size, **kwargs)
 

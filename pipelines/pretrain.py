@@ -142,6 +142,7 @@ def run(args):
             steps_per_epoch=args.checkpoint_every * args.gradient_accumulation_steps,
             callbacks=callbacks,
             verbose=1 if sys.stdout.isatty() else 2,
+            shuffle=False,  # the dataset is already shuffled, deterministically
         )
 
     final = output / "final"

@@ -351,3 +351,17 @@ def test_real_tensorflow_model_server(tiny_export, tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "mixed_bfloat16"])
+def test_low_precision_exports_answer_float32(tmp_path, base_vocab_preprocessor, dtype):
+    from bert_keras.classifier import BertClassifier
+
+    model = BertClassifier(small_encoder(), num_classes=2)
+    texts = ["a gripping, funny film", "dull and far too long"]
+    path = export.export_for_serving(model, base_vocab_preprocessor, tmp_path, compute_dtype=dtype)
+    out = SessionPredictor(path).predict_texts(text=texts)
+    assert out["probabilities"].dtype == np.float32 and out["logits"].dtype == np.float32
+    expected = model(base_vocab_preprocessor(tf.constant(texts))).numpy()
+    np.testing.assert_allclose(out["logits"], expected, atol=2e-2)
+    assert not np.array_equal(out["logits"], expected), "the export did not compute in low precision"

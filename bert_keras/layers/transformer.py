@@ -101,8 +101,12 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
         qkv = tf.matmul(rows, self.qkv_kernel) + self.qkv_bias
         qkv = tf.transpose(tf.reshape(qkv, [batch, seq_length, 3, heads, head_size]), [2, 0, 3, 1, 4])
-        query, key, value = qkv[0] * (1.0 / math.sqrt(head_size)), qkv[1], qkv[2]
-        scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32) + attention_bias
+        query, key, value = tf.unstack(qkv, axis=0)  # unstack's gradient is one stack, not 3 pads
+        query *= 1.0 / math.sqrt(head_size)
+        # Keras casts float inputs to the compute dtype; the bias is added in float32.
+        scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32) + tf.cast(
+            attention_bias, tf.float32
+        )
         probs = tf.nn.softmax(scores, axis=-1)
         context = tf.matmul(
             self.attention_dropout(tf.cast(probs, self.compute_dtype), training=training), value

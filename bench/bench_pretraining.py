@@ -1,0 +1,183 @@
+"""Pre-training throughput: bert-keras BertPretrainer vs keras-hub BertMaskedLM vs HF PyTorch.
+
+One optimizer step (forward, backward, AdamW update) at batch 8 x seq 128 with 20 masked
+predictions, random weights, mini and base. bert-keras trains MLM + NSP; keras-hub's
+BertMaskedLM has no NSP head; Hugging Face BertForPreTraining computes MLM logits at every
+position (its API). Each peer runs in its own spawned process (torch and TensorFlow
+cannot share one), interleaved round by round; medians of sequences/s.
+
+    nice -n 10 python bench/bench_pretraining.py [--presets mini base] [--rounds 5]
+"""
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+BATCH, SEQ, PREDICTIONS = 8, 128, 20
+
+
+def make_batch(vocab_size, seed=0):
+    rng = np.random.default_rng(seed)
+    positions = np.sort(
+        np.stack([rng.choice(np.arange(1, SEQ - 1), PREDICTIONS, replace=False) for _ in range(BATCH)]), 1
+    )
+    return {
+        "input_word_ids": rng.integers(1000, vocab_size, (BATCH, SEQ)).astype("int32"),
+        "input_mask": np.ones((BATCH, SEQ), "int32"),
+        "input_type_ids": np.repeat([[0] * (SEQ // 2) + [1] * (SEQ // 2)], BATCH, 0).astype("int32"),
+        "masked_lm_positions": positions.astype("int32"),
+        "masked_lm_ids": rng.integers(1000, vocab_size, (BATCH, PREDICTIONS)).astype("int32"),
+        "masked_lm_weights": np.ones((BATCH, PREDICTIONS), "float32"),
+        "next_sentence_labels": rng.integers(0, 2, (BATCH, 1)).astype("int32"),
+    }
+
+
+def bert_keras_runner(config, jit_compile):
+    from bert_keras import BertConfig, BertEncoder
+    from bert_keras.optimization import create_optimizer
+    from bert_keras.pretrainer import BertPretrainer
+
+    model = BertPretrainer(BertEncoder(BertConfig(**config)))
+    model.compile(optimizer=create_optimizer(1e-4, 10000, 100), jit_compile=jit_compile)
+    batch = make_batch(config["vocab_size"])
+    return lambda: model.train_on_batch(batch)
+
+
+def keras_hub_runner(config):
+    import keras
+    import keras_hub
+
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=config["vocab_size"],
+        num_layers=config["num_hidden_layers"],
+        num_heads=config["num_attention_heads"],
+        hidden_dim=config["hidden_size"],
+        intermediate_dim=config["intermediate_size"],
+        max_sequence_length=config["max_position_embeddings"],
+    )
+    model = keras_hub.models.BertMaskedLM(backbone, preprocessor=None)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01, global_clipnorm=1.0),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        weighted_metrics=[keras.metrics.SparseCategoricalAccuracy()],
+        jit_compile=True,
+    )
+    batch = make_batch(config["vocab_size"])
+    x = {
+        "token_ids": batch["input_word_ids"],
+        "segment_ids": batch["input_type_ids"],
+        "padding_mask": batch["input_mask"].astype(bool),
+        "mask_positions": batch["masked_lm_positions"],
+    }
+    return lambda: model.train_on_batch(x, batch["masked_lm_ids"], sample_weight=batch["masked_lm_weights"])
+
+
+def pytorch_runner(config):
+    import torch
+    import transformers
+
+    torch.set_num_threads(os.cpu_count())
+    model = transformers.BertForPreTraining(transformers.BertConfig(**config, layer_norm_eps=1e-12)).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    batch = make_batch(config["vocab_size"])
+    labels = np.full((BATCH, SEQ), -100, "int64")
+    np.put_along_axis(labels, batch["masked_lm_positions"], batch["masked_lm_ids"], 1)
+    feed = {
+        "input_ids": torch.from_numpy(batch["input_word_ids"]).long(),
+        "attention_mask": torch.from_numpy(batch["input_mask"]).long(),
+        "token_type_ids": torch.from_numpy(batch["input_type_ids"]).long(),
+        "labels": torch.from_numpy(labels),
+        "next_sentence_label": torch.from_numpy(batch["next_sentence_labels"][:, 0]).long(),
+    }
+
+    def step():
+        optimizer.zero_grad()
+        loss = model(**feed).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    return step
+
+
+PEERS = {
+    "bert-keras (XLA)": lambda config: bert_keras_runner(config, jit_compile=True),
+    "bert-keras": lambda config: bert_keras_runner(config, jit_compile=False),
+    "keras-hub BertMaskedLM (XLA)": keras_hub_runner,
+    "HF PyTorch BertForPreTraining": pytorch_runner,
+}
+
+
+def worker(name, config, connection):
+    try:
+        step = PEERS[name](config)
+    except ImportError as error:
+        connection.send(f"not installed ({error.name})")
+        return
+    for _ in range(3):  # trace, compile, warm up
+        step()
+    connection.send("ready")
+    while (calls := connection.recv()) is not None:
+        times = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+        connection.send(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=["mini", "base"])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=3, help="timed steps per peer per round")
+    parser.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS))
+    args = parser.parse_args()
+
+    from bert_keras.config import BertConfig
+
+    context = multiprocessing.get_context("spawn")
+    print(f"pre-training step, batch {BATCH} x seq {SEQ}, {PREDICTIONS} predictions, {os.cpu_count()} cores")
+    rows = []
+    for preset in args.presets:
+        config = BertConfig.preset(preset).to_original_dict()
+        workers = {}
+        for name in args.peers:
+            parent, child = context.Pipe()
+            process = context.Process(target=worker, args=(name, config, child), daemon=True)
+            process.start()
+            status = parent.recv()
+            if status == "ready":
+                workers[name] = (parent, process)
+            else:
+                print(f"  {name}: {status}")
+                process.join()
+        times = {name: [] for name in workers}
+        for _ in range(args.rounds):
+            for name, (connection, _) in workers.items():
+                connection.send(args.calls)
+                times[name] += connection.recv()
+        for connection, process in workers.values():
+            connection.send(None)
+            process.join()
+        throughput = {name: BATCH / statistics.median(samples) for name, samples in times.items()}
+        for name, value in throughput.items():
+            rows.append((preset, name, value, throughput))
+
+    print(f"\n{'preset':6} {'implementation':32} {'seq/s':>8} {'vs keras-hub':>12} {'vs HF':>8}")
+    for preset, name, value, throughput in rows:
+        hub = throughput.get("keras-hub BertMaskedLM (XLA)")
+        hf = throughput.get("HF PyTorch BertForPreTraining")
+        print(f"{preset:6} {name:32} {value:>8.2f} "
+              f"{value / hub if hub else float('nan'):>11.2f}x {value / hf if hf else float('nan'):>7.2f}x")
+
+
+if __name__ == "__main__":
+    main()

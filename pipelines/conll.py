@@ -1,0 +1,215 @@
+"""CoNLL-2003 NER: read the 4-column files, convert IOB1 tags to IOB2, fine-tune a
+`BertTokenClassifier` (each word's label on its first WordPiece), and score entities
+exactly as the conlleval script does.
+
+Example: `bert-keras finetune conll --data-dir ../shared/data/conll2003 --output-dir runs/ner`.
+"""
+
+import dataclasses
+import json
+from pathlib import Path
+
+HELP = "CoNLL-2003 named entity recognition"
+DEFAULTS = dict(learning_rate=5e-5, epochs=3, batch_size=32, max_seq_length=128)
+# IOB2 tags of CoNLL-2003, "O" first.
+LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+
+
+@dataclasses.dataclass
+class Sentence:
+    words: list
+    tags: list
+
+
+def read_conll(path, scheme="iob2"):
+    """Sentences of a CoNLL-2003 file (`token POS chunk NER` per line, blank lines
+    between sentences, `-DOCSTART-` lines between documents). Tags are converted from
+    the file's IOB1 to IOB2 unless `scheme="iob1"`."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no CoNLL file at {path}")
+    sentences, words, tags = [], [], []
+
+    def flush():
+        if words:
+            sentences.append(Sentence(list(words), iob1_to_iob2(tags) if scheme == "iob2" else list(tags)))
+            words.clear()
+            tags.clear()
+
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            fields = line.split()
+            if not fields:
+                flush()
+                continue
+            if fields[0] == "-DOCSTART-":
+                flush()
+                continue
+            if len(fields) != 4:
+                raise ValueError(f"{path}:{number}: malformed line: {len(fields)} columns, expected 4 "
+                                 "(token POS chunk NER)")
+            tag = fields[3]
+            if tag != "O" and (tag[:2] not in ("B-", "I-") or len(tag) < 3):
+                raise ValueError(f"{path}:{number}: NER tag {tag!r} is not O, B-TYPE or I-TYPE")
+            words.append(fields[0])
+            tags.append(tag)
+    flush()
+    return sentences
+
+
+def iob1_to_iob2(tags):
+    """IOB1 (B- only between adjacent entities of one type) -> IOB2 (every entity
+    starts with B-)."""
+    converted = []
+    for i, tag in enumerate(tags):
+        if tag.startswith("I-"):
+            previous = tags[i - 1] if i else "O"
+            if previous == "O" or previous[2:] != tag[2:]:
+                tag = "B-" + tag[2:]
+        converted.append(tag)
+    return converted
+
+
+# --- conlleval ------------------------------------------------------------------------
+
+
+def _split(tag):
+    if tag == "O":
+        return "O", ""
+    prefix, _, kind = tag.partition("-")
+    return prefix, kind
+
+
+def _end_of_chunk(prev_tag, tag, prev_type, type_):
+    """conlleval's endOfChunk (plus single-token S- chunks)."""
+    return (
+        (prev_tag in ("B", "I") and tag in ("B", "O", "S"))
+        or (prev_tag == "E" and tag in ("E", "I", "O", "B", "S"))
+        or prev_tag == "S"
+        or (prev_tag not in ("O", ".") and prev_type != type_)
+    )
+
+
+def _start_of_chunk(prev_tag, tag, prev_type, type_):
+    """conlleval's startOfChunk (plus single-token S- chunks)."""
+    return (
+        (prev_tag in ("B", "I", "O", "E", "S") and tag in ("B", "S"))
+        or (prev_tag in ("O", "E", "S") and tag in ("I", "E"))
+        or (tag not in ("O", ".") and prev_type != type_)
+    )
+
+
+def conlleval(gold_sentences, predicted_sentences):
+    """Entity precision/recall/F1 (overall and per type) and token accuracy, computed
+    as conlleval.pl does: a predicted entity counts only if its start, end and type all
+    match a gold entity; sentence boundaries end entities."""
+    correct_chunks, found_gold, found_guessed = {}, {}, {}
+    tokens = correct_tokens = 0
+    for gold_tags, guessed_tags in zip(gold_sentences, predicted_sentences, strict=True):
+        if len(gold_tags) != len(guessed_tags):
+            raise ValueError(f"sentence with {len(gold_tags)} gold tags got {len(guessed_tags)} predictions")
+        in_correct = False
+        last_gold, last_gold_type, last_guess, last_guess_type = "O", "", "O", ""
+        for gold, guess in zip(list(gold_tags) + ["O"], list(guessed_tags) + ["O"]):  # "O": the boundary
+            gold_tag, gold_type = _split(gold)
+            guess_tag, guess_type = _split(guess)
+            gold_end = _end_of_chunk(last_gold, gold_tag, last_gold_type, gold_type)
+            guess_end = _end_of_chunk(last_guess, guess_tag, last_guess_type, guess_type)
+            if in_correct:
+                if gold_end and guess_end and last_guess_type == last_gold_type:
+                    in_correct = False
+                    correct_chunks[last_gold_type] = correct_chunks.get(last_gold_type, 0) + 1
+                elif gold_end != guess_end or guess_type != gold_type:
+                    in_correct = False
+            gold_start = _start_of_chunk(last_gold, gold_tag, last_gold_type, gold_type)
+            guess_start = _start_of_chunk(last_guess, guess_tag, last_guess_type, guess_type)
+            if gold_start and guess_start and guess_type == gold_type:
+                in_correct = True
+            if gold_start:
+                found_gold[gold_type] = found_gold.get(gold_type, 0) + 1
+            if guess_start:
+                found_guessed[guess_type] = found_guessed.get(guess_type, 0) + 1
+            last_gold, last_gold_type, last_guess, last_guess_type = gold_tag, gold_type, guess_tag, guess_type
+        tokens += len(gold_tags)
+        correct_tokens += sum(g == p for g, p in zip(gold_tags, guessed_tags))
+
+    def scores(correct, gold, guessed):
+        precision = correct / guessed if guessed else 0.0
+        recall = correct / gold if gold else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return {"precision": precision, "recall": recall, "f1": f1}
+
+    result = scores(sum(correct_chunks.values()), sum(found_gold.values()), sum(found_guessed.values()))
+    result["accuracy"] = correct_tokens / tokens if tokens else 0.0
+    result["per_type"] = {
+        kind: scores(correct_chunks.get(kind, 0), found_gold.get(kind, 0), found_guessed.get(kind, 0))
+        for kind in sorted(set(found_gold) | set(found_guessed))
+    }
+    return result
+
+
+# --- the pipeline --------------------------------------------------------------------
+
+
+def add_arguments(parser):
+    parser.add_argument("--data-dir", required=True, help="folder with eng.train and eng.testa (eng.testb)")
+    parser.add_argument("--eval-split", default="testa", help="eng.<split> to evaluate on (default testa)")
+
+
+def predict_tags(model, sentences, batch_size):
+    """IOB2 tags per word: the argmax at each word's first piece ("O" for words cut by
+    truncation or with no pieces)."""
+    import numpy as np
+    import tensorflow as tf
+
+    words = tf.ragged.constant([s.words for s in sentences])
+    dataset = tf.data.Dataset.from_tensor_slices(words).batch(batch_size).map(model.word_start_positions)
+    predictions = []
+    for packed, positions in dataset:
+        labels = np.argmax(model.predict_on_batch(packed), axis=-1)
+        for row, row_positions in enumerate(positions.to_list()):
+            predictions.append([LABELS[labels[row, p]] if p >= 0 else "O" for p in row_positions])
+    return predictions
+
+
+def write_predictions(path, sentences, predicted):
+    """conlleval's input format: `word gold predicted` per line, a blank line after each sentence."""
+    with open(path, "w", encoding="utf-8") as out:
+        for sentence, tags in zip(sentences, predicted):
+            out.writelines(f"{w} {g} {p}\n" for w, g, p in zip(sentence.words, sentence.tags, tags))
+            out.write("\n")
+
+
+def run(args):
+    import numpy as np
+    import tensorflow as tf
+
+    from bert_keras.token_classifier import BertTokenClassifier
+    from pipelines.finetune import build_head, length_grouped_batches, train
+
+    data_dir = Path(args.data_dir)
+    train_sentences = read_conll(data_dir / "eng.train")[: args.max_examples]
+    eval_sentences = read_conll(data_dir / f"eng.{args.eval_split}")[: args.max_examples]
+    print(f"CoNLL-2003: {len(train_sentences)} training sentences, {len(eval_sentences)} in eng.{args.eval_split}")
+    strategy, model = build_head(
+        args, lambda encoder, preprocessor: BertTokenClassifier(encoder, len(LABELS), preprocessor=preprocessor)
+    )
+    output_dir = Path(args.output_dir)
+    best_f1 = [float("-inf")]
+
+    def evaluate(model):
+        """conlleval scores; the best epoch's tags are written as `word gold predicted` lines."""
+        predicted = predict_tags(model, eval_sentences, args.eval_batch_size)
+        scores = conlleval([s.tags for s in eval_sentences], predicted)
+        if scores["f1"] > best_f1[0]:
+            best_f1[0] = scores["f1"]
+            write_predictions(output_dir / "predictions.txt", eval_sentences, predicted)
+        return {name: scores[name] for name in ("precision", "recall", "f1", "accuracy")}
+
+    words = tf.ragged.constant([s.words for s in train_sentences])
+    labels = tf.ragged.constant([[LABELS.index(t) for t in s.tags] for s in train_sentences], dtype=tf.int32)
+    lengths = np.array([sum(len(w) + 1 for w in s.words) for s in train_sentences])
+    batches = length_grouped_batches((words, labels), lengths, args.batch_size, shuffle=True, seed=args.seed)
+    best = train(model, args, batches, len(train_sentences), evaluate, "f1", strategy)
+    (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
+    return 0

@@ -1,0 +1,109 @@
+"""CoNLL-2003: the real files parse completely, IOB1 -> IOB2, conlleval scores on
+hand-computed cases, first-piece labels, and a tiny `finetune conll` run."""
+
+import json
+
+import pytest
+
+from pipelines.cli import main as cli
+from pipelines.conll import LABELS, conlleval, iob1_to_iob2, read_conll
+
+from conftest import DATA, require
+
+CONLL = DATA / "conll2003"
+
+
+@pytest.mark.parametrize("split, sentences, tokens", [("train", 14041, 203621), ("testa", 3250, 51362)])
+def test_reader_parses_every_sentence_of_the_real_files(split, sentences, tokens):
+    data = read_conll(require(CONLL / f"eng.{split}"))
+    assert len(data) == sentences
+    assert sum(len(s.words) for s in data) == tokens
+    assert all(len(s.words) == len(s.tags) for s in data)
+    assert {t for s in data for t in s.tags} == set(LABELS)
+
+
+def test_first_sentences_and_iob2_conversion_on_the_real_file():
+    data = read_conll(require(CONLL / "eng.testa"))
+    assert data[0].words[:4] == ["CRICKET", "-", "LEICESTERSHIRE", "TAKE"]
+    assert data[0].tags[:4] == ["O", "O", "B-ORG", "O"]  # I-ORG in the IOB1 file
+    assert data[2].words[:5] == ["West", "Indian", "all-rounder", "Phil", "Simmons"]
+    assert data[2].tags[:5] == ["B-MISC", "I-MISC", "O", "B-PER", "I-PER"]
+    raw = read_conll(CONLL / "eng.testa", scheme="iob1")
+    assert raw[2].tags[:5] == ["I-MISC", "I-MISC", "O", "I-PER", "I-PER"]
+
+
+def test_iob1_to_iob2():
+    # IOB1 uses B- only where an entity directly follows one of the same type.
+    assert iob1_to_iob2(["I-PER", "I-PER", "B-PER", "O", "I-LOC", "I-ORG", "I-ORG"]) == [
+        "B-PER", "I-PER", "B-PER", "O", "B-LOC", "B-ORG", "I-ORG"]
+
+
+def test_reader_reports_malformed_lines(tmp_path):
+    path = tmp_path / "eng.bad"
+    path.write_text("-DOCSTART- -X- O O\n\nEU NNP I-NP I-ORG\nrejects VBZ I-VP\n")
+    with pytest.raises(ValueError, match=r"eng.bad:4: malformed line: 3 columns, expected 4"):
+        read_conll(path)
+    path.write_text("EU NNP I-NP ORG\n")
+    with pytest.raises(ValueError, match=r"eng.bad:1: NER tag 'ORG'"):
+        read_conll(path)
+    # No final newline, documents and blank lines only separate sentences.
+    path.write_text("-DOCSTART- -X- O O\n\nEU NNP I-NP I-ORG\n\n\n-DOCSTART- -X- O O\nPeter NNP I-NP I-PER")
+    assert [(s.words, s.tags) for s in read_conll(path)] == [(["EU"], ["B-ORG"]), (["Peter"], ["B-PER"])]
+
+
+def test_conlleval_on_hand_computed_cases():
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "I-ORG", "I-ORG", "O", "B-MISC"]]
+    guess = [["B-PER", "I-PER", "O", "B-ORG"], ["B-ORG", "I-ORG", "O", "O", "B-MISC"]]
+    # Gold chunks: PER, LOC, ORG(3 tokens), MISC = 4. Guessed: PER, ORG, ORG(2 tokens), MISC = 4.
+    # Correct: PER and MISC (the 2-token ORG ends too early) = 2.
+    result = conlleval(gold, guess)
+    assert result["precision"] == pytest.approx(2 / 4)
+    assert result["recall"] == pytest.approx(2 / 4)
+    assert result["f1"] == pytest.approx(0.5)
+    assert result["accuracy"] == pytest.approx(7 / 9)
+    assert result["per_type"]["PER"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0}
+    assert result["per_type"]["ORG"]["precision"] == 0.0 and result["per_type"]["LOC"]["recall"] == 0.0
+
+    # A guessed chunk that runs past the gold one is wrong; 1 gold, 2 guessed, 0 correct.
+    result = conlleval([["B-PER", "O", "O"]], [["B-PER", "I-PER", "B-LOC"]])
+    assert (result["precision"], result["recall"], result["f1"]) == (0.0, 0.0, 0.0)
+
+    # conlleval is lenient: I- after O (or after another type) starts a chunk.
+    result = conlleval([["B-LOC", "I-LOC", "O", "B-PER"]], [["I-LOC", "I-LOC", "O", "I-PER"]])
+    assert result["f1"] == 1.0
+
+    # A sentence boundary ends a chunk: two gold PER chunks, one per sentence.
+    result = conlleval([["O", "B-PER"], ["I-PER", "O"]], [["O", "B-PER"], ["B-PER", "O"]])
+    assert result["precision"] == 1.0 and result["recall"] == 1.0
+
+    # 3 gold, 2 guessed, 1 correct: P 1/2, R 1/3, F1 2PR/(P+R) = 0.4.
+    result = conlleval([["B-PER", "O", "B-LOC", "O", "B-ORG"]], [["B-PER", "O", "B-PER", "O", "O"]])
+    assert result["precision"] == pytest.approx(0.5) and result["recall"] == pytest.approx(1 / 3)
+    assert result["f1"] == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="2 gold tags got 1"):
+        conlleval([["O", "O"]], [["O"]])
+
+
+def test_finetune_conll_end_to_end_tiny(tmp_path, capsys):
+    from bert_keras import BertConfig, BertEncoder
+
+    vocab = require(DATA / "vocab" / "vocab.txt")
+    data = tmp_path / "conll"
+    data.mkdir()
+    for split, lines in (("train", 60), ("testa", 40)):
+        text = require(CONLL / f"eng.{split}").read_text().splitlines()[:lines]
+        (data / f"eng.{split}").write_text("\n".join(text) + "\n")
+    init = tmp_path / "encoder.keras"
+    BertEncoder(BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1)).save(init)
+    out = tmp_path / "run"
+    assert cli(["finetune", "conll", "--data-dir", str(data), "--output-dir", str(out), "--init", str(init),
+                "--vocab", str(vocab), "--batch-size", "4", "--epochs", "1", "--verbose", "0"]) == 0
+    assert "CoNLL-2003: " in capsys.readouterr().out
+    history = json.loads((out / "eval_results.json").read_text())
+    assert 0 <= history[0]["f1"] <= 1
+    predictions = (out / "predictions.txt").read_text().split("\n\n")
+    gold = read_conll(data / "eng.testa")
+    assert len([p for p in predictions if p.strip()]) == len(gold)
+    first = [line.split(" ") for line in predictions[0].splitlines()]
+    assert [w for w, _, _ in first] == gold[0].words and [g for _, g, _ in first] == gold[0].tags
+    assert all(p in LABELS for _, _, p in first)

@@ -1,0 +1,122 @@
+"""The pre-training pipeline: learning on sample_text.txt, SIGKILL and resume, CLI output."""
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from bert_keras import BertConfig, BertEncoder, BertTokenizer
+from bert_keras import pretraining_data as data
+from bert_keras.optimization import create_optimizer
+from bert_keras.pretrainer import BertPretrainer
+
+from conftest import DATA, require
+
+SAMPLE = DATA / "pretraining" / "sample_text.txt"
+VOCAB = DATA / "vocab" / "vocab.txt"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_loss_decreases_on_sample_text(tmp_path):
+    tokenizer = BertTokenizer(str(require(VOCAB)))
+    records = tmp_path / "sample.tfrecord"
+    data.create_pretraining_data([require(SAMPLE)], [records], tokenizer, dupe_factor=5, progress=False)
+    # A fixed evaluation set (static masks) measured before and after training.
+    held = data.pretraining_dataset(str(records), 8, shuffle_buffer=0, repeat=False).take(4).cache()
+    pretrainer = BertPretrainer(BertEncoder(BertConfig.preset("tiny")))
+    pretrainer.compile(optimizer=create_optimizer(1e-3, 60, 6))
+    before = pretrainer.evaluate(held, return_dict=True, verbose=0)
+    train = data.dynamic_masking_dataset([SAMPLE], tokenizer, batch_size=8, seed=1)
+    pretrainer.fit(train, steps_per_epoch=60, epochs=1, verbose=0, shuffle=False)
+    after = pretrainer.evaluate(held, return_dict=True, verbose=0)
+    assert after["masked_lm_loss"] < before["masked_lm_loss"] - 2.0, (before, after)
+    assert after["loss"] < before["loss"] - 2.0
+
+
+# The sub-command's own parser, so the test does not depend on the other pipelines.
+RUN_PRETRAIN = (
+    "import argparse, sys; from pipelines import pretrain; p = argparse.ArgumentParser(); "
+    "pretrain.register(p.add_subparsers(dest='command')); a = p.parse_args(sys.argv[1:]); a.func(a)"
+)
+
+
+def pretrain_command(output):
+    return [
+        sys.executable, "-c", RUN_PRETRAIN, "pretrain", "--config", "tiny",
+        "--vocab", str(VOCAB), "--corpus", str(SAMPLE), "--output", str(output),
+        "--batch-size", "4", "--steps", "60", "--checkpoint-every", "10",
+        "--warmup-steps", "5", "--learning-rate", "1e-3",
+    ]
+
+
+def completed(output):
+    metadata = output / "checkpoints" / "phase1" / "training_metadata.json"
+    try:
+        return json.loads(metadata.read_text())["epoch"]
+    except (OSError, ValueError):
+        return 0
+
+
+def optimizer_iterations(output):
+    with h5py.File(output / "checkpoints" / "phase1" / "latest.weights.h5") as weights:
+        return int(np.asarray(weights["optimizer"]["vars"]["0"]))
+
+
+@pytest.mark.slow
+def test_sigkill_and_resume(tmp_path):
+    require(SAMPLE)
+    output = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        pretrain_command(output), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.time() + 240
+    while completed(output) < 2 and process.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    done = completed(output)
+    assert 2 <= done < 6, "the run should have been killed mid-training"
+    assert optimizer_iterations(output) >= done * 10  # optimizer state is in the checkpoint
+
+    resumed = subprocess.run(
+        pretrain_command(output), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    log = resumed.stdout + resumed.stderr
+    first_epoch = int(re.search(r"Epoch (\d+)/6", log).group(1))
+    assert first_epoch == done + 1, log[-2000:]  # continues from the checkpoint
+    assert f"resuming after step {done * 10} of 60" in log
+    assert completed(output) == 6
+    assert optimizer_iterations(output) == 60  # exactly the planned steps, none repeated
+    assert (output / "final" / "encoder_hf" / "model.safetensors").exists()
+    assert (output / "final" / "encoder_tf1" / "bert_model.ckpt.index").exists()
+    restored = BertEncoder.from_checkpoint(output / "final" / "encoder.keras")
+    assert restored.config.hidden_size == 128
+
+
+def test_bad_inputs_are_clear_errors(tmp_path):
+    from pipelines import create_pretraining_data, pretrain
+
+    args = pretrain_command(tmp_path / "x")
+    args[args.index("--steps") + 1] = "15"
+    parser = argparse.ArgumentParser()
+    subparsers = parser.add_subparsers()
+    pretrain.register(subparsers)
+    create_pretraining_data.register(subparsers)
+    parsed = parser.parse_args(args[3:])
+    with pytest.raises(ValueError, match="multiple of --checkpoint-every"):
+        parsed.func(parsed)
+    parsed = parser.parse_args(["create-pretraining-data", "--input", str(tmp_path / "none*.txt"),
+                                "--output", str(tmp_path / "o"), "--vocab", str(require(VOCAB))])
+    with pytest.raises(FileNotFoundError, match="no input files match"):
+        parsed.func(parsed)
