@@ -232,3 +232,52 @@ def check_serving_ops(export_path, serving_release="2.12"):
 
 def _version(text):
     return tuple(int(part) for part in text.split("."))
+
+
+def export_hub_style(encoder, preprocessor, export_dir, seq_length=128, pack_lengths=(128, 256, 384, 512)):
+    """The TF Hub BERT pair: `export_dir/preprocess` and `export_dir/encoder` SavedModels.
+
+    `preprocess` has the TF Hub preprocess model's interface: `tokenize(strings)` ->
+    ragged `[batch, (words), (pieces)]`, `bert_pack_inputs(segments, seq_length)` for 1 or
+    2 segments and each of `pack_lengths`, and a default signature strings -> packed
+    inputs of `seq_length`. It holds no variables (the vocabulary is graph constants).
+    `encoder` (written with ExportArchive) maps the packed inputs to `pooled_output`,
+    `sequence_output` and `encoder_outputs_<i>` for each layer i (from 0).
+    Returns (preprocess path, encoder path).
+    """
+    export_dir = Path(export_dir)
+    strings = tf.TensorSpec([None], tf.string)
+    module = tf.Module()
+    module.tokenize = tf.function(preprocessor.tokenize, input_signature=[strings])
+    module.bert_pack_inputs = tf.function(preprocessor.bert_pack_inputs)
+    words = tf.RaggedTensorSpec([None, None, None], tf.int32, ragged_rank=2, row_splits_dtype=tf.int64)
+    for num_segments in (1, 2):
+        for length in pack_lengths:
+            module.bert_pack_inputs.get_concrete_function([words] * num_segments, length)
+    module.__call__ = tf.function(
+        lambda text: preprocessor.bert_pack_inputs([preprocessor.tokenize(text)], seq_length),
+        input_signature=[tf.TensorSpec([None], tf.string, name="text")],
+    )
+    preprocess_path = export_dir / "preprocess"
+    tf.saved_model.save(module, str(preprocess_path), signatures={"serving_default": module.__call__})
+
+    def encode(input_word_ids, input_mask, input_type_ids):
+        outputs = encoder(
+            {"input_word_ids": input_word_ids, "input_mask": input_mask, "input_type_ids": input_type_ids},
+            training=False,
+        )
+        flat = {name: tf.cast(outputs[name], tf.float32) for name in ("pooled_output", "sequence_output")}
+        for index, layer in enumerate(outputs["encoder_outputs"]):
+            flat[f"encoder_outputs_{index}"] = tf.cast(layer, tf.float32)
+        return flat
+
+    archive = keras.export.ExportArchive()
+    archive.track(encoder)
+    archive.add_endpoint(
+        "serving_default",
+        encode,
+        input_signature=[tf.TensorSpec([None, None], tf.int32, name=name) for name in INPUT_NAMES],
+    )
+    encoder_path = export_dir / "encoder"
+    archive.write_out(str(encoder_path), verbose=False)
+    return preprocess_path, encoder_path

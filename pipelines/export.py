@@ -26,6 +26,10 @@ def register(subparsers):
     parser.add_argument("--serving-release", default="2.12",
                         help="oldest TF Serving release that must be able to run the export")
     parser.add_argument("--model-name", default="bert", help="model name in the warm-up requests")
+    parser.add_argument("--hub-style", action="store_true",
+                        help="instead: the TF Hub pair OUT/preprocess + OUT/encoder (encoder features)")
+    parser.add_argument("--seq-length", type=int, default=128,
+                        help="with --hub-style: the preprocess model's default packed length")
     parser.set_defaults(func=run)
 
 
@@ -66,6 +70,18 @@ def run(args):
 
     model = load_model(args.model, args.pretrainer)
     preprocessor = serving_preprocessor(model, args.vocab, args.cased, args.max_seq_length)
+    if args.hub_style:
+        from bert_keras import BertPreprocessor
+
+        fixed = BertPreprocessor(preprocessor.tokenizer, seq_length=args.seq_length)
+        paths = export.export_hub_style(getattr(model, "encoder", model), fixed, args.out, args.seq_length)
+        for path in paths:
+            export.check_serving_ops(path, args.serving_release)
+            SessionPredictor(path, replay_warmup=False).close()
+        print(f"exported the TF Hub-style pair: {paths[0]} (tokenize, bert_pack_inputs, default) and "
+              f"{paths[1]} (pooled_output, sequence_output, encoder_outputs_<i>); both load in the TF1 "
+              f"session loader and pass the TF Serving {args.serving_release} op gate")
+        return 0
     segments = args.segments or (
         ("question", "context") if isinstance(model, BertSpanLabeler) else ("text",)
     )

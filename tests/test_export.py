@@ -365,3 +365,27 @@ def test_low_precision_exports_answer_float32(tmp_path, base_vocab_preprocessor,
     expected = model(base_vocab_preprocessor(tf.constant(texts))).numpy()
     np.testing.assert_allclose(out["logits"], expected, atol=2e-2)
     assert not np.array_equal(out["logits"], expected), "the export did not compute in low precision"
+
+
+def test_tf_hub_style_pair(tmp_path, base_vocab_preprocessor):
+    """The TF Hub preprocess interface (restored functions) and both signatures, as served."""
+    tokenizer = base_vocab_preprocessor.tokenizer
+    preprocessor = BertPreprocessor(tokenizer, seq_length=128)
+    encoder = small_encoder()
+    preprocess_path, encoder_path = export.export_hub_style(encoder, preprocessor, tmp_path, pack_lengths=(64, 128))
+    texts = tf.constant(["Hello, wörld! unaffable", "a question?"])
+    loaded = tf.saved_model.load(str(preprocess_path))
+    words = loaded.tokenize(texts)
+    assert words.to_list() == tokenizer.words_from_pieces(tokenizer(texts)).to_list()
+    assert words.to_list()[0][-1] == [tokenizer.token_to_id(p) for p in ("una", "##ffa", "##ble")]
+    packed = loaded.bert_pack_inputs([words, words[::-1]], seq_length=64)
+    expected = preprocessor.bert_pack_inputs([words, words[::-1]], 64)
+    for name in expected:
+        np.testing.assert_array_equal(packed[name], expected[name])
+    default = SessionPredictor(preprocess_path).predict_texts(text=["Hello, wörld! unaffable"])
+    np.testing.assert_array_equal(default["input_word_ids"], preprocessor(texts[:1])["input_word_ids"])
+    out = SessionPredictor(encoder_path).predict_texts(**{k: v.numpy() for k, v in expected.items()})
+    reference = encoder(expected)
+    np.testing.assert_allclose(out["pooled_output"], reference["pooled_output"], atol=1e-5)
+    np.testing.assert_allclose(out["encoder_outputs_0"], reference["encoder_outputs"][0], atol=1e-5)
+    assert export.check_serving_ops(preprocess_path, "2.12")
