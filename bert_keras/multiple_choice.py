@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from bert_keras.encoder import INPUT_NAMES
-from bert_keras.task import BertTask, default_optimizer, head_initializer
+from bert_keras.task import BertTask, default_optimizer, head_initializer, is_packed
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -31,9 +31,12 @@ class BertMultipleChoice(BertTask):
         self.built = True
 
     def call(self, inputs, training=None):
+        if not is_packed(inputs) or len(inputs["input_word_ids"].shape) != 3:
+            raise ValueError(
+                f"BertMultipleChoice is called on the packed dict {list(INPUT_NAMES)} shaped [batch, choices, "
+                "seq]; for raw text use fit/evaluate/predict"
+            )
         shape = tf.shape(inputs["input_word_ids"])
-        if inputs["input_word_ids"].shape.rank != 3:
-            raise ValueError(f"BertMultipleChoice takes inputs shaped [batch, choices, seq], got {inputs['input_word_ids'].shape}")
         flat = {name: tf.reshape(inputs[name], [-1, shape[2]]) for name in INPUT_NAMES}
         pooled = self._encode(flat, training)["pooled_output"]
         scores = self.score(self.dropout(pooled, training=training))

@@ -23,7 +23,8 @@ def register(subparsers):
                         help="checkpoint (TF1, Hugging Face folder, .keras); 'auto': all-MiniLM-L6-v2 if installed")
     parser.add_argument("--vocab", help="vocab.txt (default: the one beside the checkpoint)")
     parser.add_argument("--cased", action="store_true", help="cased model (default: inferred from the vocab)")
-    parser.add_argument("--layers", default="-1,-2,-3,-4", help="comma-separated layer indexes, -1 the last (write --layers=-1,-2)")
+    parser.add_argument("--layers", default="-1,-2,-3,-4",
+                        help="comma-separated layer indexes, -1 the last (write --layers=-1,-2)")
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--pooling", choices=("cls", "mean"), help="also write a sentence vector per layer")

@@ -133,18 +133,6 @@ def time_budget(minutes):
     return [TimeBudget()]
 
 
-def tensorboard(log_dir):
-    """A TensorBoard callback when the tensorboard package is installed (it is optional)."""
-    import importlib.util
-
-    import keras
-
-    if importlib.util.find_spec("tensorboard") is None:
-        print("tensorboard is not installed: no TensorBoard logs (pip install tensorboard)")
-        return []
-    return [keras.callbacks.TensorBoard(str(log_dir))]
-
-
 def _sort_chunk(element, lengths):
     import tensorflow as tf
 
@@ -176,8 +164,11 @@ def compile_for_finetuning(model, args, total_steps):
 
 def train(model, args, train_batches, num_examples, evaluate, main_metric, strategy, preprocessed=False):
     """Fits `model` on `train_batches` (raw and batched, or packed with
-    `preprocessed=True`), calling `evaluate(model) -> {metric: value}` after every epoch; keeps the best weights by `main_metric`, reloads
-    them and saves the model as `output_dir/best.keras`. Returns the best metrics."""
+    `preprocessed=True`), calling `evaluate(model) -> {metric: value}` after every
+    epoch; keeps the best weights by `main_metric`, reloads them and saves the model as
+    `output_dir/best.keras`. Returns the best metrics."""
+    import keras
+
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     steps_per_epoch, epochs, total = schedule(args, num_examples)
@@ -190,7 +181,7 @@ def train(model, args, train_batches, num_examples, evaluate, main_metric, strat
     start = time.perf_counter()
     model.fit(
         dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=args.verbose,
-        callbacks=time_budget(args.max_train_minutes) + [keeper] + tensorboard(output_dir / "logs"),
+        callbacks=[*time_budget(args.max_train_minutes), keeper, keras.callbacks.TensorBoard(str(output_dir / "logs"))],
     )
     keeper.history.append({"train_seconds": round(time.perf_counter() - start, 1)})
     (output_dir / "eval_results.json").write_text(json.dumps(keeper.history, indent=2) + "\n")

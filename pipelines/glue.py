@@ -202,7 +202,9 @@ def _arrays(labels, predictions):
 
     labels, predictions = np.asarray(labels), np.asarray(predictions)
     if labels.shape != predictions.shape or labels.ndim != 1 or not len(labels):
-        raise ValueError(f"labels and predictions must be non-empty 1-D and alike, got {labels.shape}, {predictions.shape}")
+        raise ValueError(
+            f"labels and predictions must be non-empty 1-D and alike, got {labels.shape}, {predictions.shape}"
+        )
     return labels, predictions
 
 

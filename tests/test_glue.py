@@ -162,6 +162,7 @@ def test_finetune_glue_end_to_end_on_a_few_sst2_rows(tmp_path, capsys):
     assert "training 4 steps (2 epoch(s) of 2)" in stdout
     history = json.loads((out / "eval_results.json").read_text())
     assert [h["epoch"] for h in history[:2]] == [1, 2] and 0 <= history[0]["accuracy"] <= 1
+    assert any((out / "logs").rglob("events.out.tfevents.*"))  # TensorBoard
     submission = (out / "SST-2.tsv").read_text().splitlines()
     assert submission[0] == "index\tprediction" and len(submission) == 6
     assert all(line.split("\t")[1] in ("0", "1") for line in submission[1:])

@@ -189,6 +189,8 @@ def test_multiple_choice_scores_each_pair_like_a_single_choice(preprocessor):
             length = single["input_word_ids"].shape[1]
             np.testing.assert_array_equal(inputs["input_word_ids"][i, j, :length], single["input_word_ids"][0])
     np.testing.assert_allclose(model.predict((context, choices), verbose=0), scores, atol=1e-5)
+    with pytest.raises(ValueError, match=r"shaped \[batch, choices, seq\]"):
+        model(packed(preprocessor, ["two-dimensional inputs"]))
     model.compile()
     assert np.isfinite(model.fit((context, choices), np.array([0, 2]), verbose=0).history["loss"][0])
 
