@@ -36,7 +36,7 @@ TASKS = {
                                             "--batch-size", "32", "--learning-rate", "5e-5"]),
     "conll": (40, 1.0, math.ceil(14041 / 32), 3, ["conll", "--data-dir", str(DATA / "conll2003"),
                                               "--batch-size", "32", "--learning-rate", "5e-5"]),
-    "squad": (60, 4.5, math.ceil(8100 / 12), 2, ["squad", "--train-file", str(DATA / "squad" / "dev-v1.1.json"),
+    "squad": (60, 2.3, math.ceil(8377 / 12), 2, ["squad", "--train-file", str(DATA / "squad" / "dev-v1.1.json"),
                                              "--train-articles", "0:36", "--predict-articles", "36:48",
                                              "--predict-file", str(DATA / "squad" / "dev-v1.1.json"),
                                              "--batch-size", "12", "--learning-rate", "5e-5"]),
