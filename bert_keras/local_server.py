@@ -33,6 +33,8 @@ def _jsonable(value):
         return value.tolist()
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
+    if isinstance(value, np.generic):  # a row's scalar, e.g. label_ids[i]
+        return value.item()
     return value
 
 

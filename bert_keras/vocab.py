@@ -46,6 +46,9 @@ def build_vocabulary(word_counts, size, num_unused=0, max_unique_chars=1000, min
         raise ValueError(f"Vocabulary size {size} leaves no room beyond the {len(reserved)} reserved tokens.")
     if not word_counts:
         raise ValueError("No words to learn a vocabulary from: the corpus is empty.")
+    # The learner binary-searches a count threshold up to `upper_thresh` (default 1e7);
+    # no threshold above the largest count changes the result, so search only up to it.
+    upper = max(word_counts.values()) + 1
     word_counts = list(word_counts.items())
     # The learner searches a count threshold for `size`; on small corpora even
     # its lowest threshold can overshoot, so raise the floor until it fits.
@@ -55,6 +58,7 @@ def build_vocabulary(word_counts, size, num_unused=0, max_unique_chars=1000, min
             vocab_size=size,
             reserved_tokens=reserved,
             lower_thresh=min_count,
+            upper_thresh=max(upper, min_count + 1),
             max_unique_chars=max_unique_chars,
             include_joiner_token=True,  # i.e. "##" suffix pieces
         )

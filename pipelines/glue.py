@@ -242,11 +242,6 @@ def _inputs(examples):
 
 
 def run(args):
-    import numpy as np
-
-    from bert_keras.classifier import BertClassifier
-    from pipelines.finetune import build_head, length_grouped_batches, train
-
     task = get_task(args.task)
     data_dir = Path(args.data_dir)
     train_examples = read_split(data_dir / "train.tsv", task).head(args.max_examples)
@@ -258,7 +253,31 @@ def run(args):
     print(f"{task.name}: {len(train_examples)} training examples, "
           + ", ".join(f"{len(v)} in {k}" for k, v in dev_sets.items()))
     regression = task.labels is None
-    num_classes = 1 if regression else len(task.labels)
+    main_metric = task.metric if len(dev_sets) == 1 else f"matched_{task.metric}"
+    model, best = train_classifier(
+        args, train_examples, dev_sets, 1 if regression else len(task.labels),
+        lambda labels, predicted: glue_metrics(task, labels, predicted), main_metric,
+    )
+    output_dir = Path(args.output_dir)
+    for name, examples in test_sets.items():
+        predicted = predictions_of(model, examples, args.eval_batch_size, regression)
+        target = output_dir / f"{MNLI_SUBMISSIONS.get(name, task.name)}.tsv"
+        write_submission(target, task, examples.guids, predicted)
+        print(f"wrote {len(examples)} test predictions to {target}")
+    (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
+    return 0
+
+
+def train_classifier(args, train_examples, dev_sets, num_classes, score, main_metric):
+    """Fine-tunes a `BertClassifier` (regression when `num_classes` is 1) on raw text
+    in length-grouped batches, scoring every dev set with `score(labels, predictions)`
+    after each epoch. Returns (model with the best weights, best metrics)."""
+    import numpy as np
+
+    from bert_keras.classifier import BertClassifier
+    from pipelines.finetune import build_head, length_grouped_batches, train
+
+    regression = num_classes == 1
     strategy, model = build_head(
         args, lambda encoder, preprocessor: BertClassifier(encoder, num_classes, preprocessor=preprocessor)
     )
@@ -268,7 +287,7 @@ def run(args):
         for name, examples in dev_sets.items():
             predicted = predictions_of(model, examples, args.eval_batch_size, regression)
             prefix = "" if len(dev_sets) == 1 else Path(name).stem.replace("dev_", "") + "_"
-            metrics.update({prefix + k: v for k, v in glue_metrics(task, examples.labels, predicted).items()})
+            metrics.update({prefix + k: v for k, v in score(examples.labels, predicted).items()})
         return metrics
 
     labels = np.asarray(train_examples.labels, "float32" if regression else "int32")
@@ -276,14 +295,5 @@ def run(args):
     batches = length_grouped_batches(
         (_inputs(train_examples), labels), lengths, args.batch_size, shuffle=True, seed=args.seed
     )
-    main_metric = task.metric if len(dev_sets) == 1 else f"matched_{task.metric}"
     best = train(model, args, batches, len(train_examples), evaluate, main_metric, strategy)
-
-    output_dir = Path(args.output_dir)
-    for name, examples in test_sets.items():
-        predicted = predictions_of(model, examples, args.eval_batch_size, regression)
-        target = output_dir / f"{MNLI_SUBMISSIONS.get(name, task.name)}.tsv"
-        write_submission(target, task, examples.guids, predicted)
-        print(f"wrote {len(examples)} test predictions to {target}")
-    (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
-    return 0
+    return model, best

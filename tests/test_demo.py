@@ -1,19 +1,117 @@
+"""`bert-keras demo`: the whole life cycle on Python's own documentation, on a small budget."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras.pretraining_data import parse_example
+from bert_keras.serving import SessionPredictor
 from pipelines.cli import main as cli
+from pipelines.demo import CLASSIFY_REQUESTS, FILL_MASK_REQUESTS, TASK_PACKAGES
+
+SMALL = ["--pretrain-steps", "12", "--finetune-steps", "6", "--vocab-size", "600", "--batch-size", "8"]
+ORIGINAL_FEATURES = {"input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+                     "masked_lm_weights", "next_sentence_labels"}
 
 
-def test_demo_on_real_weights_finds_the_paraphrase(capsys, minilm_dir):
-    assert cli(["demo"]) == 0
-    out = capsys.readouterr().out
-    assert "L6/H384/A12, 22,713,216 parameters" in out
-    assert "sequence_output  (5, 16, 384)" in out
-    assert "nearest to 'A man is eating food.': 'A man is eating a piece of bread.'" in out
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert cli(["demo", "--output-dir", str(out), *SMALL]) == 0
+    return out, buffer.getvalue()
 
 
-def test_demo_random_encoder(capsys, minilm_dir):
-    assert cli(["demo", "--init", "random"]) == 0
-    assert "pooled_output    (5, 128)" in capsys.readouterr().out
+@pytest.mark.slow
+def test_demo_writes_every_artefact(demo_run):
+    out, printed = demo_run
+    for number in range(1, 8):
+        assert f"[{number}/7]" in printed
+
+    # The text: Python's docs, and the package task with held-out docstrings of every class.
+    corpus = (out / "corpus" / "python_docs.txt").read_text(encoding="utf-8")
+    assert "The \"assert\" statement" in corpus or "Assert statements are a convenient way" in corpus
+    train = (out / "task" / "train.tsv").read_text(encoding="utf-8").splitlines()
+    dev = (out / "task" / "dev.tsv").read_text(encoding="utf-8").splitlines()
+    assert train[0] == dev[0] == "text\tlabel"
+    assert {line.rsplit("\t", 1)[1] for line in dev[1:]} == set(TASK_PACKAGES)
+    assert not set(train[1:]) & set(dev[1:])
+    # Docstrings of the task's packages stay out of the pre-training text.
+    assert dev[1].rsplit("\t", 1)[0] not in corpus
+
+    vocab = (out / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(vocab) <= 600 and vocab[0] == "[PAD]" and {"[CLS]", "[SEP]", "[MASK]", "[UNK]"} <= set(vocab)
+
+    # Pre-training data in the original create_pretraining_data layout.
+    records = out / "pretraining_data" / "python_docs.tfrecord"
+    example = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(str(records)))).numpy())
+    assert set(example.features.feature) == ORIGINAL_FEATURES
+    parsed = parse_example(next(iter(tf.data.TFRecordDataset(str(records)))), 64, 10)
+    ids = parsed["input_word_ids"].numpy()
+    assert vocab[ids[0]] == "[CLS]" and "[SEP]" in [vocab[i] for i in ids]
+
+    # Pre-training checkpoints (the resume state) and the final weights in every format.
+    metadata = json.loads((out / "pretrain" / "checkpoints" / "phase1" / "training_metadata.json").read_text())
+    assert metadata["epoch"] == 6
+    final = out / "pretrain" / "final"
+    for name in ("encoder.keras", "encoder_hf/config.json", "encoder_tf1/bert_config.json",
+                 "pretrainer_tf1/bert_config.json"):
+        assert (final / name).exists(), name
+    assert (out / "finetune" / "best.keras").exists()
+    assert (out / "finetune" / "labels.txt").read_text().split() == sorted(TASK_PACKAGES)
+
+    # TF Serving layout of both exports.
+    for model in ("fill_mask", "docstring_package"):
+        version = out / "serving" / model / "1"
+        for name in ("saved_model.pb", "variables/variables.index", "assets/vocab.txt",
+                     "assets.extra/tf_serving_warmup_requests"):
+            assert (version / name).exists(), (model, name)
 
 
-def test_demo_bad_checkpoint_is_a_clear_error(capsys, tmp_path):
-    assert cli(["demo", "--init", str(tmp_path / "nope")]) == 2
-    assert "no checkpoint at" in capsys.readouterr().err
+@pytest.mark.slow
+def test_demo_answers_are_valid_served_predictions(demo_run):
+    out, printed = demo_run
+    fill_mask = SessionPredictor(out / "serving" / "fill_mask" / "1")
+    answers = fill_mask.predict_texts(text=list(FILL_MASK_REQUESTS))
+    fill_mask.close()
+    vocab = set((out / "vocab.txt").read_text(encoding="utf-8").split("\n"))
+    assert answers["top_tokens"].shape[0] == len(FILL_MASK_REQUESTS)
+    assert all(token.decode() in vocab for token in answers["top_tokens"][:, 0].ravel())
+    probabilities = answers["top_probabilities"][:, 0]
+    assert np.all(np.isfinite(probabilities)) and np.all(np.diff(probabilities, axis=-1) <= 0)
+    # What the demo printed is what the served model answers.
+    first = ", ".join(f"{t.decode()} {p:.2f}" for t, p in zip(answers["top_tokens"][0, 0], probabilities[0]))
+    assert f"-> {first}" in printed
+
+    classifier = SessionPredictor(out / "serving" / "docstring_package" / "1")
+    answers = classifier.predict_texts(text=list(CLASSIFY_REQUESTS))
+    classifier.close()
+    assert {label.decode() for label in answers["labels"]} <= set(TASK_PACKAGES)
+    np.testing.assert_allclose(answers["probabilities"].sum(-1), 1.0, atol=1e-5)
+    served = re.search(r"served dev accuracy ([0-9.]+) on (\d+) held-out docstrings", printed)
+    dev_rows = len((out / "task" / "dev.tsv").read_text(encoding="utf-8").splitlines()) - 1
+    assert served and int(served.group(2)) == dev_rows
+
+
+@pytest.mark.slow
+def test_demo_run_again_resumes_instead_of_redoing(demo_run, capsys):
+    out, _ = demo_run
+    (out / ".done" / "export").unlink()  # as if the first run had stopped during the export
+    stamp = (out / "finetune" / "best.keras").stat().st_mtime_ns
+    assert cli(["demo", "--output-dir", str(out), *SMALL]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("done by an earlier run") == 5
+    assert "$ bert-keras export" in printed and "$ bert-keras pretrain" not in printed
+    assert (out / "finetune" / "best.keras").stat().st_mtime_ns == stamp
+
+
+def test_demo_init_needs_a_real_checkpoint(capsys, tmp_path):
+    assert cli(["demo", "--output-dir", str(tmp_path / "out"), "--init", str(tmp_path / "nope")]) == 2
+    assert "nope" in capsys.readouterr().err
