@@ -11,7 +11,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out
 
-PIPELINES = ("demo", "convert", "vocab", "create_pretraining_data", "pretrain", "finetune", "extract_features", "export", "serve")
+PIPELINES = ("demo", "convert", "vocab", "create_pretraining_data", "pretrain", "finetune", "extract_features", "export", "serve", "plot")
 
 
 def build_parser():

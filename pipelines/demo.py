@@ -57,8 +57,8 @@ def register(subparsers):
                         "value the all-MiniLM-L6-v2 package")
     parser.add_argument("--vocab-size", type=int, default=4000)
     parser.add_argument("--seq-length", type=int, default=64)
-    parser.add_argument("--pretrain-steps", type=int, default=2000)
-    parser.add_argument("--finetune-steps", type=int, default=300)
+    parser.add_argument("--pretrain-steps", type=int, help="default: 2000 from scratch, 150 with --init")
+    parser.add_argument("--finetune-steps", type=int, help="default: 300 from scratch, 150 with --init")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.set_defaults(func=run)
 
@@ -74,6 +74,8 @@ def run(args):
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     init = _init_checkpoint(args.init)
+    pretrain_steps = args.pretrain_steps or (150 if init else 2000)
+    finetune_steps = args.finetune_steps or (150 if init else 300)
     stages = []
 
     def stage(title, done_marker, action):
@@ -116,8 +118,8 @@ def run(args):
 
     pretrain_dir = out / "pretrain"
     config = out / "bert_config.json"
-    every = max(1, args.pretrain_steps // 6)
-    steps = every * max(1, round(args.pretrain_steps / every))
+    every = max(1, pretrain_steps // 6)
+    steps = every * max(1, round(pretrain_steps / every))
     stage(f"pre-training {'from ' + str(init) if init else 'a new BERT'}: {steps} steps of "
           f"{args.batch_size} x {args.seq_length} tokens", "pretrain",
           lambda: command(
@@ -134,7 +136,7 @@ def run(args):
               "finetune", "tsv", "--init", pretrain_dir / "final" / "encoder_hf", "--vocab", vocab,
               "--train", task_dir / "train.tsv", "--dev", task_dir / "dev.tsv", "--output-dir", finetune_dir,
               "--max-seq-length", args.seq_length, "--batch-size", args.batch_size,
-              "--learning-rate", 5e-5 if init else 3e-4, "--epochs", 100, "--max-train-steps", args.finetune_steps,
+              "--learning-rate", 5e-5 if init else 3e-4, "--epochs", 100, "--max-train-steps", finetune_steps,
               "--verbose", 2,
           ))
 
