@@ -1,4 +1,25 @@
-"""One place that turns a `--strategy` name into a `tf.distribute` strategy."""
+"""`tf.distribute` for every pipeline: one script from one CPU to many GPUs, hosts or TPUs.
+
+- `resolve_strategy` turns `--strategy` into a strategy; build models and optimizers
+  in its `scope()`.
+- `distribute_dataset` feeds `fit` through `distribute_datasets_from_function`: each
+  input pipeline (one per worker or TPU host) builds its own dataset of per-replica
+  batches, global batch / replicas each, reading its share of the files
+  (`shard_files`). `split_global_batches` does the same for in-memory data batched
+  at the global size.
+- TPUs compile one program per input shape: `needs_static_shapes` says when every
+  batch must have the same, fully defined shape (drop_remainder, fixed padding).
+- Saving reads distributed variables collectively, so every worker saves, but only the
+  chief writes where asked: `chief_path` gives the other workers a temporary path, and
+  `backup_and_restore` a temporary backup seeded from the chief's.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import tensorflow as tf
 
@@ -10,25 +31,184 @@ def resolve_strategy(name="default", tpu=None, devices=None):
 
     - default: the current (no-op) strategy, one device.
     - one_device: everything on `devices[0]` (default: the first GPU, else the CPU).
-    - mirrored: synchronous data parallelism over `devices` (default: all local GPUs).
-    - multi_worker: MultiWorkerMirroredStrategy; the cluster comes from `TF_CONFIG`.
-    - tpu: TPUStrategy on the TPU named by `tpu` ("local", a name or a grpc:// address).
+    - mirrored: synchronous data parallelism over `devices` (default: all local GPUs,
+      else the CPU).
+    - multi_worker: MultiWorkerMirroredStrategy over the cluster in `TF_CONFIG` (every
+      local GPU of every worker).
+    - tpu: TPUStrategy on the TPU named by `tpu` ("local", a name or a grpc:// address;
+      none: from the environment, as on a Cloud TPU VM).
+
+    Every strategy but "default" patches keras-team/keras#20585 (`multi_worker_fit`).
+    Resolve it before other TensorFlow work: multi-worker collectives are configured
+    when TensorFlow starts its runtime.
     """
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}; choose one of {list(STRATEGIES)}")
+    if devices and name not in ("one_device", "mirrored"):
+        raise ValueError(f"devices apply to one_device and mirrored, not to {name!r}")
+    if tpu and name != "tpu":
+        raise ValueError(f"a TPU address applies to strategy 'tpu', not to {name!r}")
     if name == "default":
         return tf.distribute.get_strategy()
+    from bert_keras import multi_worker_fit
+
+    multi_worker_fit.apply()
     if name == "one_device":
+        if devices and len(devices) > 1:
+            raise ValueError(f"one_device takes one device, got {list(devices)}")
         if devices:
             device = devices[0]
         else:
-            device = "/gpu:0" if tf.config.list_logical_devices("GPU") else "/cpu:0"
+            device = "/gpu:0" if tf.config.list_physical_devices("GPU") else "/cpu:0"
         return tf.distribute.OneDeviceStrategy(device)
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy(devices or None)
+        return tf.distribute.MirroredStrategy(list(devices) if devices else None)
     if name == "multi_worker":
+        _check_tf_config()
         return tf.distribute.MultiWorkerMirroredStrategy()
-    if name == "tpu":
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-        return tf.distribute.TPUStrategy(resolver)
-    raise ValueError(f"unknown strategy {name!r}; choose one of {list(STRATEGIES)}")
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def _check_tf_config():
+    """A clear error for a missing or malformed TF_CONFIG (TensorFlow would just hang or run alone)."""
+    text = os.environ.get("TF_CONFIG")
+    if not text:
+        raise ValueError(
+            "strategy 'multi_worker' needs TF_CONFIG, e.g. "
+            '{"cluster": {"worker": ["host1:12345", "host2:12345"]}, "task": {"type": "worker", "index": 0}}'
+        )
+    try:
+        config = json.loads(text)
+        workers = config["cluster"]["worker"]
+        task = config["task"]
+        index = int(task["index"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"TF_CONFIG must hold cluster.worker and task.type/index, got {text!r}") from error
+    if task.get("type") == "worker" and not 0 <= index < len(workers):
+        raise ValueError(f"TF_CONFIG task index {index} is not one of the {len(workers)} workers")
+
+
+def mixed_precision_policy():
+    """'mixed_float16' on GPUs (float16 tensor cores, with loss scaling), else
+    'mixed_bfloat16' (TPUs and CPUs: same range as float32, no loss scaling)."""
+    return "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+
+
+def needs_static_shapes(strategy):
+    """Whether every batch must have one fully defined shape (TPUs)."""
+    return isinstance(strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy))
+
+
+def check_global_batch(strategy, global_batch_size):
+    """The per-replica batch size, or a clear error when replicas do not divide the batch."""
+    replicas = strategy.num_replicas_in_sync
+    if global_batch_size % replicas:
+        raise ValueError(
+            f"the global batch size {global_batch_size} is not divisible by the {replicas} replicas in sync"
+        )
+    return global_batch_size // replicas
+
+
+def distribute_dataset(strategy, dataset_fn, global_batch_size):
+    """`dataset_fn(per_replica_batch_size, input_context)` -> a dataset of per-replica
+    batches, distributed by `strategy` for `fit` (the dataset itself under the default
+    strategy)."""
+    per_replica = check_global_batch(strategy, global_batch_size)
+    return strategy.distribute_datasets_from_function(lambda context: dataset_fn(per_replica, context))
+
+
+def shard_files(files, input_context):
+    """This input pipeline's share of `files` (every n-th, so shards stay balanced)."""
+    count, index = input_context.num_input_pipelines, input_context.input_pipeline_id
+    if count == 1:
+        return list(files)
+    if len(files) < count:
+        raise ValueError(
+            f"{count} input pipelines (workers) shard data by file but there are only {len(files)} "
+            f"file(s): write at least {count} shards"
+        )
+    return list(files)[index::count]
+
+
+def local_replicas(input_context):
+    """Replicas fed by one input pipeline (a worker's devices)."""
+    return input_context.num_replicas_in_sync // input_context.num_input_pipelines
+
+
+def split_global_batches(dataset, global_batch_size, input_context, seq_length=None):
+    """Dense global batches -> this input pipeline's per-replica batches, in replica order.
+
+    Batches smaller than `global_batch_size` (an epoch's remainder) are dropped, so
+    replicas always get equal shares. With `seq_length`, every shape is fully defined
+    (TPUs): `[batch, seq]` tensors of dynamic length are zero-padded to it, which is
+    the inputs' own padding (`input_mask` 0, `[PAD]` id 0); give labels a fixed length
+    upstream (a preprocessor with `seq_length`).
+    """
+    local = local_replicas(input_context)
+    per_replica = global_batch_size // input_context.num_replicas_in_sync
+    start = input_context.input_pipeline_id * local * per_replica
+
+    def pieces(tensor):
+        tensor = tensor[start : start + local * per_replica]
+        shape = tensor.shape[1:]
+        if seq_length is not None and tensor.shape.rank >= 2 and tensor.shape[1] is None:
+            padding = [[0, 0], [0, seq_length - tf.shape(tensor)[1]]] + [[0, 0]] * (tensor.shape.rank - 2)
+            tensor = tf.pad(tensor, padding)
+            shape = [seq_length, *shape[1:]]
+        split = tf.reshape(tensor, tf.concat([[local, per_replica], tf.shape(tensor)[1:]], axis=0))
+        return tf.ensure_shape(split, [local, per_replica, *shape])
+
+    def split(*batch):
+        batch = batch if len(batch) > 1 else batch[0]
+        return tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(pieces, batch))
+
+    full = dataset.filter(lambda *batch: tf.shape(tf.nest.flatten(batch)[0])[0] == global_batch_size)
+    return full.flat_map(split)
+
+
+def is_chief(strategy):
+    """Whether this worker writes checkpoints and exports (the only worker, the `chief`
+    task, or worker 0 of a cluster without one)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or resolver.task_type is None:
+        return True
+    if "chief" in resolver.cluster_spec().as_dict():
+        return resolver.task_type == "chief"
+    return resolver.task_type in ("worker", "chief") and resolver.task_id == 0
+
+
+@contextlib.contextmanager
+def chief_path(path, strategy):
+    """Where this worker writes `path`: `path` on the chief, a temporary path with the
+    same name elsewhere (removed on exit). Every worker must save, since reading some
+    distributed variables is a collective op."""
+    path = Path(path)
+    if is_chief(strategy):
+        yield path
+        return
+    folder = Path(tempfile.mkdtemp(prefix=f"worker{strategy.cluster_resolver.task_id}_"))
+    try:
+        yield folder / path.name
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def backup_and_restore(backup_dir, strategy, **kwargs):
+    """A `keras.callbacks.BackupAndRestore` for this worker.
+
+    The chief backs up to `backup_dir`. The other workers restore from a copy of the
+    chief's backup (the folder must be shared, e.g. NFS or GCS mounted on every host),
+    then write their backups to a temporary folder deleted after training, so every
+    worker resumes from the same step.
+    """
+    import keras
+
+    if is_chief(strategy):
+        return keras.callbacks.BackupAndRestore(str(backup_dir), **kwargs)
+    folder = Path(tempfile.mkdtemp(prefix=f"worker{strategy.cluster_resolver.task_id}_backup_"))
+    if Path(backup_dir).is_dir():
+        shutil.copytree(backup_dir, folder, dirs_exist_ok=True)
+    return keras.callbacks.BackupAndRestore(str(folder), **{**kwargs, "delete_checkpoint": True})

@@ -402,7 +402,8 @@ def pretraining_dataset(
     if repeat:
         dataset = dataset.repeat()
     if shuffle_buffer:
-        dataset = dataset.shuffle(shuffle_buffer, seed=seed)
+        # One order for every iterator: Keras may open one to build the model before training.
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
     dataset = dataset.map(
         lambda record: parse_example(record, max_seq_length, max_predictions_per_seq),
         num_parallel_calls=tf.data.AUTOTUNE,

