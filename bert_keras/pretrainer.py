@@ -55,9 +55,15 @@ class BertMaskedLMHead(keras.layers.Layer):
     def call(self, sequence_output, positions, word_embeddings):
         """sequence_output [B, L, H], positions int [B, P], word_embeddings [V, H] -> [B, P, V]."""
         hidden = tf.gather(sequence_output, tf.cast(positions, tf.int32), batch_dims=1)
-        hidden = self.layer_norm(self.dense(hidden))
-        table = tf.cast(word_embeddings, hidden.dtype)
-        return tf.matmul(hidden, table, transpose_b=True) + tf.cast(self.output_bias, hidden.dtype)
+        # One [B*P, H] x [H, V] matmul: a batched [B, P, H] x [V, H] matmul would make the
+        # table's gradient per batch row ([B, V, H]) and then sum it.
+        rows = tf.reshape(hidden, [-1, self.hidden_size])
+        rows = self.layer_norm(self.dense(rows))
+        table = tf.cast(word_embeddings, rows.dtype)
+        logits = tf.nn.bias_add(
+            tf.matmul(rows, table, transpose_b=True), tf.cast(self.output_bias, rows.dtype)
+        )
+        return tf.reshape(logits, tf.concat([tf.shape(positions), [self.vocab_size]], 0))
 
     def get_config(self):
         return {
@@ -176,20 +182,32 @@ class BertPretrainer(keras.Model):
             tf.cast(x["masked_lm_ids"], tf.int32), mlm_logits
         )
         # As the original: sum(w * loss) / (sum(w) + 1e-5), so padded predictions count 0.
-        mlm_loss = tf.reduce_sum(weights * per_prediction) / (tf.reduce_sum(weights) + 1e-5)
+        mlm_sum = tf.reduce_sum(weights * per_prediction)
+        mlm_count = tf.reduce_sum(weights)
         nsp_loss = tf.reduce_mean(
             tf.nn.sparse_softmax_cross_entropy_with_logits(
                 tf.reshape(tf.cast(x["next_sentence_labels"], tf.int32), [-1]), nsp_logits
             )
         )
-        self.masked_lm_loss.update_state(mlm_loss)
-        self.next_sentence_loss.update_state(nsp_loss)
-        loss = mlm_loss + nsp_loss
+        loss = nsp_loss
         if self.losses:
             loss = loss + tf.add_n([tf.cast(extra, tf.float32) for extra in self.losses])
-        # Keras sums replica gradients, so each replica contributes its share of the mean.
+        # Keras sums replica gradients, so each replica contributes its share of the
+        # global batch's loss: the masked-LM sums are over the whole global batch.
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        return loss / replicas if replicas > 1 else loss
+        context = tf.distribute.get_replica_context()
+        if replicas > 1 and context is not None:
+            global_sum, global_count = tf.unstack(
+                context.all_reduce("sum", tf.stack([tf.stop_gradient(mlm_sum), mlm_count]))
+            )
+            mlm_loss = global_sum / (global_count + 1e-5)
+            mlm_share = mlm_sum / (global_count + 1e-5)
+            loss = loss / replicas
+        else:
+            mlm_loss = mlm_share = mlm_sum / (mlm_count + 1e-5)
+        self.masked_lm_loss.update_state(mlm_loss)
+        self.next_sentence_loss.update_state(nsp_loss)
+        return mlm_share + loss
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         self.masked_lm_accuracy.update_state(

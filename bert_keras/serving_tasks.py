@@ -5,59 +5,147 @@ exported graph: `from_text(texts)` (a list of `[batch]` tf.string segment tensor
 `from_ids(packed)` (the packed int32 dict). Both return a dict of named outputs, all
 floats as float32. Span answers and word tags are mapped back to the request text
 through the tokenizer's byte offsets, so clients get text, not token ids.
+
+With a dynamic-length preprocessor (`seq_length=None`), `from_text` runs the model on
+length-sorted micro-batches (`length_sorted`): a request's texts differ in length, and
+padding them all to the longest wastes most of the work on the short ones.
 """
+
+import functools
 
 import tensorflow as tf
 
-from bert_keras.encoder import BertEncoder
+from bert_keras.encoder import INPUT_NAMES, BertEncoder
 
 MAX_ANSWER_TOKENS = 30  # the original run_squad's max_answer_length
 NEG_INF = -1e9
+MIN_MICRO_BATCH = 8  # rows; smaller matmuls lose more speed than padding costs
 
 
 def _float32(tensor):
     return tf.cast(tensor, tf.float32) if tensor.dtype.is_floating else tensor
 
 
-def serving_functions(model, preprocessor, labels=None, top_k=5):
+def serving_functions(model, preprocessor, labels=None, top_k=5, micro_batches=4):
     """(from_text, from_ids) for a `BertEncoder`, classifier, token classifier, span
-    labeler or pre-training model."""
+    labeler or pre-training model.
+
+    `micro_batches`: how many length-sorted micro-batches `from_text` splits a large
+    request into when the preprocessor pads dynamically (1: one padded batch).
+    `from_ids` always runs the packed inputs as given.
+    """
     from bert_keras.classifier import BertClassifier
     from bert_keras.pretrainer import BertPretrainer
     from bert_keras.span_labeler import BertSpanLabeler
     from bert_keras.token_classifier import BertTokenClassifier
 
+    if micro_batches < 1:
+        raise ValueError(f"micro_batches must be at least 1, got {micro_batches}")
+    run = lambda packed: model(packed, training=False)  # noqa: E731
+    run_text = run
+    if preprocessor.packer.seq_length is None and micro_batches > 1:
+        per_token = (
+            (BertEncoder, ("sequence_output", "encoder_outputs")),
+            (BertTokenClassifier, None),  # its output is one per-token tensor
+            (BertSpanLabeler, ("start_logits", "end_logits")),
+        )
+        token_outputs = next((keys for kind, keys in per_token if isinstance(model, kind)), ())
+        run_text = lambda packed: length_sorted(run, packed, token_outputs, micro_batches)  # noqa: E731
+
     label_table = None if labels is None else tf.constant(list(labels))
     if isinstance(model, BertEncoder):
-        outputs = lambda packed: encoder_outputs(model, packed)  # noqa: E731
+        outputs = encoder_outputs
     elif isinstance(model, BertClassifier):
         if labels is not None and model.num_classes != 1 and len(labels) != model.num_classes:
             raise ValueError(f"{len(labels)} labels for a classifier of {model.num_classes} classes")
-        outputs = lambda packed: classifier_outputs(model, packed, label_table)  # noqa: E731
+        outputs = functools.partial(classifier_outputs, num_classes=model.num_classes, label_table=label_table)
     elif isinstance(model, BertTokenClassifier):
         if labels is not None and len(labels) != model.num_classes:
             raise ValueError(f"{len(labels)} labels for a tagger of {model.num_classes} tags")
         return (
-            lambda texts: tagger_outputs(model, preprocessor, texts, label_table),
-            lambda packed: {"logits": _float32(model(packed, training=False))},
+            lambda texts: tagger_outputs(run_text, preprocessor, texts, label_table),
+            lambda packed: {"logits": _float32(run(packed))},
         )
     elif isinstance(model, BertSpanLabeler):
         return (
-            lambda texts: span_outputs(model, preprocessor, texts),
-            lambda packed: {k: _float32(v) for k, v in model(packed, training=False).items()},
+            lambda texts: span_outputs(run_text, preprocessor, texts),
+            lambda packed: {k: _float32(v) for k, v in run(packed).items()},
         )
     elif isinstance(model, BertPretrainer):
         return (
-            lambda texts: fill_mask_outputs(model, preprocessor, texts, top_k),
-            lambda packed: fill_mask_from_packed(model, preprocessor.tokenizer, packed, top_k),
+            lambda texts: fill_mask_outputs(run_text, preprocessor, texts, top_k),
+            lambda packed: fill_mask_from_packed(run, preprocessor.tokenizer, packed, top_k),
         )
     else:
         raise TypeError(f"no serving outputs defined for {type(model).__name__}")
-    return (lambda texts: outputs(preprocessor(list(texts))), outputs)
+    return (
+        lambda texts: outputs(run_text, preprocessor(list(texts))),
+        lambda packed: outputs(run, packed),
+    )
 
 
-def encoder_outputs(model, packed):
-    outputs = model(packed, training=False)
+def length_sorted(run, packed, token_outputs, micro_batches):
+    """`run(packed)`, computed on length-sorted micro-batches each cut to its longest row.
+
+    The rows are sorted by length and split into `micro_batches` slices of at least
+    MIN_MICRO_BATCH rows; each slice drops the padding columns none of its rows need.
+    A row's outputs depend only on its own tokens (padding gets exactly zero attention
+    weight), so they equal those of one padded batch to float round-off. Outputs come
+    back in request order; per-token ones (`token_outputs`: the keys of such outputs, or
+    None when the output is one per-token tensor) are zero-padded to the batch length.
+    Inputs other than the packed ids (e.g. `masked_lm_positions`) are only reordered.
+    """
+    mask = packed["input_mask"]
+    batch, length = tf.shape(mask)[0], tf.shape(mask)[1]
+    order = tf.argsort(tf.reduce_sum(mask, axis=1), stable=True)
+    rows = {name: tf.gather(tensor, order) for name, tensor in packed.items()}
+    lengths = tf.reduce_sum(rows["input_mask"], axis=1)
+    size = tf.maximum(MIN_MICRO_BATCH, -(-batch // micro_batches))
+    count = tf.maximum(1, -(-batch // size))
+
+    def run_slice(index):
+        start = index * size
+        end = tf.minimum(start + size, batch)
+        longest = tf.reduce_max(tf.concat([lengths[start:end], [1]], axis=0))
+        piece = {
+            name: tensor[start:end, :longest] if name in INPUT_NAMES else tensor[start:end]
+            for name, tensor in rows.items()
+        }
+        outputs = run(piece)
+        pad = lambda tensor: _pad_tokens(tensor, length)  # noqa: E731
+        if token_outputs is None:
+            padded = pad(outputs)
+        elif token_outputs:
+            padded = {
+                key: tf.nest.map_structure(pad, value) if key in token_outputs else value
+                for key, value in outputs.items()
+            }
+        else:
+            padded = outputs
+        return outputs, tf.nest.flatten(padded)
+
+    def append_slice(index, done):
+        return index + 1, [tf.concat([tensor, new], 0) for tensor, new in zip(done, run_slice(index)[1])]
+
+    # The first slice runs outside the loop: it fixes the outputs' structure and dtypes.
+    structure, first = run_slice(0)
+    any_rows = [tf.TensorShape([None]).concatenate(tensor.shape[1:]) for tensor in first]
+    _, flat = tf.while_loop(
+        lambda index, _: index < count, append_slice, (tf.constant(1), first),
+        shape_invariants=(tf.TensorShape([]), any_rows), parallel_iterations=1,
+    )
+    restore = tf.math.invert_permutation(order)
+    return tf.nest.pack_sequence_as(structure, [tf.gather(tensor, restore) for tensor in flat])
+
+
+def _pad_tokens(tensor, length):
+    """Zero-pads axis 1 of a per-token output to `length`."""
+    padding = [[0, 0], [0, length - tf.shape(tensor)[1]]] + [[0, 0]] * (len(tensor.shape) - 2)
+    return tf.pad(tensor, padding)
+
+
+def encoder_outputs(run, packed):
+    outputs = run(packed)
     return {
         "pooled_output": _float32(outputs["pooled_output"]),
         "sequence_output": _float32(outputs["sequence_output"]),
@@ -65,9 +153,9 @@ def encoder_outputs(model, packed):
     }
 
 
-def classifier_outputs(model, packed, label_table):
-    logits = _float32(model(packed, training=False))
-    if model.num_classes == 1:
+def classifier_outputs(run, packed, num_classes, label_table):
+    logits = _float32(run(packed))
+    if num_classes == 1:
         return {"score": logits[:, 0]}
     label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
     outputs = {"logits": logits, "probabilities": tf.nn.softmax(logits), "label_ids": label_ids}
@@ -76,7 +164,7 @@ def classifier_outputs(model, packed, label_table):
     return outputs
 
 
-def tagger_outputs(model, preprocessor, texts, label_table):
+def tagger_outputs(run, preprocessor, texts, label_table):
     """One tag per word of the text: the prediction at each word's first piece.
 
     Words are the original tokenizer's (whitespace and punctuation split). Outputs are
@@ -87,7 +175,7 @@ def tagger_outputs(model, preprocessor, texts, label_table):
     tokenizer = preprocessor.tokenizer
     ids, starts, ends = tokenizer.tokenize_with_offsets(text)
     packed = preprocessor.packer([ids])
-    logits = _float32(model(packed, training=False))
+    logits = _float32(run(packed))
     kept_pieces = tf.reduce_sum(packed["input_mask"], axis=1) - 2
     word_first = _word_edge(tokenizer.words_from_pieces(ids, tf.ragged.range(ids.row_lengths())), first=True)
     word_start = _word_edge(tokenizer.words_from_pieces(ids, starts), first=True)
@@ -126,7 +214,7 @@ def _word_edge(words, first):
     return words.with_values(tf.gather(pieces.flat_values, index))
 
 
-def span_outputs(model, preprocessor, texts):
+def span_outputs(run, preprocessor, texts):
     """The best answer span in the context: text, byte offsets, score, and the [CLS]
     no-answer score (answer when `score` beats it by your SQuAD v2.0 threshold).
 
@@ -138,7 +226,7 @@ def span_outputs(model, preprocessor, texts):
     question_ids = tokenizer(question)
     context_ids, starts, ends = tokenizer.tokenize_with_offsets(context)
     packed = preprocessor.packer([question_ids, context_ids])
-    logits = model(packed, training=False)
+    logits = run(packed)
     start_logits, end_logits = _float32(logits["start_logits"]), _float32(logits["end_logits"])
     length = tf.shape(start_logits)[1]
     is_context = tf.logical_and(packed["input_type_ids"] == 1, packed["input_mask"] == 1)
@@ -176,7 +264,7 @@ def span_outputs(model, preprocessor, texts):
     }
 
 
-def fill_mask_outputs(model, preprocessor, texts, top_k):
+def fill_mask_outputs(run, preprocessor, texts, top_k):
     """Top-k fillers for each literal `[MASK]` in the text.
 
     The tokenizer reads `[MASK]` as plain text, as the original does, so the text is
@@ -196,16 +284,16 @@ def fill_mask_outputs(model, preprocessor, texts, top_k):
     ))
     with_mask = tf.ragged.boolean_mask(with_mask, keep)
     ids = parts.with_flat_values(with_mask).merge_dims(1, 2)
-    return fill_mask_from_packed(model, tokenizer, preprocessor.packer([ids]), top_k)
+    return fill_mask_from_packed(run, tokenizer, preprocessor.packer([ids]), top_k)
 
 
-def fill_mask_from_packed(model, tokenizer, packed, top_k):
+def fill_mask_from_packed(run, tokenizer, packed, top_k):
     is_mask = tf.equal(packed["input_word_ids"], tokenizer.mask_id)
     positions = tf.ragged.boolean_mask(
         tf.broadcast_to(tf.range(tf.shape(is_mask)[1]), tf.shape(is_mask)), is_mask
     )
     inputs = {**packed, "masked_lm_positions": positions.to_tensor(default_value=0)}
-    probabilities = tf.nn.softmax(_float32(model(inputs, training=False)["mlm_logits"]))
+    probabilities = tf.nn.softmax(_float32(run(inputs)["mlm_logits"]))
     top_probabilities, top_ids = tf.math.top_k(probabilities, k=top_k)
     valid = tf.sequence_mask(positions.row_lengths(), tf.shape(top_ids)[1])[:, :, None]
     vocabulary = tf.constant(tokenizer.vocabulary)

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from bert_keras import BertConfig, BertEncoder
 from bert_keras.layers import BertEmbeddings, BertPooler, TransformerEncoderBlock
-from bert_keras.layers.transformer import ACTIVATIONS
+from bert_keras.layers.transformer import ACTIVATIONS, PhiloxDropout
 from conftest import REFERENCE, require
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
@@ -121,6 +121,26 @@ def test_dropout_only_in_training():
     first = encoder(inputs, training=False)["sequence_output"]
     np.testing.assert_array_equal(first, encoder(inputs)["sequence_output"])
     assert max_diff(encoder(inputs, training=True)["sequence_output"], first.numpy()) > 1e-3
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_philox_dropout_rate_scale_and_fresh_masks(jit_compile):
+    dropout = PhiloxDropout(0.1)
+    ones = tf.ones((400, 250))
+    draw = tf.function(lambda x: dropout(x, training=True), jit_compile=jit_compile)
+    first, second = draw(ones).numpy(), draw(ones).numpy()
+    for sample in (first, second):
+        # 100,000 draws: the dropped fraction is 0.1 within 5 standard deviations (0.0047).
+        assert abs((sample == 0).mean() - 0.1) < 0.0047
+        np.testing.assert_allclose(np.unique(sample), [0.0, 1 / 0.9], rtol=1e-6)
+    assert (first != second).mean() > 0.1  # a new mask on every call
+    np.testing.assert_array_equal(dropout(ones, training=False), ones)
+    with pytest.raises(ValueError, match="noise_shape"):
+        PhiloxDropout(0.1, noise_shape=(1, 250))
+    with pytest.raises(ValueError, match="rate"):
+        PhiloxDropout(1.0)
+    odd = draw(tf.ones((3, 5, 7))).numpy()  # an odd size: the last word's high half unused
+    assert odd.shape == (3, 5, 7) and set(np.unique(odd)) <= {0.0, np.float32(1 / 0.9)}
 
 
 def test_truncated_normal_initialisation():

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -11,6 +12,7 @@ import tensorflow as tf
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
 from bert_keras import export
 from bert_keras.serving import ServingClient, ServingError, SessionPredictor, make_request
+from bert_keras.serving_tasks import MIN_MICRO_BATCH
 from conftest import REFERENCE, require
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "quick", "brown", "fox", "##es",
@@ -133,6 +135,45 @@ def test_bad_text_gives_valid_outputs(tiny_export):
     assert empty["pooled_output"].shape == (0, 16)
 
 
+# Texts of many lengths, more than MIN_MICRO_BATCH of them, so that a request splits
+# into several length-sorted micro-batches of different padded lengths.
+VARIED_TEXTS = [" ".join(["the quick brown fox", "jumps !", "a b c", "中文"][: 1 + i % 4] * (1 + i % 7))
+                for i in range(37)]
+
+
+def test_micro_batches_equal_one_padded_batch(tiny_export):
+    """Length-sorted micro-batches give the in-Python model's outputs on the whole padded
+    batch, in request order; padding positions of per-token outputs are zero."""
+    encoder, preprocessor, path = tiny_export
+    out = SessionPredictor(path).predict_texts(text=VARIED_TEXTS)
+    packed = preprocessor(tf.constant(VARIED_TEXTS))
+    expected = encoder(packed)
+    mask = packed["input_mask"].numpy()
+    np.testing.assert_array_equal(out["input_mask"], mask)
+    np.testing.assert_allclose(out["pooled_output"], expected["pooled_output"], atol=1e-5)
+    np.testing.assert_allclose(out["sequence_output"] * mask[..., None],
+                               expected["sequence_output"] * mask[..., None], atol=1e-5)
+    lengths = mask.sum(axis=1)
+    size = max(MIN_MICRO_BATCH, -(-len(VARIED_TEXTS) // 4))
+    shortest = np.argsort(lengths, kind="stable")[:size]  # the first micro-batch
+    assert lengths[shortest].max() < mask.shape[1], "the shortest micro-batch must be cut"
+    assert (out["sequence_output"][shortest][:, lengths[shortest].max():] == 0).all()
+
+
+def test_bfloat16_stays_close_to_float32_on_real_weights(minilm_exports):
+    """The bfloat16 export's model: bfloat16 matmuls on a float32 residual stream keep
+    pooled outputs within 1e-2 of float32 (the export path itself: test below)."""
+    encoder, preprocessor, _, _ = minilm_exports
+    texts = [t["text_a"] for t in json.loads(require(REFERENCE / "minilm_l6_encoder_inputs.json").read_text())]
+    packed = preprocessor(tf.constant(texts))
+    bfloat16 = export.with_dtype(encoder, "bfloat16")
+    outputs = tf.function(bfloat16)(packed)
+    assert bfloat16.transformer_blocks[0].qkv_kernel.dtype == "bfloat16"
+    assert all(layer.dtype == tf.float32 for layer in outputs["encoder_outputs"]), "the residual stream is float32"
+    difference = np.abs(tf.cast(outputs["pooled_output"], tf.float32) - encoder(packed)["pooled_output"]).max()
+    assert 0 < difference < 1e-2, difference
+
+
 @pytest.mark.parametrize(
     "inputs, signature, message",
     [
@@ -248,16 +289,20 @@ def test_tagger_export_tags_words_of_the_original_tokenizer(tmp_path, base_vocab
     model = BertTokenClassifier(small_encoder(), num_classes=3)
     text = "John Smith-Jones lives in Zürich."
     path = export.export_for_serving(model, base_vocab_preprocessor, tmp_path, labels=["O", "B-PER", "B-LOC"])
-    out = SessionPredictor(path).predict_texts(text=[text, ""])
+    texts = [text, ""] + VARIED_TEXTS  # enough rows for several length-sorted micro-batches
+    out = SessionPredictor(path).predict_texts(text=texts)
     words = ["John", "Smith", "-", "Jones", "lives", "in", "Zürich", "."]
-    assert [w.decode() for w in out["words"][0]] == words
-    assert out["num_words"].tolist() == [8, 0]
-    packed = base_vocab_preprocessor(tf.constant([text]))
-    logits = model(packed).numpy()[0]
-    pieces = [base_vocab_preprocessor.tokenizer.id_to_token(int(i)) for i in packed["input_word_ids"][0]]
-    first_pieces = [p for p, piece in enumerate(pieces) if 0 < p < len(pieces) - 1
-                    and not piece.startswith("##") and piece != "[PAD]" and piece != "[SEP]"]
-    assert out["tag_ids"][0].tolist() == logits[first_pieces].argmax(-1).tolist()
+    assert out["num_words"][:2].tolist() == [8, 0]
+    assert [w.decode() for w in out["words"][0]] == words + [""] * (out["words"].shape[1] - 8)
+    packed = base_vocab_preprocessor(tf.constant(texts))
+    logits = model(packed).numpy()
+    for row, length in enumerate(packed["input_mask"].numpy().sum(axis=1)):
+        pieces = [base_vocab_preprocessor.tokenizer.id_to_token(int(i)) for i in packed["input_word_ids"][row]]
+        first_pieces = [p for p in range(1, length - 1) if not pieces[p].startswith("##")]
+        probabilities = softmax(logits[row, first_pieces])
+        assert out["tag_ids"][row, :len(first_pieces)].tolist() == probabilities.argmax(-1).tolist()
+        np.testing.assert_allclose(out["tag_probabilities"][row, :len(first_pieces)], probabilities.max(-1),
+                                   atol=1e-5)
 
 
 def test_span_export_answer_is_the_best_span_of_the_context(tmp_path, base_vocab_preprocessor):
@@ -282,6 +327,18 @@ def test_span_export_answer_is_the_best_span_of_the_context(tmp_path, base_vocab
     assert (out["answer_start_byte"][0], out["answer_end_byte"][0]) == (s_byte, e_byte)
     np.testing.assert_allclose(out["score"][0], best[0], atol=1e-5)
     np.testing.assert_allclose(out["no_answer_score"][0], start[0] + end[0], atol=1e-5)
+
+    # Many contexts of different lengths: micro-batched, answered in request order.
+    questions = [f"where {'is ' * (i % 3)}it?" for i in range(len(VARIED_TEXTS))]
+    out = SessionPredictor(path).predict_texts(question=questions, context=VARIED_TEXTS)
+    packed = base_vocab_preprocessor((tf.constant(questions), tf.constant(VARIED_TEXTS)))
+    logits = model(packed)
+    start, end = logits["start_logits"].numpy(), logits["end_logits"].numpy()
+    np.testing.assert_allclose(out["no_answer_score"], start[:, 0] + end[:, 0], atol=1e-5)
+    for row in range(len(VARIED_TEXTS)):
+        context = np.flatnonzero(packed["input_type_ids"][row].numpy())[:-1]  # without the last [SEP]
+        best = max(start[row, s] + end[row, e] for s in context for e in context if 0 <= e - s < 30)
+        np.testing.assert_allclose(out["score"][row], best, atol=1e-5)
 
 
 def test_fill_mask_export_on_reference_pretraining_model(tmp_path, base_vocab_preprocessor):
@@ -389,3 +446,44 @@ def test_tf_hub_style_pair(tmp_path, base_vocab_preprocessor):
     np.testing.assert_allclose(out["pooled_output"], reference["pooled_output"], atol=1e-5)
     np.testing.assert_allclose(out["encoder_outputs_0"], reference["encoder_outputs"][0], atol=1e-5)
     assert export.check_serving_ops(preprocess_path, "2.12")
+
+
+@pytest.mark.parametrize("shape", [(6, 32), (2, 3, 32)])
+def test_fused_layer_norm_matches_layer_normalization(shape):
+    """The inference form equals Keras' LayerNormalization, with BERT's epsilon kept at
+    1e-12: rows of tiny variance would come out ~3x smaller with batch norm's 1e-5."""
+    from bert_keras.layers.layer_norm import FusedLayerNorm
+
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=shape) * rng.choice([1e-3, 1.0, 30.0], size=shape[:-1] + (1,))).astype("float32")
+    fused, plain = FusedLayerNorm(epsilon=1e-12), keras.layers.LayerNormalization(epsilon=1e-12)
+    fused.build(shape)
+    plain.build(shape)
+    weights = [rng.normal(1.0, 0.1, shape[-1]), rng.normal(0.0, 0.1, shape[-1])]
+    for layer in (fused, plain):
+        layer.set_weights(weights)
+    expected = plain(x).numpy()
+    np.testing.assert_allclose(tf.function(fused)(x), expected, atol=1e-5)
+    np.testing.assert_allclose(fused(x, training=True), expected, atol=1e-5)
+
+
+def test_fused_layer_norm_becomes_one_onednn_kernel():
+    """In a TF1 session (TF Serving's runtime) grappler turns it into `_MklLayerNorm`."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    from bert_keras.layers.layer_norm import FusedLayerNorm
+
+    if not _pywrap_util_port.IsMklEnabled():
+        pytest.skip("oneDNN is off (TF_ENABLE_ONEDNN_OPTS=0): no fused layer norm to check")
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 32])
+        layer = FusedLayerNorm(epsilon=1e-12)
+        y = layer(tf.nn.relu(x))
+        session = tf.compat.v1.Session(graph=graph)
+        session.run(tf.compat.v1.global_variables_initializer())
+    metadata = tf.compat.v1.RunMetadata()
+    session.run(y, {x: np.ones((4, 32), np.float32)}, run_metadata=metadata,
+                options=tf.compat.v1.RunOptions(output_partition_graphs=True))
+    ops = {node.op for partition in metadata.partition_graphs for node in partition.node}
+    assert "_MklLayerNorm" in ops and "FusedBatchNormV3" not in ops, sorted(ops)

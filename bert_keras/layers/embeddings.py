@@ -3,6 +3,9 @@
 import keras
 import tensorflow as tf
 
+from bert_keras.layers.layer_norm import FusedLayerNorm
+from bert_keras.layers.transformer import PhiloxDropout
+
 
 @keras.saving.register_keras_serializable(package="bert_keras")
 class BertEmbeddings(keras.layers.Layer):
@@ -10,7 +13,8 @@ class BertEmbeddings(keras.layers.Layer):
 
     The word table is exposed as `word_embeddings` so the masked-LM head can tie its
     output projection to it. Ids outside the tables raise an error instead of reading
-    whatever memory `gather` would return on an accelerator.
+    whatever memory `gather` would return on an accelerator. Tables, sum, LayerNorm and
+    output are float32 under any policy: they start the encoder's float32 residual stream.
     """
 
     def __init__(
@@ -32,25 +36,22 @@ class BertEmbeddings(keras.layers.Layer):
         self.dropout_rate = dropout_rate
         self.initializer_range = initializer_range
         self.layer_norm_eps = layer_norm_eps
-        self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_eps, dtype=self.dtype_policy, name="layer_norm"
-        )
-        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+        self.layer_norm = FusedLayerNorm(epsilon=layer_norm_eps, dtype="float32", name="layer_norm")
+        self.dropout = PhiloxDropout(dropout_rate, dtype="float32")
 
     def build(self, input_shape=None):
+        # float32 tables under any policy: a lookup costs the same in any dtype, and
+        # bfloat16 tables would round every input of the encoder.
         initializer = keras.initializers.TruncatedNormal(stddev=self.initializer_range)
+        table = dict(initializer=initializer, dtype="float32", autocast=False)
         self.word_embeddings = self.add_weight(
-            shape=(self.vocab_size, self.hidden_size), initializer=initializer, name="word_embeddings"
+            shape=(self.vocab_size, self.hidden_size), name="word_embeddings", **table
         )
         self.token_type_embeddings = self.add_weight(
-            shape=(self.type_vocab_size, self.hidden_size),
-            initializer=initializer,
-            name="token_type_embeddings",
+            shape=(self.type_vocab_size, self.hidden_size), name="token_type_embeddings", **table
         )
         self.position_embeddings = self.add_weight(
-            shape=(self.max_position_embeddings, self.hidden_size),
-            initializer=initializer,
-            name="position_embeddings",
+            shape=(self.max_position_embeddings, self.hidden_size), name="position_embeddings", **table
         )
         self.layer_norm.build((None, None, self.hidden_size))
 
@@ -74,7 +75,7 @@ class BertEmbeddings(keras.layers.Layer):
             + tf.gather(self.token_type_embeddings, input_type_ids)
             + self.position_embeddings[None, :seq_length]
         )
-        return self.dropout(self.layer_norm(embeddings), training=training)
+        return self.dropout(self.layer_norm(embeddings, training=training), training=training)
 
     def compute_output_shape(self, input_shape):
         return (*input_shape, self.hidden_size)

@@ -5,6 +5,8 @@ import math
 import keras
 import tensorflow as tf
 
+from bert_keras.layers.layer_norm import FusedLayerNorm
+
 ACTIVATIONS = {
     "gelu": lambda x: tf.nn.gelu(x, approximate=False),
     "gelu_tanh": lambda x: tf.nn.gelu(x, approximate=True),
@@ -20,13 +22,49 @@ def attention_bias(input_mask):
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
+class PhiloxDropout(keras.layers.Dropout):
+    """`keras.layers.Dropout` with its mask drawn by the Philox algorithm, named explicitly.
+
+    Keras leaves the algorithm to TensorFlow ("auto_select"), which XLA on CPU lowers
+    to a generic RngBitGenerator expansion about 100x slower than its Philox kernel:
+    each hidden-size mask cost more than a Transformer block's matmuls under
+    `jit_compile`. Random bits are most of dropout's cost on CPU, so each 32-bit
+    Philox word gives two 16-bit draws: the drop rate is exact to 2^-16 (0.1 ->
+    0.100006). Same per-layer `SeedGenerator` as Keras.
+    """
+
+    def __init__(self, rate, **kwargs):
+        if kwargs.get("noise_shape") is not None:
+            raise ValueError("PhiloxDropout draws one mask value per element; noise_shape is not supported")
+        if not 0 <= rate < 1:
+            raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
+        super().__init__(rate, **kwargs)
+
+    def call(self, inputs, training=False):
+        if not training or self.rate == 0:
+            return inputs
+        # As Keras' TensorFlow backend: stateless ops take an int32 seed.
+        seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1), tf.int32)
+        size = tf.size(inputs)
+        words = tf.random.stateless_uniform(
+            [(size + 1) // 2], seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
+        )
+        draws = tf.concat([tf.bitwise.bitwise_and(words, 0xFFFF), tf.bitwise.right_shift(words, 16)], 0)
+        keep = tf.reshape(draws[:size], tf.shape(inputs)) >= round(self.rate * 65536)
+        return inputs * tf.cast(keep, inputs.dtype) * tf.cast(1.0 / (1.0 - self.rate), inputs.dtype)
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
 class TransformerEncoderBlock(keras.layers.Layer):
     """Self-attention, then a feed-forward network, each followed by residual + LayerNorm.
 
     Query, key and value are one fused [H, 3H] projection (a single large matmul is
     faster on every device than three); checkpoint conversion splits and joins it.
-    Matmuls run on [batch * seq, features] matrices; softmax runs in float32 so
-    mixed-precision training keeps masked positions at exactly zero weight.
+    Matmuls run on [batch * seq, features] matrices, in the compute dtype. The residual
+    stream, LayerNorm and softmax stay float32 under any policy: rounding the stream to
+    bfloat16's 8-bit mantissa at every layer is what costs low precision its accuracy,
+    and float32 softmax keeps masked positions at exactly zero weight. Biases go through
+    `bias_add`, which oneDNN fuses into the matmul (with the GELU or the residual add).
     """
 
     def __init__(
@@ -59,16 +97,13 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.layer_norm_eps = layer_norm_eps
         self.head_size = hidden_size // num_attention_heads
         self.activation = ACTIVATIONS[hidden_act]
-        self.attention_layer_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_eps, dtype=self.dtype_policy, name="attention_layer_norm"
+        self.attention_layer_norm = FusedLayerNorm(
+            epsilon=layer_norm_eps, dtype="float32", name="attention_layer_norm"
         )
-        self.output_layer_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_eps, dtype=self.dtype_policy, name="output_layer_norm"
-        )
-        self.attention_dropout = keras.layers.Dropout(
-            attention_probs_dropout_prob, dtype=self.dtype_policy
-        )
-        self.hidden_dropout = keras.layers.Dropout(hidden_dropout_prob, dtype=self.dtype_policy)
+        self.output_layer_norm = FusedLayerNorm(epsilon=layer_norm_eps, dtype="float32", name="output_layer_norm")
+        self._convert_input_args = False  # keep the float32 stream: no autocast of inputs
+        self.attention_dropout = PhiloxDropout(attention_probs_dropout_prob, dtype=self.dtype_policy)
+        self.hidden_dropout = PhiloxDropout(hidden_dropout_prob, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         hidden, intermediate = self.hidden_size, self.intermediate_size
@@ -97,31 +132,31 @@ class TransformerEncoderBlock(keras.layers.Layer):
         """hidden_states [B, L, H]; attention_bias float32 [B, 1, 1, L] from `attention_bias`."""
         batch, seq_length = tf.shape(hidden_states)[0], tf.shape(hidden_states)[1]
         heads, head_size = self.num_attention_heads, self.head_size
-        rows = tf.reshape(hidden_states, [-1, self.hidden_size])
+        dtype = self.compute_dtype
+        rows = tf.cast(tf.reshape(hidden_states, [-1, self.hidden_size]), tf.float32)
 
-        qkv = tf.matmul(rows, self.qkv_kernel) + self.qkv_bias
+        qkv = tf.nn.bias_add(tf.matmul(tf.cast(rows, dtype), self.qkv_kernel), self.qkv_bias)
         qkv = tf.transpose(tf.reshape(qkv, [batch, seq_length, 3, heads, head_size]), [2, 0, 3, 1, 4])
         query, key, value = tf.unstack(qkv, axis=0)  # unstack's gradient is one stack, not 3 pads
         query *= 1.0 / math.sqrt(head_size)
-        # Keras casts float inputs to the compute dtype; the bias is added in float32.
         scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32) + tf.cast(
             attention_bias, tf.float32
         )
         probs = tf.nn.softmax(scores, axis=-1)
-        context = tf.matmul(
-            self.attention_dropout(tf.cast(probs, self.compute_dtype), training=training), value
-        )
+        context = tf.matmul(self.attention_dropout(tf.cast(probs, dtype), training=training), value)
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, self.hidden_size])
 
-        attention = tf.matmul(context, self.attention_output_kernel) + self.attention_output_bias
+        attention = tf.nn.bias_add(tf.matmul(context, self.attention_output_kernel), self.attention_output_bias)
         attention = self.attention_layer_norm(
-            self.hidden_dropout(attention, training=training) + rows
+            tf.cast(self.hidden_dropout(attention, training=training), tf.float32) + rows, training=training
         )
         intermediate = self.activation(
-            tf.matmul(attention, self.intermediate_kernel) + self.intermediate_bias
+            tf.nn.bias_add(tf.matmul(tf.cast(attention, dtype), self.intermediate_kernel), self.intermediate_bias)
         )
-        output = tf.matmul(intermediate, self.output_kernel) + self.output_bias
-        output = self.output_layer_norm(self.hidden_dropout(output, training=training) + attention)
+        output = tf.nn.bias_add(tf.matmul(intermediate, self.output_kernel), self.output_bias)
+        output = self.output_layer_norm(
+            tf.cast(self.hidden_dropout(output, training=training), tf.float32) + attention, training=training
+        )
         output = tf.reshape(output, [batch, seq_length, self.hidden_size])
         if return_attention_probs:
             return output, probs
