@@ -28,7 +28,7 @@ def main():
     parser.add_argument("--held-out", default="chesterton-thursday.txt")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seq-length", type=int, default=128)
-    # A 30-minute budget on 2 cores is ~1,500 steps of 32: a high rate, a short warm-up,
+    # A 30-minute budget on 2 shared cores is ~1,000-1,500 steps of 32: a high rate, a short warm-up,
     # and a linear decay that ends a little after the budget does.
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--warmup-steps", type=int, default=150)
