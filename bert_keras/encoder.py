@@ -73,21 +73,36 @@ class BertEncoder(keras.Model):
         self.pooler.build()
         self.built = True
 
-    def call(self, inputs, training=None, return_attention_probs=False):
+    def call(self, inputs, training=None, return_attention_probs=False, output_positions=None):
+        """`output_positions` int [B, P]: run the last layer only at these positions (and
+        at [CLS] for the pooler); `sequence_output` and the last of `encoder_outputs` are
+        then [B, P, H] at those positions. This is what pre-training heads need, at a
+        fraction of the last layer's cost."""
         input_word_ids, input_mask, input_type_ids = self._checked_inputs(inputs)
         hidden = self.embeddings(input_word_ids, input_type_ids, training=training)
         bias = attention_bias(input_mask)
+        query_positions = None
+        if output_positions is not None:
+            output_positions = tf.cast(output_positions, tf.int32)
+            query_positions = tf.pad(output_positions, [[0, 0], [1, 0]])  # [CLS] first
         encoder_outputs, attention_probs = [], []
-        for block in self.transformer_blocks:
+        last = len(self.transformer_blocks) - 1
+        for index, block in enumerate(self.transformer_blocks):
+            positions = query_positions if index == last else None
             if return_attention_probs:
-                hidden, probs = block(hidden, bias, training=training, return_attention_probs=True)
+                hidden, probs = block(
+                    hidden, bias, training=training, return_attention_probs=True, query_positions=positions
+                )
                 attention_probs.append(probs)
             else:
-                hidden = block(hidden, bias, training=training)
+                hidden = block(hidden, bias, training=training, query_positions=positions)
             encoder_outputs.append(hidden)
+        pooled_output = self.pooler(hidden)
+        if query_positions is not None:
+            hidden = encoder_outputs[-1] = hidden[:, 1:]
         outputs = {
             "sequence_output": hidden,
-            "pooled_output": self.pooler(hidden),
+            "pooled_output": pooled_output,
             "encoder_outputs": encoder_outputs,
         }
         if return_attention_probs:

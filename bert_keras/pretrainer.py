@@ -13,8 +13,8 @@ LABEL_NAMES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "nex
 class BertMaskedLMHead(keras.layers.Layer):
     """Dense H + activation + LayerNorm, then logits against the (tied) word-embedding table.
 
-    Runs only on the gathered masked positions: [B, P, H] instead of [B, L, H] through
-    the vocab-sized projection, which dominates the cost of small models.
+    Runs only on the masked positions' hidden states: [B, P, H] instead of [B, L, H]
+    through the vocab-sized projection, which dominates the cost of small models.
     """
 
     def __init__(
@@ -52,18 +52,18 @@ class BertMaskedLMHead(keras.layers.Layer):
             shape=(self.vocab_size,), initializer="zeros", name="output_bias"
         )
 
-    def call(self, sequence_output, positions, word_embeddings):
-        """sequence_output [B, L, H], positions int [B, P], word_embeddings [V, H] -> [B, P, V]."""
-        hidden = tf.gather(sequence_output, tf.cast(positions, tf.int32), batch_dims=1)
+    def call(self, masked_hidden, word_embeddings):
+        """masked_hidden [B, P, H] (the encoder at the masked positions), word_embeddings [V, H]
+        -> [B, P, V]."""
         # One [B*P, H] x [H, V] matmul: a batched [B, P, H] x [V, H] matmul would make the
         # table's gradient per batch row ([B, V, H]) and then sum it.
-        rows = tf.reshape(hidden, [-1, self.hidden_size])
+        rows = tf.reshape(masked_hidden, [-1, self.hidden_size])
         rows = self.layer_norm(self.dense(rows))
         table = tf.cast(word_embeddings, rows.dtype)
         logits = tf.nn.bias_add(
             tf.matmul(rows, table, transpose_b=True), tf.cast(self.output_bias, rows.dtype)
         )
-        return tf.reshape(logits, tf.concat([tf.shape(positions), [self.vocab_size]], 0))
+        return tf.reshape(logits, tf.concat([tf.shape(masked_hidden)[:2], [self.vocab_size]], 0))
 
     def get_config(self):
         return {
@@ -162,12 +162,13 @@ class BertPretrainer(keras.Model):
             raise ValueError(
                 f"BertPretrainer takes a dict with {list(INPUT_NAMES)} and masked_lm_positions; got {got}"
             )
-        outputs = self.encoder({name: inputs[name] for name in INPUT_NAMES}, training=training)
-        mlm_logits = self.masked_lm_head(
-            outputs["sequence_output"],
-            inputs["masked_lm_positions"],
-            self.encoder.embeddings.word_embeddings,
+        # The last layer runs only at the masked positions and [CLS]: the heads read nothing else.
+        outputs = self.encoder(
+            {name: inputs[name] for name in INPUT_NAMES},
+            training=training,
+            output_positions=inputs["masked_lm_positions"],
         )
+        mlm_logits = self.masked_lm_head(outputs["sequence_output"], self.encoder.embeddings.word_embeddings)
         nsp_logits = self.next_sentence_head(outputs["pooled_output"])
         return {"mlm_logits": mlm_logits, "nsp_logits": nsp_logits}
 

@@ -98,6 +98,21 @@ def test_output_structure_and_attention_probs():
     assert "attention_probs" not in encoder(inputs)
 
 
+def test_output_positions_give_the_full_run_at_those_positions():
+    """The pre-training path runs the last layer only where the heads read it."""
+    encoder = BertEncoder(TINY)
+    inputs = random_inputs()
+    positions = np.array([[1, 4, 2], [0, 10, 3], [7, 7, 5]], "int32")
+    full = encoder(inputs)
+    sparse = encoder(inputs, output_positions=positions, return_attention_probs=True)
+    expected = np.take_along_axis(full["sequence_output"].numpy(), positions[:, :, None], axis=1)
+    assert sparse["sequence_output"].shape == (3, 3, 32)
+    assert max_diff(sparse["sequence_output"], expected) <= 1e-5
+    assert max_diff(sparse["pooled_output"], full["pooled_output"]) <= 1e-5
+    np.testing.assert_array_equal(sparse["encoder_outputs"][0], full["encoder_outputs"][0])
+    assert sparse["attention_probs"][-1].shape == (3, 4, 4, 11)  # [CLS] + 3 queries, all 11 keys
+
+
 def test_pooled_output_is_tanh_dense_of_cls():
     encoder = BertEncoder(TINY)
     outputs = encoder(random_inputs())

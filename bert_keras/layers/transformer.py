@@ -128,23 +128,48 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.attention_layer_norm.build((None, hidden))
         self.output_layer_norm.build((None, hidden))
 
-    def call(self, hidden_states, attention_bias, training=None, return_attention_probs=False):
-        """hidden_states [B, L, H]; attention_bias float32 [B, 1, 1, L] from `attention_bias`."""
-        batch, seq_length = tf.shape(hidden_states)[0], tf.shape(hidden_states)[1]
-        heads, head_size = self.num_attention_heads, self.head_size
-        dtype = self.compute_dtype
-        rows = tf.cast(tf.reshape(hidden_states, [-1, self.hidden_size]), tf.float32)
+    def call(self, hidden_states, attention_bias, training=None, return_attention_probs=False,
+             query_positions=None):
+        """hidden_states [B, L, H]; attention_bias float32 [B, 1, 1, L] from `attention_bias`.
 
-        qkv = tf.nn.bias_add(tf.matmul(tf.cast(rows, dtype), self.qkv_kernel), self.qkv_bias)
-        qkv = tf.transpose(tf.reshape(qkv, [batch, seq_length, 3, heads, head_size]), [2, 0, 3, 1, 4])
-        query, key, value = tf.unstack(qkv, axis=0)  # unstack's gradient is one stack, not 3 pads
+        `query_positions` int [B, Q]: compute the block's output only at these positions
+        (they still attend to all L), giving [B, Q, H]. Pre-training needs the last layer
+        only where its heads read it, which saves most of that layer's work.
+        """
+        batch, seq_length = tf.shape(hidden_states)[0], tf.shape(hidden_states)[1]
+        heads, head_size, hidden = self.num_attention_heads, self.head_size, self.hidden_size
+        dtype = self.compute_dtype
+        rows = tf.cast(tf.reshape(hidden_states, [-1, hidden]), tf.float32)
+
+        if query_positions is None:
+            query_length = seq_length
+            qkv = tf.nn.bias_add(tf.matmul(tf.cast(rows, dtype), self.qkv_kernel), self.qkv_bias)
+            qkv = tf.transpose(tf.reshape(qkv, [batch, seq_length, 3, heads, head_size]), [2, 0, 3, 1, 4])
+            query, key, value = tf.unstack(qkv, axis=0)  # unstack's gradient is one stack, not 3 pads
+        else:
+            query_length = tf.shape(query_positions)[1]
+            key_value = tf.nn.bias_add(
+                tf.matmul(tf.cast(rows, dtype), self.qkv_kernel[:, hidden:]), self.qkv_bias[hidden:]
+            )
+            key_value = tf.transpose(
+                tf.reshape(key_value, [batch, seq_length, 2, heads, head_size]), [2, 0, 3, 1, 4]
+            )
+            key, value = tf.unstack(key_value, axis=0)
+            rows = tf.reshape(
+                tf.gather(tf.cast(hidden_states, tf.float32), tf.cast(query_positions, tf.int32), batch_dims=1),
+                [-1, hidden],
+            )
+            query = tf.nn.bias_add(
+                tf.matmul(tf.cast(rows, dtype), self.qkv_kernel[:, :hidden]), self.qkv_bias[:hidden]
+            )
+            query = tf.transpose(tf.reshape(query, [batch, query_length, heads, head_size]), [0, 2, 1, 3])
         query *= 1.0 / math.sqrt(head_size)
         scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32) + tf.cast(
             attention_bias, tf.float32
         )
         probs = tf.nn.softmax(scores, axis=-1)
         context = tf.matmul(self.attention_dropout(tf.cast(probs, dtype), training=training), value)
-        context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, self.hidden_size])
+        context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, hidden])
 
         attention = tf.nn.bias_add(tf.matmul(context, self.attention_output_kernel), self.attention_output_bias)
         attention = self.attention_layer_norm(
@@ -157,7 +182,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         output = self.output_layer_norm(
             tf.cast(self.hidden_dropout(output, training=training), tf.float32) + attention, training=training
         )
-        output = tf.reshape(output, [batch, seq_length, self.hidden_size])
+        output = tf.reshape(output, [batch, query_length, hidden])
         if return_attention_probs:
             return output, probs
         return output
