@@ -174,11 +174,19 @@ def stop_workers(workers):
         process.join()
 
 
+SETTLE_SECONDS = 1.0
+
+
 def measure(workers, batch, seq, rounds, calls):
-    """Interleaved rounds: each peer in turn runs `calls` timed forwards. {name: [seconds]}"""
+    """Interleaved rounds: each peer in turn runs `calls` timed forwards. {name: [seconds]}
+
+    Each turn starts on an idle machine: ONNX Runtime's and OpenMP's worker threads keep
+    spinning for a while after a call, which would slow whichever peer runs next.
+    """
     times = {name: [] for name in workers}
     for _ in range(rounds):
         for name, (connection, _) in workers.items():
+            time.sleep(SETTLE_SECONDS)
             connection.send((batch, seq, calls))
             times[name] += connection.recv()
     return times

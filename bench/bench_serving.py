@@ -33,6 +33,12 @@ import bench_encoder
 from bench_encoder import forward_flops, make_inputs, matmul_peak_gflops
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+# Every export and ONNX file of this process (BERT-base is ~0.4 GB each), removed at exit.
+SCRATCH = tempfile.TemporaryDirectory(prefix="bench_serving_")
+
+
+def scratch_dir():
+    return tempfile.mkdtemp(dir=SCRATCH.name)
 
 
 def export_random_encoder(config, compute_dtype=None):
@@ -44,7 +50,7 @@ def export_random_encoder(config, compute_dtype=None):
     tf.keras.utils.set_random_seed(0)
     encoder = BertEncoder(BertConfig(**config))
     preprocessor = BertPreprocessor(BertTokenizer(str(SHARED / "data/vocab/vocab.txt")), seq_length=None)
-    return export.export_for_serving(encoder, preprocessor, tempfile.mkdtemp(), warmup_texts=(),
+    return export.export_for_serving(encoder, preprocessor, scratch_dir(), warmup_texts=(),
                                      compute_dtype=compute_dtype)
 
 
@@ -74,7 +80,7 @@ def onnxruntime_runner(config):
 
     torch.set_num_threads(os.cpu_count())
     model = transformers.BertModel(transformers.BertConfig(**config, layer_norm_eps=1e-12)).eval()
-    path = os.path.join(tempfile.mkdtemp(), "bert.onnx")
+    path = os.path.join(scratch_dir(), "bert.onnx")
     names = ["input_ids", "attention_mask", "token_type_ids"]
     class PooledOutput(torch.nn.Module):  # a fixed three-input forward for the exporter
         def __init__(self):
@@ -145,7 +151,7 @@ def sst2_padding_comparison(rounds):
                                             ("dynamic, one padded batch", None, 1),
                                             ("fixed 128", 128, 1)):
         preprocessor = BertPreprocessor(tokenizer, seq_length=seq_length, max_seq_length=128)
-        path = export.export_for_serving(model, preprocessor, tempfile.mkdtemp(), warmup_texts=(),
+        path = export.export_for_serving(model, preprocessor, scratch_dir(), warmup_texts=(),
                                          micro_batches=micro_batches)
         predictors[name] = SessionPredictor(path)
         probabilities(predictors[name], sentences)  # warm-up: oneDNN kernels for each shape
@@ -178,7 +184,7 @@ def bf16_sst2_accuracy(model_path, rounds):
     model = keras.saving.load_model(model_path, compile=False)
     preprocessor = BertPreprocessor(model.preprocessor.tokenizer, seq_length=None, max_seq_length=128)
     predictors = {dtype: SessionPredictor(export.export_for_serving(
-        model, preprocessor, tempfile.mkdtemp(), warmup_texts=(), compute_dtype=dtype))
+        model, preprocessor, scratch_dir(), warmup_texts=(), compute_dtype=dtype))
         for dtype in ("float32", "bfloat16")}
     times = {dtype: [] for dtype in predictors}
     outputs = {}
