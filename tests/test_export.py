@@ -487,3 +487,26 @@ def test_fused_layer_norm_becomes_one_onednn_kernel():
                 options=tf.compat.v1.RunOptions(output_partition_graphs=True))
     ops = {node.op for partition in metadata.partition_graphs for node in partition.node}
     assert "_MklLayerNorm" in ops and "FusedBatchNormV3" not in ops, sorted(ops)
+
+
+def test_cli_export_compute_dtype(tiny_export, tmp_path):
+    """`bert-keras export --compute-dtype bfloat16` serves bfloat16 weights, float32 outputs near fp32."""
+    from pipelines.cli import main
+
+    encoder, _, _ = tiny_export
+    encoder.save(tmp_path / "encoder.keras")
+    (tmp_path / "vocab.txt").write_text("".join(f"{token}\n" for token in VOCAB), encoding="utf-8")
+    pooled = {}
+    for dtype in ("float32", "bfloat16"):
+        argv = ["export", str(tmp_path / "encoder.keras"), "--out", str(tmp_path / dtype),
+                "--vocab", str(tmp_path / "vocab.txt"), "--compute-dtype", dtype]
+        assert main(argv) == 0
+        predictor = SessionPredictor(tmp_path / dtype / "1")
+        response = predictor.predict(make_request("bert", "serving_default", {"text": ["the quick brown fox jumps", "a b c"]}))
+        pooled[dtype] = tf.make_ndarray(response.outputs["pooled_output"])
+        assert response.outputs["pooled_output"].dtype == tf.float32.as_datatype_enum
+        variables = tf.train.load_checkpoint(str(tmp_path / dtype / "1" / "variables" / "variables"))
+        stored = {kind.name for name, kind in variables.get_variable_to_dtype_map().items() if "VARIABLE" in name}
+        assert ("bfloat16" in stored) == (dtype == "bfloat16"), stored
+        predictor.close()
+    assert 0 < np.abs(pooled["float32"] - pooled["bfloat16"]).max() < 1e-2
