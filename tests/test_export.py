@@ -510,3 +510,12 @@ def test_cli_export_compute_dtype(tiny_export, tmp_path):
         assert ("bfloat16" in stored) == (dtype == "bfloat16"), stored
         predictor.close()
     assert 0 < np.abs(pooled["float32"] - pooled["bfloat16"]).max() < 1e-2
+
+
+def test_each_weight_is_stored_once(tiny_export):
+    """keras-team/keras#23553: tracking the model in ExportArchive stores every weight twice."""
+    encoder, _, path = tiny_export
+    reader = tf.train.load_checkpoint(str(path / "variables" / "variables"))
+    stored = sum(int(np.prod(shape)) for name, shape in reader.get_variable_to_shape_map().items()
+                 if name.endswith("VARIABLE_VALUE"))
+    assert stored == encoder.count_params()
