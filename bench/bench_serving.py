@@ -133,6 +133,18 @@ def probabilities(predictor, sentences, batch=32):
                            for i in range(0, len(sentences), batch)])
 
 
+def timed_rounds(predictors, sentences, rounds):
+    """Interleaved rounds of strings -> probabilities; ({name: [seconds]}, {name: probabilities})."""
+    times = {name: [] for name in predictors}
+    outputs = {}
+    for _ in range(rounds):
+        for name, predictor in predictors.items():
+            start = time.perf_counter()
+            outputs[name] = probabilities(predictor, sentences)
+            times[name].append(time.perf_counter() - start)
+    return times, outputs
+
+
 def sst2_padding_comparison(rounds):
     """Strings -> probabilities through three exports of one MiniLM classifier."""
     import tensorflow as tf
@@ -155,13 +167,7 @@ def sst2_padding_comparison(rounds):
                                          micro_batches=micro_batches)
         predictors[name] = SessionPredictor(path)
         probabilities(predictors[name], sentences)  # warm-up: oneDNN kernels for each shape
-    times = {name: [] for name in predictors}
-    outputs = {}
-    for _ in range(rounds):
-        for name, predictor in predictors.items():
-            start = time.perf_counter()
-            outputs[name] = probabilities(predictor, sentences)
-            times[name].append(time.perf_counter() - start)
+    times, outputs = timed_rounds(predictors, sentences, rounds)
     fixed = statistics.median(times["fixed 128"])
     print(f"\nSST-2 dev ({len(sentences)} sentences, batch 32), MiniLM-L6 classifier, strings in -> "
           f"probabilities out, TF1 session loader")
@@ -186,13 +192,7 @@ def bf16_sst2_accuracy(model_path, rounds):
     predictors = {dtype: SessionPredictor(export.export_for_serving(
         model, preprocessor, scratch_dir(), warmup_texts=(), compute_dtype=dtype))
         for dtype in ("float32", "bfloat16")}
-    times = {dtype: [] for dtype in predictors}
-    outputs = {}
-    for _ in range(rounds):
-        for dtype, predictor in predictors.items():
-            start = time.perf_counter()
-            outputs[dtype] = probabilities(predictor, sentences)
-            times[dtype].append(time.perf_counter() - start)
+    times, outputs = timed_rounds(predictors, sentences, rounds)
     print(f"\nSST-2 dev ({len(sentences)} sentences), fine-tuned {model_path}, exports by compute dtype")
     for dtype, out in outputs.items():
         print(f"  {dtype:9} accuracy {np.mean(out.argmax(-1) == labels):.4f}  "
