@@ -23,6 +23,8 @@ import numpy as np  # noqa: E402
 # TensorFlow is imported only where used: torch and TF's LLVM cannot share a process,
 # so each peer runs in its own spawned worker, and the PyTorch one never loads TF.
 
+SETTLE_SECONDS = 1.0  # idle pause before each peer's turn (see `measure`)
+
 
 def forward_flops(config, batch, seq):
     """Multiply-adds x2 of the Transformer blocks (embeddings and pooler are negligible)."""
@@ -172,9 +174,6 @@ def stop_workers(workers):
     for connection, process in workers.values():
         connection.send(None)
         process.join()
-
-
-SETTLE_SECONDS = 1.0
 
 
 def measure(workers, batch, seq, rounds, calls):
