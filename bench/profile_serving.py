@@ -104,8 +104,8 @@ def main():
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--runtime", choices=["export", "onnxruntime"], default="export")
-    parser.add_argument("--compute-dtype", choices=["float32", "bfloat16"], default="float32",
-                        help="of the export")
+    parser.add_argument("--compute-dtype", choices=["float32", "bfloat16"],
+                        help="of the export (default: the encoder's own, float32)")
     parser.add_argument("--runs", type=int, default=5, help="untraced runs for the wall time, and as many traced runs")
     args = parser.parse_args()
 
@@ -120,7 +120,7 @@ def main():
         name = "ONNX Runtime (HF model), float32"
     else:
         walls, traces, launches = export_profile(config, inputs, args.runs, args.compute_dtype)
-        name = f"bert-keras export, {args.compute_dtype}"
+        name = f"bert-keras export, {args.compute_dtype or 'float32'}"
 
     tokens = args.batch_size * args.seq
     hidden, inter, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]

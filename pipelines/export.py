@@ -26,9 +26,9 @@ def register(subparsers):
     parser.add_argument("--serving-release", default="2.12",
                         help="oldest TF Serving release that must be able to run the export")
     parser.add_argument("--model-name", default="bert", help="model name in the warm-up requests")
-    parser.add_argument("--compute-dtype", choices=["float32", "bfloat16"], default="float32",
-                        help="bfloat16: weights and matmuls in bfloat16, ~1.7x faster on CPUs with "
-                             "AVX512-BF16/AMX; outputs stay float32, within ~1e-2 of float32")
+    parser.add_argument("--compute-dtype", choices=["float32", "bfloat16"],
+                        help="default: the model's own. bfloat16: weights and matmuls in bfloat16, ~1.7x "
+                             "faster on CPUs with AVX512-BF16/AMX; outputs stay float32, within ~1e-2 of float32")
     parser.add_argument("--hub-style", action="store_true",
                         help="instead: the TF Hub pair OUT/preprocess + OUT/encoder (encoder features)")
     parser.add_argument("--seq-length", type=int, default=128,
@@ -91,7 +91,7 @@ def run(args):
     path = export.export_for_serving(
         model, preprocessor, args.out, version=args.version, segments=tuple(segments),
         labels=args.labels, model_name=args.model_name,
-        compute_dtype=None if args.compute_dtype == "float32" else args.compute_dtype,
+        compute_dtype=args.compute_dtype,
     )
     ops = export.check_serving_ops(path, args.serving_release)
     predictor = SessionPredictor(path)

@@ -141,28 +141,25 @@ class TransformerEncoderBlock(keras.layers.Layer):
         dtype = self.compute_dtype
         rows = tf.cast(tf.reshape(hidden_states, [-1, hidden]), tf.float32)
 
+        def project_heads(rows, length, kernel, bias):
+            """[rows, H] -> one [B, heads, length, head_size] tensor per H-wide slice of `kernel`."""
+            count = kernel.shape[-1] // hidden
+            projected = tf.nn.bias_add(tf.matmul(tf.cast(rows, dtype), kernel), bias)
+            projected = tf.reshape(projected, [batch, length, count, heads, head_size])
+            # unstack's gradient is one stack, not `count` pads
+            return tf.unstack(tf.transpose(projected, [2, 0, 3, 1, 4]), axis=0)
+
         if query_positions is None:
             query_length = seq_length
-            qkv = tf.nn.bias_add(tf.matmul(tf.cast(rows, dtype), self.qkv_kernel), self.qkv_bias)
-            qkv = tf.transpose(tf.reshape(qkv, [batch, seq_length, 3, heads, head_size]), [2, 0, 3, 1, 4])
-            query, key, value = tf.unstack(qkv, axis=0)  # unstack's gradient is one stack, not 3 pads
+            query, key, value = project_heads(rows, seq_length, self.qkv_kernel, self.qkv_bias)
         else:
             query_length = tf.shape(query_positions)[1]
-            key_value = tf.nn.bias_add(
-                tf.matmul(tf.cast(rows, dtype), self.qkv_kernel[:, hidden:]), self.qkv_bias[hidden:]
-            )
-            key_value = tf.transpose(
-                tf.reshape(key_value, [batch, seq_length, 2, heads, head_size]), [2, 0, 3, 1, 4]
-            )
-            key, value = tf.unstack(key_value, axis=0)
+            key, value = project_heads(rows, seq_length, self.qkv_kernel[:, hidden:], self.qkv_bias[hidden:])
             rows = tf.reshape(
                 tf.gather(tf.cast(hidden_states, tf.float32), tf.cast(query_positions, tf.int32), batch_dims=1),
                 [-1, hidden],
             )
-            query = tf.nn.bias_add(
-                tf.matmul(tf.cast(rows, dtype), self.qkv_kernel[:, :hidden]), self.qkv_bias[:hidden]
-            )
-            query = tf.transpose(tf.reshape(query, [batch, query_length, heads, head_size]), [0, 2, 1, 3])
+            (query,) = project_heads(rows, query_length, self.qkv_kernel[:, :hidden], self.qkv_bias[:hidden])
         query *= 1.0 / math.sqrt(head_size)
         scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32) + tf.cast(
             attention_bias, tf.float32
