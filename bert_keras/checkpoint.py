@@ -4,7 +4,7 @@ Weights move through one canonical form: a dict from the original google-researc
 variable names (`bert/encoder/layer_0/attention/self/query/kernel`, ...) to numpy
 arrays laid out as the original stores them ([in, out] kernels). Hugging Face names
 and [out, in] Linear weights are translated to and from it, and each Keras model
-lists which canonical names fill each of its variables (`original_weight_map`).
+lists which canonical names fill each of its variables (its `original_weight_map()`).
 """
 
 import json
@@ -30,40 +30,6 @@ TF1_IGNORED = re.compile(r"(^global_step$|/adam_[mv]$|^bad_steps$|^good_steps$|^
 HF_IGNORED = re.compile(
     r"(^embeddings\.position_ids$|^cls\.predictions\.decoder\.(weight|bias)$)"
 )
-
-
-def encoder_weight_map(encoder):
-    """[(keras variable, [original names whose arrays concatenate along the last axis])]."""
-    embeddings = encoder.embeddings
-    spec = [
-        (embeddings.word_embeddings, ["bert/embeddings/word_embeddings"]),
-        (embeddings.token_type_embeddings, ["bert/embeddings/token_type_embeddings"]),
-        (embeddings.position_embeddings, ["bert/embeddings/position_embeddings"]),
-        (embeddings.layer_norm.gamma, ["bert/embeddings/LayerNorm/gamma"]),
-        (embeddings.layer_norm.beta, ["bert/embeddings/LayerNorm/beta"]),
-    ]
-    for i, block in enumerate(encoder.transformer_blocks):
-        layer = f"bert/encoder/layer_{i}"
-        qkv = [f"{layer}/attention/self/{part}" for part in ("query", "key", "value")]
-        spec += [
-            (block.qkv_kernel, [f"{name}/kernel" for name in qkv]),
-            (block.qkv_bias, [f"{name}/bias" for name in qkv]),
-            (block.attention_output_kernel, [f"{layer}/attention/output/dense/kernel"]),
-            (block.attention_output_bias, [f"{layer}/attention/output/dense/bias"]),
-            (block.attention_layer_norm.gamma, [f"{layer}/attention/output/LayerNorm/gamma"]),
-            (block.attention_layer_norm.beta, [f"{layer}/attention/output/LayerNorm/beta"]),
-            (block.intermediate_kernel, [f"{layer}/intermediate/dense/kernel"]),
-            (block.intermediate_bias, [f"{layer}/intermediate/dense/bias"]),
-            (block.output_kernel, [f"{layer}/output/dense/kernel"]),
-            (block.output_bias, [f"{layer}/output/dense/bias"]),
-            (block.output_layer_norm.gamma, [f"{layer}/output/LayerNorm/gamma"]),
-            (block.output_layer_norm.beta, [f"{layer}/output/LayerNorm/beta"]),
-        ]
-    spec += [
-        (encoder.pooler.dense.kernel, ["bert/pooler/dense/kernel"]),
-        (encoder.pooler.dense.bias, ["bert/pooler/dense/bias"]),
-    ]
-    return spec
 
 
 def get_original_weights(weight_map):
@@ -265,46 +231,18 @@ WRITERS = {"tf1": write_tf1, "hf": write_hf}
 
 
 def read(path, format=None):
+    """(weights, config, vocab path or None) of a TF1 checkpoint or Hugging Face folder."""
     format = format or detect_format(path)
     if format not in READERS:
         raise ValueError(f"cannot read weights from format {format!r}; use one of {list(READERS)}")
     return READERS[format](path)
 
 
-def load_encoder(path, format=None, config=None):
-    """A `BertEncoder` with the weights of a TF1 checkpoint, HF folder or `.keras` file.
-
-    Pre-training heads (`cls/...`) in the checkpoint are ignored here; `config`
-    overrides the config file found beside the weights (e.g. to change dropout).
-    """
-    from bert_keras.encoder import BertEncoder
-
-    format = format or detect_format(path)
-    if format == "keras":
-        model = keras.saving.load_model(path)
-        if not isinstance(model, BertEncoder):
-            raise ValueError(f"{path} holds a {type(model).__name__}, not a BertEncoder")
-        return model
-    weights, found_config, vocab_path = read(path, format)
-    encoder = BertEncoder(config or found_config)
-    set_original_weights(
-        encoder_weight_map(encoder), weights, ignore=r"^cls/", source=f"{format} checkpoint {path}"
-    )
-    encoder.vocab_path = vocab_path
-    return encoder
-
-
-def save_encoder(encoder, path, format, vocab_path=None):
-    """Writes an encoder as a `.keras` file, a Hugging Face folder or a TF1 checkpoint."""
-    vocab_path = vocab_path or getattr(encoder, "vocab_path", None)
-    if format == "keras":
-        encoder.save(path)
-        return
+def write(weights, config, path, format, vocab_path=None):
+    """Writes canonical weights in `format` ('tf1' or 'hf'), the vocab beside them."""
     if format not in WRITERS:
-        raise ValueError(f"cannot write format {format!r}; use keras, hf or tf1")
-    WRITERS[format](
-        get_original_weights(encoder_weight_map(encoder)), encoder.config, path, vocab_path
-    )
+        raise ValueError(f"cannot write format {format!r}; use keras, {' or '.join(WRITERS)}")
+    WRITERS[format](weights, config, path, vocab_path)
 
 
 def _read_config(path):

@@ -17,12 +17,13 @@ def register(subparsers):
 
 
 def run(args):
-    from bert_keras import checkpoint
+    from bert_keras.models.encoder import BertEncoder
+    from bert_keras.models.saving import save_checkpoint
 
     if args.target_format == "keras" and not args.target.endswith(".keras"):
         raise ValueError(f"a Keras target must end in .keras, got {args.target}")
-    encoder = checkpoint.load_encoder(args.source, format=args.source_format)
-    checkpoint.save_encoder(encoder, args.target, args.target_format)
+    encoder = BertEncoder.from_checkpoint(args.source, format=args.source_format)
+    save_checkpoint(encoder, args.target, args.target_format)
     config = encoder.config
     print(
         f"wrote {args.target_format} checkpoint to {args.target}: "

@@ -113,7 +113,7 @@ def run(args):
     stage("pre-training data: masked LM + next sentence instances", "pretraining_data", lambda: command(
         "create-pretraining-data", "--input", corpus, "--output", records, "--vocab", vocab,
         "--max-seq-length", args.seq_length, "--max-predictions-per-seq", max(1, args.seq_length * 15 // 100 + 1),
-        "--dupe-factor", 5,
+        "--dupe-factor", 5, "--num-shards", 1,
     ))
 
     pretrain_dir = out / "pretrain"
@@ -175,7 +175,7 @@ def run(args):
 def _answer(serving, task_dir):
     import numpy as np
 
-    from bert_keras.serving import SessionPredictor
+    from bert_keras.serving.session import SessionPredictor
 
     fill_mask = SessionPredictor(serving / "fill_mask" / "1")
     answers = fill_mask.predict_texts(text=list(FILL_MASK_REQUESTS))
@@ -295,7 +295,7 @@ def _docstrings(path):
 def _sentences(text):
     """Prose sentences of reStructuredText-like docs: code blocks, grammar rules,
     doctests and heading underlines left out."""
-    from bert_keras.pretraining_data import split_sentences
+    from bert_keras.data.pretraining_data import split_sentences
 
     sentences = []
     for paragraph in re.split(r"\n\s*\n", text):

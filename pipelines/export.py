@@ -17,7 +17,8 @@ def register(subparsers):
     parser.add_argument("--pretrainer", action="store_true",
                         help="load a checkpoint's MLM/NSP heads too and serve fill-mask")
     parser.add_argument("--segments", nargs="+",
-                        help="string input names (default: text; question context for span models)")
+                        help="string input names (default: the model's: text; question context for span models; "
+                             "question choices for multiple choice)")
     parser.add_argument("--labels", nargs="+", help="class or tag names, in label-id order")
     parser.add_argument("--vocab", help="vocab.txt when the model holds no preprocessor")
     parser.add_argument("--cased", action="store_true", help="with --vocab: a cased vocabulary")
@@ -30,7 +31,8 @@ def register(subparsers):
                         help="default: the model's own. bfloat16: weights and matmuls in bfloat16, ~1.7x "
                              "faster on CPUs with AVX512-BF16/AMX; outputs stay float32, within ~1e-2 of float32")
     parser.add_argument("--hub-style", action="store_true",
-                        help="instead: the TF Hub pair OUT/preprocess + OUT/encoder (encoder features)")
+                        help="instead: the TF Hub pair OUT/preprocess + OUT/encoder, reusable SavedModels that "
+                             "hub.KerasLayer fine-tunes (with --pretrainer the encoder gets the mlm sub-object)")
     parser.add_argument("--seq-length", type=int, default=128,
                         help="with --hub-style: the preprocess model's default packed length")
     parser.set_defaults(func=run)
@@ -40,20 +42,20 @@ def load_model(path, pretrainer=False):
     import keras
 
     import bert_keras  # noqa: F401  (registers every serialisable class)
-    from bert_keras import checkpoint
-    from bert_keras.pretrainer import BertPretrainer
+    from bert_keras.models.encoder import BertEncoder
+    from bert_keras.models.pretrainer import BertPretrainer
 
     if str(path).endswith(".keras"):
         return keras.saving.load_model(path)
     if pretrainer:
         return BertPretrainer.from_checkpoint(path)
-    return checkpoint.load_encoder(path)
+    return BertEncoder.from_checkpoint(path)
 
 
 def serving_preprocessor(model, vocab, cased, max_seq_length):
     """The model's own preprocessor, or one on `vocab`, in dynamic-length mode."""
     from bert_keras import BertPreprocessor, BertTokenizer
-    from bert_keras.task import preprocessor_for
+    from bert_keras.tasks.task import preprocessor_for
 
     preprocessor = getattr(model, "preprocessor", None)
     if preprocessor is not None and vocab is None:
@@ -67,29 +69,34 @@ def serving_preprocessor(model, vocab, cased, max_seq_length):
 
 
 def run(args):
-    from bert_keras import export
-    from bert_keras.serving import SessionPredictor
-    from bert_keras.span_labeler import BertSpanLabeler
+    from bert_keras.serving import c_api_loader
+    from bert_keras.serving import export
+    from bert_keras.models.pretrainer import BertPretrainer
+    from bert_keras.serving.session import SessionPredictor
 
     model = load_model(args.model, args.pretrainer)
     preprocessor = serving_preprocessor(model, args.vocab, args.cased, args.max_seq_length)
     if args.hub_style:
         from bert_keras import BertPreprocessor
+        from bert_keras.serving.hub_export import export_hub_style
 
         fixed = BertPreprocessor(preprocessor.tokenizer, seq_length=args.seq_length)
-        paths = export.export_hub_style(getattr(model, "encoder", model), fixed, args.out, args.seq_length)
+        paths = export_hub_style(model, fixed, args.out)
+        loaders = "the TF1 session loader and TF Serving's C++ loader"
         for path in paths:
             export.check_serving_ops(path, args.serving_release)
             SessionPredictor(path, replay_warmup=False).close()
-        print(f"exported the TF Hub-style pair: {paths[0]} (tokenize, bert_pack_inputs, default) and "
-              f"{paths[1]} (pooled_output, sequence_output, encoder_outputs_<i>); both load in the TF1 "
-              f"session loader and pass the TF Serving {args.serving_release} op gate")
+            try:
+                c_api_loader.CApiPredictor(path, args.serving_release).close()
+            except c_api_loader.NoCompiler as reason:
+                loaders = f"the TF1 session loader (C++ loader check skipped: {reason})"
+        mlm = " and .mlm" if isinstance(model, BertPretrainer) else ""
+        print(f"exported the TF Hub-style pair: {paths[0]} (tokenize, tokenize_with_offsets, bert_pack_inputs) "
+              f"and {paths[1]} (trainable __call__{mlm}; serving_default signature); both load in {loaders} "
+              f"and pass the TF Serving {args.serving_release} op gate")
         return 0
-    segments = args.segments or (
-        ("question", "context") if isinstance(model, BertSpanLabeler) else ("text",)
-    )
     path = export.export_for_serving(
-        model, preprocessor, args.out, version=args.version, segments=tuple(segments),
+        model, preprocessor, args.out, version=args.version, segments=args.segments and tuple(args.segments),
         labels=args.labels, model_name=args.model_name,
         compute_dtype=args.compute_dtype,
     )
@@ -98,6 +105,12 @@ def run(args):
     print(f"exported {type(model).__name__} to {path}")
     print(f"  TF Serving >= {args.serving_release} links every op; non-core ops: {ops}")
     print(f"  TF1 session loader: loaded, {len(predictor.warmup_responses)} warm-up requests replayed")
+    try:
+        count = c_api_loader.check_against_session(path, predictor, args.serving_release)
+        print(f"  TF Serving's C++ loader (TF_LoadSessionFromSavedModel, only the tf.text ops "
+              f"{args.serving_release} links): loaded, {count} warm-up answers equal the session loader's")
+    except c_api_loader.NoCompiler as reason:
+        print(f"  C++ loader check skipped: {reason}")
     for name, sides in export.describe(path).items():
         inputs = ", ".join(f"{k}: {d}{s}" for k, (d, s) in sorted(sides["inputs"].items()))
         outputs = ", ".join(sorted(sides["outputs"]))

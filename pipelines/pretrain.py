@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from pipelines.arguments import add_distribution_arguments
+
 
 def register(subparsers):
     parser = subparsers.add_parser(
@@ -42,23 +44,12 @@ def register(subparsers):
     parser.add_argument("--phase2-warmup-steps", type=int)
     parser.add_argument("--checkpoint-every", type=int, default=1000, help="steps between checkpoints")
     parser.add_argument("--whole-word-mask", action="store_true", help="with --corpus")
+    parser.add_argument("--cache-tokens", action="store_true",
+                        help="with --corpus: keep the tokenized text in memory (4 bytes a token) after the first epoch")
     parser.add_argument("--seed", type=int, default=0)
     add_distribution_arguments(parser)
     parser.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
     parser.set_defaults(func=run)
-
-
-def add_distribution_arguments(parser):
-    """--strategy, --tpu, --devices, --mixed-precision, shared with `finetune`."""
-    from bert_keras.distribute import STRATEGIES
-
-    parser.add_argument("--strategy", default="default", choices=STRATEGIES,
-                        help="multi_worker reads the cluster from TF_CONFIG (see README)")
-    parser.add_argument("--tpu", help="TPU name or grpc:// address for --strategy tpu (default: this TPU VM)")
-    parser.add_argument("--devices", type=lambda text: text.split(","),
-                        help="comma-separated devices for one_device/mirrored, e.g. /gpu:0,/gpu:1")
-    parser.add_argument("--mixed-precision", action="store_true",
-                        help="mixed_float16 with loss scaling on GPU, mixed_bfloat16 on TPU/CPU")
 
 
 def phases(args):
@@ -87,11 +78,11 @@ def run(args):
     import keras
 
     from bert_keras import BertConfig, BertEncoder, BertTokenizer
-    from bert_keras import checkpoint
-    from bert_keras import distribute
-    from bert_keras.export import with_dtype
-    from bert_keras.optimization import create_optimizer
-    from bert_keras.pretrainer import BertPretrainer, save_pretrainer
+    from bert_keras.training import distribute
+    from bert_keras.models.dtype import with_dtype
+    from bert_keras.training.optimization import create_optimizer
+    from bert_keras.models.pretrainer import BertPretrainer
+    from bert_keras.models.saving import save_checkpoint
 
     output = Path(args.output)
     plan = phases(args)
@@ -103,7 +94,7 @@ def run(args):
 
     with strategy.scope():
         if args.init:
-            pretrainer = initial_pretrainer(args.init)
+            pretrainer = BertPretrainer.from_checkpoint(args.init, new_heads=True)
         elif Path(args.config).suffix == ".json":
             pretrainer = BertPretrainer(BertEncoder(BertConfig.from_json_file(args.config)))
         else:
@@ -158,10 +149,10 @@ def run(args):
         encoder = pretrainer.encoder
         if args.mixed_precision:  # weights are float32 already; this also makes it compute in float32
             encoder = with_dtype(encoder, "float32")
-        checkpoint.save_encoder(encoder, str(final / "encoder.keras"), "keras")
-        checkpoint.save_encoder(encoder, final / "encoder_hf", "hf", vocab_path=args.vocab)
-        checkpoint.save_encoder(encoder, final / "encoder_tf1", "tf1", vocab_path=args.vocab)
-        save_pretrainer(pretrainer, final / "pretrainer_tf1", "tf1", vocab_path=args.vocab)
+        save_checkpoint(encoder, str(final / "encoder.keras"), "keras")
+        save_checkpoint(encoder, final / "encoder_hf", "hf", vocab_path=args.vocab)
+        save_checkpoint(encoder, final / "encoder_tf1", "tf1", vocab_path=args.vocab)
+        save_checkpoint(pretrainer, final / "pretrainer_tf1", "tf1", vocab_path=args.vocab)
     if distribute.is_chief(strategy):
         print(f"saved the encoder to {final} (encoder.keras, encoder_hf/, encoder_tf1/) "
               "and encoder + heads to pretrainer_tf1/")
@@ -171,8 +162,9 @@ def training_data(args, tokenizer, files, batch_size, seq_length, max_prediction
     """One input pipeline's batches of `batch_size` (per replica): its share of the
     TFRecords (`files`) or of the `--corpus` text files, after the `skip_steps` global
     steps already trained."""
-    from bert_keras import distribute
-    from bert_keras import pretraining_data as data
+    from bert_keras.training import distribute
+    from bert_keras.data import pretraining_data as data
+    from bert_keras.data.dynamic_masking import dynamic_masking_dataset
 
     skip = skip_steps * distribute.local_replicas(context)
     if files:
@@ -181,24 +173,10 @@ def training_data(args, tokenizer, files, batch_size, seq_length, max_prediction
             files, batch_size, seq_length, max_predictions, seed=args.seed, skip_batches=skip
         )
     corpus = distribute.shard_files(data.expand_files(args.corpus), context)
-    return data.dynamic_masking_dataset(
+    return dynamic_masking_dataset(
         corpus, tokenizer, batch_size, seq_length, max_predictions,
-        whole_word_mask=args.whole_word_mask, seed=args.seed, skip_batches=skip,
+        whole_word_mask=args.whole_word_mask, seed=args.seed, skip_batches=skip, cache_tokens=args.cache_tokens,
     )
-
-
-def initial_pretrainer(path):
-    """Encoder and heads from `path`; new MLM/NSP heads on its encoder when it has none
-    (an encoder-only release such as a sentence-embedding model)."""
-    from bert_keras import checkpoint
-    from bert_keras.encoder import BertEncoder
-    from bert_keras.pretrainer import BertPretrainer
-
-    format = checkpoint.detect_format(path)
-    if format != "keras" and not any(name.startswith("cls/") for name in checkpoint.read(path, format)[0]):
-        print(f"{path} has no masked-LM/next-sentence heads: starting new ones on its encoder", file=sys.stderr)
-        return BertPretrainer(BertEncoder.from_checkpoint(path))
-    return BertPretrainer.from_checkpoint(path)
 
 
 def _completed_epochs(backup):

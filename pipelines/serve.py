@@ -1,7 +1,9 @@
 """`bert-keras serve`: TF Serving's gRPC and REST APIs on an export, without Docker.
 
 For development and tests where `tensorflow_model_server` cannot run; in production use
-TF Serving itself (see serving/README.md). Runs until interrupted.
+TF Serving itself (see serving/README.md). Serves the newest version under MODEL_BASE, or
+the models, version policies and labels of a ModelServerConfig (`--model-config-file`, as
+tensorflow_model_server's --model_config_file). Runs until interrupted.
 """
 
 import time
@@ -10,8 +12,9 @@ import time
 def register(subparsers):
     parser = subparsers.add_parser("serve", help="serve an export locally with TF Serving's APIs",
                                    description=__doc__)
-    parser.add_argument("model_base", help="directory holding numbered export versions")
-    parser.add_argument("--name", default="bert", help="model name in request paths")
+    parser.add_argument("model_base", nargs="?", help="directory holding numbered export versions")
+    parser.add_argument("--model-config-file", help="ModelServerConfig text file (instead of MODEL_BASE)")
+    parser.add_argument("--name", default="bert", help="model name in request paths (with MODEL_BASE)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--grpc-port", type=int, default=8500)
     parser.add_argument("--rest-port", type=int, default=8501)
@@ -19,11 +22,17 @@ def register(subparsers):
 
 
 def run(args):
-    from bert_keras.local_server import LocalModelServer
+    from bert_keras.serving.local_server import LocalModelServer
 
-    server = LocalModelServer(args.model_base, args.name, args.host, args.grpc_port, args.rest_port).start()
-    print(f"serving {server.version_path} as {args.name!r}: gRPC {args.host}:{server.grpc_port}, "
-          f"REST http://{args.host}:{server.rest_port}/v1/models/{args.name}:predict", flush=True)
+    if (args.model_base is None) == (args.model_config_file is None):
+        raise SystemExit("serve: give MODEL_BASE or --model-config-file (one of them)")
+    server = LocalModelServer(args.model_base, args.name, args.host, args.grpc_port, args.rest_port,
+                              model_config_file=args.model_config_file).start()
+    models = "; ".join(
+        f"{name!r} versions {sorted(model.versions)}" + "".join(f", {k}={v}" for k, v in sorted(model.labels.items()))
+        for name, model in server.models.items())
+    print(f"serving {args.model_base or args.model_config_file}: {models}; gRPC {args.host}:{server.grpc_port}, "
+          f"REST http://{args.host}:{server.rest_port}/v1/models/NAME", flush=True)
     try:
         while True:
             time.sleep(3600)

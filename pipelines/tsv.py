@@ -11,8 +11,6 @@ Example: `bert-keras finetune tsv --train train.tsv --dev dev.tsv --output-dir r
 import json
 from pathlib import Path
 
-from pipelines.glue import Examples, accuracy, read_rows, train_classifier
-
 HELP = "your own TSV files with text [, text_b] and label columns"
 DEFAULTS = dict(learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128)
 
@@ -25,6 +23,8 @@ def add_arguments(parser):
 
 def read_labelled_tsv(path):
     """(texts, label strings) of a TSV file whose header names its columns."""
+    from bert_keras.tasks.glue import read_rows
+
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no TSV file at {path}")
@@ -47,6 +47,8 @@ def read_labelled_tsv(path):
 
 
 def label_examples(texts, labels, classes, path):
+    from bert_keras.tasks.glue import Examples
+
     unknown = sorted(set(labels) - set(classes))
     if unknown:
         raise ValueError(f"{path}: labels {unknown} are not among the classes {list(classes)}")
@@ -54,6 +56,9 @@ def label_examples(texts, labels, classes, path):
 
 
 def run(args):
+    from bert_keras.tasks.glue import accuracy
+    from pipelines.finetune import train_classifier
+
     train_texts, train_labels = read_labelled_tsv(args.train)
     dev_texts, dev_labels = read_labelled_tsv(args.dev)
     if len(train_texts) != len(dev_texts):

@@ -3,7 +3,7 @@
 import sys
 import time
 
-from bert_keras.vocab import build_vocabulary, count_words, write_vocabulary
+from bert_keras.text.vocab import build_vocabulary, count_words, write_vocabulary
 
 
 def register(subparsers):

@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from bert_keras.serving import ServingClient, ServingError
+from bert_keras.serving.client import ServingClient
+from bert_keras.serving.session import ServingError
 
 TEXTS = [
     "a gripping, beautifully acted film",

@@ -41,9 +41,11 @@ def pretrain(strategy, files, initial_weights, vocab_size):
     """STEPS of `fit` on the pipeline's data with the pipeline's optimizer; final weights."""
     import keras
 
-    from bert_keras import BertEncoder, distribute
-    from bert_keras.optimization import create_optimizer
-    from bert_keras.pretrainer import BertPretrainer
+    from bert_keras import BertEncoder
+
+    from bert_keras.training import distribute
+    from bert_keras.training.optimization import create_optimizer
+    from bert_keras.models.pretrainer import BertPretrainer
     from pipelines.pretrain import training_data
 
     with strategy.scope():
@@ -68,8 +70,8 @@ def finetune(strategy, initial_weights, vocab, sentences, output_dir):
     import tensorflow as tf
 
     from bert_keras import BertEncoder
-    from bert_keras.classifier import BertClassifier
-    from bert_keras.task import preprocessor_for
+    from bert_keras.tasks.classifier import BertClassifier
+    from bert_keras.tasks.task import preprocessor_for
     from pipelines.finetune import train
 
     with strategy.scope():
@@ -97,9 +99,11 @@ def mirrored(out):
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
 
-    from bert_keras import BertEncoder, distribute
-    from bert_keras.classifier import BertClassifier
-    from bert_keras.pretrainer import BertPretrainer
+    from bert_keras import BertEncoder
+
+    from bert_keras.training import distribute
+    from bert_keras.tasks.classifier import BertClassifier
+    from bert_keras.models.pretrainer import BertPretrainer
 
     out = Path(out)
     inputs = json.loads((out / "inputs.json").read_text())
@@ -168,7 +172,9 @@ def worker(index, ports, data, out):
     })
     import tensorflow as tf
 
-    from bert_keras import distribute, multi_worker_fit
+    from bert_keras.training import distribute
+
+    from bert_keras.training import multi_worker_fit
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # before the patch, for the probe
     upstream_error = keras_20585_error(strategy)

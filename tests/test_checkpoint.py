@@ -4,13 +4,14 @@ import tensorflow as tf
 
 from bert_keras import BertConfig, BertEncoder
 from bert_keras import checkpoint
+from bert_keras.models.saving import save_checkpoint
 from conftest import DATA, REFERENCE, require
 from pipelines.cli import main as cli
 from test_encoder import TINY, random_inputs
 
 
 def weights_of(encoder):
-    return checkpoint.get_original_weights(checkpoint.encoder_weight_map(encoder))
+    return checkpoint.get_original_weights(encoder.original_weight_map())
 
 
 def test_name_map_matches_a_released_checkpoint():
@@ -31,7 +32,7 @@ def test_name_map_matches_a_released_checkpoint():
 def test_round_trips_are_exact(tmp_path, format):
     encoder = BertEncoder(TINY)
     target = tmp_path / ("model.keras" if format == "keras" else format)
-    checkpoint.save_encoder(encoder, target, format)
+    save_checkpoint(encoder, target, format)
     restored = BertEncoder.from_checkpoint(target)
     assert restored.config == TINY
     expected, actual = weights_of(encoder), weights_of(restored)
@@ -48,7 +49,7 @@ def test_hugging_face_export_uses_hugging_face_names_and_layout(tmp_path, minilm
     from safetensors.numpy import load_file
 
     encoder = BertEncoder.from_checkpoint(minilm_dir)
-    checkpoint.save_encoder(encoder, tmp_path, "hf")
+    save_checkpoint(encoder, tmp_path, "hf")
     written = load_file(str(tmp_path / "model.safetensors"))
     original = load_file(str(minilm_dir / "model.safetensors"))
     original.pop("embeddings.position_ids", None)
@@ -61,7 +62,7 @@ def test_hugging_face_export_uses_hugging_face_names_and_layout(tmp_path, minilm
 def test_original_checkpoint_names_written_back(tmp_path):
     source = require(REFERENCE / "tiny_pretraining_tf1")
     encoder = BertEncoder.from_checkpoint(source)
-    checkpoint.save_encoder(encoder, tmp_path, "tf1")
+    save_checkpoint(encoder, tmp_path, "tf1")
     reference = tf.train.load_checkpoint(str(source / "bert_model.ckpt"))
     written = tf.train.load_checkpoint(str(tmp_path / "bert_model.ckpt"))
     names = [n for n in reference.get_variable_to_shape_map() if n.startswith("bert/")]

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_keras import distribute
-from bert_keras import pretraining_data as data
+from bert_keras.training import distribute
+from bert_keras.data import pretraining_data as data
+from bert_keras.data import pretraining_shards
 
 from conftest import DATA, require
 from distribute_runs import GLOBAL_BATCH, PREDICTIONS, SEQ_LENGTH, load_weights
@@ -93,8 +94,8 @@ def tiny_pretrainer(seed):
     import keras
 
     from bert_keras import BertEncoder
-    from bert_keras.optimization import create_optimizer
-    from bert_keras.pretrainer import BertPretrainer
+    from bert_keras.training.optimization import create_optimizer
+    from bert_keras.models.pretrainer import BertPretrainer
     from distribute_runs import tiny_config
 
     keras.utils.set_random_seed(seed)
@@ -138,14 +139,14 @@ def two_workers(tmp_path_factory):
 
 def test_keras_20585_still_needs_the_workaround(two_workers):
     """Fails once unpatched Keras can `fit` under MultiWorkerMirroredStrategy: then set
-    `bert_keras.multi_worker_fit.KERAS_20585_FIXED_IN` to the installed Keras version."""
+    `bert_keras.training.multi_worker_fit.KERAS_20585_FIXED_IN` to the installed Keras version."""
     import keras
 
     for report in two_workers["reports"]:
         error = report["upstream_error"]
         assert error is not None, (
             f"keras-team/keras#20585 is fixed in Keras {keras.version()}: set "
-            "bert_keras.multi_worker_fit.KERAS_20585_FIXED_IN and drop the workaround"
+            "bert_keras.training.multi_worker_fit.KERAS_20585_FIXED_IN and drop the workaround"
         )
         assert "PerReplica" in error, error
 
@@ -212,9 +213,11 @@ def test_multi_worker_pretraining_resumes_after_a_worker_dies(tmp_path):
     from bert_keras import BertTokenizer
 
     tokenizer = BertTokenizer(str(require(VOCAB)))
-    files = [tmp_path / "shard-0.tfrecord", tmp_path / "shard-1.tfrecord"]
-    data.create_pretraining_data([require(SAMPLE)], files, tokenizer, max_seq_length=64,
-                                 max_predictions_per_seq=10, dupe_factor=3, progress=False)
+    # The sample twice, as two input shards: the same text with two seeds.
+    recipe = pretraining_shards.Recipe(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3)
+    pretraining_shards.create_pretraining_data([require(SAMPLE)] * 2, tmp_path / "shard", tokenizer, recipe,
+                                               num_shards=2, progress=False)
+    files = data.shard_names(tmp_path / "shard", 2)
     output = tmp_path / "run"
     temp_dirs = [tmp_path / "tmp0", tmp_path / "tmp1"]
     for folder in temp_dirs:
@@ -344,16 +347,17 @@ def fully_defined(spec):
 def test_training_datasets_have_fully_defined_shapes(tmp_path):
     """What a TPU needs: every batch of every training dataset has one static shape."""
     from bert_keras import BertEncoder, BertTokenizer
-    from bert_keras.classifier import BertClassifier
-    from bert_keras.task import preprocessor_for
-    from bert_keras.token_classifier import BertTokenClassifier
+    from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+    from bert_keras.tasks.classifier import BertClassifier
+    from bert_keras.tasks.task import preprocessor_for
+    from bert_keras.tasks.token_classifier import BertTokenClassifier
     from distribute_runs import tiny_config
-    from pipelines import squad
+    from bert_keras.tasks import squad
 
     tokenizer = BertTokenizer(str(require(VOCAB)))
     pretraining = [
         data.pretraining_dataset(synthetic_records(tmp_path), 4, SEQ_LENGTH, PREDICTIONS),
-        data.dynamic_masking_dataset([require(SAMPLE)], tokenizer, 4, 64, 10),
+        dynamic_masking_dataset([require(SAMPLE)], tokenizer, 4, 64, 10),
     ]
     for dataset in pretraining:
         assert fully_defined(dataset.element_spec), dataset.element_spec
@@ -395,8 +399,8 @@ def test_xla_train_steps_run_with_tokenization_in_tf_data(tmp_path):
     """jit_compile=True train steps (as on TPUs). Raw text is tokenized in tf.data: string
     ops have no XLA kernels (inside the step, TensorFlow 2.21 aborts the process)."""
     from bert_keras import BertEncoder
-    from bert_keras.classifier import BertClassifier
-    from bert_keras.task import preprocessor_for
+    from bert_keras.tasks.classifier import BertClassifier
+    from bert_keras.tasks.task import preprocessor_for
     from distribute_runs import tiny_config
 
     pretrainer = tiny_pretrainer(seed=0)
@@ -430,9 +434,9 @@ def mixed_precision():
 def test_mixed_bfloat16_pretraining(tmp_path, mixed_precision):
     import h5py
 
-    from bert_keras.preprocessor import BertPreprocessor
-    from bert_keras.serving_tasks import serving_functions
-    from bert_keras.tokenizer import BertTokenizer
+    from bert_keras.text.preprocessor import BertPreprocessor
+    from bert_keras.serving.serving_tasks import serving_signature
+    from bert_keras.text.tokenizer import BertTokenizer
 
     if not tf.config.list_physical_devices("GPU"):
         assert distribute.mixed_precision_policy() == "mixed_bfloat16"  # what --mixed-precision picks here
@@ -450,8 +454,9 @@ def test_mixed_bfloat16_pretraining(tmp_path, mixed_precision):
         stored.visititems(lambda name, item: dtypes.add(item.dtype) if isinstance(item, h5py.Dataset) else None)
     assert {np.dtype(d).name for d in dtypes} <= {"float32", "int64"} and np.dtype("float32") in dtypes
     preprocessor = BertPreprocessor(BertTokenizer(str(require(VOCAB))), seq_length=SEQ_LENGTH)
-    _, from_ids = serving_functions(model.encoder, preprocessor)
-    outputs = from_ids({name: batch[name] for name in ("input_word_ids", "input_mask", "input_type_ids")})
+    signature = serving_signature(model.encoder, preprocessor)
+    outputs = signature.from_ids({name: batch[name] for name in ("input_word_ids", "input_mask", "input_type_ids")},
+                                 signature.run)
     assert {tensor.dtype for tensor in tf.nest.flatten(outputs) if tensor.dtype.is_floating} == {tf.float32}
 
 

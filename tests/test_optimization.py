@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from bert_keras import BertConfig, BertEncoder
-from bert_keras.checkpoint import encoder_weight_map
-from bert_keras.optimization import LAMB, AdamWeightDecay, WarmupLinearDecay, create_optimizer
+from bert_keras.training.optimization import LAMB, AdamWeightDecay, WarmupLinearDecay, create_optimizer
 
 # optimization.py of google-research/bert: exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]
 ORIGINAL_NO_DECAY = re.compile("LayerNorm|layer_norm|bias")
@@ -145,7 +144,7 @@ def test_decay_exclusions_on_the_encoder_follow_the_original_names():
     """Our variable paths differ from the original names; the decisions must not."""
     encoder = BertEncoder(BertConfig.preset("tiny"))
     optimizer = AdamWeightDecay(weight_decay_rate=0.01)
-    for variable, names in encoder_weight_map(encoder):
+    for variable, names in encoder.original_weight_map():
         expected = not any(ORIGINAL_NO_DECAY.search(name) for name in names)
         assert optimizer.uses_weight_decay(variable) == expected, (variable.path, names)
 

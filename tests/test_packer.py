@@ -8,7 +8,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bert_keras.packer import BertPacker
+from bert_keras.text.packer import BertPacker
 
 CLS, SEP, PAD = 101, 102, 0
 

@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 from bert_keras import BertConfig, BertEncoder, BertTokenizer
-from bert_keras import pretraining_data as data
-from bert_keras.optimization import create_optimizer
-from bert_keras.pretrainer import BertPretrainer
+from bert_keras.data import pretraining_data as data
+from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+from bert_keras.data import pretraining_shards
+from bert_keras.training.optimization import create_optimizer
+from bert_keras.models.pretrainer import BertPretrainer
 
 from conftest import DATA, require
 
@@ -29,13 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_loss_decreases_on_sample_text(tmp_path):
     tokenizer = BertTokenizer(str(require(VOCAB)))
     records = tmp_path / "sample.tfrecord"
-    data.create_pretraining_data([require(SAMPLE)], [records], tokenizer, dupe_factor=5, progress=False)
+    pretraining_shards.create_pretraining_data([require(SAMPLE)], records, tokenizer,
+                                               pretraining_shards.Recipe(dupe_factor=5), progress=False)
     # A fixed evaluation set (static masks) measured before and after training.
     held = data.pretraining_dataset(str(records), 8, shuffle_buffer=0, repeat=False).take(4).cache()
     pretrainer = BertPretrainer(BertEncoder(BertConfig.preset("tiny")))
     pretrainer.compile(optimizer=create_optimizer(1e-3, 60, 6))
     before = pretrainer.evaluate(held, return_dict=True, verbose=0)
-    train = data.dynamic_masking_dataset([SAMPLE], tokenizer, batch_size=8, seed=1)
+    train = dynamic_masking_dataset([SAMPLE], tokenizer, batch_size=8, seed=1)
     pretrainer.fit(train, steps_per_epoch=60, epochs=1, verbose=0, shuffle=False)
     after = pretrainer.evaluate(held, return_dict=True, verbose=0)
     assert after["masked_lm_loss"] < before["masked_lm_loss"] - 2.0, (before, after)

@@ -5,9 +5,11 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertConfig, BertEncoder
+from bert_keras import checkpoint
 from bert_keras.checkpoint import read
-from bert_keras.optimization import create_optimizer
-from bert_keras.pretrainer import BertPretrainer, save_pretrainer
+from bert_keras.training.optimization import create_optimizer
+from bert_keras.models.pretrainer import BertPretrainer
+from bert_keras.models.saving import save_checkpoint
 
 from conftest import REFERENCE, require
 
@@ -113,7 +115,7 @@ def test_keras_round_trip(tmp_path, reference):
 def test_save_with_heads_reproduces_the_checkpoint(tmp_path, format):
     source = require(REFERENCE / "tiny_pretraining_tf1")
     pretrainer = BertPretrainer.from_checkpoint(source)
-    save_pretrainer(pretrainer, tmp_path / format, format)
+    save_checkpoint(pretrainer, tmp_path / format, format)
     original, _, _ = read(source)
     written, config, _ = read(tmp_path / format)
     assert sorted(written) == sorted(original)
@@ -123,11 +125,22 @@ def test_save_with_heads_reproduces_the_checkpoint(tmp_path, format):
 
 
 def test_checkpoint_without_heads_names_them(tmp_path):
-    from bert_keras.checkpoint import save_encoder
-
-    save_encoder(BertEncoder(BertConfig.preset("tiny")), tmp_path / "encoder", "hf")
+    save_checkpoint(BertEncoder(BertConfig.preset("tiny")), tmp_path / "encoder", "hf")
     with pytest.raises(ValueError, match="cls/predictions/output_bias"):
         BertPretrainer.from_checkpoint(tmp_path / "encoder")
+
+
+def test_new_heads_on_an_encoder_only_checkpoint(tmp_path, monkeypatch):
+    """`new_heads=True` reads the checkpoint once and keeps its encoder weights exactly."""
+    encoder = BertEncoder(BertConfig.preset("tiny"))
+    save_checkpoint(encoder, tmp_path / "encoder", "hf")
+    reads = []
+    monkeypatch.setattr(checkpoint, "read", lambda *args: reads.append(args) or read(*args))
+    with pytest.warns(UserWarning, match="no masked-LM/next-sentence heads"):
+        pretrainer = BertPretrainer.from_checkpoint(tmp_path / "encoder", new_heads=True)
+    assert len(reads) == 1
+    for ours, theirs in zip(pretrainer.encoder.weights, encoder.weights):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=ours.path)
 
 
 def test_inputs_without_positions_are_rejected(reference):

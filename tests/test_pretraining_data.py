@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertTokenizer
-from bert_keras import pretraining_data as data
+from bert_keras.data import pretraining_data as data
+from bert_keras.data import pretraining_shards as shards
 
 from conftest import DATA, require
 
@@ -242,16 +243,16 @@ def test_whole_word_masking_masks_every_piece(tokenizer):
 
 
 def test_tfrecords_round_trip_in_the_original_layout(tmp_path, tokenizer):
-    outputs = data.shard_names(tmp_path / "sample.tfrecord", 3)
-    count = data.create_pretraining_data(
-        [require(SAMPLE)], outputs, tokenizer, dupe_factor=2, random_seed=7, progress=False
+    output = str(tmp_path / "sample.tfrecord")
+    count = shards.create_pretraining_data(
+        [require(SAMPLE)], output, tokenizer, shards.Recipe(dupe_factor=2, random_seed=7), progress=False
     )
     documents = data.tokenize_documents(data.read_documents(SAMPLE), tokenizer)
     expected = data.InstanceMaker(tokenizer.vocabulary).instances(documents, 2, random.Random(7))
     assert count == len(expected)
-    records = [r for path in outputs for r in tf.data.TFRecordDataset(path).as_numpy_iterator()]
+    records = list(tf.data.TFRecordDataset(output).as_numpy_iterator())
     assert len(records) == count
-    # The first record of shard 0 is instance 0 (round-robin writing), in the original layout.
+    # One shard: the records are the instances in order, in the original layout.
     example = tf.train.Example.FromString(records[0]).features.feature
     assert set(example) == {
         "input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
@@ -266,7 +267,7 @@ def test_tfrecords_round_trip_in_the_original_layout(tmp_path, tokenizer):
     assert list(example["masked_lm_weights"].float_list.value) == [1.0] * p + [0.0] * (20 - p)
     assert list(example["next_sentence_labels"].int64_list.value) == [int(first.is_random_next)]
     # And our reader gives the model's feature dict back.
-    batch = next(iter(data.pretraining_dataset(outputs[0], 2, shuffle_buffer=0, repeat=False)))
+    batch = next(iter(data.pretraining_dataset(output, 2, shuffle_buffer=0, repeat=False)))
     assert batch["input_word_ids"].dtype == tf.int32 and batch["input_word_ids"].shape == (2, 128)
     np.testing.assert_array_equal(batch["input_word_ids"][0, :n], first.input_ids)
     np.testing.assert_array_equal(batch["input_type_ids"][0, :n], first.segment_ids)
@@ -300,29 +301,9 @@ def test_reads_records_written_as_the_original_writes_them(tmp_path):
 
 def test_a_wrong_length_is_a_clear_error(tmp_path, tokenizer):
     path = tmp_path / "x.tfrecord"
-    data.create_pretraining_data([require(SAMPLE)], [path], tokenizer, dupe_factor=1, progress=False)
+    shards.create_pretraining_data([require(SAMPLE)], path, tokenizer, shards.Recipe(dupe_factor=1), progress=False)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"Key: (input_ids|input_mask|segment_ids)\."):
         next(iter(data.pretraining_dataset(str(path), 1, max_seq_length=64, shuffle_buffer=0)))
-
-
-def test_dynamic_masking_is_new_each_epoch_and_reproducible(tokenizer):
-    def first_batches(skip=0):
-        dataset = data.dynamic_masking_dataset(
-            [require(SAMPLE)], tokenizer, batch_size=4, seed=3, skip_batches=skip
-        )
-        return [batch for batch in dataset.take(20).as_numpy_iterator()]
-
-    batches = first_batches()
-    assert batches[0]["input_word_ids"].shape == (4, 128) and batches[0]["masked_lm_ids"].shape == (4, 20)
-    again = first_batches(skip=5)
-    for a, b in zip(batches[5:], again):
-        for name in a:
-            np.testing.assert_array_equal(a[name], b[name])
-    # sample_text gives about 23 instances an epoch: batches 0 and 10 come from different epochs.
-    masks = {tuple(map(tuple, b["masked_lm_positions"])) for b in batches}
-    assert len(masks) == len(batches)
-    labels = np.concatenate([b["next_sentence_labels"] for b in batches])
-    assert 0.3 < labels.mean() < 0.7
 
 
 def test_sentence_splitter():

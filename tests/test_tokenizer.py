@@ -16,8 +16,8 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bert_keras.preprocessor import BertPreprocessor
-from bert_keras.tokenizer import BertTokenizer
+from bert_keras.text.preprocessor import BertPreprocessor
+from bert_keras.text.tokenizer import BertTokenizer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 VOCAB = SHARED / "data" / "vocab" / "vocab.txt"
@@ -296,7 +296,7 @@ def test_preprocessor_tf_hub_interface(uncased):
 
 
 def test_export_archive_serves_raw_strings_with_listed_ops_only(uncased, tmp_path):
-    from bert_keras.tokenizer import NON_CORE_OPS
+    from bert_keras.text.tokenizer import NON_CORE_OPS
 
     preprocessor = BertPreprocessor(uncased, seq_length=24)
     archive = keras.export.ExportArchive()

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from bert_keras.tokenizer import BertTokenizer, split_words
-from bert_keras.vocab import build_vocabulary, count_words, reserved_tokens
+from bert_keras.text.tokenizer import BertTokenizer, split_words
+from bert_keras.text.vocab import build_vocabulary, count_words, reserved_tokens
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SAMPLE_TEXT = SHARED / "data" / "pretraining" / "sample_text.txt"

@@ -3,9 +3,11 @@
 import keras
 import tensorflow as tf
 
+from bert_keras.checkpoint import set_original_weights
 from bert_keras.config import BertConfig
 from bert_keras.layers import BertEmbeddings, BertPooler, TransformerEncoderBlock
 from bert_keras.layers.transformer import attention_bias
+from bert_keras.models.saving import load_checkpoint
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 
@@ -147,11 +149,53 @@ class BertEncoder(keras.Model):
         return cls(**config)
 
     @classmethod
-    def from_checkpoint(cls, path, **kwargs):
-        """Loads an original TF1 checkpoint, a Hugging Face folder or a `.keras` file."""
-        from bert_keras import checkpoint
+    def from_checkpoint(cls, path, format=None, config=None):
+        """Loads an original TF1 checkpoint, a Hugging Face folder or a `.keras` file.
 
-        return checkpoint.load_encoder(path, **kwargs)
+        Pre-training heads (`cls/...`) in the checkpoint are ignored; `config` overrides
+        the config file found beside the weights (e.g. to change dropout)."""
+        return load_checkpoint(cls, path, format, config)
+
+    @classmethod
+    def from_original_weights(cls, weights, config, source="checkpoint"):
+        """An encoder with canonical `{original name: array}` weights (`checkpoint.read`)."""
+        encoder = cls(config)
+        set_original_weights(encoder.original_weight_map(), weights, ignore=r"^cls/", source=source)
+        return encoder
+
+    def original_weight_map(self):
+        """[(keras variable, [original names whose arrays concatenate along the last axis])]:
+        the fused `qkv_kernel` is query, key and value side by side."""
+        embeddings = self.embeddings
+        spec = [
+            (embeddings.word_embeddings, ["bert/embeddings/word_embeddings"]),
+            (embeddings.token_type_embeddings, ["bert/embeddings/token_type_embeddings"]),
+            (embeddings.position_embeddings, ["bert/embeddings/position_embeddings"]),
+            (embeddings.layer_norm.gamma, ["bert/embeddings/LayerNorm/gamma"]),
+            (embeddings.layer_norm.beta, ["bert/embeddings/LayerNorm/beta"]),
+        ]
+        for i, block in enumerate(self.transformer_blocks):
+            layer = f"bert/encoder/layer_{i}"
+            qkv = [f"{layer}/attention/self/{part}" for part in ("query", "key", "value")]
+            spec += [
+                (block.qkv_kernel, [f"{name}/kernel" for name in qkv]),
+                (block.qkv_bias, [f"{name}/bias" for name in qkv]),
+                (block.attention_output_kernel, [f"{layer}/attention/output/dense/kernel"]),
+                (block.attention_output_bias, [f"{layer}/attention/output/dense/bias"]),
+                (block.attention_layer_norm.gamma, [f"{layer}/attention/output/LayerNorm/gamma"]),
+                (block.attention_layer_norm.beta, [f"{layer}/attention/output/LayerNorm/beta"]),
+                (block.intermediate_kernel, [f"{layer}/intermediate/dense/kernel"]),
+                (block.intermediate_bias, [f"{layer}/intermediate/dense/bias"]),
+                (block.output_kernel, [f"{layer}/output/dense/kernel"]),
+                (block.output_bias, [f"{layer}/output/dense/bias"]),
+                (block.output_layer_norm.gamma, [f"{layer}/output/LayerNorm/gamma"]),
+                (block.output_layer_norm.beta, [f"{layer}/output/LayerNorm/beta"]),
+            ]
+        spec += [
+            (self.pooler.dense.kernel, ["bert/pooler/dense/kernel"]),
+            (self.pooler.dense.bias, ["bert/pooler/dense/bias"]),
+        ]
+        return spec
 
 
 def _compatible(a, b):

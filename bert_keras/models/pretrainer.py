@@ -1,117 +1,23 @@
 """BERT pre-training: the masked-LM and next-sentence heads on an encoder, trained by `fit`."""
 
+import warnings
+
 import keras
 import tensorflow as tf
 
-from bert_keras.encoder import INPUT_NAMES, BertEncoder
-from bert_keras.layers.transformer import ACTIVATIONS
+from bert_keras.checkpoint import set_original_weights
+from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
+from bert_keras.layers import BertMaskedLMHead, BertNextSentenceHead
+from bert_keras.models.saving import load_checkpoint
 
 LABEL_NAMES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
-
-
-@keras.saving.register_keras_serializable(package="bert_keras")
-class BertMaskedLMHead(keras.layers.Layer):
-    """Dense H + activation + LayerNorm, then logits against the (tied) word-embedding table.
-
-    Runs only on the masked positions' hidden states: [B, P, H] instead of [B, L, H]
-    through the vocab-sized projection, which dominates the cost of small models.
-    """
-
-    def __init__(
-        self,
-        vocab_size,
-        hidden_size,
-        hidden_act="gelu",
-        initializer_range=0.02,
-        layer_norm_eps=1e-12,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        if hidden_act not in ACTIVATIONS:
-            raise ValueError(f"hidden_act {hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.hidden_act = hidden_act
-        self.initializer_range = initializer_range
-        self.layer_norm_eps = layer_norm_eps
-        self.dense = keras.layers.Dense(
-            hidden_size,
-            activation=ACTIVATIONS[hidden_act],
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
-            dtype=self.dtype_policy,
-            name="dense",
-        )
-        self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_eps, dtype=self.dtype_policy, name="layer_norm"
-        )
-
-    def build(self, input_shape=None):
-        self.dense.build((None, self.hidden_size))
-        self.layer_norm.build((None, self.hidden_size))
-        self.output_bias = self.add_weight(
-            shape=(self.vocab_size,), initializer="zeros", name="output_bias"
-        )
-
-    def call(self, masked_hidden, word_embeddings):
-        """masked_hidden [B, P, H] (the encoder at the masked positions), word_embeddings [V, H]
-        -> [B, P, V]."""
-        # One [B*P, H] x [H, V] matmul: a batched [B, P, H] x [V, H] matmul would make the
-        # table's gradient per batch row ([B, V, H]) and then sum it.
-        rows = tf.reshape(masked_hidden, [-1, self.hidden_size])
-        rows = self.layer_norm(self.dense(rows))
-        table = tf.cast(word_embeddings, rows.dtype)
-        logits = tf.nn.bias_add(
-            tf.matmul(rows, table, transpose_b=True), tf.cast(self.output_bias, rows.dtype)
-        )
-        return tf.reshape(logits, tf.concat([tf.shape(masked_hidden)[:2], [self.vocab_size]], 0))
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "vocab_size": self.vocab_size,
-            "hidden_size": self.hidden_size,
-            "hidden_act": self.hidden_act,
-            "initializer_range": self.initializer_range,
-            "layer_norm_eps": self.layer_norm_eps,
-        }
-
-
-@keras.saving.register_keras_serializable(package="bert_keras")
-class BertNextSentenceHead(keras.layers.Layer):
-    """Two logits (0 = B follows A, 1 = B is random) from the pooled output.
-
-    The weight is [2, H] as in the original checkpoints, so it loads without transposing.
-    """
-
-    def __init__(self, hidden_size, initializer_range=0.02, **kwargs):
-        super().__init__(**kwargs)
-        self.hidden_size = hidden_size
-        self.initializer_range = initializer_range
-
-    def build(self, input_shape=None):
-        self.output_weights = self.add_weight(
-            shape=(2, self.hidden_size),
-            initializer=keras.initializers.TruncatedNormal(stddev=self.initializer_range),
-            name="output_weights",
-        )
-        self.output_bias = self.add_weight(shape=(2,), initializer="zeros", name="output_bias")
-
-    def call(self, pooled_output):
-        return tf.matmul(pooled_output, self.output_weights, transpose_b=True) + self.output_bias
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "hidden_size": self.hidden_size,
-            "initializer_range": self.initializer_range,
-        }
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
 class BertPretrainer(keras.Model):
     """A `BertEncoder` with the masked-LM and next-sentence-prediction heads.
 
-    Call on the feature dict of `bert_keras.pretraining_data` (`input_word_ids`,
+    Call on the feature dict of `bert_keras.data.pretraining_data` (`input_word_ids`,
     `input_mask`, `input_type_ids`, `masked_lm_positions` [B, P], and for training
     `masked_lm_ids`, `masked_lm_weights`, `next_sentence_labels`) -> `mlm_logits`
     [B, P, V] and `nsp_logits` [B, 2]. The labels travel inside the dict, so
@@ -228,52 +134,43 @@ class BertPretrainer(keras.Model):
         config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
         return cls(**config)
 
-    @classmethod
-    def from_checkpoint(cls, path, format=None, config=None):
-        """Loads encoder + heads from an original TF1 checkpoint, an HF BertForPreTraining
-        folder or a `.keras` file. A checkpoint without `cls/` heads is an error naming them."""
-        from bert_keras import checkpoint
+    @property
+    def vocab_path(self):
+        return self.encoder.vocab_path
 
-        format = format or checkpoint.detect_format(path)
-        if format == "keras":
-            model = keras.saving.load_model(path)
-            if not isinstance(model, cls):
-                raise ValueError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
-            return model
-        weights, found_config, vocab_path = checkpoint.read(path, format)
-        pretrainer = cls(BertEncoder(config or found_config))
-        checkpoint.set_original_weights(
-            pretrainer_weight_map(pretrainer), weights, source=f"{format} checkpoint {path}"
-        )
-        pretrainer.encoder.vocab_path = vocab_path
+    @vocab_path.setter
+    def vocab_path(self, path):
+        self.encoder.vocab_path = path
+
+    @classmethod
+    def from_checkpoint(cls, path, format=None, config=None, new_heads=False):
+        """Loads encoder + heads from an original TF1 checkpoint, an HF BertForPreTraining
+        folder or a `.keras` file. A checkpoint without `cls/` heads is an error naming
+        them, unless `new_heads` (see `from_original_weights`)."""
+        return load_checkpoint(cls, path, format, config, new_heads=new_heads)
+
+    @classmethod
+    def from_original_weights(cls, weights, config, source="checkpoint", new_heads=False):
+        """A pre-training model with canonical `{original name: array}` weights.
+
+        `new_heads=True` starts new MLM/NSP heads on the encoder when the weights have
+        none (an encoder-only release such as a sentence-embedding model)."""
+        if new_heads and not any(name.startswith("cls/") for name in weights):
+            warnings.warn(f"{source} has no masked-LM/next-sentence heads: starting new ones on its encoder")
+            return cls(BertEncoder.from_original_weights(weights, config, source))
+        pretrainer = cls(BertEncoder(config))
+        set_original_weights(pretrainer.original_weight_map(), weights, source=source)
         return pretrainer
 
-
-def pretrainer_weight_map(pretrainer):
-    """The encoder's weight map plus the original `cls/` names of the two heads."""
-    from bert_keras.checkpoint import encoder_weight_map
-
-    mlm, nsp = pretrainer.masked_lm_head, pretrainer.next_sentence_head
-    return encoder_weight_map(pretrainer.encoder) + [
-        (mlm.dense.kernel, ["cls/predictions/transform/dense/kernel"]),
-        (mlm.dense.bias, ["cls/predictions/transform/dense/bias"]),
-        (mlm.layer_norm.gamma, ["cls/predictions/transform/LayerNorm/gamma"]),
-        (mlm.layer_norm.beta, ["cls/predictions/transform/LayerNorm/beta"]),
-        (mlm.output_bias, ["cls/predictions/output_bias"]),
-        (nsp.output_weights, ["cls/seq_relationship/output_weights"]),
-        (nsp.output_bias, ["cls/seq_relationship/output_bias"]),
-    ]
-
-
-def save_pretrainer(pretrainer, path, format, vocab_path=None):
-    """Writes encoder + heads as `.keras`, an HF BertForPreTraining folder or a TF1 checkpoint."""
-    from bert_keras import checkpoint
-
-    vocab_path = vocab_path or getattr(pretrainer.encoder, "vocab_path", None)
-    if format == "keras":
-        pretrainer.save(path)
-        return
-    if format not in checkpoint.WRITERS:
-        raise ValueError(f"cannot write format {format!r}; use keras, hf or tf1")
-    weights = checkpoint.get_original_weights(pretrainer_weight_map(pretrainer))
-    checkpoint.WRITERS[format](weights, pretrainer.config, path, vocab_path)
+    def original_weight_map(self):
+        """The encoder's weight map plus the original `cls/` names of the two heads."""
+        mlm, nsp = self.masked_lm_head, self.next_sentence_head
+        return self.encoder.original_weight_map() + [
+            (mlm.dense.kernel, ["cls/predictions/transform/dense/kernel"]),
+            (mlm.dense.bias, ["cls/predictions/transform/dense/bias"]),
+            (mlm.layer_norm.gamma, ["cls/predictions/transform/LayerNorm/gamma"]),
+            (mlm.layer_norm.beta, ["cls/predictions/transform/LayerNorm/beta"]),
+            (mlm.output_bias, ["cls/predictions/output_bias"]),
+            (nsp.output_weights, ["cls/seq_relationship/output_weights"]),
+            (nsp.output_bias, ["cls/seq_relationship/output_bias"]),
+        ]

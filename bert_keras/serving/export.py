@@ -21,10 +21,10 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from bert_keras.encoder import INPUT_NAMES
-from bert_keras.preprocessor import BertPreprocessor
-from bert_keras.serving_tasks import serving_functions
-from bert_keras.tokenizer import BertTokenizer
+from bert_keras.models.dtype import with_dtype
+from bert_keras.text.preprocessor import BertPreprocessor
+from bert_keras.serving.serving_tasks import serving_signature, text_runner
+from bert_keras.text.tokenizer import BertTokenizer
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 LABELS_FILE = "labels.txt"
@@ -43,7 +43,7 @@ def export_for_serving(
     preprocessor,
     export_dir,
     version=1,
-    segments=("text",),
+    segments=None,
     labels=None,
     warmup_texts=DEFAULT_WARMUP_TEXTS,
     model_name="bert",
@@ -57,18 +57,19 @@ def export_for_serving(
     (its `seq_length=None` mode pads each request batch only to its longest text,
     the fastest choice for serving; the texts then also run in up to `micro_batches`
     length-sorted micro-batches, each padded only to its own longest text, see
-    `serving_tasks.length_sorted`). `segments` names the string inputs; `labels`
+    `serving_tasks.length_sorted`). `segments` names the string inputs (default: the
+    model's, e.g. `text`, or `question` and `context` for span models); `labels`
     (class names) adds a `labels` output to classifiers and is written to
     `assets.extra/labels.txt`. `warmup_texts` become PredictionLog warm-up requests
     (each segment gets the same texts). `top_k` is the fill-mask candidates per mask.
     `compute_dtype="bfloat16"` exports bfloat16 weights and matmuls (faster on CPUs with
     AVX512-BF16 or AMX); the residual stream, LayerNorm, softmax, embedding tables and
     outputs stay float32, which keeps pooled outputs within about 1e-2 of float32.
-    What each model type returns is defined in `bert_keras.serving_tasks`.
+    What the model answers is its `ServingSignature` (`serving_tasks.serving_signature`).
     """
     if not isinstance(preprocessor, BertPreprocessor):
         raise TypeError(f"preprocessor must be a BertPreprocessor, got {type(preprocessor).__name__}")
-    if not segments or len(set(segments)) != len(segments):
+    if segments is not None and (not segments or len(set(segments)) != len(segments)):
         raise ValueError(f"segments must be distinct input names, got {segments!r}")
     path = Path(export_dir) / str(int(version))
     if path.exists():
@@ -76,14 +77,17 @@ def export_for_serving(
     preprocessor = _bounded(preprocessor)
     if compute_dtype is not None:
         model = with_dtype(model, compute_dtype)
-    from_text, from_ids = serving_functions(model, preprocessor, labels, top_k, micro_batches)
+    signature = serving_signature(model, preprocessor, labels, top_k)
+    segments = tuple(segments or signature.segments)
+    run_text = text_runner(signature, micro_batches)
 
     def serve_text(*texts):
-        return from_text(list(texts))
+        return signature.from_text(list(texts), run_text)
 
     def serve_ids(input_word_ids, input_mask, input_type_ids):
-        return from_ids(
-            {"input_word_ids": input_word_ids, "input_mask": input_mask, "input_type_ids": input_type_ids}
+        return signature.from_ids(
+            {"input_word_ids": input_word_ids, "input_mask": input_mask, "input_type_ids": input_type_ids},
+            signature.run,
         )
 
     archive = keras.export.ExportArchive()
@@ -91,12 +95,12 @@ def export_for_serving(
     archive.add_endpoint(
         "serving_default",
         serve_text,
-        input_signature=[tf.TensorSpec([None], tf.string, name=name) for name in segments],
+        input_signature=signature.text_inputs(segments),
     )
     archive.add_endpoint(
         "serve_ids",
         serve_ids,
-        input_signature=[tf.TensorSpec([None, None], tf.int32, name=name) for name in INPUT_NAMES],
+        input_signature=signature.ids_inputs(),
     )
     archive.write_out(str(path), verbose=False)
     # The graph holds the vocabulary as constants; this copy is for people and tools.
@@ -108,27 +112,11 @@ def export_for_serving(
     if labels is not None:
         (extra / LABELS_FILE).write_text("".join(f"{label}\n" for label in labels), encoding="utf-8")
     if warmup_texts:
-        write_warmup_requests(extra / WARMUP_FILE, model_name, segments, warmup_texts)
+        batches = (list(warmup_texts), list(warmup_texts)[:1])
+        write_warmup_requests(
+            extra / WARMUP_FILE, model_name, [signature.warmup_inputs(segments, batch) for batch in batches]
+        )
     return path
-
-
-def with_dtype(model, dtype):
-    """A copy of `model` whose layers compute and store weights in `dtype`.
-
-    Heads that fix their own dtype (float32 logits) keep it; nested configs (the
-    encoder inside a task) are rewritten, since each carries its own policy.
-    """
-
-    def rewrite(config):
-        if isinstance(config, dict):
-            return {key: dtype if key == "dtype" else rewrite(value) for key, value in config.items()}
-        if isinstance(config, list):
-            return [rewrite(value) for value in config]
-        return config
-
-    clone = type(model).from_config(rewrite(model.get_config()))
-    clone.set_weights(model.get_weights())
-    return clone
 
 
 def _bounded(preprocessor):
@@ -143,17 +131,19 @@ def _bounded(preprocessor):
     return BertPreprocessor.from_config(preprocessor_config)
 
 
-def write_warmup_requests(path, model_name, segments, texts):
-    """TF Serving replays these PredictionLog records at load, before taking traffic."""
+def write_warmup_requests(path, model_name, requests):
+    """TF Serving replays these PredictionLog records at load, before taking traffic.
+
+    `requests`: the string inputs of each request, `{name: strings}`."""
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
     with tf.io.TFRecordWriter(str(path)) as writer:
-        for batch in (list(texts), list(texts)[:1]):
+        for inputs in requests:
             request = predict_pb2.PredictRequest(
                 model_spec=model_pb2.ModelSpec(name=model_name, signature_name="serving_default")
             )
-            for name in segments:
-                request.inputs[name].CopyFrom(tf.make_tensor_proto(batch, dtype=tf.string))
+            for name, strings in inputs.items():
+                request.inputs[name].CopyFrom(tf.make_tensor_proto(strings, dtype=tf.string))
             log = prediction_log_pb2.PredictionLog(
                 predict_log=prediction_log_pb2.PredictLog(request=request)
             )
@@ -239,50 +229,3 @@ def check_serving_ops(export_path, serving_release="2.12"):
 def _version(text):
     return tuple(int(part) for part in text.split("."))
 
-
-def export_hub_style(encoder, preprocessor, export_dir, seq_length=128, pack_lengths=(128, 256, 384, 512)):
-    """The TF Hub BERT pair: `export_dir/preprocess` and `export_dir/encoder` SavedModels.
-
-    `preprocess` has the TF Hub preprocess model's interface: `tokenize(strings)` ->
-    ragged `[batch, (words), (pieces)]`, `bert_pack_inputs(segments, seq_length)` for 1 or
-    2 segments and each of `pack_lengths`, and a default signature strings -> packed
-    inputs of `seq_length`. It holds no variables (the vocabulary is graph constants).
-    `encoder` (written with ExportArchive) maps the packed inputs to `pooled_output`,
-    `sequence_output` and `encoder_outputs_<i>` for each layer i (from 0).
-    Returns (preprocess path, encoder path).
-    """
-    export_dir = Path(export_dir)
-    strings = tf.TensorSpec([None], tf.string)
-    module = tf.Module()
-    module.tokenize = tf.function(preprocessor.tokenize, input_signature=[strings])
-    module.bert_pack_inputs = tf.function(preprocessor.bert_pack_inputs)
-    words = tf.RaggedTensorSpec([None, None, None], tf.int32, ragged_rank=2, row_splits_dtype=tf.int64)
-    for num_segments in (1, 2):
-        for length in pack_lengths:
-            module.bert_pack_inputs.get_concrete_function([words] * num_segments, length)
-    module.__call__ = tf.function(
-        lambda text: preprocessor.bert_pack_inputs([preprocessor.tokenize(text)], seq_length),
-        input_signature=[tf.TensorSpec([None], tf.string, name="text")],
-    )
-    preprocess_path = export_dir / "preprocess"
-    tf.saved_model.save(module, str(preprocess_path), signatures={"serving_default": module.__call__})
-
-    def encode(input_word_ids, input_mask, input_type_ids):
-        outputs = encoder(
-            {"input_word_ids": input_word_ids, "input_mask": input_mask, "input_type_ids": input_type_ids},
-            training=False,
-        )
-        flat = {name: tf.cast(outputs[name], tf.float32) for name in ("pooled_output", "sequence_output")}
-        for index, layer in enumerate(outputs["encoder_outputs"]):
-            flat[f"encoder_outputs_{index}"] = tf.cast(layer, tf.float32)
-        return flat
-
-    archive = keras.export.ExportArchive()  # no track(encoder): see export_for_serving
-    archive.add_endpoint(
-        "serving_default",
-        encode,
-        input_signature=[tf.TensorSpec([None, None], tf.int32, name=name) for name in INPUT_NAMES],
-    )
-    encoder_path = export_dir / "encoder"
-    archive.write_out(str(encoder_path), verbose=False)
-    return preprocess_path, encoder_path

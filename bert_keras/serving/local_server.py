@@ -1,86 +1,321 @@
 """A stand-in for `tensorflow_model_server` where it cannot run (no Docker, no binary).
 
-It serves the newest version under a model base directory with TF Serving's two APIs:
-gRPC `PredictionService.Predict` and REST `POST /v1/models/NAME[/versions/N]:predict`
-(row `instances` / columnar `inputs`) plus `GET /v1/models/NAME` status. Requests run
-through `SessionPredictor`, the TF1 session loader path TF Serving itself uses, so a
-client that works here speaks the real server's protocol. It is a development tool:
-one model, no batching, no version policy.
+It serves TF Serving's APIs as TF Serving 2.x answers them: gRPC `PredictionService`
+(Predict, GetModelMetadata; Classify/Regress answer as for a predict signature) and
+`ModelService.GetModelStatus`; REST `POST /v1/models/NAME[/versions/N|/labels/L]:predict`
+(row `instances` / columnar `inputs`, converted by the signature's dtypes, see
+`json_tensor`), `GET /v1/models/NAME[/versions/N|/labels/L][/metadata]`. Models come
+from a base directory (newest version) or a `--model_config_file` ModelServerConfig
+(version policy, labels). Status codes, HTTP codes and error texts follow TF Serving's
+sources (tensorflow_serving/model_servers/http_rest_api_handler.cc, http_server.cc,
+get_model_status_impl.cc, servables/tensorflow/get_model_metadata_impl.cc, predict_util.cc);
+every malformed request gets a JSON `{"error": ...}` reply. Requests run through
+`SessionPredictor`, the TF1 session loader path TF Serving itself uses. It is a
+development tool: no batching, no polling for new versions, no config reload.
 """
 
 import json
+import re
 import threading
+import urllib.parse
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import numpy as np
+from bert_keras.serving import json_tensor
+from bert_keras.serving.session import ServingError, SessionPredictor, decode_response, proto_json
 
-from bert_keras.serving import ServingError, SessionPredictor, decode_response, make_request
+# ToHTTPStatusCode in tensorflow_serving/model_servers/http_server.cc.
+HTTP_STATUS = {"OK": 200, "CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400, "DEADLINE_EXCEEDED": 504,
+               "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429,
+               "FAILED_PRECONDITION": 400, "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501,
+               "INTERNAL": 500, "UNAVAILABLE": 503, "DATA_LOSS": 500, "UNAUTHENTICATED": 401}
+# http_rest_api_util.cc: the REST paths (RE2 \d is ASCII, hence re.ASCII).
+_REST_PATH = re.compile(r"/v1/.*", re.IGNORECASE | re.ASCII)
+_PREDICTION_PATH = re.compile(
+    r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
+    re.IGNORECASE | re.ASCII)
+_STATUS_PATH = re.compile(
+    r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:/(metadata))?",
+    re.IGNORECASE | re.ASCII)
+_READ_CHUNK = 1 << 20
 
 
-def newest_version(model_base):
-    versions = [p for p in Path(model_base).iterdir() if p.is_dir() and p.name.isdigit()]
+def error(code, message):
+    return ServingError(f"{code}: {message}")
+
+
+def model_server_config(model_base=None, name="bert", config_file=None):
+    """The ModelServerConfig to serve: `config_file` (text format) or one model at `model_base`."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = model_server_config_pb2.ModelServerConfig()
+    if config_file is not None:
+        text_format.Parse(Path(config_file).read_text(), config)
+        if not config.HasField("model_config_list"):
+            raise ValueError(f"{config_file}: only model_config_list is supported")
+    else:
+        model = config.model_config_list.config.add(name=name, base_path=str(model_base))
+        model.model_platform = "tensorflow"
+    return config
+
+
+def versions_to_load(model_config):
+    """Version numbers under `base_path` that the model's version policy serves (default: the latest)."""
+    base = Path(model_config.base_path)
+    found = sorted(int(p.name) for p in base.iterdir() if p.is_dir() and p.name.isdigit()) if base.is_dir() else []
+    policy = model_config.model_version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        versions = found
+    elif choice == "specific":
+        versions = [v for v in found if v in set(policy.specific.versions)]
+    else:
+        versions = found[-(policy.latest.num_versions or 1):]
     if not versions:
-        raise FileNotFoundError(f"no numbered version directories under {model_base}")
-    return max(versions, key=lambda p: int(p.name))
+        raise FileNotFoundError(f"model {model_config.name!r}: no version directories under {base} "
+                                f"match its version policy ({choice or 'latest'})")
+    return versions
 
 
-def _jsonable(value):
-    if isinstance(value, np.ndarray):
-        if value.dtype == object:
-            return [_jsonable(v) for v in value] if value.ndim else _jsonable(value.item())
-        return value.tolist()
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, np.generic):  # a row's scalar, e.g. label_ids[i]
-        return value.item()
-    return value
+class ServedModel:
+    """One model's loaded versions and its version labels."""
+
+    def __init__(self, model_config):
+        if model_config.model_platform not in ("", "tensorflow"):
+            raise ValueError(f"model {model_config.name!r}: platform {model_config.model_platform!r} "
+                             "is not served (only 'tensorflow')")
+        self.name = model_config.name
+        base = Path(model_config.base_path)
+        self.versions = {v: SessionPredictor(base / str(v)) for v in versions_to_load(model_config)}
+        self.labels = dict(model_config.version_labels)
+        for label, version in self.labels.items():
+            if version not in self.versions:
+                self.close()
+                raise ValueError(f"FAILED_PRECONDITION: Request to assign label to version {version} of model "
+                                 f"{self.name}, which is not currently available for inference")
+
+    def close(self):
+        for predictor in self.versions.values():
+            predictor.close()
 
 
 class LocalModelServer:
-    """`LocalModelServer(base, name).start()` serves until `stop()`; ports 0 pick free ones."""
+    """`LocalModelServer(base, name).start()` serves until `stop()`; ports 0 pick free ones.
 
-    def __init__(self, model_base, name="bert", host="127.0.0.1", grpc_port=8500, rest_port=8501):
-        self.name = name
-        self.version_path = newest_version(model_base)
-        self.version = int(self.version_path.name)
-        self.predictor = SessionPredictor(self.version_path)
+    `model_config_file` (a ModelServerConfig in text format, as tensorflow_model_server's
+    --model_config_file) serves several models, versions and labels instead of `model_base`.
+    """
+
+    def __init__(self, model_base=None, name="bert", host="127.0.0.1", grpc_port=8500, rest_port=8501,
+                 model_config_file=None):
+        config = model_server_config(model_base, name, model_config_file)
+        self.models = {}
+        try:
+            for model_config in config.model_config_list.config:
+                self.models[model_config.name] = ServedModel(model_config)
+        except Exception:
+            self.close_models()
+            raise
         self.lock = threading.Lock()  # one session.run at a time, like a single batch thread
         self.host, self.grpc_port, self.rest_port = host, grpc_port, rest_port
         self._grpc = self._http = None
 
+    def close_models(self):
+        for model in self.models.values():
+            model.close()
+
+    # --- the APIs on protos, as ServerCore and the *_impl.cc files answer them ---
+
+    def resolve(self, model_spec):
+        """ModelSpec -> (ServedModel, version), as ServerCore::GetServableHandle resolves it."""
+        model = self.models.get(model_spec.name)
+        choice = model_spec.WhichOneof("version_choice")
+        if choice == "version_label":
+            if model is None or model_spec.version_label not in model.labels:
+                raise error("INVALID_ARGUMENT", f"Unrecognized servable version label: {model_spec.version_label}")
+            version = model.labels[model_spec.version_label]
+        elif choice == "version":
+            version = model_spec.version.value
+        else:
+            version = max(model.versions) if model else None
+        if model is None or version not in model.versions:
+            wanted = f"Latest({model_spec.name})" if choice is None else f"Specific({model_spec.name}, {version})"
+            raise error("NOT_FOUND", f"Servable not found for request: {wanted}")
+        return model, version
+
     def predict(self, request):
-        if request.model_spec.name != self.name:
-            raise ServingError(f"NOT_FOUND: Servable not found for request: Latest({request.model_spec.name})")
-        if request.model_spec.HasField("version") and request.model_spec.version.value != self.version:
-            raise ServingError(f"NOT_FOUND: Servable not found for request: "
-                               f"Specific({self.name}, {request.model_spec.version.value})")
+        model, version = self.resolve(request.model_spec)
         with self.lock:
-            response = self.predictor.predict(request)
-        response.model_spec.version.value = self.version
+            response = model.versions[version].predict(request)
+        signature = response.model_spec.signature_name
+        response.model_spec.Clear()
+        response.model_spec.name, response.model_spec.signature_name = model.name, signature
+        response.model_spec.version.value = version
         return response
+
+    def metadata(self, request):
+        """GetModelMetadataRequest -> GetModelMetadataResponse (signature_def only, as TF Serving)."""
+        from tensorflow_serving.apis import get_model_metadata_pb2
+
+        if not request.HasField("model_spec"):
+            raise error("INVALID_ARGUMENT", "Missing ModelSpec")
+        if not request.metadata_field:
+            raise error("INVALID_ARGUMENT", "GetModelMetadataRequest must specify at least one metadata_field")
+        for field in request.metadata_field:
+            if field != "signature_def":
+                raise error("INVALID_ARGUMENT", f"Metadata field {field} is not supported")
+        model, version = self.resolve(request.model_spec)
+        signatures = get_model_metadata_pb2.SignatureDefMap()
+        for name, signature in model.versions[version].meta_graph.signature_def.items():
+            signatures.signature_def[name].CopyFrom(signature)
+        response = get_model_metadata_pb2.GetModelMetadataResponse()
+        response.model_spec.name = model.name
+        response.model_spec.version.value = version
+        response.metadata["signature_def"].Pack(signatures)
+        return response
+
+    def status(self, request):
+        """GetModelStatusRequest -> GetModelStatusResponse; a version label is not resolved, as in TF Serving."""
+        from tensorflow_serving.apis import get_model_status_pb2
+
+        if not request.HasField("model_spec"):
+            raise error("INVALID_ARGUMENT", "Missing ModelSpec")
+        name = request.model_spec.name
+        model = self.models.get(name)
+        if request.model_spec.HasField("version"):
+            version = request.model_spec.version.value
+            if model is None or version not in model.versions:
+                raise error("NOT_FOUND", f"Could not find version {version} of model {name}")
+            versions = [version]
+        else:
+            if model is None:
+                raise error("NOT_FOUND", f"Could not find any versions of model {name}")
+            versions = sorted(model.versions, reverse=True)  # ServableStateMonitor::VersionMap: newest first
+        response = get_model_status_pb2.GetModelStatusResponse()
+        for version in versions:
+            response.model_version_status.add(version=version, state=get_model_status_pb2.ModelVersionStatus.AVAILABLE)
+            response.model_version_status[-1].status.SetInParent()  # error_code OK, always set by TF Serving
+        return response
+
+    def classify_or_regress(self, request, method):
+        """Classify/Regress need a tf.Example signature of that method; exports have predict signatures."""
+        model, version = self.resolve(request.model_spec)
+        name = request.model_spec.signature_name or "serving_default"
+        signature = model.versions[version].meta_graph.signature_def.get(name)
+        if signature is None:
+            raise error("INVALID_ARGUMENT", f"No signature was found with the name: {name}")
+        kind = {"classify": "classification", "regress": "regression"}[method]
+        raise error("INVALID_ARGUMENT", f"Expected {kind} signature method_name to be tensorflow/serving/{method}. "
+                                        f"Was: {signature.method_name}")
+
+    # --- REST ---
+
+    def rest(self, method, path, body):
+        """One REST request -> (HTTP status, JSON reply bytes); never raises."""
+        path = path.split("?", 1)[0].split("#", 1)[0]  # evhttp's uri_path
+        shown = path.encode("latin-1", "replace").decode("utf-8", "surrogateescape")
+        if not _REST_PATH.fullmatch(path):
+            return 404, json_tensor.encode(json.dumps({"error": f"Not found: {shown}"}, ensure_ascii=False))
+        try:
+            return 200, json_tensor.encode(self._rest_reply(method, path, shown, body))
+        except RecursionError:
+            status = error("INVALID_ARGUMENT", "JSON Value nested too deeply")
+        except ServingError as caught:
+            status = caught
+        except Exception as caught:  # a bug here must still answer, as TF Serving's INTERNAL would
+            status = error("INTERNAL", f"{type(caught).__name__}: {caught}")
+        return HTTP_STATUS[status.code], json_tensor.encode(json.dumps({"error": status.message}, ensure_ascii=False))
+
+    def _rest_reply(self, method, path, shown, body):
+        from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2, predict_pb2
+
+        match = (_PREDICTION_PATH if method == "POST" else _STATUS_PATH if method == "GET" else None)
+        match = match and match.fullmatch(path)
+        if not match:
+            raise error("INVALID_ARGUMENT", f"Malformed request: {method} {shown}")
+        name, version, label, action = match.groups()
+        spec = model_pb2.ModelSpec(name="" if name is None else _unquote(name))
+        if version is not None:
+            if int(version) >= 2**63:
+                raise error("INVALID_ARGUMENT", f"Failed to convert version: {version} to numeric.")
+            spec.version.value = int(version)
+        if label is not None:
+            spec.version_label = _unquote(label)
+        if method == "POST":
+            if action == "predict":
+                return self._rest_predict(spec, body)
+            if action in ("classify", "regress"):
+                request = predict_pb2.PredictRequest(model_spec=spec)
+                request.model_spec.signature_name = json_tensor.signature_name(json_tensor.parse_json(body))
+                self.classify_or_regress(request, action)
+        elif not spec.name:
+            raise error("INVALID_ARGUMENT", "Missing model name in request.")
+        elif action == "metadata":
+            response = self.metadata(get_model_metadata_pb2.GetModelMetadataRequest(
+                model_spec=spec, metadata_field=["signature_def"]))
+            signatures = get_model_metadata_pb2.SignatureDefMap()
+            response.metadata["signature_def"].Unpack(signatures)
+            return json.dumps({"model_spec": proto_json(response.model_spec),
+                               "metadata": {"signature_def": proto_json(signatures)}}, indent=1)
+        else:  # any other subresource spelling, e.g. METADATA, asks for the status, as in TF Serving
+            return json.dumps(proto_json(self.status(get_model_status_pb2.GetModelStatusRequest(model_spec=spec))),
+                              indent=1)
+        raise error("INVALID_ARGUMENT", f"Malformed request: {method} {shown}")
+
+    def _rest_predict(self, spec, body):
+        from tensorflow_serving.apis import predict_pb2
+
+        request = predict_pb2.PredictRequest(model_spec=spec)
+        doc = json_tensor.parse_json(body)
+
+        def signature_inputs(name):
+            model, version = self.resolve(request.model_spec)
+            name = name or "serving_default"
+            signature = model.versions[version].meta_graph.signature_def.get(name)
+            if signature is None:
+                raise error("INVALID_ARGUMENT", f'Serving signature name: "{name}" not found in signature def')
+            return signature.inputs
+
+        format = json_tensor.fill_predict_request(doc, signature_inputs, request)
+        return json_tensor.json_from_tensors(decode_response(self.predict(request)), format)
+
+    # --- serving ---
 
     def start(self):
         import grpc
-        from tensorflow_serving.apis import prediction_service_pb2_grpc
+        from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
 
         server = self
 
-        class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-            def Predict(self, request, context):
+        def answer(function):
+            """A gRPC method from a proto -> proto function: ServingErrors keep their code."""
+            def method(self, request, context):
                 try:
-                    return server.predict(request)
-                except ServingError as error:
-                    code = grpc.StatusCode.NOT_FOUND if str(error).startswith("NOT_FOUND") \
-                        else grpc.StatusCode.INVALID_ARGUMENT
-                    context.abort(code, str(error))
+                    return function(request)
+                except ServingError as caught:
+                    context.abort(grpc.StatusCode[caught.code], caught.message)
+                except Exception as caught:  # noqa: BLE001  (answer INTERNAL rather than drop the call)
+                    context.abort(grpc.StatusCode.INTERNAL, f"{type(caught).__name__}: {caught}")
+            return method
+
+        class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
+            Predict = answer(server.predict)
+            GetModelMetadata = answer(server.metadata)
+            Classify = answer(lambda request: server.classify_or_regress(request, "classify"))
+            Regress = answer(lambda request: server.classify_or_regress(request, "regress"))
+
+        class ModelService(model_service_pb2_grpc.ModelServiceServicer):
+            GetModelStatus = answer(server.status)
 
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(), self._grpc)
+        model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(), self._grpc)
         self.grpc_port = self._grpc.add_insecure_port(f"{self.host}:{self.grpc_port}")
         self._grpc.start()
         self._http = ThreadingHTTPServer((self.host, self.rest_port), self._rest_handler())
+        self._http.daemon_threads = True
         self.rest_port = self._http.server_address[1]
         threading.Thread(target=self._http.serve_forever, daemon=True).start()
         return self
@@ -91,70 +326,80 @@ class LocalModelServer:
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
-        self.predictor.close()
-
-    def rest_predict(self, path, body):
-        """The REST predict API: (status, JSON-able reply)."""
-        prefix = f"/v1/models/{self.name}"
-        if not path.startswith(prefix) or not path.endswith(":predict"):
-            return 404, {"error": f"Servable not found for request path {path}"}
-        version = path[len(prefix):-len(":predict")]
-        try:
-            body = json.loads(body)
-        except json.JSONDecodeError as error:
-            return 400, {"error": f"JSON Parse error: {error}"}
-        signature = body.get("signature_name", "serving_default")
-        if ("instances" in body) == ("inputs" in body):
-            return 400, {"error": "JSON Value must have exactly one of 'instances' (row format) "
-                                  "or 'inputs' (columnar format)"}
-        if "instances" in body:
-            rows = body["instances"]
-            if not isinstance(rows, list) or not rows:
-                return 400, {"error": "'instances' must be a non-empty list"}
-            if all(isinstance(row, dict) for row in rows):
-                names = sorted(rows[0])
-                inputs = {name: [row.get(name) for row in rows] for name in names}
-            else:
-                inputs = {"text": rows}
-        else:
-            inputs = body["inputs"] if isinstance(body["inputs"], dict) else {"text": body["inputs"]}
-        request = make_request(self.name, signature, inputs)
-        if version.startswith("/versions/"):
-            request.model_spec.version.value = int(version[len("/versions/"):])
-        try:
-            outputs = decode_response(self.predict(request))
-        except (ServingError, ValueError, TypeError) as error:
-            return (404 if str(error).startswith("NOT_FOUND") else 400), {"error": str(error)}
-        if "instances" in body:
-            count = len(body["instances"])
-            return 200, {"predictions": [{k: _jsonable(v[i]) for k, v in outputs.items()} for i in range(count)]}
-        return 200, {"outputs": {k: _jsonable(v) for k, v in outputs.items()}}
+        self.close_models()
 
     def _rest_handler(self):
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def _reply(self, status, payload):
-                data = json.dumps(payload).encode("utf-8")
+            protocol_version = "HTTP/1.1"  # keep-alive, as TF Serving's evhttp server
+            default_request_version = "HTTP/1.0"  # replies to unparsable request lines get a status line
+            timeout = 60  # a client that stops sending mid-request is dropped after this
+
+            def _reply(self, status, data, body=True):
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                if self.close_connection:
+                    self.send_header("Connection", "close")
                 self.end_headers()
-                self.wfile.write(data)
+                if body:
+                    self.wfile.write(data)
 
-            def do_GET(self):
-                if self.path.rstrip("/") == f"/v1/models/{server.name}":
-                    status = {"version": str(server.version), "state": "AVAILABLE",
-                              "status": {"error_code": "OK", "error_message": ""}}
-                    self._reply(200, {"model_version_status": [status]})
-                else:
-                    self._reply(404, {"error": f"Could not find any versions of model at {self.path}"})
+            def send_error(self, code, message=None, explain=None):
+                """http.server's own refusals (bad request line, headers, method) as JSON too."""
+                self.close_connection = True
+                text = message or self.responses.get(code, ("",))[0]
+                self._reply(code, json.dumps({"error": text}).encode("utf-8"), body=self.command != "HEAD")
 
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                self._reply(*server.rest_predict(self.path, body))
+            def _read_body(self):
+                if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                    chunks = []
+                    while True:
+                        size = int(self.rfile.readline(1024).split(b";")[0].strip() or b"x", 16)
+                        if size == 0:
+                            while self.rfile.readline(1024).strip():  # trailers
+                                pass
+                            return b"".join(chunks)
+                        chunks.append(self._read_exactly(size))
+                        self.rfile.readline(1024)
+                length = self.headers.get("Content-Length")
+                if length is None:
+                    return b""
+                if not length.strip().isdigit():
+                    raise ValueError(f"invalid Content-Length: {length!r}")
+                return self._read_exactly(int(length))
+
+            def _read_exactly(self, size):
+                chunks = []
+                while size > 0:
+                    chunk = self.rfile.read(min(size, _READ_CHUNK))
+                    if not chunk:
+                        raise ValueError("the request body ended before its Content-Length")
+                    chunks.append(chunk)
+                    size -= len(chunk)
+                return b"".join(chunks)
+
+            def _handle(self, body=True):
+                try:
+                    data = self._read_body()
+                except ValueError as caught:
+                    self.close_connection = True
+                    return self._reply(400, json.dumps({"error": f"Bad request body: {caught}"}).encode(), body)
+                self._reply(*server.rest(self.command, self.path, data), body=body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _handle
+
+            def do_HEAD(self):
+                self._handle(body=False)
 
             def log_message(self, *args):
                 pass
 
         return Handler
+
+
+def _unquote(text):
+    """Percent-decoded path segment (curl_easy_unescape) as a proto string."""
+    raw = urllib.parse.unquote_to_bytes(text.encode("latin-1", "replace"))
+    return json_tensor.proto_text(raw.decode("utf-8", "surrogateescape"))

@@ -1,87 +1,47 @@
-"""What each model answers to a serving request, as graph functions.
+"""How an export runs a model's `ServingSignature`, and the signatures of the two
+models that are not tasks.
 
-For every model type, `serving_functions` gives two functions that run inside the
-exported graph: `from_text(texts)` (a list of `[batch]` tf.string segment tensors) and
-`from_ids(packed)` (the packed int32 dict). Both return a dict of named outputs, all
-floats as float32. Span answers and word tags are mapped back to the request text
-through the tokenizer's byte offsets, so clients get text, not token ids.
+Every task head says what it answers (`BertTask.serving_signature`, in
+`bert_keras.tasks`); `serving_signature` here adds a small registry for the encoder
+(pooled and sequence outputs) and the pre-training model (fill-mask), which keeps
+serving code out of the model modules. Span answers and word tags are mapped back to
+the request text through the tokenizer's byte offsets, so clients get text, not ids.
 
-With a dynamic-length preprocessor (`seq_length=None`), `from_text` runs the model on
+With a dynamic-length preprocessor (`seq_length=None`), `text_runner` runs the model on
 length-sorted micro-batches (`length_sorted`): a request's texts differ in length, and
 padding them all to the longest wastes most of the work on the short ones.
 """
 
-import functools
-
 import tensorflow as tf
 
-from bert_keras.encoder import INPUT_NAMES, BertEncoder
+from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
+from bert_keras.models.pretrainer import BertPretrainer
+from bert_keras.tasks.task import ServingSignature, as_float32, check_no_labels
 
-MAX_ANSWER_TOKENS = 30  # the original run_squad's max_answer_length
-NEG_INF = -1e9
 MIN_MICRO_BATCH = 8  # rows; smaller matmuls lose more speed than padding costs
 
 
-def _float32(tensor):
-    return tf.cast(tensor, tf.float32) if tensor.dtype.is_floating else tensor
+def serving_signature(model, preprocessor, labels=None, top_k=5):
+    """The `ServingSignature` of a task head, encoder or pre-training model.
+
+    `labels` name a classifier's classes or a tagger's tags; `top_k` is the fill-mask
+    candidates per mask (pre-training model only)."""
+    if type(model) in MODEL_SIGNATURES:
+        check_no_labels(model, labels)
+        return MODEL_SIGNATURES[type(model)](model, preprocessor, top_k)
+    if not hasattr(model, "serving_signature"):
+        raise TypeError(f"no serving outputs defined for {type(model).__name__}")
+    return model.serving_signature(preprocessor, labels=labels)
 
 
-def serving_functions(model, preprocessor, labels=None, top_k=5, micro_batches=4):
-    """(from_text, from_ids) for a `BertEncoder`, classifier, token classifier, span
-    labeler or pre-training model.
-
-    `micro_batches`: how many length-sorted micro-batches `from_text` splits a large
-    request into when the preprocessor pads dynamically (1: one padded batch).
-    `from_ids` always runs the packed inputs as given.
-    """
-    from bert_keras.classifier import BertClassifier
-    from bert_keras.pretrainer import BertPretrainer
-    from bert_keras.span_labeler import BertSpanLabeler
-    from bert_keras.token_classifier import BertTokenClassifier
-
+def text_runner(signature, micro_batches=4):
+    """The `run` for `signature.from_text`: with a dynamic-length preprocessor, the
+    model on up to `micro_batches` length-sorted micro-batches (1: one padded batch)."""
     if micro_batches < 1:
         raise ValueError(f"micro_batches must be at least 1, got {micro_batches}")
-    run = lambda packed: model(packed, training=False)  # noqa: E731
-    run_text = run
-    if preprocessor.packer.seq_length is None and micro_batches > 1:
-        per_token = (
-            (BertEncoder, ("sequence_output", "encoder_outputs")),
-            (BertTokenClassifier, None),  # its output is one per-token tensor
-            (BertSpanLabeler, ("start_logits", "end_logits")),
-        )
-        token_outputs = next((keys for kind, keys in per_token if isinstance(model, kind)), ())
-        run_text = lambda packed: length_sorted(run, packed, token_outputs, micro_batches)  # noqa: E731
-
-    label_table = None if labels is None else tf.constant(list(labels))
-    if isinstance(model, BertEncoder):
-        outputs = encoder_outputs
-    elif isinstance(model, BertClassifier):
-        if labels is not None and model.num_classes != 1 and len(labels) != model.num_classes:
-            raise ValueError(f"{len(labels)} labels for a classifier of {model.num_classes} classes")
-        outputs = functools.partial(classifier_outputs, num_classes=model.num_classes, label_table=label_table)
-    elif isinstance(model, BertTokenClassifier):
-        if labels is not None and len(labels) != model.num_classes:
-            raise ValueError(f"{len(labels)} labels for a tagger of {model.num_classes} tags")
-        return (
-            lambda texts: tagger_outputs(run_text, preprocessor, texts, label_table),
-            lambda packed: {"logits": _float32(run(packed))},
-        )
-    elif isinstance(model, BertSpanLabeler):
-        return (
-            lambda texts: span_outputs(run_text, preprocessor, texts),
-            lambda packed: {k: _float32(v) for k, v in run(packed).items()},
-        )
-    elif isinstance(model, BertPretrainer):
-        return (
-            lambda texts: fill_mask_outputs(run_text, preprocessor, texts, top_k),
-            lambda packed: fill_mask_from_packed(run, preprocessor.tokenizer, packed, top_k),
-        )
-    else:
-        raise TypeError(f"no serving outputs defined for {type(model).__name__}")
-    return (
-        lambda texts: outputs(run_text, preprocessor(list(texts))),
-        lambda packed: outputs(run, packed),
-    )
+    if signature.preprocessor.packer.seq_length is None and micro_batches > 1 and signature.micro_batching:
+        return lambda packed: length_sorted(signature.run, packed, signature.token_outputs, micro_batches)
+    return signature.run
 
 
 def length_sorted(run, packed, token_outputs, micro_batches):
@@ -144,123 +104,42 @@ def _pad_tokens(tensor, length):
     return tf.pad(tensor, padding)
 
 
+class EncoderSignature(ServingSignature):
+    """`pooled_output`, `sequence_output` and `input_mask`."""
+
+    token_outputs = ("sequence_output", "encoder_outputs")
+
+    def __init__(self, model, preprocessor, top_k=None):
+        super().__init__(model, preprocessor)
+
+    def from_ids(self, packed, run):
+        return encoder_outputs(run, packed)
+
+
+class FillMaskSignature(ServingSignature):
+    """Top-k fillers of each `[MASK]`: `mask_positions`, `top_ids`, `top_tokens`,
+    `top_probabilities` (-1, "" and 0 where a row has fewer masks)."""
+
+    def __init__(self, model, preprocessor, top_k=5):
+        super().__init__(model, preprocessor)
+        self.top_k = top_k
+
+    def from_text(self, texts, run):
+        return fill_mask_outputs(run, self.preprocessor, texts, self.top_k)
+
+    def from_ids(self, packed, run):
+        return fill_mask_from_packed(run, self.preprocessor.tokenizer, packed, self.top_k)
+
+
+MODEL_SIGNATURES = {BertEncoder: EncoderSignature, BertPretrainer: FillMaskSignature}
+
+
 def encoder_outputs(run, packed):
     outputs = run(packed)
     return {
-        "pooled_output": _float32(outputs["pooled_output"]),
-        "sequence_output": _float32(outputs["sequence_output"]),
+        "pooled_output": as_float32(outputs["pooled_output"]),
+        "sequence_output": as_float32(outputs["sequence_output"]),
         "input_mask": packed["input_mask"],
-    }
-
-
-def classifier_outputs(run, packed, num_classes, label_table):
-    logits = _float32(run(packed))
-    if num_classes == 1:
-        return {"score": logits[:, 0]}
-    label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
-    outputs = {"logits": logits, "probabilities": tf.nn.softmax(logits), "label_ids": label_ids}
-    if label_table is not None:
-        outputs["labels"] = tf.gather(label_table, label_ids)
-    return outputs
-
-
-def tagger_outputs(run, preprocessor, texts, label_table):
-    """One tag per word of the text: the prediction at each word's first piece.
-
-    Words are the original tokenizer's (whitespace and punctuation split). Outputs are
-    padded to the batch's most words: `words` (text, "" as padding), `tag_ids` (-1 as
-    padding), `tags` (with labels), `tag_probabilities` and `num_words`.
-    """
-    (text,) = texts
-    tokenizer = preprocessor.tokenizer
-    ids, starts, ends = tokenizer.tokenize_with_offsets(text)
-    packed = preprocessor.packer([ids])
-    logits = _float32(run(packed))
-    kept_pieces = tf.reduce_sum(packed["input_mask"], axis=1) - 2
-    word_first = _word_edge(tokenizer.words_from_pieces(ids, tf.ragged.range(ids.row_lengths())), first=True)
-    word_start = _word_edge(tokenizer.words_from_pieces(ids, starts), first=True)
-    word_end = _word_edge(tokenizer.words_from_pieces(ids, ends), first=False)
-    in_window = word_first < tf.cast(kept_pieces, word_first.dtype)[:, None]
-    word_first = tf.ragged.boolean_mask(word_first, in_window)
-    word_start = tf.ragged.boolean_mask(word_start, in_window)
-    word_end = tf.ragged.boolean_mask(word_end, in_window)
-    rows = tf.cast(word_first.value_rowids(), tf.int32)
-    positions = tf.stack([rows, tf.cast(word_first.flat_values, tf.int32) + 1], axis=1)
-    word_probs = tf.nn.softmax(tf.gather_nd(logits, positions))
-    tag_ids = word_first.with_flat_values(tf.argmax(word_probs, axis=-1, output_type=tf.int32))
-    words = word_first.with_flat_values(
-        tf.strings.substr(
-            tf.gather(text, rows), word_start.flat_values, word_end.flat_values - word_start.flat_values,
-            unit="BYTE",
-        )
-    )
-    outputs = {
-        "words": words.to_tensor(default_value=""),
-        "tag_ids": tag_ids.to_tensor(default_value=-1),
-        "tag_probabilities": word_first.with_flat_values(tf.reduce_max(word_probs, axis=-1)).to_tensor(),
-        "num_words": tf.cast(word_first.row_lengths(), tf.int32),
-    }
-    if label_table is not None:
-        outputs["tags"] = tag_ids.with_flat_values(tf.gather(label_table, tag_ids.flat_values)).to_tensor(
-            default_value=""
-        )
-    return outputs
-
-
-def _word_edge(words, first):
-    """[B, (words), (pieces)] -> [B, (words)]: each word's first or last piece value."""
-    pieces = words.values
-    index = pieces.row_starts() if first else pieces.row_limits() - 1
-    return words.with_values(tf.gather(pieces.flat_values, index))
-
-
-def span_outputs(run, preprocessor, texts):
-    """The best answer span in the context: text, byte offsets, score, and the [CLS]
-    no-answer score (answer when `score` beats it by your SQuAD v2.0 threshold).
-
-    The span maximises start + end logits over context tokens with end >= start and at
-    most 30 tokens, as the original's decoding within one window.
-    """
-    question, context = texts
-    tokenizer = preprocessor.tokenizer
-    question_ids = tokenizer(question)
-    context_ids, starts, ends = tokenizer.tokenize_with_offsets(context)
-    packed = preprocessor.packer([question_ids, context_ids])
-    logits = run(packed)
-    start_logits, end_logits = _float32(logits["start_logits"]), _float32(logits["end_logits"])
-    length = tf.shape(start_logits)[1]
-    is_context = tf.logical_and(packed["input_type_ids"] == 1, packed["input_mask"] == 1)
-    # The last context position is the final [SEP]: not part of any answer.
-    total = tf.reduce_sum(packed["input_mask"], axis=1)
-    is_context &= tf.range(length)[None, :] < (total - 1)[:, None]
-    start_scores = tf.where(is_context, start_logits, NEG_INF)
-    end_scores = tf.where(is_context, end_logits, NEG_INF)
-    pair_scores = start_scores[:, :, None] + end_scores[:, None, :]
-    offsets = tf.range(length)[None, :] - tf.range(length)[:, None]  # end - start
-    allowed = (offsets >= 0) & (offsets < MAX_ANSWER_TOKENS)
-    pair_scores = tf.where(allowed[None], pair_scores, 2 * NEG_INF)
-    best = tf.argmax(tf.reshape(pair_scores, [tf.shape(pair_scores)[0], -1]), axis=1, output_type=tf.int32)
-    start, end = best // length, best % length
-    score = tf.reduce_max(tf.reshape(pair_scores, [tf.shape(pair_scores)[0], -1]), axis=1)
-    # Packed position -> context piece: after [CLS], the kept question and its [SEP].
-    context_first = tf.argmax(tf.cast(is_context, tf.int32), axis=1, output_type=tf.int32)
-    has_context = tf.reduce_any(is_context, axis=1)
-    start_piece = tf.cast(start - context_first, tf.int64)
-    end_piece = tf.cast(end - context_first, tf.int64)
-    safe_start = tf.where(has_context, start_piece, 0)
-    safe_end = tf.where(has_context, end_piece, 0)
-    row_starts = context_ids.row_starts()
-    padded_starts = tf.concat([starts.flat_values, [0]], 0)
-    padded_ends = tf.concat([ends.flat_values, [0]], 0)
-    last = tf.size(starts.flat_values, out_type=tf.int64)
-    start_byte = tf.gather(padded_starts, tf.where(has_context, row_starts + safe_start, last))
-    end_byte = tf.gather(padded_ends, tf.where(has_context, row_starts + safe_end, last))
-    return {
-        "answer": tf.strings.substr(context, start_byte, end_byte - start_byte, unit="BYTE"),
-        "answer_start_byte": start_byte,
-        "answer_end_byte": end_byte,
-        "score": tf.where(has_context, score, NEG_INF),
-        "no_answer_score": start_logits[:, 0] + end_logits[:, 0],
     }
 
 
@@ -293,7 +172,7 @@ def fill_mask_from_packed(run, tokenizer, packed, top_k):
         tf.broadcast_to(tf.range(tf.shape(is_mask)[1]), tf.shape(is_mask)), is_mask
     )
     inputs = {**packed, "masked_lm_positions": positions.to_tensor(default_value=0)}
-    probabilities = tf.nn.softmax(_float32(run(inputs)["mlm_logits"]))
+    probabilities = tf.nn.softmax(as_float32(run(inputs)["mlm_logits"]))
     top_probabilities, top_ids = tf.math.top_k(probabilities, k=top_k)
     valid = tf.sequence_mask(positions.row_lengths(), tf.shape(top_ids)[1])[:, :, None]
     vocabulary = tf.constant(tokenizer.vocabulary)

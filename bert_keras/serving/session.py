@@ -1,8 +1,4 @@
-"""Talking to TensorFlow Serving: a gRPC/REST client, and a local stand-in for its predict path.
-
-`ServingClient` sends raw strings to a running `tensorflow_model_server` over gRPC
-(`PredictionServiceStub`) or REST (`/v1/models/NAME:predict`, row or columnar JSON),
-with timeouts, retries on UNAVAILABLE and errors that say what went wrong.
+"""TF Serving's predict path without the model server: the loader, the checks, the protos.
 
 `SessionPredictor` loads an export the way TF Serving does (the TF1 SavedModel loader
 into a session, ops resolved by SignatureDef tensor names) and answers `PredictRequest`
@@ -10,10 +6,6 @@ protos, replaying the warm-up file first. Tests and the demo use it where the mo
 server binary cannot be installed.
 """
 
-import json
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +15,27 @@ WARMUP_PATH = Path("assets.extra") / "tf_serving_warmup_requests"
 
 
 class ServingError(RuntimeError):
-    """A request TF Serving (or the stand-in) refused or could not answer."""
+    """A request TF Serving (or the stand-in) refused or could not answer.
+
+    Server-side errors read "CODE: message" with CODE one of TF Serving's status codes
+    (grpc.StatusCode names), as tensorflow::Status prints them.
+    """
+
+    @property
+    def code(self):
+        head, _, _ = str(self).partition(": ")
+        return head if head in STATUS_CODES else "UNKNOWN"
+
+    @property
+    def message(self):
+        """The text after the code: what TF Serving sends as REST `error` or gRPC details."""
+        return str(self).removeprefix(f"{self.code}: ")
+
+
+STATUS_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+                "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+                "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+                "UNAUTHENTICATED")  # tensorflow::error::Code, numbered 0..16 in this order
 
 
 class SessionPredictor:
@@ -35,69 +47,29 @@ class SessionPredictor:
         self.export_path = Path(export_path)
         self.graph = tf.Graph()
         self.session = tf.compat.v1.Session(graph=self.graph)
-        meta_graph = tf.compat.v1.saved_model.loader.load(
+        self.meta_graph = tf.compat.v1.saved_model.loader.load(
             self.session, list(tags), str(self.export_path)
         )
         self.signatures = {
             name: signature
-            for name, signature in meta_graph.signature_def.items()
+            for name, signature in self.meta_graph.signature_def.items()
             if not name.startswith("__")
         }
         self.warmup_responses = self.replay_warmup() if replay_warmup else []
 
     def replay_warmup(self):
-        path = self.export_path / WARMUP_PATH
-        if not path.exists():
-            return []
-        from tensorflow_serving.apis import prediction_log_pb2
-
-        responses = []
-        for record in tf.data.TFRecordDataset(str(path)).as_numpy_iterator():
-            log = prediction_log_pb2.PredictionLog.FromString(record)
-            responses.append(self.predict(log.predict_log.request))
-        return responses
+        return [self.predict(request) for request in warmup_requests(self.export_path)]
 
     def predict(self, request):
         """`PredictRequest` -> `PredictResponse`, validated as TF Serving validates it."""
         from tensorflow_serving.apis import predict_pb2
 
-        name = request.model_spec.signature_name or "serving_default"
-        if name not in self.signatures:
-            raise ServingError(
-                f"INVALID_ARGUMENT: Serving signature name: \"{name}\" not found in signature def; "
-                f"available: {sorted(self.signatures)}"
-            )
-        signature = self.signatures[name]
-        missing = sorted(set(signature.inputs) - set(request.inputs))
-        extra = sorted(set(request.inputs) - set(signature.inputs))
-        if missing or extra:
-            raise ServingError(
-                f"INVALID_ARGUMENT: signature {name} expects inputs {sorted(signature.inputs)}; "
-                f"missing {missing}, unexpected {extra}"
-            )
-        feed = {}
-        for key, proto in request.inputs.items():
-            info = signature.inputs[key]
-            if proto.dtype != info.dtype:
-                raise ServingError(
-                    f"INVALID_ARGUMENT: input {key} must be {tf.dtypes.as_dtype(info.dtype).name}, "
-                    f"got {tf.dtypes.as_dtype(proto.dtype).name}"
-                )
-            value = tf.make_ndarray(proto)
-            expected_rank = len(info.tensor_shape.dim)
-            if not info.tensor_shape.unknown_rank and value.ndim != expected_rank:
-                raise ServingError(
-                    f"INVALID_ARGUMENT: input {key} must have rank {expected_rank}, got shape {value.shape}"
-                )
-            feed[info.name] = value
-        outputs = list(request.output_filter) or sorted(signature.outputs)
-        unknown = sorted(set(outputs) - set(signature.outputs))
-        if unknown:
-            raise ServingError(f"INVALID_ARGUMENT: unknown output_filter {unknown}")
+        name, signature, inputs, outputs = checked_request(self.signatures, request)
+        feed = {signature.inputs[key].name: value for key, value in inputs.items()}
         try:
             results = self.session.run({key: signature.outputs[key].name for key in outputs}, feed)
-        except tf.errors.InvalidArgumentError as error:
-            raise ServingError(f"INVALID_ARGUMENT: {error.message}") from None
+        except tf.errors.OpError as error:
+            raise ServingError(f"{STATUS_CODES[error.error_code]}: {error.message}") from None
         response = predict_pb2.PredictResponse()
         response.model_spec.CopyFrom(request.model_spec)
         response.model_spec.signature_name = name
@@ -113,15 +85,68 @@ class SessionPredictor:
         self.session.close()
 
 
-def make_request(model_name, signature_name, inputs, version=None):
+def checked_request(signatures, request):
+    """TF Serving's checks of a `PredictRequest` against a model's signatures.
+
+    Returns (signature name, SignatureDef, {input name: ndarray}, output names to fetch);
+    raises `ServingError` with TF Serving's status code otherwise.
+    """
+    name = request.model_spec.signature_name or "serving_default"
+    if name not in signatures:
+        raise ServingError(f"FAILED_PRECONDITION: Serving signature key \"{name}\" not found.")
+    signature = signatures[name]
+    missing = sorted(set(signature.inputs) - set(request.inputs))
+    extra = sorted(set(request.inputs) - set(signature.inputs))
+    if missing or extra:
+        raise ServingError(
+            f"INVALID_ARGUMENT: signature {name} expects inputs {sorted(signature.inputs)}; "
+            f"missing {missing}, unexpected {extra}"
+        )
+    inputs = {}
+    for key, proto in request.inputs.items():
+        info = signature.inputs[key]
+        if proto.dtype != info.dtype:
+            raise ServingError(
+                f"INVALID_ARGUMENT: input {key} must be {tf.dtypes.as_dtype(info.dtype).name}, "
+                f"got {tf.dtypes.as_dtype(proto.dtype).name}"
+            )
+        try:
+            if any(dim.size < 0 for dim in proto.tensor_shape.dim):
+                raise ValueError(proto.tensor_shape)
+            value = tf.make_ndarray(proto)
+        except (ValueError, TypeError, MemoryError):
+            raise ServingError(f"INVALID_ARGUMENT: tensor parsing error: {key}") from None
+        expected_rank = len(info.tensor_shape.dim)
+        if not info.tensor_shape.unknown_rank and value.ndim != expected_rank:
+            raise ServingError(
+                f"INVALID_ARGUMENT: input {key} must have rank {expected_rank}, got shape {value.shape}"
+            )
+        inputs[key] = value
+    outputs = list(request.output_filter) or sorted(signature.outputs)
+    unknown = sorted(set(outputs) - set(signature.outputs))
+    if unknown:
+        raise ServingError(f"INVALID_ARGUMENT: unknown output_filter {unknown}")
+    return name, signature, inputs, outputs
+
+
+def warmup_requests(export_path):
+    """The `PredictRequest`s of an export's warm-up file, which TF Serving replays at load."""
+    path = Path(export_path) / WARMUP_PATH
+    if not path.exists():
+        return []
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    return [prediction_log_pb2.PredictionLog.FromString(record).predict_log.request
+            for record in tf.data.TFRecordDataset(str(path)).as_numpy_iterator()]
+
+
+def make_request(model_name, signature_name, inputs):
     """A `PredictRequest` from a dict of names -> lists/arrays (str lists become tf.string)."""
     from tensorflow_serving.apis import predict_pb2
 
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model_name
     request.model_spec.signature_name = signature_name
-    if version is not None:
-        request.model_spec.version.value = int(version)
     for key, value in inputs.items():
         array = np.asarray(value)
         if array.dtype.kind == "U":
@@ -137,77 +162,9 @@ def decode_response(response):
     return {key: tf.make_ndarray(proto) for key, proto in response.outputs.items()}
 
 
-class ServingClient:
-    """Client of one model on a `tensorflow_model_server`.
+def proto_json(message):
+    """A proto as TF Serving's REST API writes it: every field, int64 as strings, enums by name."""
+    from google.protobuf import json_format
 
-    `ServingClient("localhost", model="bert").predict(text=["..."])` uses gRPC (port
-    8500); `predict_rest` the REST API (port 8501) in row ("instances") or columnar
-    ("inputs") format. Calls retry on UNAVAILABLE with exponential back-off.
-    """
-
-    def __init__(self, host="localhost", model="bert", grpc_port=8500, rest_port=8501,
-                 timeout=10.0, retries=3, backoff=0.5, version=None):
-        self.host, self.model, self.version = host, model, version
-        self.grpc_port, self.rest_port = grpc_port, rest_port
-        self.timeout, self.retries, self.backoff = timeout, retries, backoff
-        self._stub = None
-
-    def _grpc_stub(self):
-        if self._stub is None:
-            import grpc
-            from tensorflow_serving.apis import prediction_service_pb2_grpc
-
-            channel = grpc.insecure_channel(f"{self.host}:{self.grpc_port}")
-            self._stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        return self._stub
-
-    def predict(self, signature="serving_default", **inputs):
-        """gRPC Predict: named inputs (lists of str for text) -> dict of numpy outputs."""
-        import grpc
-
-        request = make_request(self.model, signature, inputs, self.version)
-        for attempt in range(self.retries + 1):
-            try:
-                return decode_response(self._grpc_stub().Predict(request, timeout=self.timeout))
-            except grpc.RpcError as error:
-                code = error.code()
-                if code == grpc.StatusCode.UNAVAILABLE and attempt < self.retries:
-                    time.sleep(self.backoff * 2**attempt)
-                    continue
-                raise ServingError(
-                    f"gRPC Predict to {self.host}:{self.grpc_port} model {self.model!r} failed: "
-                    f"{code.name}: {error.details()}"
-                ) from None
-
-    def predict_rest(self, signature="serving_default", format="row", **inputs):
-        """REST predict in row (`instances`) or columnar (`inputs`) format."""
-        if format == "row":
-            names = list(inputs)
-            rows = zip(*(inputs[name] for name in names))
-            body = {"signature_name": signature,
-                    "instances": [dict(zip(names, row)) for row in rows]}
-            key = "predictions"
-        elif format == "columnar":
-            body = {"signature_name": signature, "inputs": {k: list(v) for k, v in inputs.items()}}
-            key = "outputs"
-        else:
-            raise ValueError(f"format must be 'row' or 'columnar', got {format!r}")
-        version = f"/versions/{self.version}" if self.version is not None else ""
-        url = f"http://{self.host}:{self.rest_port}/v1/models/{self.model}{version}:predict"
-        data = json.dumps(body).encode("utf-8")
-        for attempt in range(self.retries + 1):
-            request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as reply:
-                    return json.loads(reply.read())[key]
-            except urllib.error.HTTPError as error:
-                detail = error.read().decode("utf-8", "replace")
-                if error.code == 503 and attempt < self.retries:
-                    time.sleep(self.backoff * 2**attempt)
-                    continue
-                raise ServingError(f"REST predict {url} failed: HTTP {error.code}: {detail}") from None
-            except urllib.error.URLError as error:
-                if attempt < self.retries:
-                    time.sleep(self.backoff * 2**attempt)
-                    continue
-                raise ServingError(f"REST predict {url} unreachable: {error.reason}") from None
+    return json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                     always_print_fields_with_no_presence=True)

@@ -1,8 +1,11 @@
 """Sentence and sentence-pair classification (and regression) from the [CLS] vector."""
 
 import keras
+import tensorflow as tf
 
-from bert_keras.task import BertTask, default_optimizer, head_initializer
+from bert_keras.tasks.task import (
+    BertTask, ServingSignature, as_float32, default_optimizer, head_initializer, label_table,
+)
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -50,5 +53,33 @@ class BertClassifier(BertTask):
             metrics = [] if regression else [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
+    def serving_signature(self, preprocessor, labels=None):
+        """Served: `logits`, `probabilities`, `label_ids` (and `labels` with class
+        names), or `score` for regression (which has no labels)."""
+        if self.num_classes == 1:
+            return ClassifierSignature(self, preprocessor, None)
+        table = label_table(labels, self.num_classes, f"a classifier of {self.num_classes} classes")
+        return ClassifierSignature(self, preprocessor, table)
+
     def get_config(self):
         return {**super().get_config(), "num_classes": self.num_classes, "dropout": self.dropout_rate}
+
+
+class ClassifierSignature(ServingSignature):
+    def __init__(self, model, preprocessor, label_table):
+        super().__init__(model, preprocessor)
+        self.label_table = label_table
+
+    def from_ids(self, packed, run):
+        return classifier_outputs(run, packed, self.model.num_classes, self.label_table)
+
+
+def classifier_outputs(run, packed, num_classes, label_table):
+    logits = as_float32(run(packed))
+    if num_classes == 1:
+        return {"score": logits[:, 0]}
+    label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    outputs = {"logits": logits, "probabilities": tf.nn.softmax(logits), "label_ids": label_ids}
+    if label_table is not None:
+        outputs["labels"] = tf.gather(label_table, label_ids)
+    return outputs

@@ -1,16 +1,13 @@
-"""CoNLL-2003 NER: read the 4-column files, convert IOB1 tags to IOB2, fine-tune a
-`BertTokenClassifier` (each word's label on its first WordPiece), and score entities
+"""CoNLL-2003 NER for a `BertTokenClassifier`: read the 4-column files, convert IOB1
+tags to IOB2, predict each word's tag from its first WordPiece, and score entities
 exactly as the conlleval script does.
 
-Example: `bert-keras finetune conll --data-dir ../shared/data/conll2003 --output-dir runs/ner`.
+`bert-keras finetune conll` (pipelines/conll.py) trains and scores with these.
 """
 
 import dataclasses
-import json
 from pathlib import Path
 
-HELP = "CoNLL-2003 named entity recognition"
-DEFAULTS = dict(learning_rate=5e-5, epochs=3, batch_size=32, max_seq_length=128)
 # IOB2 tags of CoNLL-2003, "O" first.
 LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 
@@ -148,12 +145,7 @@ def conlleval(gold_sentences, predicted_sentences):
     return result
 
 
-# --- the pipeline --------------------------------------------------------------------
-
-
-def add_arguments(parser):
-    parser.add_argument("--data-dir", required=True, help="folder with eng.train and eng.testa (eng.testb)")
-    parser.add_argument("--eval-split", default="testa", help="eng.<split> to evaluate on (default testa)")
+# --- predictions ----------------------------------------------------------------------
 
 
 def predict_tags(model, sentences, batch_size):
@@ -178,38 +170,3 @@ def write_predictions(path, sentences, predicted):
         for sentence, tags in zip(sentences, predicted):
             out.writelines(f"{w} {g} {p}\n" for w, g, p in zip(sentence.words, sentence.tags, tags))
             out.write("\n")
-
-
-def run(args):
-    import numpy as np
-    import tensorflow as tf
-
-    from bert_keras.token_classifier import BertTokenClassifier
-    from pipelines.finetune import build_head, length_grouped_batches, train
-
-    data_dir = Path(args.data_dir)
-    train_sentences = read_conll(data_dir / "eng.train")[: args.max_examples]
-    eval_sentences = read_conll(data_dir / f"eng.{args.eval_split}")[: args.max_examples]
-    print(f"CoNLL-2003: {len(train_sentences)} training sentences, {len(eval_sentences)} in eng.{args.eval_split}")
-    strategy, model = build_head(
-        args, lambda encoder, preprocessor: BertTokenClassifier(encoder, len(LABELS), preprocessor=preprocessor)
-    )
-    output_dir = Path(args.output_dir)
-    best_f1 = [float("-inf")]
-
-    def evaluate(model):
-        """conlleval scores; the best epoch's tags are written as `word gold predicted` lines."""
-        predicted = predict_tags(model, eval_sentences, args.eval_batch_size)
-        scores = conlleval([s.tags for s in eval_sentences], predicted)
-        if scores["f1"] > best_f1[0]:
-            best_f1[0] = scores["f1"]
-            write_predictions(output_dir / "predictions.txt", eval_sentences, predicted)
-        return {name: scores[name] for name in ("precision", "recall", "f1", "accuracy")}
-
-    words = tf.ragged.constant([s.words for s in train_sentences])
-    labels = tf.ragged.constant([[LABELS.index(t) for t in s.tags] for s in train_sentences], dtype=tf.int32)
-    lengths = np.array([sum(len(w) + 1 for w in s.words) for s in train_sentences])
-    batches = length_grouped_batches((words, labels), lengths, args.batch_size, shuffle=True, seed=args.seed)
-    best = train(model, args, batches, len(train_sentences), evaluate, "f1", strategy)
-    (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
-    return 0

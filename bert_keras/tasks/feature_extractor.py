@@ -9,7 +9,7 @@ all-MiniLM-L6-v2 are trained to use).
 import keras
 import tensorflow as tf
 
-from bert_keras.task import BertTask
+from bert_keras.tasks.task import BertTask, ServingSignature, as_float32, check_no_labels
 
 COMBINE = ("concat", "sum", "mean", "stack")
 POOLING = ("cls", "mean", "pooler")
@@ -71,5 +71,17 @@ class BertFeatureExtractor(BertTask):
             sentence = tf.reduce_sum(tokens * weights, axis=1) / tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)
         return {"token_features": tokens, "sentence_features": sentence, "input_mask": inputs["input_mask"]}
 
+    def serving_signature(self, preprocessor, labels=None):
+        """Served: the call's outputs, `token_features`, `sentence_features` and `input_mask`."""
+        check_no_labels(self, labels)
+        return FeatureSignature(self, preprocessor)
+
     def get_config(self):
         return {**super().get_config(), "layers": self.layer_indices, "combine": self.combine, "pooling": self.pooling}
+
+
+class FeatureSignature(ServingSignature):
+    token_outputs = ("token_features", "input_mask")
+
+    def from_ids(self, packed, run):
+        return {key: as_float32(value) for key, value in run(packed).items()}

@@ -1,16 +1,12 @@
-"""GLUE: read any task's TSV files, fine-tune a `BertClassifier`, score with the task's
-official metric, and write test predictions in the GLUE submission format.
+"""GLUE for a `BertClassifier`: read any task's TSV files, score predictions with the
+task's official metric, and write test predictions in the GLUE submission format.
 
-Example: `bert-keras finetune glue --task sst-2 --data-dir ../shared/data/glue/SST-2
---output-dir runs/sst2`.
+`bert-keras finetune glue` (pipelines/glue.py) trains and scores with these.
 """
 
 import dataclasses
-import json
 from pathlib import Path
 
-HELP = "GLUE sentence(-pair) classification and regression"
-DEFAULTS = dict(learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,82 +214,19 @@ def write_submission(path, task, guids, predictions):
     Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-# --- the pipeline --------------------------------------------------------------------
-
-
-def add_arguments(parser):
-    parser.add_argument("--task", required=True, help=f"one of {sorted(TASKS)}")
-    parser.add_argument("--data-dir", required=True, help="folder with train.tsv, dev*.tsv (and test*.tsv)")
-    parser.add_argument("--predict-test", action="store_true", help="write submission files for test*.tsv")
+# --- predictions ----------------------------------------------------------------------
 
 
 def predictions_of(model, examples, batch_size, regression):
     import numpy as np
 
-    outputs = model.predict(_inputs(examples), batch_size=batch_size, verbose=0)
+    outputs = model.predict(model_inputs(examples), batch_size=batch_size, verbose=0)
     return outputs[:, 0] if regression else np.argmax(outputs, axis=-1)
 
 
-def _inputs(examples):
+def model_inputs(examples):
+    """Raw text for `BertClassifier.fit`/`predict`: one segment's strings, or a tuple of two."""
     import numpy as np
 
     texts = tuple(np.array(segment, dtype=object) for segment in examples.texts)
     return texts[0] if len(texts) == 1 else texts
-
-
-def run(args):
-    task = get_task(args.task)
-    data_dir = Path(args.data_dir)
-    train_examples = read_split(data_dir / "train.tsv", task).head(args.max_examples)
-    dev_sets = {name: read_split(data_dir / name, task).head(args.max_examples) for name in task.dev_files}
-    test_sets = {}
-    if args.predict_test:
-        test_sets = {name: read_split(data_dir / name, task, test=True).head(args.max_examples)
-                     for name in task.test_files}
-    print(f"{task.name}: {len(train_examples)} training examples, "
-          + ", ".join(f"{len(v)} in {k}" for k, v in dev_sets.items()))
-    regression = task.labels is None
-    main_metric = task.metric if len(dev_sets) == 1 else f"matched_{task.metric}"
-    model, best = train_classifier(
-        args, train_examples, dev_sets, 1 if regression else len(task.labels),
-        lambda labels, predicted: glue_metrics(task, labels, predicted), main_metric,
-    )
-    output_dir = Path(args.output_dir)
-    for name, examples in test_sets.items():
-        predicted = predictions_of(model, examples, args.eval_batch_size, regression)
-        target = output_dir / f"{MNLI_SUBMISSIONS.get(name, task.name)}.tsv"
-        write_submission(target, task, examples.guids, predicted)
-        print(f"wrote {len(examples)} test predictions to {target}")
-    (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
-    return 0
-
-
-def train_classifier(args, train_examples, dev_sets, num_classes, score, main_metric):
-    """Fine-tunes a `BertClassifier` (regression when `num_classes` is 1) on raw text
-    in length-grouped batches, scoring every dev set with `score(labels, predictions)`
-    after each epoch. Returns (model with the best weights, best metrics)."""
-    import numpy as np
-
-    from bert_keras.classifier import BertClassifier
-    from pipelines.finetune import build_head, length_grouped_batches, train
-
-    regression = num_classes == 1
-    strategy, model = build_head(
-        args, lambda encoder, preprocessor: BertClassifier(encoder, num_classes, preprocessor=preprocessor)
-    )
-
-    def evaluate(model):
-        metrics = {}
-        for name, examples in dev_sets.items():
-            predicted = predictions_of(model, examples, args.eval_batch_size, regression)
-            prefix = "" if len(dev_sets) == 1 else Path(name).stem.replace("dev_", "") + "_"
-            metrics.update({prefix + k: v for k, v in score(examples.labels, predicted).items()})
-        return metrics
-
-    labels = np.asarray(train_examples.labels, "float32" if regression else "int32")
-    lengths = sum(np.char.str_len(np.array(segment, dtype=str)) for segment in train_examples.texts)
-    batches = length_grouped_batches(
-        (_inputs(train_examples), labels), lengths, args.batch_size, shuffle=True, seed=args.seed
-    )
-    best = train(model, args, batches, len(train_examples), evaluate, main_metric, strategy)
-    return model, best

@@ -3,8 +3,10 @@
 import keras
 import tensorflow as tf
 
-from bert_keras.encoder import INPUT_NAMES
-from bert_keras.task import BertTask, default_optimizer, head_initializer, is_packed
+from bert_keras.models.encoder import INPUT_NAMES
+from bert_keras.tasks.task import (
+    BertTask, ServingSignature, as_float32, check_no_labels, default_optimizer, head_initializer, is_packed,
+)
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -44,19 +46,7 @@ class BertMultipleChoice(BertTask):
 
     def preprocess_samples(self, x, y=None, sample_weight=None):
         segments = tuple(x) if isinstance(x, (tuple, list)) else (x,)
-        choices = tf.convert_to_tensor(segments[-1])
-        if choices.shape.rank != 2:
-            raise ValueError(f"choices must be strings [batch, choices], got shape {choices.shape}")
-        num_choices = tf.shape(choices)[1]
-        flat = []
-        for segment in segments:
-            segment = tf.convert_to_tensor(segment)
-            if segment.shape.rank == 1:
-                segment = tf.repeat(segment[:, tf.newaxis], num_choices, axis=1)
-            flat.append(tf.reshape(segment, [-1]))
-        packed = self.preprocessor(tuple(flat))
-        packed = {name: tf.reshape(t, [-1, num_choices, tf.shape(t)[1]]) for name, t in packed.items()}
-        return keras.utils.pack_x_y_sample_weight(packed, y, sample_weight)
+        return keras.utils.pack_x_y_sample_weight(pack_choices(self.preprocessor, segments), y, sample_weight)
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
         """Defaults: AdamW 5e-5, cross-entropy over the choices, accuracy."""
@@ -70,3 +60,61 @@ class BertMultipleChoice(BertTask):
 
     def get_config(self):
         return {**super().get_config(), "dropout": self.dropout_rate}
+
+    def serving_signature(self, preprocessor, labels=None):
+        """Served: one score per choice, their softmax, and the chosen index (`MultipleChoiceSignature`)."""
+        check_no_labels(self, labels)
+        return MultipleChoiceSignature(self, preprocessor)
+
+
+def pack_choices(preprocessor, segments):
+    """Strings -> packed `[B, N, L]`: the last segment is the choices `[B, N]`; earlier ones
+    (the context, e.g. a question) are `[B]`, repeated for each choice, or `[B, N]`."""
+    choices = tf.convert_to_tensor(segments[-1])
+    if choices.shape.rank != 2:
+        raise ValueError(f"choices must be strings [batch, choices], got shape {choices.shape}")
+    num_choices = tf.shape(choices)[1]
+    flat = []
+    for segment in segments:
+        segment = tf.convert_to_tensor(segment)
+        if segment.shape.rank == 1:
+            segment = tf.repeat(segment[:, tf.newaxis], num_choices, axis=1)
+        flat.append(tf.reshape(segment, [-1]))
+    packed = preprocessor(tuple(flat))
+    return {name: tf.reshape(t, [-1, num_choices, tf.shape(t)[1]]) for name, t in packed.items()}
+
+
+class MultipleChoiceSignature(ServingSignature):
+    """Request: `question` strings `[batch]` and `choices` strings `[batch, num_choices]`
+    (every row the same number of choices; TF Serving's REST row format sends each
+    instance as `{"question": "...", "choices": ["...", "..."]}`). With one segment it
+    holds the choices alone. Outputs: `scores` `[batch, num_choices]` (the logits),
+    `probabilities` (their softmax) and `choice` `[batch]`, the index of the best.
+    `serve_ids` takes the packed ids shaped `[batch, num_choices, seq]`."""
+
+    segments = ("question", "choices")
+    micro_batching = False  # rows are [batch, choices, seq]
+
+    def text_inputs(self, segments):
+        *contexts, choices = segments
+        return [tf.TensorSpec([None], tf.string, name=name) for name in contexts] + [
+            tf.TensorSpec([None, None], tf.string, name=choices)
+        ]
+
+    def ids_inputs(self):
+        return [tf.TensorSpec([None, None, None], tf.int32, name=name) for name in INPUT_NAMES]
+
+    def warmup_inputs(self, segments, texts):
+        *contexts, choices = segments
+        return {**{name: list(texts) for name in contexts}, choices: [list(texts)] * len(texts)}
+
+    def from_text(self, texts, run):
+        return self.from_ids(pack_choices(self.preprocessor, tuple(texts)), run)
+
+    def from_ids(self, packed, run):
+        scores = as_float32(run(packed))
+        return {
+            "scores": scores,
+            "probabilities": tf.nn.softmax(scores),
+            "choice": tf.argmax(scores, axis=-1, output_type=tf.int32),
+        }

@@ -3,10 +3,14 @@
 import keras
 import tensorflow as tf
 
-from bert_keras.task import BertTask, default_optimizer, head_initializer
+from bert_keras.tasks.task import (
+    BertTask, ServingSignature, as_float32, check_no_labels, default_optimizer, head_initializer,
+)
 
 # Added to the logits of padding positions so that no answer can start or end there.
 PADDING_LOGIT = -10000.0
+MAX_ANSWER_TOKENS = 30  # the original run_squad's max_answer_length
+NEG_INF = -1e9
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -53,3 +57,70 @@ class BertSpanLabeler(BertTask):
         if loss_weights == "auto":
             loss_weights = {"start_logits": 0.5, "end_logits": 0.5}
         super().compile(optimizer=optimizer, loss=loss, loss_weights=loss_weights, **kwargs)
+
+    def serving_signature(self, preprocessor, labels=None):
+        """Served from `question` and `context` text: the best answer span (`span_outputs`);
+        from ids: `start_logits` and `end_logits`."""
+        check_no_labels(self, labels)
+        return SpanSignature(self, preprocessor)
+
+
+class SpanSignature(ServingSignature):
+    segments = ("question", "context")
+    token_outputs = ("start_logits", "end_logits")
+
+    def from_text(self, texts, run):
+        return span_outputs(run, self.preprocessor, texts)
+
+    def from_ids(self, packed, run):
+        return {key: as_float32(value) for key, value in run(packed).items()}
+
+
+def span_outputs(run, preprocessor, texts):
+    """The best answer span in the context: text, byte offsets, score, and the [CLS]
+    no-answer score (answer when `score` beats it by your SQuAD v2.0 threshold).
+
+    The span maximises start + end logits over context tokens with end >= start and at
+    most 30 tokens, as the original's decoding within one window.
+    """
+    question, context = texts
+    tokenizer = preprocessor.tokenizer
+    question_ids = tokenizer(question)
+    context_ids, starts, ends = tokenizer.tokenize_with_offsets(context)
+    packed = preprocessor.packer([question_ids, context_ids])
+    logits = run(packed)
+    start_logits, end_logits = as_float32(logits["start_logits"]), as_float32(logits["end_logits"])
+    length = tf.shape(start_logits)[1]
+    is_context = tf.logical_and(packed["input_type_ids"] == 1, packed["input_mask"] == 1)
+    # The last context position is the final [SEP]: not part of any answer.
+    total = tf.reduce_sum(packed["input_mask"], axis=1)
+    is_context &= tf.range(length)[None, :] < (total - 1)[:, None]
+    start_scores = tf.where(is_context, start_logits, NEG_INF)
+    end_scores = tf.where(is_context, end_logits, NEG_INF)
+    pair_scores = start_scores[:, :, None] + end_scores[:, None, :]
+    offsets = tf.range(length)[None, :] - tf.range(length)[:, None]  # end - start
+    allowed = (offsets >= 0) & (offsets < MAX_ANSWER_TOKENS)
+    pair_scores = tf.where(allowed[None], pair_scores, 2 * NEG_INF)
+    best = tf.argmax(tf.reshape(pair_scores, [tf.shape(pair_scores)[0], -1]), axis=1, output_type=tf.int32)
+    start, end = best // length, best % length
+    score = tf.reduce_max(tf.reshape(pair_scores, [tf.shape(pair_scores)[0], -1]), axis=1)
+    # Packed position -> context piece: after [CLS], the kept question and its [SEP].
+    context_first = tf.argmax(tf.cast(is_context, tf.int32), axis=1, output_type=tf.int32)
+    has_context = tf.reduce_any(is_context, axis=1)
+    start_piece = tf.cast(start - context_first, tf.int64)
+    end_piece = tf.cast(end - context_first, tf.int64)
+    safe_start = tf.where(has_context, start_piece, 0)
+    safe_end = tf.where(has_context, end_piece, 0)
+    row_starts = context_ids.row_starts()
+    padded_starts = tf.concat([starts.flat_values, [0]], 0)
+    padded_ends = tf.concat([ends.flat_values, [0]], 0)
+    last = tf.size(starts.flat_values, out_type=tf.int64)
+    start_byte = tf.gather(padded_starts, tf.where(has_context, row_starts + safe_start, last))
+    end_byte = tf.gather(padded_ends, tf.where(has_context, row_starts + safe_end, last))
+    return {
+        "answer": tf.strings.substr(context, start_byte, end_byte - start_byte, unit="BYTE"),
+        "answer_start_byte": start_byte,
+        "answer_end_byte": end_byte,
+        "score": tf.where(has_context, score, NEG_INF),
+        "no_answer_score": start_logits[:, 0] + end_logits[:, 0],
+    }

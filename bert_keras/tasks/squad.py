@@ -1,5 +1,5 @@
-"""SQuAD v1.1 / v2.0: windowed features, a `BertSpanLabeler`, n-best decoding mapped back
-to the context through byte offsets, and EM/F1 exactly as the official scripts.
+"""SQuAD v1.1 / v2.0 for a `BertSpanLabeler`: windowed features, n-best decoding mapped
+back to the context through byte offsets, and EM/F1 exactly as the official scripts.
 
 As the original run_squad: the context is cut into windows of `max_seq_length` tokens
 (`[CLS] question [SEP] window [SEP]`, question cut to `max_query_length`) that start
@@ -8,8 +8,7 @@ most context; the `n_best_size` best starts and ends of each window form candida
 spans of at most `max_answer_length` tokens; v2.0 answers "" when the null score
 (the [CLS] logits) beats the best span by more than `null_score_diff_threshold`.
 
-Example: `bert-keras finetune squad --train-file train-v1.1.json --predict-file
-dev-v1.1.json --output-dir runs/squad`.
+`bert-keras finetune squad` (pipelines/squad.py) trains and scores with these.
 """
 
 import collections
@@ -19,8 +18,6 @@ import re
 import string
 from pathlib import Path
 
-HELP = "SQuAD v1.1/v2.0 extractive question answering"
-DEFAULTS = dict(learning_rate=3e-5, epochs=2, batch_size=12, max_seq_length=384)
 
 
 @dataclasses.dataclass
@@ -293,29 +290,7 @@ def evaluate(examples, predictions, version_2=False):
     return {"exact_match": 100.0 * total_em / count, "f1": 100.0 * total_f1 / count}
 
 
-# --- the pipeline --------------------------------------------------------------------
-
-
-def add_arguments(parser):
-    parser.add_argument("--train-file", required=True, help="SQuAD json to train on")
-    parser.add_argument("--predict-file", required=True, help="SQuAD json to evaluate on")
-    parser.add_argument("--train-articles", help="slice of the train file's articles, e.g. 0:36")
-    parser.add_argument("--predict-articles", help="slice of the predict file's articles, e.g. 36:48")
-    parser.add_argument("--version-2-with-negative", action="store_true", help="SQuAD v2.0 (unanswerable questions)")
-    parser.add_argument("--doc-stride", type=int, default=128)
-    parser.add_argument("--max-query-length", type=int, default=64)
-    parser.add_argument("--n-best-size", type=int, default=20)
-    parser.add_argument("--max-answer-length", type=int, default=30)
-    parser.add_argument("--null-score-diff-threshold", type=float, default=0.0)
-
-
-def parse_slice(text):
-    if text is None:
-        return None
-    match = re.fullmatch(r"(\d*):(\d*)", text)
-    if not match:
-        raise ValueError(f"article slice must look like 0:36, got {text!r}")
-    return slice(*(int(part) if part else None for part in match.groups()))
+# --- batching and prediction -------------------------------------------------------
 
 
 def feature_batches(features, batch_size, shuffle=False, seed=0, labelled=True):
@@ -347,47 +322,3 @@ def predict_logits(model, features, batch_size):
         starts.append(np.pad(outputs["start_logits"], ((0, 0), (0, width)), constant_values=-10000.0))
         ends.append(np.pad(outputs["end_logits"], ((0, 0), (0, width)), constant_values=-10000.0))
     return np.concatenate(starts), np.concatenate(ends)
-
-
-def run(args):
-    from bert_keras.span_labeler import BertSpanLabeler
-    from pipelines.finetune import build_head, train
-
-    version_2 = args.version_2_with_negative
-    train_examples = read_squad(args.train_file, parse_slice(args.train_articles))[: args.max_examples]
-    eval_examples = read_squad(args.predict_file, parse_slice(args.predict_articles))[: args.max_examples]
-    strategy, model = build_head(
-        args, lambda encoder, preprocessor: BertSpanLabeler(encoder, preprocessor=preprocessor)
-    )
-    tokenizer = model.preprocessor.tokenizer
-    options = dict(
-        max_seq_length=args.max_seq_length, doc_stride=args.doc_stride, max_query_length=args.max_query_length
-    )
-    train_features = make_features(train_examples, tokenizer, **options)
-    eval_features = make_features(eval_examples, tokenizer, **options)
-    print(f"SQuAD {'v2.0' if version_2 else 'v1.1'}: {len(train_examples)} training questions "
-          f"({len(train_features)} windows), {len(eval_examples)} to evaluate ({len(eval_features)} windows)")
-    output_dir = Path(args.output_dir)
-    best_f1 = [float("-inf")]
-
-    def evaluate_model(model):
-        """Official EM/F1; the best epoch's predictions are written in the official format."""
-        start_logits, end_logits = predict_logits(model, eval_features, args.eval_batch_size)
-        predictions, nbest, null_odds = decode(
-            eval_examples, eval_features, start_logits, end_logits, args.n_best_size, args.max_answer_length,
-            version_2, args.null_score_diff_threshold,
-        )
-        metrics = evaluate(eval_examples, predictions, version_2)
-        if metrics["f1"] <= best_f1[0]:
-            return metrics
-        best_f1[0] = metrics["f1"]
-        (output_dir / "predictions.json").write_text(json.dumps(predictions, indent=2, ensure_ascii=False) + "\n")
-        (output_dir / "nbest_predictions.json").write_text(json.dumps(nbest, indent=2, ensure_ascii=False) + "\n")
-        if version_2:
-            (output_dir / "null_odds.json").write_text(json.dumps(null_odds, indent=2) + "\n")
-        return metrics
-
-    batches = feature_batches(train_features, args.batch_size, shuffle=True, seed=args.seed)
-    best = train(model, args, batches, len(train_features), evaluate_model, "f1", strategy, preprocessed=True)
-    (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
-    return 0

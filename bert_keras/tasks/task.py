@@ -15,9 +15,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.encoder import INPUT_NAMES, BertEncoder
-from bert_keras.preprocessor import BertPreprocessor
-from bert_keras.tokenizer import BertTokenizer
+from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
+from bert_keras.text.preprocessor import BertPreprocessor
+from bert_keras.text.tokenizer import BertTokenizer
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -30,8 +30,8 @@ def head_initializer(encoder):
 def default_optimizer(learning_rate=5e-5):
     """The original fine-tuning AdamW (decay 0.01, none on LayerNorm and biases, global
     norm clipped to 1) at a constant rate; pipelines add warm-up and linear decay with
-    `bert_keras.optimization.create_optimizer`, which needs the number of steps."""
-    from bert_keras.optimization import AdamWeightDecay
+    `bert_keras.training.optimization.create_optimizer`, which needs the number of steps."""
+    from bert_keras.training.optimization import AdamWeightDecay
 
     return AdamWeightDecay(learning_rate=learning_rate, weight_decay_rate=0.01, global_clipnorm=1.0)
 
@@ -98,6 +98,68 @@ def _segments_to_tensors(x):
     return _to_tensors(x)
 
 
+def as_float32(tensor):
+    """Floating outputs as float32 (REST JSON has no bfloat16); others unchanged."""
+    return tf.cast(tensor, tf.float32) if tensor.dtype.is_floating else tensor
+
+
+class ServingSignature:
+    """What an export of `model` answers: `serving_default` on raw strings (`from_text`)
+    and `serve_ids` on packed int32 ids (`from_ids`), both graph functions returning a
+    dict of named outputs, floats as float32.
+
+    `run(packed)` is the model at inference; the exporter passes `from_text` a `run`
+    that may compute length-sorted micro-batches (unless `micro_batching` is False, for
+    inputs that are not `[batch, seq]`), which needs `token_outputs`: the keys of
+    per-token outputs (None when the model's output is itself one per-token tensor).
+    `segments` are the default string input names. Subclasses override `from_ids`, and
+    `from_text` when text needs more than packing (e.g. answers mapped back to it).
+    """
+
+    segments = ("text",)
+    token_outputs = ()
+    micro_batching = True
+
+    def __init__(self, model, preprocessor):
+        self.model = model
+        self.preprocessor = preprocessor
+
+    def run(self, packed):
+        return self.model(packed, training=False)
+
+    def text_inputs(self, segments):
+        """`serving_default`'s inputs: one `[batch]` string tensor per segment."""
+        return [tf.TensorSpec([None], tf.string, name=name) for name in segments]
+
+    def ids_inputs(self):
+        """`serve_ids`' inputs: the packed int32 `[batch, seq]` tensors."""
+        return [tf.TensorSpec([None, None], tf.int32, name=name) for name in INPUT_NAMES]
+
+    def warmup_inputs(self, segments, texts):
+        """A warm-up request's inputs for these texts (TF Serving replays them at load)."""
+        return {name: list(texts) for name in segments}
+
+    def from_text(self, texts, run):
+        return self.from_ids(self.preprocessor(list(texts)), run)
+
+    def from_ids(self, packed, run):
+        raise NotImplementedError
+
+
+def label_table(labels, count, model):
+    """`labels` as a string constant (None stays None); there must be `count` of them."""
+    if labels is None:
+        return None
+    if len(labels) != count:
+        raise ValueError(f"{len(labels)} labels for {model}")
+    return tf.constant(list(labels))
+
+
+def check_no_labels(model, labels):
+    if labels is not None:
+        raise ValueError(f"{type(model).__name__} has no classes to name; labels are for classifiers and taggers")
+
+
 class BertTask(keras.Model):
     """Base of the heads: holds `encoder` (a `BertEncoder`) and optional `preprocessor`
     (a `BertPreprocessor`) used by `fit`/`evaluate`/`predict` on raw text."""
@@ -143,7 +205,7 @@ class BertTask(keras.Model):
             # A 1-tuple keeps inputs that are themselves a tuple of segments apart from (x, y).
             data = (_segments_to_tensors(x),)
             if y is not None or sample_weight is not None:
-                data = keras.utils.pack_x_y_sample_weight(data[0], _to_tensors(y), _to_tensors(sample_weight))
+                data = keras.utils.pack_x_y_sample_weight(data[0], _segments_to_tensors(y), _to_tensors(sample_weight))
             dataset = tf.data.Dataset.from_tensor_slices(data)
             if shuffle:
                 dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
@@ -193,6 +255,13 @@ class BertTask(keras.Model):
                 "model(model.preprocessor(text))"
             )
         return self.encoder(inputs, training=training)
+
+    # --- serving -----------------------------------------------------------------
+
+    def serving_signature(self, preprocessor, labels=None):
+        """The `ServingSignature` of this head with `preprocessor` (the export's copy);
+        `labels` name the classes of heads that have them."""
+        raise NotImplementedError(f"{type(self).__name__} defines no serving signature")
 
     # --- serialisation and checkpoints ------------------------------------------
 

@@ -3,7 +3,9 @@
 import keras
 import tensorflow as tf
 
-from bert_keras.task import BertTask, default_optimizer, head_initializer
+from bert_keras.tasks.task import (
+    BertTask, ServingSignature, as_float32, default_optimizer, head_initializer, label_table,
+)
 
 IGNORE_LABEL = -1
 
@@ -87,8 +89,28 @@ class BertTokenClassifier(BertTask):
         ) + IGNORE_LABEL
         return keras.utils.pack_x_y_sample_weight(packed, labels, sample_weight)
 
+    def serving_signature(self, preprocessor, labels=None):
+        """Served from text: one tag per word of the original tokenizer (`tagger_outputs`);
+        from ids: the per-token `logits`."""
+        table = label_table(labels, self.num_classes, f"a tagger of {self.num_classes} tags")
+        return TaggerSignature(self, preprocessor, table)
+
     def get_config(self):
         return {**super().get_config(), "num_classes": self.num_classes, "dropout": self.dropout_rate}
+
+
+class TaggerSignature(ServingSignature):
+    token_outputs = None  # the model's output is one per-token tensor
+
+    def __init__(self, model, preprocessor, label_table):
+        super().__init__(model, preprocessor)
+        self.label_table = label_table
+
+    def from_text(self, texts, run):
+        return tagger_outputs(run, self.preprocessor, texts, self.label_table)
+
+    def from_ids(self, packed, run):
+        return {"logits": as_float32(run(packed))}
 
 
 def _as_ragged_words(words):
@@ -98,3 +120,53 @@ def _as_ragged_words(words):
         "BertTokenClassifier takes pre-split words (and word labels) as ragged [batch, (words)] "
         f"tensors or lists of lists, got {type(words).__name__}"
     )
+
+
+def tagger_outputs(run, preprocessor, texts, label_table):
+    """One tag per word of the text: the prediction at each word's first piece.
+
+    Words are the original tokenizer's (whitespace and punctuation split). Outputs are
+    padded to the batch's most words: `words` (text, "" as padding), `tag_ids` (-1 as
+    padding), `tags` (with labels), `tag_probabilities` and `num_words`.
+    """
+    (text,) = texts
+    tokenizer = preprocessor.tokenizer
+    ids, starts, ends = tokenizer.tokenize_with_offsets(text)
+    packed = preprocessor.packer([ids])
+    logits = as_float32(run(packed))
+    kept_pieces = tf.reduce_sum(packed["input_mask"], axis=1) - 2
+    word_first = _word_edge(tokenizer.words_from_pieces(ids, tf.ragged.range(ids.row_lengths())), first=True)
+    word_start = _word_edge(tokenizer.words_from_pieces(ids, starts), first=True)
+    word_end = _word_edge(tokenizer.words_from_pieces(ids, ends), first=False)
+    in_window = word_first < tf.cast(kept_pieces, word_first.dtype)[:, None]
+    word_first = tf.ragged.boolean_mask(word_first, in_window)
+    word_start = tf.ragged.boolean_mask(word_start, in_window)
+    word_end = tf.ragged.boolean_mask(word_end, in_window)
+    rows = tf.cast(word_first.value_rowids(), tf.int32)
+    positions = tf.stack([rows, tf.cast(word_first.flat_values, tf.int32) + 1], axis=1)
+    word_probs = tf.nn.softmax(tf.gather_nd(logits, positions))
+    tag_ids = word_first.with_flat_values(tf.argmax(word_probs, axis=-1, output_type=tf.int32))
+    words = word_first.with_flat_values(
+        tf.strings.substr(
+            tf.gather(text, rows), word_start.flat_values, word_end.flat_values - word_start.flat_values,
+            unit="BYTE",
+        )
+    )
+    outputs = {
+        "words": words.to_tensor(default_value=""),
+        "tag_ids": tag_ids.to_tensor(default_value=-1),
+        "tag_probabilities": word_first.with_flat_values(tf.reduce_max(word_probs, axis=-1)).to_tensor(),
+        "num_words": tf.cast(word_first.row_lengths(), tf.int32),
+    }
+    if label_table is not None:
+        outputs["tags"] = tag_ids.with_flat_values(tf.gather(label_table, tag_ids.flat_values)).to_tensor(
+            default_value=""
+        )
+    return outputs
+
+
+def _word_edge(words, first):
+    """[B, (words), (pieces)] -> [B, (words)]: each word's first or last piece value."""
+    pieces = words.values
+    index = pieces.row_starts() if first else pieces.row_limits() - 1
+    return words.with_values(tf.gather(pieces.flat_values, index))

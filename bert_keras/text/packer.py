@@ -82,16 +82,21 @@ class BertPacker(keras.layers.Layer):
         return self.pack(inputs, self.seq_length)
 
     def pack(self, segments, seq_length):
-        """Packs `segments` to `seq_length` (`None`: dynamic, see the class)."""
+        """Packs `segments` to `seq_length`: a Python int, a scalar int tensor (as
+        the TF Hub `bert_pack_inputs` takes it), or `None` (dynamic, see the class)."""
         segments = _as_segment_list(segments)
         num_segments = len(segments)
         length_limit = self.max_seq_length if seq_length is None else seq_length
-        if length_limit < num_segments + 1:
+        if tf.is_tensor(length_limit):
+            length_limit = _checked_length(length_limit, num_segments)
+        elif length_limit < num_segments + 1:
             raise ValueError(
                 f"seq_length {length_limit} leaves no room for [CLS] and {num_segments} [SEP] tokens."
             )
+        else:
+            length_limit = tf.constant(length_limit, tf.int64)
         lengths = tf.stack([segment.row_lengths() for segment in segments], axis=1)
-        budget = tf.constant(length_limit - num_segments - 1, tf.int64)
+        budget = length_limit - (num_segments + 1)
         if self.truncation == "waterfall":
             kept = _waterfall_lengths(lengths, budget)
         else:
@@ -109,7 +114,7 @@ class BertPacker(keras.layers.Layer):
             empty_length = tf.constant([num_segments + 1], tf.int64)
             packed_length = self._dynamic_length(tf.reduce_max(tf.concat([total_lengths, empty_length], 0)))
         else:
-            packed_length = tf.constant(seq_length, tf.int64)
+            packed_length = length_limit
 
         def column(token_id):
             return tf.RaggedTensor.from_tensor(tf.fill(tf.stack([batch_size, 1]), token_id))
@@ -183,6 +188,22 @@ def _as_segment_list(segments):
             )
         result.append(segment.with_row_splits_dtype(tf.int64))
     return result
+
+
+def _checked_length(seq_length, num_segments):
+    """A scalar int tensor `seq_length`, checked when the graph runs."""
+    if seq_length.shape.rank != 0 or not seq_length.dtype.is_integer:
+        raise ValueError(
+            f"seq_length must be a scalar integer, got {seq_length.dtype.name} of shape {seq_length.shape}."
+        )
+    seq_length = tf.cast(seq_length, tf.int64)
+    check = tf.debugging.assert_greater_equal(
+        seq_length,
+        tf.constant(num_segments + 1, tf.int64),
+        message=f"seq_length leaves no room for [CLS] and {num_segments} [SEP] tokens",
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(seq_length)
 
 
 def _waterfall_lengths(lengths, budget):

@@ -1,17 +1,18 @@
 """Raw strings -> packed BERT inputs, with the TF Hub preprocess interface.
 
 `BertPreprocessor` chains a `BertTokenizer` and a `BertPacker`. Besides
-`__call__` it offers the two methods of the TF Hub BERT preprocess models,
-`tokenize(strings)` and `bert_pack_inputs(segments, seq_length)`, so code
-written for those keeps working. It holds no Python-side state that changes at
+`__call__` it offers the methods of the TF Hub BERT preprocess models,
+`tokenize(strings)`, `tokenize_with_offsets(strings)`,
+`bert_pack_inputs(segments, seq_length)` and `get_special_tokens_dict()`, so
+code written for those keeps working. It holds no Python-side state that changes at
 call time, so it can be traced into `tf.data` maps and exported with
 `keras.export.ExportArchive`.
 """
 
 import keras
 
-from bert_keras.packer import BertPacker
-from bert_keras.tokenizer import BertTokenizer
+from bert_keras.text.packer import BertPacker
+from bert_keras.text.tokenizer import BertTokenizer
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -70,10 +71,28 @@ class BertPreprocessor(keras.layers.Layer):
         as the TF Hub preprocess model's `tokenize`."""
         return self.tokenizer.words_from_pieces(self.tokenizer(strings))
 
+    def tokenize_with_offsets(self, strings):
+        """`tokenize` plus the byte offsets where each piece starts and ends, each
+        ragged `[batch, (words), (pieces)]`, as the TF Hub `tokenize_with_offsets`."""
+        ids, starts, ends = self.tokenizer.tokenize_with_offsets(strings)
+        return tuple(self.tokenizer.words_from_pieces(ids, values) for values in (ids, starts, ends))
+
     def bert_pack_inputs(self, segments, seq_length=128):
         """A list of tokenized segments -> packed dict, as the TF Hub
-        preprocess model's `bert_pack_inputs` (`seq_length=None`: dynamic)."""
+        preprocess model's `bert_pack_inputs`. `seq_length`: a Python int, a
+        scalar int tensor, or `None` (dynamic)."""
         return self.packer.pack(segments, seq_length)
+
+    def get_special_tokens_dict(self):
+        """Special token ids and the vocabulary size under the TF Hub names."""
+        tokenizer = self.tokenizer
+        return {
+            "vocab_size": tokenizer.vocabulary_size,
+            "start_of_sequence_id": tokenizer.cls_id,
+            "end_of_segment_id": tokenizer.sep_id,
+            "padding_id": tokenizer.pad_id,
+            "mask_id": tokenizer.mask_id,
+        }
 
     def get_config(self):
         config = super().get_config()

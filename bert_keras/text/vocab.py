@@ -12,7 +12,7 @@ import collections
 import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
 
-from bert_keras.tokenizer import split_words
+from bert_keras.text.tokenizer import split_words
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

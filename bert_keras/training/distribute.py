@@ -50,7 +50,7 @@ def resolve_strategy(name="default", tpu=None, devices=None):
         raise ValueError(f"a TPU address applies to strategy 'tpu', not to {name!r}")
     if name == "default":
         return tf.distribute.get_strategy()
-    from bert_keras import multi_worker_fit
+    from bert_keras.training import multi_worker_fit
 
     multi_worker_fit.apply()
     if name == "one_device":

@@ -50,7 +50,7 @@ def apply():
     ]
     if missing:
         raise RuntimeError(
-            f"Keras {keras.version()} no longer has {missing}: bert_keras.multi_worker_fit cannot patch "
+            f"Keras {keras.version()} no longer has {missing}: bert_keras.training.multi_worker_fit cannot patch "
             "keras-team/keras#20585; check whether Keras fixed it and update KERAS_20585_FIXED_IN"
         )
     if getattr(trainer.reduce_per_replica, "patched_for_keras_20585", False):

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from bert_keras.tasks.conll import LABELS, conlleval, iob1_to_iob2, read_conll
 from pipelines.cli import main as cli
-from pipelines.conll import LABELS, conlleval, iob1_to_iob2, read_conll
 
 from conftest import DATA, require
 
@@ -85,7 +85,10 @@ def test_conlleval_on_hand_computed_cases():
 
 
 def test_finetune_conll_end_to_end_tiny(tmp_path, capsys):
+    import keras
+
     from bert_keras import BertConfig, BertEncoder
+    from bert_keras.tasks.conll import predict_tags
 
     vocab = require(DATA / "vocab" / "vocab.txt")
     data = tmp_path / "conll"
@@ -100,10 +103,15 @@ def test_finetune_conll_end_to_end_tiny(tmp_path, capsys):
                 "--vocab", str(vocab), "--batch-size", "4", "--epochs", "1", "--verbose", "0"]) == 0
     assert "CoNLL-2003: " in capsys.readouterr().out
     history = json.loads((out / "eval_results.json").read_text())
-    assert 0 <= history[0]["f1"] <= 1
-    predictions = (out / "predictions.txt").read_text().split("\n\n")
     gold = read_conll(data / "eng.testa")
-    assert len([p for p in predictions if p.strip()]) == len(gold)
-    first = [line.split(" ") for line in predictions[0].splitlines()]
-    assert [w for w, _, _ in first] == gold[0].words and [g for _, g, _ in first] == gold[0].tags
-    assert all(p in LABELS for _, _, p in first)
+    # predictions.txt is `word gold predicted` of the kept model, a blank line after each sentence.
+    model = keras.saving.load_model(out / "best.keras")
+    predicted = predict_tags(model, gold, 64)
+    expected = "".join("".join(f"{w} {g} {p}\n" for w, g, p in zip(s.words, s.tags, tags)) + "\n"
+                       for s, tags in zip(gold, predicted))
+    assert (out / "predictions.txt").read_text() == expected
+    assert all(tag in LABELS for tags in predicted for tag in tags)
+    # The reported scores are conlleval's on those predictions.
+    scores = conlleval([s.tags for s in gold], predicted)
+    assert {k: history[0][k] for k in ("precision", "recall", "f1", "accuracy")} == pytest.approx(
+        {k: scores[k] for k in ("precision", "recall", "f1", "accuracy")})

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bert_keras import BertEncoder
-from bert_keras.feature_extractor import BertFeatureExtractor
+from bert_keras.tasks.feature_extractor import BertFeatureExtractor
 from pipelines.cli import main as cli
 
 from conftest import DATA, REFERENCE, require

@@ -7,13 +7,14 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
-from bert_keras.classifier import BertClassifier
-from bert_keras.feature_extractor import BertFeatureExtractor
-from bert_keras.multiple_choice import BertMultipleChoice
-from bert_keras.span_labeler import BertSpanLabeler
-from bert_keras.token_classifier import IGNORE_LABEL, BertTokenClassifier
+from bert_keras.tasks.classifier import BertClassifier
+from bert_keras.tasks.feature_extractor import BertFeatureExtractor
+from bert_keras.tasks.multiple_choice import BertMultipleChoice
+from bert_keras.tasks.span_labeler import BertSpanLabeler
+from bert_keras.tasks.token_classifier import IGNORE_LABEL, BertTokenClassifier
 
 from conftest import DATA, require
+from harness import run_serialization_test
 
 TINY = BertConfig(
     vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -239,15 +240,8 @@ def test_keras_file_round_trip(make, preprocessor, tmp_path):
     if isinstance(model, BertMultipleChoice):
         inputs = {name: tf.stack([t, t], axis=1) for name, t in inputs.items()}
     model.compile() if not isinstance(model, BertFeatureExtractor) else None
-    path = tmp_path / "head.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    assert type(loaded) is type(model)
-    assert loaded.get_config() == model.get_config()
+    loaded = run_serialization_test(model, inputs, tmp_path)
     assert (loaded.preprocessor is None) == (model.preprocessor is None)
-    tf.nest.map_structure(
-        lambda a, b: np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6), model(inputs), loaded(inputs)
-    )
 
 
 def test_from_checkpoint_on_real_weights_builds_the_preprocessor(minilm_dir):

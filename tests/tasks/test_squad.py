@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from bert_keras import BertTokenizer
-from pipelines.squad import (
+from bert_keras.tasks.squad import (
     Example, _max_context_window, decode, evaluate, exact_match, f1_score, make_features, normalize_answer,
-    parse_slice, read_squad,
+    read_squad,
 )
+from pipelines.squad import parse_slice
 
 from conftest import DATA, require
 
@@ -164,7 +165,10 @@ def test_evaluate_by_hand():
 def test_finetune_squad_end_to_end_tiny(tmp_path, capsys):
     import json
 
+    import keras
+
     from bert_keras import BertConfig, BertEncoder
+    from bert_keras.tasks.squad import predict_logits
     from pipelines.cli import main as cli
 
     dev = str(require(DATA / "squad" / "dev-v1.1.json"))
@@ -176,7 +180,13 @@ def test_finetune_squad_end_to_end_tiny(tmp_path, capsys):
                 "--init", str(init), "--vocab", str(DATA / "vocab" / "vocab.txt"), "--max-seq-length", "128",
                 "--batch-size", "4", "--epochs", "1", "--verbose", "0"]) == 0
     assert "SQuAD v1.1: 6 training questions" in capsys.readouterr().out
+    # predictions.json is the kept model's n-best decoding; the reported EM/F1 score it.
+    model = keras.saving.load_model(out / "best.keras")
+    examples = read_squad(dev, slice(47, 48))[:6]
+    features = make_features(examples, model.preprocessor.tokenizer, max_seq_length=128)
+    start_logits, end_logits = predict_logits(model, features, 64)
+    expected, _, _ = decode(examples, features, start_logits, end_logits)
     predictions = json.loads((out / "predictions.json").read_text())
-    assert len(predictions) == 6 and all(isinstance(text, str) for text in predictions.values())
+    assert predictions == expected and len(predictions) == 6
     metrics = json.loads((out / "best_metrics.json").read_text())
-    assert 0 <= metrics["exact_match"] <= 100 and 0 <= metrics["f1"] <= 100
+    assert {key: metrics[key] for key in ("exact_match", "f1")} == pytest.approx(evaluate(examples, predictions))

@@ -1,0 +1,197 @@
+"""Dynamic masking throughput: instances/s of `pretrain --corpus` data against peers.
+
+All on the same text (default: the Gutenberg books), batches of 256 at seq 128 with 20
+predictions, read as `fit` reads them, each peer in its own process pinned to 1 and to 2
+cores (CPU affinity, so every thread TensorFlow starts shares those cores):
+
+- bert-keras `dynamic_masking_dataset` (tf.data, MLM + NSP pairs), reading and
+  tokenizing the text every epoch, or once (`cache_tokens`, `pretrain --cache-tokens`);
+- the previous version: the Python generator of commit 43d608d (`git show` into a
+  temporary module, run unchanged);
+- keras-hub's in-graph `MaskedLMMaskGenerator` (MLM only: one segment per line, no A/B
+  pairs) after the same tokenizer;
+- `pretraining_dataset` on TFRecords made from the same text by `create-pretraining-data`
+  (dupe factor 1).
+
+"first batch" is the start-up: reading and tokenizing up front (the generator) or the
+first files (tf.data). Rates are medians of interleaved rounds, one process at a time,
+each timed over many epochs of the corpus after its buffers have filled.
+
+    python bench/bench_dynamic_masking.py [--rounds 3] [--batches 400] [--quick]
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+PREVIOUS_COMMIT = "43d608d"  # the last commit with the Python generator
+BATCH, SEQ, PREDICTIONS = 256, 128, 20
+PEERS = {
+    "dynamic": "bert-keras `tf.data` dynamic masking",
+    "cached": "the same, `--cache-tokens` (tokenized once)",
+    "previous": f"previous version: Python generator ({PREVIOUS_COMMIT})",
+    "keras_hub": "keras-hub `MaskedLMMaskGenerator` (MLM only, no pairs)",
+    "records": "TFRecord reader (`pretraining_dataset`)",
+}
+
+
+def previous_dynamic_masking(files, tokenizer):
+    """The generator of `PREVIOUS_COMMIT`, or None without git history."""
+    try:
+        source = subprocess.run(
+            ["git", "show", f"{PREVIOUS_COMMIT}:bert_keras/pretraining_data.py"],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    path = Path(tempfile.mkdtemp()) / "previous_pretraining_data.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("previous_pretraining_data", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dynamic_masking_dataset(files, tokenizer, BATCH, SEQ, PREDICTIONS, seed=0)
+
+
+def keras_hub_masking(files, tokenizer):
+    """Lines -> the same tokenizer -> [CLS] line [SEP] at SEQ -> MaskedLMMaskGenerator."""
+    import tensorflow as tf
+
+    try:
+        import keras_hub
+    except ImportError:
+        return None
+    packer = keras_hub.layers.StartEndPacker(
+        sequence_length=SEQ, start_value=tokenizer.cls_id, end_value=tokenizer.sep_id, pad_value=0,
+        return_padding_mask=True,
+    )
+    masker = keras_hub.layers.MaskedLMMaskGenerator(
+        vocabulary_size=tokenizer.vocabulary_size, mask_selection_rate=0.15, mask_selection_length=PREDICTIONS,
+        mask_token_id=tokenizer.mask_id, unselectable_token_ids=[0, tokenizer.cls_id, tokenizer.sep_id],
+    )
+
+    def features(lines):
+        ids, mask = packer(tokenizer.tokenize(lines))
+        masked = masker(ids)
+        return {
+            "input_word_ids": masked["token_ids"], "input_mask": tf.cast(mask, tf.int32),
+            "masked_lm_positions": masked["mask_positions"], "masked_lm_ids": masked["mask_ids"],
+            "masked_lm_weights": masked["mask_weights"],
+        }
+
+    dataset = tf.data.Dataset.from_tensor_slices(files).interleave(
+        tf.data.TextLineDataset, cycle_length=len(files), num_parallel_calls=tf.data.AUTOTUNE
+    )
+    dataset = dataset.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0).repeat()
+    dataset = dataset.batch(BATCH, drop_remainder=True).map(features, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def make_records(files, vocab, directory):
+    output = Path(directory) / "corpus.tfrecord"
+    subprocess.run(
+        [sys.executable, "-c", "from pipelines.cli import main; main()", "create-pretraining-data",
+         "--input", *files, "--output", str(output), "--vocab", vocab, "--dupe-factor", "1",
+         "--num-shards", str(len(files))],
+        cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    return sorted(str(path) for path in Path(directory).glob("corpus.tfrecord*") if not path.name.endswith(".json"))
+
+
+def measure(peer, files, vocab, records, warmup, batches):
+    """In a pinned child process: {"rate": instances/s, "first": seconds} or None."""
+    from bert_keras import BertTokenizer
+    from bert_keras.data import pretraining_data as data
+    from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+
+    start = time.perf_counter()
+    tokenizer = BertTokenizer(vocab)
+    dataset = {
+        "dynamic": lambda: dynamic_masking_dataset(files, tokenizer, BATCH, SEQ, PREDICTIONS),
+        "cached": lambda: dynamic_masking_dataset(files, tokenizer, BATCH, SEQ, PREDICTIONS, cache_tokens=True),
+        "previous": lambda: previous_dynamic_masking(files, tokenizer),
+        "keras_hub": lambda: keras_hub_masking(files, tokenizer),
+        "records": lambda: data.pretraining_dataset(records, BATCH, SEQ, PREDICTIONS),
+    }[peer]()
+    if dataset is None:
+        return None
+    iterator = iter(dataset)
+    next(iterator)
+    first = time.perf_counter() - start
+    for _ in range(warmup):
+        next(iterator)
+    start = time.perf_counter()
+    for _ in range(batches):
+        next(iterator)
+    return {"rate": batches * BATCH / (time.perf_counter() - start), "first": first}
+
+
+def run_pinned(cores, *arguments):
+    allowed = sorted(os.sched_getaffinity(0))[:cores]
+    result = subprocess.run(
+        [sys.executable, __file__, *arguments], cwd=ROOT, capture_output=True, text=True, check=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, allowed),
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", default=str(SHARED / "data" / "pretraining" / "gutenberg"))
+    parser.add_argument("--vocab", default=str(SHARED / "data" / "vocab" / "vocab.txt"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=400,
+                        help="batches of 256 timed per round (400: ~10 epochs of Gutenberg)")
+    parser.add_argument("--warmup", type=int, default=40, help="batches read before timing")
+    parser.add_argument("--quick", action="store_true", help="1 round of 200 batches")
+    parser.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)  # a child process
+    parser.add_argument("--records", nargs="*", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.batches = 1, 200
+    files = sorted(str(path) for path in Path(args.corpus).glob("*.txt"))
+    if args.peer:
+        print(json.dumps(measure(args.peer, files, args.vocab, args.records, args.warmup, args.batches)))
+        return
+
+    records = make_records(files, args.vocab, tempfile.mkdtemp())
+    child = ["--corpus", args.corpus, "--vocab", args.vocab, "--warmup", str(args.warmup),
+             "--batches", str(args.batches), "--records", *records]
+    results = {(peer, cores): [] for peer in PEERS for cores in (1, 2)}
+    for _ in range(args.rounds):
+        for peer, cores in results:
+            results[peer, cores].append(run_pinned(cores, "--peer", peer, *child))
+
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    print(f"{cpu}; {len(files)} files; batch {BATCH} x seq {SEQ}; "
+          f"{args.rounds} round(s) of {args.batches} batches after {args.warmup}")
+
+    def rate(peer, cores):
+        runs = results[peer, cores]
+        return statistics.median(run["rate"] for run in runs) if None not in runs else None
+
+    previous = rate("previous", 1)
+    print("\n| data | instances/s, 1 core | 2 cores | 1 core vs previous generator | first batch (1 core) |")
+    print("|---|---|---|---|---|")
+    for peer, name in PEERS.items():
+        one, two = rate(peer, 1), rate(peer, 2)
+        if one is None:
+            print(f"| {name} | not available | | | |")
+            continue
+        first = statistics.median(run["first"] for run in results[peer, 1])
+        print(f"| {name} | {one:,.0f} | {two:,.0f} | {one / previous:.1f}x | {first:.1f} s |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""`create-pretraining-data` at corpus scale: throughput per process and for N workers, peak memory.
+
+Every row runs `bert-keras create-pretraining-data` with the original tool's defaults
+(bert-base-uncased vocab, dupe factor 10, 128 tokens, seed 12345) as a subprocess and
+reports its wall time (start-up included: about 5 s of importing TensorFlow per process),
+MB/s of input text, instances/s and the peak RSS of its largest process (the command or a
+worker). The larger corpora repeat the Gutenberg books (symbolic links named copy-K-BOOK),
+10 or 100 times. Peers in the same run:
+
+- "one shard": `--num-shards 1`, the whole corpus in one unit of work, as the original tool
+  (and this command before it was sharded) holds it: memory grows with the corpus;
+- "2 MiB shards": the default (`--shard-size`), memory bounded by the shard size;
+- the same with `--workers N`.
+
+"per process" rows time the shard-making alone in this process (no start-up): the recipe's
+own speed. "vs 1 process" is the N-worker run's speed-up over one process on the same corpus; the
+start-up (about 2.5 s in the command, then as long again in the workers) weighs less as the corpus grows.
+
+    python bench/bench_pretraining_data.py --quick   # 1x and 3x corpus, < 3 minutes
+    python bench/bench_pretraining_data.py           # 1x, 10x and 100x (about 15 minutes)
+"""
+
+import argparse
+import glob
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+
+
+def cpu_model():
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def corpus(books, copies, folder):
+    """The books, or `copies` links to each (copy-K-BOOK)."""
+    if copies == 1:
+        return books
+    folder.mkdir(exist_ok=True)
+    files = []
+    for k in range(copies):
+        for book in books:
+            link = folder / f"copy-{k:03d}-{Path(book).name}"
+            if not link.exists():
+                link.symlink_to(book)
+            files.append(str(link))
+    return files
+
+
+def run_command(files, output, vocab, *flags):
+    """(seconds, instances, peak RSS in MB of the largest process) of one CLI run."""
+    command = [sys.executable, "-m", "pipelines.cli", "create-pretraining-data", "--input", *files,
+               "--output", str(output), "--vocab", str(vocab), *flags]
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)  # ru_maxrss covers the reaped workers too
+    seconds = time.perf_counter() - start
+    if status:
+        raise SystemExit(f"{' '.join(command)} failed:\n{process.stderr.read().decode()[-3000:]}")
+    manifest = json.loads(Path(f"{output}.manifest.json").read_text())
+    return seconds, manifest["instances"], usage.ru_maxrss / 1024
+
+
+def per_process(files, vocab, shard_bytes, num_shards=None):
+    """(seconds, instances) of making every shard in this process, start-up excluded."""
+    from bert_keras import BertTokenizer
+    from bert_keras.data import pretraining_shards as shards
+
+    tokenizer = BertTokenizer(str(vocab))
+    tokenizer(["warm-up: the first call sets up the tokenizer's kernels"])
+    maker = shards.ShardMaker(tokenizer, shards.Recipe())
+    with tempfile.TemporaryDirectory() as folder:
+        start = time.perf_counter()
+        _, _, plan = shards.plan_shards(files, f"{folder}/data", shard_bytes, num_shards)
+        instances = sum(maker(shard, folder)["instances"] for shard in plan)
+        return time.perf_counter() - start, instances
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="1x and 3x corpus only (< 3 minutes)")
+    parser.add_argument("--books", default=str(SHARED / "data" / "pretraining" / "gutenberg"))
+    parser.add_argument("--vocab", default=str(SHARED / "data" / "vocab" / "vocab.txt"))
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    books = sorted(glob.glob(f"{args.books}/*.txt"))
+    if not books:
+        raise SystemExit(f"no books in {args.books}")
+    megabytes = sum(Path(b).stat().st_size for b in books) / 1e6
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; load average at start {os.getloadavg()[0]:.1f}")
+    print(f"corpus 1x: {len(books)} Gutenberg books, {megabytes:.2f} MB\n")
+
+    from bert_keras.data.pretraining_shards import DEFAULT_SHARD_BYTES
+
+    rows, seconds_of = [], {}
+
+    def add(name, scale, seconds, instances, rss=None, speedup=""):
+        seconds_of[name, scale] = seconds
+        rows.append((name, f"{scale}x", f"{seconds:.1f}", f"{megabytes * scale / seconds:.2f}",
+                     f"{instances / seconds:.0f}", "" if rss is None else f"{rss:.0f}", speedup))
+        print(" | ".join(rows[-1]), flush=True)
+
+    sharded = f"{DEFAULT_SHARD_BYTES / 2**20:g} MiB shards"
+    one_process, n_workers = f"{sharded}, 1 process", f"{sharded}, {args.workers} workers"
+    plan = []  # (name, copies, flags)
+    for copies in [1, 3] if args.quick else [1, 10, 100]:
+        if copies <= 10:  # 100x in one shard would hold about 11 GB
+            plan.append(("one shard, 1 process", copies, ["--num-shards", "1"]))
+        plan.append((one_process, copies, []))
+        plan.append((n_workers, copies, ["--workers", str(args.workers)]))
+
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        seconds, instances = per_process(books, args.vocab, DEFAULT_SHARD_BYTES)
+        add(f"per process: {sharded}", 1, seconds, instances)
+        seconds, instances = per_process(books, args.vocab, DEFAULT_SHARD_BYTES, num_shards=1)
+        add("per process: one shard", 1, seconds, instances)
+        for i, (name, copies, flags) in enumerate(plan):
+            files = corpus(books, copies, folder / f"x{copies}")
+            seconds, instances, rss = run_command(files, folder / f"run{i}" / "data", args.vocab, *flags)
+            speedup = f"{seconds_of[one_process, copies] / seconds:.2f}x" if name == n_workers else ""
+            add(name, copies, seconds, instances, rss, speedup)
+
+    print(f"\nload average at end {os.getloadavg()[0]:.1f}\n")
+    header = ("run", "corpus", "seconds", "MB/s", "instances/s", "peak RSS MB", "vs 1 process")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()

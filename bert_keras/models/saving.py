@@ -1,0 +1,39 @@
+"""One load/save path for every model that has original (google-research/bert) weight names.
+
+A model class provides `original_weight_map()` (its variables -> original names, see
+`checkpoint.set_original_weights`), `from_original_weights(weights, config, source)`,
+`config` and `vocab_path`. Reading, format detection, the `.keras` case and the vocab
+beside the weights are then the same for the encoder and the pre-training model.
+"""
+
+import keras
+
+from bert_keras import checkpoint
+
+
+def load_checkpoint(cls, path, format=None, config=None, **kwargs):
+    """A `cls` from a TF1 checkpoint, a Hugging Face folder or a `.keras` file, read once.
+
+    `config` overrides the config file beside the weights (e.g. to change dropout);
+    `kwargs` go to `cls.from_original_weights`.
+    """
+    format = format or checkpoint.detect_format(path)
+    if format == "keras":
+        model = keras.saving.load_model(path)
+        if not isinstance(model, cls):
+            raise ValueError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
+        return model
+    weights, found_config, vocab_path = checkpoint.read(path, format)
+    model = cls.from_original_weights(weights, config or found_config, f"{format} checkpoint {path}", **kwargs)
+    model.vocab_path = vocab_path
+    return model
+
+
+def save_checkpoint(model, path, format, vocab_path=None):
+    """Writes `model` as a `.keras` file, a Hugging Face folder or a TF1 checkpoint,
+    with `vocab_path` (default: the one it was loaded with) copied beside the weights."""
+    if format == "keras":
+        model.save(path)
+        return
+    weights = checkpoint.get_original_weights(model.original_weight_map())
+    checkpoint.write(weights, model.config, path, format, vocab_path or model.vocab_path)

@@ -1,0 +1,90 @@
+"""The pieces of the original fine-tuning recipe that any `model.fit` script can reuse.
+
+Length-grouped batches of raw text (dynamic padding wastes little when a batch holds
+similar lengths), the step schedule behind `--epochs`/`--max-train-steps`, and two
+callbacks: the official metric after every epoch with the best weights kept, and a
+wall-clock budget. `bert-keras finetune` wires them to files and flags.
+"""
+
+import math
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+
+def length_grouped_batches(data, lengths, batch_size, shuffle, seed, group=50):
+    """A batched `tf.data.Dataset` of `data` (a structure of equal-length arrays).
+
+    Training: shuffled every epoch, then chunks of `group` batches are sorted by
+    `lengths` and cut into batches, whose order is shuffled again, so each batch
+    holds similar lengths (little padding) yet batches stay random."""
+    dataset = tf.data.Dataset.from_tensor_slices((data, np.asarray(lengths, "int32")))
+    if shuffle:
+        dataset = dataset.shuffle(len(lengths), seed=seed, reshuffle_each_iteration=True)
+        dataset = dataset.batch(batch_size * group).map(_sort_chunk).unbatch()
+    dataset = dataset.batch(batch_size).map(lambda element, length: element)
+    if shuffle:
+        dataset = dataset.shuffle(group, seed=seed, reshuffle_each_iteration=True)
+    return dataset
+
+
+def _sort_chunk(element, lengths):
+    order = tf.argsort(lengths)
+    return tf.nest.map_structure(lambda t: tf.gather(t, order), element), tf.gather(lengths, order)
+
+
+def schedule(num_examples, batch_size, epochs, max_train_steps=None):
+    """(steps_per_epoch, epochs, total steps) for `epochs` (may be fractional) over
+    `num_examples`, capped at `max_train_steps`; epochs are of equal length (evaluation
+    after each), so the last may run a few steps more."""
+    steps_per_epoch = max(1, math.ceil(num_examples / batch_size))
+    total = max(1, int(round(epochs * steps_per_epoch)))
+    if max_train_steps:
+        total = min(total, max_train_steps)
+    epochs = math.ceil(total / steps_per_epoch)
+    steps_per_epoch = math.ceil(total / epochs)
+    return steps_per_epoch, epochs, steps_per_epoch * epochs
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Ends training (the epoch's evaluation still runs) once `minutes` have passed."""
+
+    def __init__(self, minutes):
+        super().__init__()
+        self.minutes = minutes
+
+    def on_train_begin(self, logs=None):
+        self.start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.perf_counter() - self.start > 60 * self.minutes:
+            print(f"\ntime budget of {self.minutes} min reached: stopping")
+            self.model.stop_training = True
+
+
+class EvaluateAndKeepBest(keras.callbacks.Callback):
+    """After each epoch, puts `evaluate(model) -> {metric: value}` into the logs (so the
+    progress bar and TensorBoard show the official metrics) and rewrites
+    `output_dir/best.weights.h5` when `main_metric` improves. `best` and `history`
+    hold the best epoch's and every epoch's metrics."""
+
+    def __init__(self, evaluate, main_metric, output_dir):
+        super().__init__()
+        self.evaluate, self.main_metric, self.output_dir = evaluate, main_metric, Path(output_dir)
+        self.best = None
+        self.history = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        metrics = self.evaluate(self.model)
+        if logs is not None:
+            logs.update({f"val_{name}": value for name, value in metrics.items()})
+        metrics = {"epoch": epoch + 1, **metrics}
+        self.history.append(metrics)
+        print(" - ".join(f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {value}"
+                         for name, value in metrics.items()))
+        if self.best is None or metrics[self.main_metric] > self.best[self.main_metric]:
+            self.best = metrics
+            self.model.save_weights(self.output_dir / "best.weights.h5")

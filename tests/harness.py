@@ -1,0 +1,98 @@
+"""Shared test harness for the task heads, in the spirit of keras-hub's
+`TestCase.run_*_test`: one tiny config, one `.keras` round-trip runner, and one task
+runner (fit on raw text, predict, save/load, export) that every head's test applies.
+
+The expectations come from outside the code under test: a loaded model must equal the
+saved one weight for weight and output for output; an export must answer, through the
+TF1 session loader that TF Serving uses, what the Keras model computes on the same text.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
+
+from bert_keras.serving import export
+from bert_keras.serving.session import SessionPredictor
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "quick", "brown", "fox", "dog", "cat",
+         "jump", "##s", "##ed", "over", "lazy", "good", "bad", "film", "is", "it", "was", "where", "who", "did",
+         "go", "home", "john", "paris", "lives", "in", ",", ".", "!", "?", "中", "文"]
+TINY = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=32, max_position_embeddings=64)
+SERVING_RELEASE = "2.12"  # the op gate the exports must pass, as in test_export.py
+TOLERANCE = 1e-5  # export vs Keras model, float32
+
+
+def tiny_encoder(seed=0):
+    keras.utils.set_random_seed(seed)
+    return BertEncoder(TINY)
+
+
+def tiny_preprocessor(seq_length=None, max_seq_length=32):
+    return BertPreprocessor(BertTokenizer(VOCAB), seq_length=seq_length, max_seq_length=max_seq_length)
+
+
+def assert_outputs_close(actual, expected, atol=TOLERANCE):
+    """Nested dicts/arrays of outputs agree leaf for leaf (same keys, shapes)."""
+    tf.nest.assert_same_structure(actual, expected)
+    for a, e in zip(tf.nest.flatten(actual), tf.nest.flatten(expected)):
+        a, e = np.asarray(a), np.asarray(e)
+        assert a.shape == e.shape, (a.shape, e.shape)
+        np.testing.assert_allclose(a, e, atol=atol, rtol=0)
+
+
+def run_serialization_test(model, inputs, tmp_path):
+    """`.keras` round trip: same class and config, identical weights, identical
+    predictions on `inputs` (raw text when the model has a preprocessor). Returns the
+    loaded model."""
+    path = tmp_path / f"{type(model).__name__}.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert type(loaded) is type(model)
+    assert loaded.get_config() == model.get_config()
+    assert len(loaded.weights) == len(model.weights)
+    for saved, restored in zip(model.weights, loaded.weights):
+        assert saved.path == restored.path
+        np.testing.assert_array_equal(saved.numpy(), restored.numpy())
+    assert_outputs_close(loaded.predict(inputs, verbose=0), model.predict(inputs, verbose=0), atol=0)
+    return loaded
+
+
+def run_task_test(model, tmp_path, predict_x, request, check_export, fit_data=None, export_kwargs=None):
+    """Everything a head must do, in order:
+
+    1. `fit_data` = (x, y) raw: one epoch lowers nothing to NaN and changes the weights;
+    2. `predict` on raw `predict_x` equals calling the model on its packed form;
+    3. the `.keras` round trip (`run_serialization_test`);
+    4. `export_for_serving` passes the op gate, loads in the TF1 session loader (which
+       replays the warm-up requests), and `check_export(model, outputs)` holds for the
+       answer to the raw-text `request` (a dict of input name -> strings).
+    Returns the export path."""
+    if fit_data is not None:
+        x, y = fit_data
+        model.compile(optimizer=keras.optimizers.Adam(1e-3))
+        before = [w.copy() for w in model.get_weights()]
+        history = model.fit(x, y, batch_size=2, epochs=1, verbose=0)
+        assert np.isfinite(history.history["loss"]).all()
+        assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights())), "fit changed nothing"
+    predicted = model.predict(predict_x, verbose=0)
+    packed = model.preprocess_samples(_as_tensors(predict_x))
+    assert_outputs_close(predicted, model(packed, training=False))
+    run_serialization_test(model, predict_x, tmp_path)
+    path = export.export_for_serving(model, model.preprocessor, tmp_path / "export", **(export_kwargs or {}))
+    export.check_serving_ops(path, SERVING_RELEASE)
+    predictor = SessionPredictor(path)
+    assert len(predictor.warmup_responses) == 2, "the warm-up requests were not replayed"
+    check_export(model, predictor.predict_texts(**request))
+    predictor.close()
+    return path
+
+
+def _as_tensors(x):
+    if isinstance(x, tuple):
+        return tuple(_as_tensors(segment) for segment in x)
+    if isinstance(x, (tf.Tensor, tf.RaggedTensor)):
+        return x
+    return tf.constant(x)

@@ -1,0 +1,47 @@
+"""The package's tiers, checked from the code: the import-linter contracts in
+pyproject.toml pass, every module belongs to a tier, and no modules import each other
+in a circle."""
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def contracts():
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+
+
+def test_import_contracts_pass():
+    lint_imports = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run([str(lint_imports), "--no-cache"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Contracts: 3 kept, 0 broken" in result.stdout, result.stdout
+
+
+def test_every_module_belongs_to_a_tier():
+    """A new top-level module outside the tiers would escape the layers contract."""
+    (layers,) = [contract["layers"] for contract in contracts() if contract["type"] == "layers"]
+    tiers = {name.strip() for layer in layers for name in layer.split("|")}
+    top_level = {f"bert_keras.{path.stem}" for path in (ROOT / "bert_keras").glob("*.py") if path.stem != "__init__"}
+    top_level |= {f"bert_keras.{path.name}" for path in (ROOT / "bert_keras").iterdir()
+                  if (path / "__init__.py").exists()}
+    assert top_level <= tiers, f"modules in no tier: {sorted(top_level - tiers)}"
+
+
+def test_no_import_cycles():
+    graph = grimp.build_graph("bert_keras", "pipelines")
+    modules = sorted(graph.modules)
+    cycles = []
+    for module in modules:
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported != module and not module.startswith(imported + ".") and \
+                    graph.find_shortest_chain(importer=imported, imported=module):
+                cycles.append((module, imported))
+    # A package's __init__ importing its own submodules is not a cycle of the code's logic.
+    cycles = [(a, b) for a, b in cycles if not (a.startswith(b + ".") or b.startswith(a + "."))]
+    assert not cycles, f"import cycles: {cycles}"
