@@ -10,7 +10,9 @@ worker). The larger corpora repeat the Gutenberg books (symbolic links named cop
 - "one shard": `--num-shards 1`, the whole corpus in one unit of work, as the original tool
   (and this command before it was sharded) holds it: memory grows with the corpus;
 - "2 MiB shards": the default (`--shard-size`), memory bounded by the shard size;
-- the same with `--workers N`.
+- the same with `--workers N`;
+- "previous version": the command as it was before sharding (commit PREVIOUS_COMMIT, run from a
+  `git archive` of that commit), 1x corpus only: it holds every instance in memory.
 
 "per process" rows time the shard-making alone in this process (no start-up): the recipe's
 own speed. "vs 1 process" is the N-worker run's speed-up over one process on the same corpus; the
@@ -35,6 +37,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = Path(__file__).resolve().parents[1]
+PREVIOUS_COMMIT = "43d608d"  # the last commit whose create-pretraining-data held the corpus in memory
 SHARED = ROOT.parent / "shared"
 
 
@@ -60,18 +63,35 @@ def corpus(books, copies, folder):
     return files
 
 
-def run_command(files, output, vocab, *flags):
-    """(seconds, instances, peak RSS in MB of the largest process) of one CLI run."""
+def run_command(files, output, vocab, *flags, source=ROOT):
+    """(seconds, peak RSS in MB of the largest process) of one CLI run of the code in `source`."""
     command = [sys.executable, "-m", "pipelines.cli", "create-pretraining-data", "--input", *files,
                "--output", str(output), "--vocab", str(vocab), *flags]
     start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(command, cwd=source, env={**os.environ, "PYTHONPATH": str(source)},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(process.pid, 0)  # ru_maxrss covers the reaped workers too
     seconds = time.perf_counter() - start
     if status:
         raise SystemExit(f"{' '.join(command)} failed:\n{process.stderr.read().decode()[-3000:]}")
-    manifest = json.loads(Path(f"{output}.manifest.json").read_text())
-    return seconds, manifest["instances"], usage.ru_maxrss / 1024
+    return seconds, usage.ru_maxrss / 1024
+
+
+def count_records(output):
+    import tensorflow as tf
+
+    return sum(1 for _ in tf.data.TFRecordDataset(sorted(glob.glob(f"{output}*[0-9]")) or [str(output)]))
+
+
+def previous_version(folder):
+    """A copy of the code at PREVIOUS_COMMIT, or None without git history."""
+    archive = subprocess.run(["git", "archive", PREVIOUS_COMMIT, "bert_keras", "pipelines"], cwd=ROOT,
+                             capture_output=True)
+    if archive.returncode:
+        return None
+    folder.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    return folder
 
 
 def per_process(files, vocab, shard_bytes, num_shards=None):
@@ -128,9 +148,17 @@ def main():
         add(f"per process: {sharded}", 1, seconds, instances)
         seconds, instances = per_process(books, args.vocab, DEFAULT_SHARD_BYTES, num_shards=1)
         add("per process: one shard", 1, seconds, instances)
+        previous = previous_version(folder / "previous")
+        if previous is not None:
+            output = folder / "previous-run" / "data"
+            output.parent.mkdir()
+            seconds, rss = run_command(books, output, args.vocab, source=previous)
+            add(f"previous version ({PREVIOUS_COMMIT}), 1 process", 1, seconds, count_records(output), rss)
         for i, (name, copies, flags) in enumerate(plan):
             files = corpus(books, copies, folder / f"x{copies}")
-            seconds, instances, rss = run_command(files, folder / f"run{i}" / "data", args.vocab, *flags)
+            output = folder / f"run{i}" / "data"
+            seconds, rss = run_command(files, output, args.vocab, *flags)
+            instances = json.loads(Path(f"{output}.manifest.json").read_text())["instances"]
             speedup = f"{seconds_of[one_process, copies] / seconds:.2f}x" if name == n_workers else ""
             add(name, copies, seconds, instances, rss, speedup)
 

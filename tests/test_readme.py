@@ -51,7 +51,7 @@ NOT_RUN = {
     "docker ": "no Docker engine on these machines; its config files are checked instead",
     "bert-keras pretrain --strategy tpu": "needs a Cloud TPU",
     "bert-keras create-pretraining-data --input 'gs://": "needs Google Cloud; the same pipeline runs on Beam's "
-    "DirectRunner in tests/test_pretraining_shards.py",
+    "DirectRunner in tests/data/test_pretraining_shards.py",
     ".venv/bin/python bench/": "benchmarks take minutes and need the peer packages; their --help runs instead",
     ".venv/bin/pip install keras-hub": "installs the benchmark peers (PyTorch among them)",
     "python3 -m venv": "the set-up command: CI's .ci/run runs it (checked below)",

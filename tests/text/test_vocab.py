@@ -9,7 +9,7 @@ import tensorflow as tf
 from bert_keras.text.tokenizer import BertTokenizer, split_words
 from bert_keras.text.vocab import build_vocabulary, count_words, reserved_tokens
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = Path(__file__).resolve().parents[3] / "shared"
 SAMPLE_TEXT = SHARED / "data" / "pretraining" / "sample_text.txt"
 REFERENCE = SHARED / "reference"
 

@@ -20,7 +20,7 @@ from bert_keras.data import pretraining_shards as shards
 
 from conftest import DATA, require
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
 GUTENBERG = DATA / "pretraining" / "gutenberg"
 VOCAB = DATA / "vocab" / "vocab.txt"

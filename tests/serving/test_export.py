@@ -369,7 +369,7 @@ def test_fill_mask_export_on_reference_pretraining_model(tmp_path, base_vocab_pr
 def test_smoke_script_against_local_server(local_server, protocol, capsys):
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serving"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "serving"))
     import smoke
 
     code = smoke.main(["--model", "tiny", "--protocol", protocol, "--grpc-port", str(local_server.grpc_port),

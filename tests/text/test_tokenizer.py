@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = Path(__file__).resolve().parents[3] / "shared"
 VOCAB = SHARED / "data" / "vocab" / "vocab.txt"
 REFERENCE = SHARED / "reference"
 

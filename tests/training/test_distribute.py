@@ -22,7 +22,7 @@ from bert_keras.data import pretraining_shards
 from conftest import DATA, require
 from distribute_runs import GLOBAL_BATCH, PREDICTIONS, SEQ_LENGTH, load_weights
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUNS = Path(__file__).resolve().parent / "distribute_runs.py"
 VOCAB = DATA / "vocab" / "vocab.txt"
 SAMPLE = DATA / "pretraining" / "sample_text.txt"

@@ -8,7 +8,7 @@ follows the tutorials in tensorflow/text: docs/tutorials/classify_text_with_bert
 ("Classify text with BERT": preprocess + trainable encoder + Dropout + Dense, fit, save,
 reload, serve) and docs/tutorials/bert_glue.ipynb ("Solve GLUE tasks using BERT":
 `tokenize` per segment, then `bert_pack_inputs` with `arguments=dict(seq_length=...)`).
-Results go to OUT/results.npz; tests/test_hub_export.py checks them.
+Results go to OUT/results.npz; tests/serving/test_hub_export.py checks them.
 """
 
 import os

@@ -1,4 +1,4 @@
-"""Training runs for tests/test_distribute.py, in processes of their own.
+"""Training runs for tests/training/test_distribute.py, in processes of their own.
 
     python distribute_runs.py mirrored OUT                 # 2 logical CPUs: one device vs mirrored
     python distribute_runs.py worker INDEX PORTS DATA OUT  # one MultiWorkerMirrored worker
@@ -16,7 +16,7 @@ from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 STEPS = 10
 GLOBAL_BATCH = 8

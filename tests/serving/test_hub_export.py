@@ -3,7 +3,7 @@
 Test vectors come from Model Garden's tests of its own exporter, tensorflow/models
 official/nlp/tools/export_tfhub_lib_test.py (`test_exported_callables`,
 `test_cased_length10`, `test_reexport`, `test_export_model_with_mlm` and its dropout
-check); the fine-tuning run follows TensorFlow's BERT tutorials (tests/hub_tutorial_runs.py).
+check); the fine-tuning run follows TensorFlow's BERT tutorials (tests/serving/hub_tutorial_runs.py).
 Model Garden's vocabularies have no `[MASK]` unless asked; ours needs one, so `[MASK]`
 is id 4 here and every other token id is one above Model Garden's.
 """
@@ -29,7 +29,7 @@ from pipelines.cli import main as cli
 
 from conftest import DATA, REFERENCE, require
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUNS = Path(__file__).resolve().parent / "hub_tutorial_runs.py"
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TUTORIAL_VOCAB = SPECIAL + ["the", "quick", "brown", "fox", "##es", "jump", "##s", ",", ".", "!", "a", "b", "c",
