@@ -28,13 +28,16 @@ original does.
 """
 
 import os
+import re
 
 import tensorflow as tf
 
-from bert_keras.data.pretraining_data import InstanceMaker, expand_files
+from bert_keras.data.pretraining_data import (
+    ABBREVIATIONS, HEADING_ENDS, HEADING_WORDS, LINE_ENDS, InstanceMaker, check_format, expand_files,
+)
 from bert_keras.text.tokenizer import _ragged_cond
 
-_ABBREVIATIONS = "mr|mrs|ms|dr|st|mt|jr|sr|prof|rev|gen|col|capt|lt|sgt|hon|esq|vs|etc|no|vol|ch|fig|cf|e\\.g|i\\.e"
+_ABBREVIATIONS = "|".join(re.escape(abbreviation) for abbreviation in ABBREVIATIONS)
 # Python's str.splitlines line breaks, and its whitespace (str.split, str.strip, \s), for RE2.
 _LINE_BREAK = r"\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x{85}\x{2028}\x{2029}]"
 _OTHER_SPACES = r"\t\n\x0b\x0c\r\x1c-\x1f\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}"
@@ -74,8 +77,7 @@ def dynamic_masking_dataset(
     the cores this process may use). The stream depends on the seed, the files and
     `cycle_length`, not on `parallel_calls`.
     """
-    if format not in ("auto", "lines", "prose"):
-        raise ValueError(f"document format must be 'auto', 'lines' or 'prose', got {format!r}")
+    check_format(format)
     files = expand_files(input_files)
     maker = GraphInstanceMaker(InstanceMaker(
         tokenizer.vocabulary,
@@ -160,6 +162,11 @@ def _lines(text, limit=None):
     return tf.strings.split(tf.strings.regex_replace(text, _LINE_BREAK, "\n"), "\n")[:limit]
 
 
+def _one_of(characters):
+    """An RE2 character class of `characters`."""
+    return "[" + "".join(re.escape(character) for character in characters) + "]"
+
+
 def _strip(strings):
     return tf.strings.regex_replace(strings, f"^{_WHITESPACE}+|{_WHITESPACE}+$", "")
 
@@ -168,7 +175,7 @@ def _is_prose(text):
     """`detect_format`: most of the first 2000 non-blank lines end without a sentence end."""
     lines = _strip(_lines(text, 2000))
     lines = tf.boolean_mask(lines, tf.strings.length(lines) > 0)
-    ending = tf.strings.regex_full_match(lines, "(?s).*[.!?\"'\\x{201d}]")
+    ending = tf.strings.regex_full_match(lines, f"(?s).*{_one_of(LINE_ENDS)}")
     count = tf.size(lines)
     return tf.logical_and(count > 0, 2 * tf.reduce_sum(tf.cast(ending, tf.int32)) < count)
 
@@ -193,9 +200,9 @@ def _prose_documents(text):
         single_line
         & tf.strings.regex_full_match(
             paragraphs,
-            rf"(?:(?:CHAPTER|Chapter|BOOK|Book|VOLUME|Volume|PART|Part)\b|[IVXLC]+\.{_WHITESPACE}|[IVXLC]+$).*",
+            rf"(?:(?:{'|'.join(HEADING_WORDS)})\b|[IVXLC]+\.{_WHITESPACE}|[IVXLC]+$).*",
         )
-        & ~tf.strings.regex_full_match(paragraphs, "(?s).*[.!?\"]")
+        & ~tf.strings.regex_full_match(paragraphs, f"(?s).*{_one_of(HEADING_ENDS)}")
     )
     title = tf.strings.regex_full_match(paragraphs, r"\[[^\n]*\]")
     keep = ~heading & ~title & (tf.strings.length(paragraphs) > 0)

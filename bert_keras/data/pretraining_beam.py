@@ -23,9 +23,7 @@ class MakeShard(beam.DoFn):
         self.directory = directory
 
     def setup(self):
-        from bert_keras.text.tokenizer import BertTokenizer
-
-        self.maker = pretraining_shards.ShardMaker(BertTokenizer.from_config(self.tokenizer_config), self.recipe)
+        self.maker = pretraining_shards.ShardMaker.from_config(self.tokenizer_config, self.recipe)
 
     def process(self, shard):
         yield self.maker(shard, self.directory)

@@ -35,14 +35,19 @@ Instance = collections.namedtuple(
     "Instance", ["input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "is_random_next"]
 )
 
-_HEADING = re.compile(r"^(?:(?:CHAPTER|Chapter|BOOK|Book|VOLUME|Volume|PART|Part)\b|[IVXLC]+\.\s|[IVXLC]+$)")
+# The text rules, shared with the tf.data reader of `dynamic_masking` (which writes them as RE2).
+FORMATS = ("auto", "lines", "prose")
+HEADING_WORDS = ("CHAPTER", "Chapter", "BOOK", "Book", "VOLUME", "Volume", "PART", "Part")
+HEADING_ENDS = (".", "!", "?", '"')  # a one-line paragraph ending so is a sentence, not a heading
+LINE_ENDS = (".", "!", "?", '"', "'", "\u201d")  # `detect_format`: lines ending so are sentences
+ABBREVIATIONS = ("mr", "mrs", "ms", "dr", "st", "mt", "jr", "sr", "prof", "rev", "gen", "col", "capt", "lt", "sgt",
+                 "hon", "esq", "vs", "etc", "no", "vol", "ch", "fig", "cf", "e.g", "i.e")
+_HEADING = re.compile(rf"^(?:(?:{'|'.join(HEADING_WORDS)})\b|[IVXLC]+\.\s|[IVXLC]+$)")
 _TITLE = re.compile(r"^\[.*\]$")
 # A sentence ends at . ! or ? (plus closing quotes/brackets) followed by space and a
 # capital, digit or opening quote. Abbreviations and initials do not end sentences.
 _SENTENCE_END = re.compile(r"""[.!?]+["'\u2019\u201d)\]_]*\s+(?=["'\u2018\u201c(\[_]*[A-Z0-9])""")
-_ABBREVIATIONS = frozenset(
-    "mr mrs ms dr st mt jr sr prof rev gen col capt lt sgt hon esq vs etc no vol ch fig cf e.g i.e".split()
-)
+_ABBREVIATIONS = frozenset(ABBREVIATIONS)
 
 
 def split_sentences(paragraph):
@@ -70,8 +75,14 @@ def read_documents(path, format="auto"):
     return parse_documents(Path(path).read_bytes().decode("utf-8", errors="ignore"), format)  # as the original reader
 
 
+def check_format(format):
+    if format not in FORMATS:
+        raise ValueError(f"document format must be 'auto', 'lines' or 'prose', got {format!r}")
+
+
 def parse_documents(text, format="auto"):
     """Text -> list of documents, each a list of sentence strings (see module doc)."""
+    check_format(format)
     if format == "auto":
         format = detect_format(text)
     if format == "lines":
@@ -82,7 +93,7 @@ def parse_documents(text, format="auto"):
                 documents.append([])
             else:
                 documents[-1].append(line)
-    elif format == "prose":
+    else:
         documents = [[]]
         for paragraph in re.split(r"\n\s*\n", text):
             paragraph = paragraph.strip()
@@ -92,14 +103,12 @@ def parse_documents(text, format="auto"):
                 documents.append([])
                 continue
             documents[-1].extend(split_sentences(paragraph))
-    else:
-        raise ValueError(f"document format must be 'auto', 'lines' or 'prose', got {format!r}")
     return [document for document in documents if document]
 
 
 def is_heading(line):
     """A stripped one-line paragraph that starts a new prose document (and is dropped)."""
-    return bool(_HEADING.match(line)) and not line.endswith((".", "!", "?", '"'))
+    return bool(_HEADING.match(line)) and not line.endswith(HEADING_ENDS)
 
 
 def detect_format(text):
@@ -107,7 +116,7 @@ def detect_format(text):
     lines = [line.strip() for line in text.splitlines()[:2000] if line.strip()]
     if not lines:
         return "lines"
-    ending = sum(line.endswith((".", "!", "?", '"', "'", "\u201d")) for line in lines)
+    ending = sum(line.endswith(LINE_ENDS) for line in lines)
     return "lines" if ending >= 0.5 * len(lines) else "prose"
 
 
@@ -123,8 +132,10 @@ def expand_files(patterns):
     files = []
     for pattern in patterns:
         pattern = str(pattern)
-        literal = [pattern] if tf.io.gfile.exists(pattern) and not tf.io.gfile.isdir(pattern) else []
-        matches = [m for m in sorted(tf.io.gfile.glob(pattern)) or literal if not m.endswith(MANIFEST_SUFFIX)]
+        matches = sorted(tf.io.gfile.glob(pattern))
+        if not matches and tf.io.gfile.exists(pattern) and not tf.io.gfile.isdir(pattern):
+            matches = [pattern]  # a name glob cannot match as written, e.g. with [ or *
+        matches = [m for m in matches if not m.endswith(MANIFEST_SUFFIX)]
         if not matches:
             raise FileNotFoundError(f"no input files match {pattern}")
         files.extend(m for m in matches if m not in files)
@@ -201,7 +212,7 @@ class InstanceMaker:
         rng.shuffle(instances)
         return instances
 
-    def from_document(self, documents, document_index, rng, mask=True):
+    def from_document(self, documents, document_index, rng):
         document = documents[document_index]
         max_num_tokens = self.max_seq_length - 3
         target_seq_length = max_num_tokens
@@ -235,10 +246,7 @@ class InstanceMaker:
                     truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
                     input_ids = [self.cls_id, *tokens_a, self.sep_id, *tokens_b, self.sep_id]
                     segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
-                    if mask:
-                        input_ids, positions, labels = self.mask(input_ids, rng)
-                    else:
-                        positions, labels = [], []
+                    input_ids, positions, labels = self.mask(input_ids, rng)
                     instances.append(Instance(input_ids, segment_ids, positions, labels, is_random_next))
                 chunk, length = [], 0
             i += 1
@@ -317,11 +325,17 @@ def truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
         del tokens[:cut_front]
 
 
-def instance_features(instance, max_seq_length, max_predictions_per_seq):
-    """An instance -> padded numpy arrays under the original feature names."""
+def _check_fits(instance, max_seq_length, max_predictions_per_seq):
+    """(tokens, predictions) of an instance, which must fit the padded features."""
     n, p = len(instance.input_ids), len(instance.masked_lm_positions)
     if n > max_seq_length or p > max_predictions_per_seq:
         raise ValueError(f"instance of {n} tokens / {p} predictions exceeds {max_seq_length} / {max_predictions_per_seq}")
+    return n, p
+
+
+def instance_features(instance, max_seq_length, max_predictions_per_seq):
+    """An instance -> padded numpy arrays under the original feature names."""
+    n, p = _check_fits(instance, max_seq_length, max_predictions_per_seq)
 
     def pad(values, size, dtype):
         array = np.zeros(size, dtype)
@@ -379,9 +393,7 @@ def serialize_instance(instance, max_seq_length, max_predictions_per_seq):
     `SerializeToString(deterministic=True)`: features in key order, so the same
     instance gives the same record in every process.
     """
-    n, p = len(instance.input_ids), len(instance.masked_lm_positions)
-    if n > max_seq_length or p > max_predictions_per_seq:
-        raise ValueError(f"instance of {n} tokens / {p} predictions exceeds {max_seq_length} / {max_predictions_per_seq}")
+    n, p = _check_fits(instance, max_seq_length, max_predictions_per_seq)
     pad, pad_predictions = max_seq_length - n, max_predictions_per_seq - p
     int64_list, float_list = 3, 2  # Feature's fields
     features = (  # in key order

@@ -196,16 +196,21 @@ def read_shard(shard):
             file.seek(first)
             raw = file.read(last - first)
         try:
-            raw.decode("utf-8")
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as error:
+            text = None
             at = first + error.start
             warnings.append(
                 f"{path}:{_line_number(path, at)}: invalid UTF-8 at byte {at}; "
                 "invalid bytes are dropped, as the original tool does"
             )
         if len(raw) > MAX_LINE_BYTES:
-            raw = _drop_long_lines(raw, path, first, warnings)
-        documents.extend(data.parse_documents(raw.decode("utf-8", errors="ignore"), format))
+            kept = _drop_long_lines(raw, path, first, warnings)
+            if kept is not raw:
+                raw, text = kept, None
+        if text is None:
+            text = raw.decode("utf-8", errors="ignore")
+        documents.extend(data.parse_documents(text, format))
     return documents, warnings
 
 
@@ -220,6 +225,13 @@ class ShardMaker:
         self.tokenizer = tokenizer
         self.recipe = recipe
         self.maker = recipe.maker(tokenizer.vocabulary)
+
+    @classmethod
+    def from_config(cls, tokenizer_config, recipe):
+        """The maker of another process (a local worker or a Beam worker), from `tokenizer_config`."""
+        from bert_keras.text.tokenizer import BertTokenizer
+
+        return cls(BertTokenizer.from_config(tokenizer_config), recipe)
 
     def __call__(self, shard, directory):
         """Writes `directory/shard.output` (atomically) and returns the shard's manifest entry."""
@@ -308,9 +320,7 @@ def tokenizer_config(tokenizer):
 
 def _worker_init(config, recipe):
     global _worker_maker
-    from bert_keras.text.tokenizer import BertTokenizer
-
-    _worker_maker = ShardMaker(BertTokenizer.from_config(config), recipe)
+    _worker_maker = ShardMaker.from_config(config, recipe)
 
 
 def _worker_make(shard_and_directory):
