@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras.serving.export import SERVING_RELEASE_OF_OP, _version
-from bert_keras.serving.session import STATUS_CODES, ServingError, checked_request, make_request, warmup_requests
+from bert_keras.serving.session import STATUS_CODES, ServingError, checked_request, make_request, serving_signatures, warmup_requests
 
 SOURCE = Path(__file__).with_name("c_api_predict.c")
 TF_OK = 0
@@ -133,11 +133,7 @@ class CApiPredictor:
             self.close()
             raise CApiError(f"TF_LoadSessionFromSavedModel({self.export_path}) failed: {self._error(code, message)}")
         meta_graph = meta_graph_pb2.MetaGraphDef.FromString(_read_str(self._read))
-        self.signatures = {
-            name: signature
-            for name, signature in meta_graph.signature_def.items()
-            if not name.startswith("__")
-        }
+        self.signatures = serving_signatures(meta_graph)
         try:
             self.warmup_outputs = self.replay_warmup() if replay_warmup else []
         except ServingError as error:

@@ -2,7 +2,7 @@
 
    TF_LoadSessionFromSavedModel wraps tensorflow::LoadSavedModel, the loader that
    tensorflow_model_server calls (tensorflow/c/c_api.cc; tensorflow/serving's
-   session_bundle_util.cc). bert_keras/c_api_loader.py compiles and drives this program.
+   session_bundle_util.cc). bert_keras/serving/c_api_loader.py compiles and drives this program.
 
    Usage: c_api_predict               answer requests (protocol below)
           c_api_predict --ops LIB...  for each library: str path, str its serialized OpList

@@ -15,18 +15,17 @@ Signatures:
 Outputs are float32 even for mixed-precision models, since REST JSON has no bfloat16.
 """
 
-import json
 from pathlib import Path
 
 import keras
 import tensorflow as tf
 
 from bert_keras.models.dtype import with_dtype
-from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.serving.serving_tasks import serving_signature, text_runner
+from bert_keras.serving.session import EXTRA_DIR, WARMUP_PATH, serving_signatures
+from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
 
-WARMUP_FILE = "tf_serving_warmup_requests"
 LABELS_FILE = "labels.txt"
 # Bytes of input text kept per segment per token of the sequence: a bound on the work a
 # huge request can cause that never cuts text that could still fit the sequence.
@@ -107,14 +106,14 @@ def export_for_serving(
     (path / "assets").mkdir(exist_ok=True)
     vocab = "".join(f"{token}\n" for token in preprocessor.tokenizer.vocabulary)
     (path / "assets" / "vocab.txt").write_text(vocab, encoding="utf-8")
-    extra = path / "assets.extra"
+    extra = path / EXTRA_DIR
     extra.mkdir()
     if labels is not None:
         (extra / LABELS_FILE).write_text("".join(f"{label}\n" for label in labels), encoding="utf-8")
     if warmup_texts:
         batches = (list(warmup_texts), list(warmup_texts)[:1])
         write_warmup_requests(
-            extra / WARMUP_FILE, model_name, [signature.warmup_inputs(segments, batch) for batch in batches]
+            path / WARMUP_PATH, model_name, [signature.warmup_inputs(segments, batch) for batch in batches]
         )
     return path
 
@@ -151,7 +150,7 @@ def write_warmup_requests(path, model_name, requests):
 
 
 def read_labels(export_path):
-    labels = Path(export_path) / "assets.extra" / LABELS_FILE
+    labels = Path(export_path) / EXTRA_DIR / LABELS_FILE
     return labels.read_text(encoding="utf-8").splitlines() if labels.exists() else None
 
 
@@ -162,18 +161,16 @@ def describe(export_path):
     saved_model = saved_model_pb2.SavedModel.FromString(
         (Path(export_path) / "saved_model.pb").read_bytes()
     )
-    result = {}
-    for name, signature in saved_model.meta_graphs[0].signature_def.items():
-        if name.startswith("__"):
-            continue
-        result[name] = {
+    return {
+        name: {
             side: {
-                key: (tf.dtypes.as_dtype(info.dtype).name, [d.size for d in info.tensor_shape.dim])
+                key: [tf.dtypes.as_dtype(info.dtype).name, [d.size for d in info.tensor_shape.dim]]
                 for key, info in getattr(signature, side).items()
             }
             for side in ("inputs", "outputs")
         }
-    return json.loads(json.dumps(result))
+        for name, signature in serving_signatures(saved_model.meta_graphs[0]).items()
+    }
 
 
 # Oldest TensorFlow Serving release whose model server links each tf.text op we may emit.

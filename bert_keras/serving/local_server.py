@@ -23,13 +23,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from bert_keras.serving import json_tensor
-from bert_keras.serving.session import ServingError, SessionPredictor, decode_response, proto_json
+from bert_keras.serving.session import STATUS_CODES, ServingError, SessionPredictor, proto_json
 
-# ToHTTPStatusCode in tensorflow_serving/model_servers/http_server.cc.
-HTTP_STATUS = {"OK": 200, "CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400, "DEADLINE_EXCEEDED": 504,
-               "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429,
-               "FAILED_PRECONDITION": 400, "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501,
-               "INTERNAL": 500, "UNAVAILABLE": 503, "DATA_LOSS": 500, "UNAUTHENTICATED": 401}
+# ToHTTPStatusCode in tensorflow_serving/model_servers/http_server.cc, in STATUS_CODES order.
+HTTP_STATUS = dict(zip(STATUS_CODES, (200, 499, 500, 400, 504, 404, 409, 403, 429, 400, 409, 400, 501, 500, 503, 500,
+                                      401)))
 # http_rest_api_util.cc: the REST paths (RE2 \d is ASCII, hence re.ASCII).
 _REST_PATH = re.compile(r"/v1/.*", re.IGNORECASE | re.ASCII)
 _PREDICTION_PATH = re.compile(
@@ -145,14 +143,24 @@ class LocalModelServer:
             raise error("NOT_FOUND", f"Servable not found for request: {wanted}")
         return model, version
 
-    def predict(self, request):
-        model, version = self.resolve(request.model_spec)
+    def run(self, request, resolved=None):
+        """(model, version, signature name, {output: ndarray}) of a PredictRequest;
+        `resolved` is its (model, version) when the caller has resolved it already."""
+        model, version = resolved or self.resolve(request.model_spec)
         with self.lock:
-            response = model.versions[version].predict(request)
-        signature = response.model_spec.signature_name
-        response.model_spec.Clear()
+            signature, outputs = model.versions[version].run(request)
+        return model, version, signature, outputs
+
+    def predict(self, request):
+        import tensorflow as tf
+        from tensorflow_serving.apis import predict_pb2
+
+        model, version, signature, outputs = self.run(request)
+        response = predict_pb2.PredictResponse()
         response.model_spec.name, response.model_spec.signature_name = model.name, signature
         response.model_spec.version.value = version
+        for key, value in outputs.items():
+            response.outputs[key].CopyFrom(tf.make_tensor_proto(value))
         return response
 
     def metadata(self, request):
@@ -269,9 +277,11 @@ class LocalModelServer:
 
         request = predict_pb2.PredictRequest(model_spec=spec)
         doc = json_tensor.parse_json(body)
+        resolved = None  # (model, version), once the signature is looked up
 
         def signature_inputs(name):
-            model, version = self.resolve(request.model_spec)
+            nonlocal resolved
+            resolved = model, version = self.resolve(request.model_spec)
             name = name or "serving_default"
             signature = model.versions[version].meta_graph.signature_def.get(name)
             if signature is None:
@@ -279,7 +289,8 @@ class LocalModelServer:
             return signature.inputs
 
         format = json_tensor.fill_predict_request(doc, signature_inputs, request)
-        return json_tensor.json_from_tensors(decode_response(self.predict(request)), format)
+        *_, outputs = self.run(request, resolved)
+        return json_tensor.json_from_tensors(outputs, format)
 
     # --- serving ---
 

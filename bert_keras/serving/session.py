@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-WARMUP_PATH = Path("assets.extra") / "tf_serving_warmup_requests"
+EXTRA_DIR = "assets.extra"  # beside the SavedModel: files TF Serving reads that are not the graph
+WARMUP_PATH = Path(EXTRA_DIR) / "tf_serving_warmup_requests"
 
 
 class ServingError(RuntimeError):
@@ -50,26 +51,30 @@ class SessionPredictor:
         self.meta_graph = tf.compat.v1.saved_model.loader.load(
             self.session, list(tags), str(self.export_path)
         )
-        self.signatures = {
-            name: signature
-            for name, signature in self.meta_graph.signature_def.items()
-            if not name.startswith("__")
-        }
+        self.signatures = serving_signatures(self.meta_graph)
         self.warmup_responses = self.replay_warmup() if replay_warmup else []
 
     def replay_warmup(self):
         return [self.predict(request) for request in warmup_requests(self.export_path)]
 
-    def predict(self, request):
-        """`PredictRequest` -> `PredictResponse`, validated as TF Serving validates it."""
-        from tensorflow_serving.apis import predict_pb2
-
+    def run(self, request):
+        """`PredictRequest` -> (signature name, {output name: ndarray}), validated as TF
+        Serving validates it; for servers that answer in another format than protos (REST)."""
         name, signature, inputs, outputs = checked_request(self.signatures, request)
         feed = {signature.inputs[key].name: value for key, value in inputs.items()}
         try:
             results = self.session.run({key: signature.outputs[key].name for key in outputs}, feed)
         except tf.errors.OpError as error:
             raise ServingError(f"{STATUS_CODES[error.error_code]}: {error.message}") from None
+        # A rank-0 output comes back as a scalar: an array, as from a TensorProto.
+        return name, {key: np.asarray(value, dtype=object if isinstance(value, bytes) else None)
+                      for key, value in results.items()}
+
+    def predict(self, request):
+        """`PredictRequest` -> `PredictResponse`, validated as TF Serving validates it."""
+        from tensorflow_serving.apis import predict_pb2
+
+        name, results = self.run(request)
         response = predict_pb2.PredictResponse()
         response.model_spec.CopyFrom(request.model_spec)
         response.model_spec.signature_name = name
@@ -83,6 +88,11 @@ class SessionPredictor:
 
     def close(self):
         self.session.close()
+
+
+def serving_signatures(meta_graph):
+    """The SignatureDefs clients can call: all but the internal `__saved_model_init_op`-style ones."""
+    return {name: signature for name, signature in meta_graph.signature_def.items() if not name.startswith("__")}
 
 
 def checked_request(signatures, request):
