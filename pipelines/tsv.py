@@ -36,11 +36,12 @@ def read_labelled_tsv(path):
         raise ValueError(f"{path}: header {header} lacks column(s) {missing}; need text (or text_a), "
                          "label and optionally text_b")
     columns = [header.index(first)] + ([header.index("text_b")] if "text_b" in header else [])
+    label_column = header.index("label")
     texts, labels = tuple([] for _ in columns), []
     for _, fields in read_rows(path, header=True):
         for segment, column in zip(texts, columns):
             segment.append(fields[column])
-        labels.append(fields[header.index("label")])
+        labels.append(fields[label_column])
     if not labels:
         raise ValueError(f"{path}: no examples below the header")
     return texts, labels

@@ -109,11 +109,13 @@ class EncoderSignature(ServingSignature):
 
     token_outputs = ("sequence_output", "encoder_outputs")
 
-    def __init__(self, model, preprocessor, top_k=None):
-        super().__init__(model, preprocessor)
-
     def from_ids(self, packed, run):
-        return encoder_outputs(run, packed)
+        outputs = run(packed)
+        return {
+            "pooled_output": as_float32(outputs["pooled_output"]),
+            "sequence_output": as_float32(outputs["sequence_output"]),
+            "input_mask": packed["input_mask"],
+        }
 
 
 class FillMaskSignature(ServingSignature):
@@ -131,16 +133,11 @@ class FillMaskSignature(ServingSignature):
         return fill_mask_from_packed(run, self.preprocessor.tokenizer, packed, self.top_k)
 
 
-MODEL_SIGNATURES = {BertEncoder: EncoderSignature, BertPretrainer: FillMaskSignature}
-
-
-def encoder_outputs(run, packed):
-    outputs = run(packed)
-    return {
-        "pooled_output": as_float32(outputs["pooled_output"]),
-        "sequence_output": as_float32(outputs["sequence_output"]),
-        "input_mask": packed["input_mask"],
-    }
+# The models that are not tasks: (model, preprocessor, top_k) -> their signature.
+MODEL_SIGNATURES = {
+    BertEncoder: lambda model, preprocessor, top_k: EncoderSignature(model, preprocessor),
+    BertPretrainer: FillMaskSignature,
+}
 
 
 def fill_mask_outputs(run, preprocessor, texts, top_k):

@@ -66,20 +66,12 @@ class BertClassifier(BertTask):
 
 
 class ClassifierSignature(ServingSignature):
-    def __init__(self, model, preprocessor, label_table):
-        super().__init__(model, preprocessor)
-        self.label_table = label_table
-
     def from_ids(self, packed, run):
-        return classifier_outputs(run, packed, self.model.num_classes, self.label_table)
-
-
-def classifier_outputs(run, packed, num_classes, label_table):
-    logits = as_float32(run(packed))
-    if num_classes == 1:
-        return {"score": logits[:, 0]}
-    label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
-    outputs = {"logits": logits, "probabilities": tf.nn.softmax(logits), "label_ids": label_ids}
-    if label_table is not None:
-        outputs["labels"] = tf.gather(label_table, label_ids)
-    return outputs
+        logits = as_float32(run(packed))
+        if self.model.num_classes == 1:
+            return {"score": logits[:, 0]}
+        label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        outputs = {"logits": logits, "probabilities": tf.nn.softmax(logits), "label_ids": label_ids}
+        if self.label_table is not None:
+            outputs["labels"] = tf.gather(self.label_table, label_ids)
+        return outputs

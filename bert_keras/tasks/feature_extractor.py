@@ -9,7 +9,7 @@ all-MiniLM-L6-v2 are trained to use).
 import keras
 import tensorflow as tf
 
-from bert_keras.tasks.task import BertTask, ServingSignature, as_float32, check_no_labels
+from bert_keras.tasks.task import BertTask, ServingSignature, check_no_labels
 
 COMBINE = ("concat", "sum", "mean", "stack")
 POOLING = ("cls", "mean", "pooler")
@@ -82,6 +82,3 @@ class BertFeatureExtractor(BertTask):
 
 class FeatureSignature(ServingSignature):
     token_outputs = ("token_features", "input_mask")
-
-    def from_ids(self, packed, run):
-        return {key: as_float32(value) for key, value in run(packed).items()}

@@ -62,6 +62,9 @@ class Examples:
 
 
 def get_task(name):
+    """The `GlueTask` of a name or alias (a `GlueTask` is returned as it is)."""
+    if isinstance(name, GlueTask):
+        return name
     key = ALIASES.get(name.lower(), name.lower())
     if key not in TASKS:
         raise ValueError(f"unknown GLUE task {name!r}; choose one of {sorted(TASKS)}")
@@ -97,12 +100,12 @@ def read_rows(path, header):
 
 def read_split(path, task, test=False):
     """`Examples` of a train/dev file (labelled) or a test file (`test=True`)."""
-    task = get_task(task) if isinstance(task, str) else task
+    task = get_task(task)
     rows = read_rows(path, header=True if test else task.header)
     columns = task.test_text_columns if test else task.text_columns
+    needed = max(max(columns), task.label_column if not test else 0)
     guids, texts, labels = [], tuple([] for _ in columns), []
     for number, fields in rows:
-        needed = max(max(columns), task.label_column if not test else 0)
         if needed >= len(fields):
             raise ValueError(f"{path}:{number}: malformed line: {len(fields)} fields, need column {needed}")
         guids.append(fields[0])
@@ -183,7 +186,7 @@ def spearman(x, y):
 def glue_metrics(task, labels, predictions):
     """The task's official metrics: MCC (CoLA), Pearson/Spearman (STS-B), accuracy and
     F1 (MRPC, QQP), accuracy (the rest)."""
-    task = get_task(task) if isinstance(task, str) else task
+    task = get_task(task)
     if task.labels is None:
         return {"pearson": pearson(predictions, labels), "spearman": spearman(predictions, labels)}
     if task.metric == "mcc":
@@ -206,7 +209,7 @@ def _arrays(labels, predictions):
 
 def write_submission(path, task, guids, predictions):
     """A GLUE submission file: `index\\tprediction`, label names (or scores for STS-B)."""
-    task = get_task(task) if isinstance(task, str) else task
+    task = get_task(task)
     lines = ["index\tprediction"]
     for guid, prediction in zip(guids, predictions):
         value = f"{float(prediction):.3f}" if task.labels is None else task.labels[int(prediction)]

@@ -72,9 +72,6 @@ class SpanSignature(ServingSignature):
     def from_text(self, texts, run):
         return span_outputs(run, self.preprocessor, texts)
 
-    def from_ids(self, packed, run):
-        return {key: as_float32(value) for key, value in run(packed).items()}
-
 
 def span_outputs(run, preprocessor, texts):
     """The best answer span in the context: text, byte offsets, score, and the [CLS]

@@ -18,6 +18,7 @@ import re
 import string
 from pathlib import Path
 
+from bert_keras.tasks.span_labeler import MAX_ANSWER_TOKENS, PADDING_LOGIT
 
 
 @dataclasses.dataclass
@@ -179,7 +180,7 @@ def _max_context_window(windows, num_tokens):
     return best
 
 
-def decode(examples, features, start_logits, end_logits, n_best_size=20, max_answer_length=30,
+def decode(examples, features, start_logits, end_logits, n_best_size=20, max_answer_length=MAX_ANSWER_TOKENS,
            version_2=False, null_score_diff_threshold=0.0):
     """{qas_id: answer text}, {qas_id: n-best list}, {qas_id: null score diff} (v2.0)."""
     import numpy as np
@@ -319,6 +320,6 @@ def predict_logits(model, features, batch_size):
     for (inputs,) in feature_batches(features, batch_size, labelled=False):
         outputs = model.predict_on_batch(inputs)
         width = features.input_word_ids.shape[1] - outputs["start_logits"].shape[1]
-        starts.append(np.pad(outputs["start_logits"], ((0, 0), (0, width)), constant_values=-10000.0))
-        ends.append(np.pad(outputs["end_logits"], ((0, 0), (0, width)), constant_values=-10000.0))
+        starts.append(np.pad(outputs["start_logits"], ((0, 0), (0, width)), constant_values=PADDING_LOGIT))
+        ends.append(np.pad(outputs["end_logits"], ((0, 0), (0, width)), constant_values=PADDING_LOGIT))
     return np.concatenate(starts), np.concatenate(ends)

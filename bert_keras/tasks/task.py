@@ -112,17 +112,20 @@ class ServingSignature:
     that may compute length-sorted micro-batches (unless `micro_batching` is False, for
     inputs that are not `[batch, seq]`), which needs `token_outputs`: the keys of
     per-token outputs (None when the model's output is itself one per-token tensor).
-    `segments` are the default string input names. Subclasses override `from_ids`, and
-    `from_text` when text needs more than packing (e.g. answers mapped back to it).
+    `segments` are the default string input names; `label_table` holds class names (a
+    string tensor) for heads that have them. By default `from_ids` returns the model's
+    dict of outputs as float32; subclasses override it for other outputs, and `from_text`
+    when text needs more than packing (e.g. answers mapped back to it).
     """
 
     segments = ("text",)
     token_outputs = ()
     micro_batching = True
 
-    def __init__(self, model, preprocessor):
+    def __init__(self, model, preprocessor, label_table=None):
         self.model = model
         self.preprocessor = preprocessor
+        self.label_table = label_table
 
     def run(self, packed):
         return self.model(packed, training=False)
@@ -143,7 +146,7 @@ class ServingSignature:
         return self.from_ids(self.preprocessor(list(texts)), run)
 
     def from_ids(self, packed, run):
-        raise NotImplementedError
+        return {key: as_float32(value) for key, value in run(packed).items()}
 
 
 def label_table(labels, count, model):

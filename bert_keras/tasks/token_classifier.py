@@ -102,10 +102,6 @@ class BertTokenClassifier(BertTask):
 class TaggerSignature(ServingSignature):
     token_outputs = None  # the model's output is one per-token tensor
 
-    def __init__(self, model, preprocessor, label_table):
-        super().__init__(model, preprocessor)
-        self.label_table = label_table
-
     def from_text(self, texts, run):
         return tagger_outputs(run, self.preprocessor, texts, self.label_table)
 
@@ -135,20 +131,21 @@ def tagger_outputs(run, preprocessor, texts, label_table):
     packed = preprocessor.packer([ids])
     logits = as_float32(run(packed))
     kept_pieces = tf.reduce_sum(packed["input_mask"], axis=1) - 2
-    word_first = _word_edge(tokenizer.words_from_pieces(ids, tf.ragged.range(ids.row_lengths())), first=True)
-    word_start = _word_edge(tokenizer.words_from_pieces(ids, starts), first=True)
-    word_end = _word_edge(tokenizer.words_from_pieces(ids, ends), first=False)
+    # Each word's first and last piece, as indices into the batch's flat pieces.
+    words = tokenizer.words_from_pieces(ids, ids.with_flat_values(tf.range(tf.size(ids.flat_values, tf.int64))))
+    first, last = _word_edge(words, first=True), _word_edge(words, first=False)
+    word_first = first.with_flat_values(tf.gather(tf.ragged.range(ids.row_lengths()).flat_values, first.flat_values))
     in_window = word_first < tf.cast(kept_pieces, word_first.dtype)[:, None]
     word_first = tf.ragged.boolean_mask(word_first, in_window)
-    word_start = tf.ragged.boolean_mask(word_start, in_window)
-    word_end = tf.ragged.boolean_mask(word_end, in_window)
+    word_start = tf.gather(starts.flat_values, tf.boolean_mask(first.flat_values, in_window.flat_values))
+    word_end = tf.gather(ends.flat_values, tf.boolean_mask(last.flat_values, in_window.flat_values))
     rows = tf.cast(word_first.value_rowids(), tf.int32)
     positions = tf.stack([rows, tf.cast(word_first.flat_values, tf.int32) + 1], axis=1)
     word_probs = tf.nn.softmax(tf.gather_nd(logits, positions))
     tag_ids = word_first.with_flat_values(tf.argmax(word_probs, axis=-1, output_type=tf.int32))
     words = word_first.with_flat_values(
         tf.strings.substr(
-            tf.gather(text, rows), word_start.flat_values, word_end.flat_values - word_start.flat_values,
+            tf.gather(text, rows), word_start, word_end - word_start,
             unit="BYTE",
         )
     )
