@@ -54,18 +54,16 @@ class ServingClient:
             self._channel = grpc.insecure_channel(f"{self.host}:{self.grpc_port}")
         stub = (model_service_pb2_grpc.ModelServiceStub if method == "GetModelStatus"
                 else prediction_service_pb2_grpc.PredictionServiceStub)(self._channel)
-        for attempt in range(self.retries + 1):
-            try:
-                return getattr(stub, method)(request, timeout=self.timeout)
-            except grpc.RpcError as error:
-                code = error.code()
-                if code == grpc.StatusCode.UNAVAILABLE and attempt < self.retries:
-                    time.sleep(self.backoff * 2**attempt)
-                    continue
-                raise ServingError(
-                    f"gRPC {method} to {self.host}:{self.grpc_port} model {self.model!r} failed: "
-                    f"{code.name}: {error.details()}"
-                ) from None
+        try:
+            return self._retrying(
+                lambda: getattr(stub, method)(request, timeout=self.timeout),
+                lambda error: isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.UNAVAILABLE,
+            )
+        except grpc.RpcError as error:
+            raise ServingError(
+                f"gRPC {method} to {self.host}:{self.grpc_port} model {self.model!r} failed: "
+                f"{error.code().name}: {error.details()}"
+            ) from None
 
     def _rest(self, suffix="", body=None):
         """GET (no body) or POST a JSON body to the model's REST path + `suffix`; the JSON reply."""
@@ -75,22 +73,36 @@ class ServingClient:
         model = urllib.parse.quote(self.model, safe="")
         url = f"http://{self.host}:{self.rest_port}/v1/models/{model}{version}{suffix}"
         data = None if body is None else json.dumps(body).encode("utf-8")
-        for attempt in range(self.retries + 1):
+
+        def send():
             request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=self.timeout) as reply:
+                return json.loads(reply.read().decode("utf-8", "surrogateescape"))
+
+        def retryable(error):  # 503 from the server, or no server answering
+            if isinstance(error, urllib.error.HTTPError):
+                return error.code == 503
+            return isinstance(error, urllib.error.URLError)
+
+        try:
+            return self._retrying(send, retryable)
+        except urllib.error.HTTPError as error:
+            detail = error.read().decode("utf-8", "replace")
+            raise ServingError(f"REST {url} failed: HTTP {error.code}: {detail}") from None
+        except urllib.error.URLError as error:
+            raise ServingError(f"REST {url} unreachable: {error.reason}") from None
+
+    def _retrying(self, call, retryable):
+        """`call()`, called again after exponential back-off while it raises a `retryable`
+        error and retries are left."""
+        for attempt in range(self.retries):
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as reply:
-                    return json.loads(reply.read().decode("utf-8", "surrogateescape"))
-            except urllib.error.HTTPError as error:
-                detail = error.read().decode("utf-8", "replace")
-                if error.code == 503 and attempt < self.retries:
-                    time.sleep(self.backoff * 2**attempt)
-                    continue
-                raise ServingError(f"REST {url} failed: HTTP {error.code}: {detail}") from None
-            except urllib.error.URLError as error:
-                if attempt < self.retries:
-                    time.sleep(self.backoff * 2**attempt)
-                    continue
-                raise ServingError(f"REST {url} unreachable: {error.reason}") from None
+                return call()
+            except Exception as error:
+                if not retryable(error):
+                    raise
+            time.sleep(self.backoff * 2**attempt)
+        return call()
 
     def predict(self, signature="serving_default", **inputs):
         """gRPC Predict: named inputs (lists of str for text) -> dict of numpy outputs."""
