@@ -4,17 +4,21 @@ All on the same text (default: the Gutenberg books), batches of 256 at seq 128 w
 predictions, read as `fit` reads them, each peer in its own process pinned to 1 and to 2
 cores (CPU affinity, so every thread TensorFlow starts shares those cores):
 
-- bert-keras `dynamic_masking_dataset` (tf.data, MLM + NSP pairs), reading and
-  tokenizing the text every epoch, or once (`cache_tokens`, `pretrain --cache-tokens`);
+- bert-keras `dynamic_masking_dataset` (tf.data, MLM + NSP pairs), with its token cache
+  (`token_cache`, as `pretrain --corpus` runs it: the text tokenized once into token
+  files, every epoch reads those), and reading and tokenizing the text every epoch;
 - the previous version: the Python generator of commit 43d608d (`git show` into a
   temporary module, run unchanged);
 - keras-hub's in-graph `MaskedLMMaskGenerator` (MLM only: one segment per line, no A/B
   pairs) after the same tokenizer;
 - `pretraining_dataset` on TFRecords made from the same text by `create-pretraining-data`
-  (dupe factor 1).
+  (dupe factor 1), which parses a batch of records at once, and the same records parsed
+  one at a time then batched, as Model Garden's BERT reader does
+  (`official/nlp/data/pretrain_dataloader.py`: `parse_single_example` in `_decode`) and
+  the original `run_pretraining.py`.
 
-"first batch" is the start-up: reading and tokenizing up front (the generator) or the
-first files (tf.data). Rates are medians of interleaved rounds, one process at a time,
+"first batch" is the start-up: reading and tokenizing up front (the generator, and
+bert-keras filling an empty token cache) or the first files (tf.data). Rates are medians of interleaved rounds, one process at a time,
 each timed over many epochs of the corpus after its buffers have filled.
 
     python bench/bench_dynamic_masking.py [--rounds 3] [--batches 400] [--quick]
@@ -39,11 +43,12 @@ SHARED = ROOT.parent / "shared"
 PREVIOUS_COMMIT = "43d608d"  # the last commit with the Python generator
 BATCH, SEQ, PREDICTIONS = 256, 128, 20
 PEERS = {
-    "dynamic": "bert-keras `tf.data` dynamic masking",
-    "cached": "the same, `--cache-tokens` (tokenized once)",
+    "cached": "bert-keras `tf.data` dynamic masking (`pretrain --corpus`: token cache)",
+    "dynamic": "the same without the token cache (text read and tokenized every epoch)",
     "previous": f"previous version: Python generator ({PREVIOUS_COMMIT})",
     "keras_hub": "keras-hub `MaskedLMMaskGenerator` (MLM only, no pairs)",
-    "records": "TFRecord reader (`pretraining_dataset`)",
+    "records": "TFRecord reader (`pretraining_dataset`: a batch of records parsed at once)",
+    "per_record": "TFRecord reader parsing one record at a time (as Model Garden's)",
 }
 
 
@@ -98,6 +103,26 @@ def keras_hub_masking(files, tokenizer):
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+def per_record_reader(records):
+    """Model Garden's BertPretrainDataLoader steps: parse_single_example, int64 -> int32, batch."""
+    import tensorflow as tf
+
+    from bert_keras.data import pretraining_data as data
+
+    spec = {name: tf.io.FixedLenFeature([SEQ], tf.int64) for name in ("input_ids", "input_mask", "segment_ids")}
+    spec.update({name: tf.io.FixedLenFeature([PREDICTIONS], tf.int64) for name in ("masked_lm_positions", "masked_lm_ids")})
+    spec["masked_lm_weights"] = tf.io.FixedLenFeature([PREDICTIONS], tf.float32)
+    spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
+
+    def decode(record):
+        example = tf.io.parse_single_example(record, spec)
+        return {data.MODEL_NAMES.get(k, k): tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()}
+
+    dataset = tf.data.TFRecordDataset(records).repeat().shuffle(10000, seed=0)
+    dataset = dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(BATCH, drop_remainder=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
 def make_records(files, vocab, directory):
     output = Path(directory) / "corpus.tfrecord"
     subprocess.run(
@@ -119,10 +144,13 @@ def measure(peer, files, vocab, records, warmup, batches):
     tokenizer = BertTokenizer(vocab)
     dataset = {
         "dynamic": lambda: dynamic_masking_dataset(files, tokenizer, BATCH, SEQ, PREDICTIONS),
-        "cached": lambda: dynamic_masking_dataset(files, tokenizer, BATCH, SEQ, PREDICTIONS, cache_tokens=True),
+        "cached": lambda: dynamic_masking_dataset(
+            files, tokenizer, BATCH, SEQ, PREDICTIONS, token_cache=tempfile.mkdtemp()
+        ),
         "previous": lambda: previous_dynamic_masking(files, tokenizer),
         "keras_hub": lambda: keras_hub_masking(files, tokenizer),
         "records": lambda: data.pretraining_dataset(records, BATCH, SEQ, PREDICTIONS),
+        "per_record": lambda: per_record_reader(records),
     }[peer]()
     if dataset is None:
         return None
@@ -181,17 +209,18 @@ def main():
         runs = results[peer, cores]
         return statistics.median(run["rate"] for run in runs) if None not in runs else None
 
-    previous = rate("previous", 1)
-    print("\n| data | instances/s, 1 core | 2 cores | 1 core vs previous generator | first batch (1 core) |")
-    print("|---|---|---|---|---|")
+    previous, records = rate("previous", 1), rate("records", 1)
+    print("\n| data | instances/s, 1 core | 2 cores | 2 cores vs 1 | 1 core vs TFRecord reader "
+          "| 1 core vs previous generator | first batch (1 core) |")
+    print("|---|---|---|---|---|---|---|")
     for peer, name in PEERS.items():
         one, two = rate(peer, 1), rate(peer, 2)
         if one is None:
-            print(f"| {name} | not available | | | |")
+            print(f"| {name} | not available | | | | | |")
             continue
         first = statistics.median(run["first"] for run in results[peer, 1])
-        print(f"| {name} | {one:,.0f} | {two:,.0f} | {one / previous:.1f}x | {first:.1f} s |")
-
+        print(f"| {name} | {one:,.0f} | {two:,.0f} | {two / one:.2f}x | {one / records:.2f}x | {one / previous:.1f}x "
+              f"| {first:.1f} s |")
 
 if __name__ == "__main__":
     main()

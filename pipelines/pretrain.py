@@ -44,8 +44,8 @@ def register(subparsers):
     parser.add_argument("--phase2-warmup-steps", type=int)
     parser.add_argument("--checkpoint-every", type=int, default=1000, help="steps between checkpoints")
     parser.add_argument("--whole-word-mask", action="store_true", help="with --corpus")
-    parser.add_argument("--cache-tokens", action="store_true",
-                        help="with --corpus: keep the tokenized text in memory (4 bytes a token) after the first epoch")
+    parser.add_argument("--token-cache", help="with --corpus: tokenize each text file once into this folder "
+                        "(about as much disk as the text; default OUTPUT/token_cache)")
     parser.add_argument("--seed", type=int, default=0)
     add_distribution_arguments(parser)
     parser.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
@@ -175,7 +175,9 @@ def training_data(args, tokenizer, files, batch_size, seq_length, max_prediction
     corpus = distribute.shard_files(data.expand_files(args.corpus), context)
     return dynamic_masking_dataset(
         corpus, tokenizer, batch_size, seq_length, max_predictions,
-        whole_word_mask=args.whole_word_mask, seed=args.seed, skip_batches=skip, cache_tokens=args.cache_tokens,
+        whole_word_mask=args.whole_word_mask, seed=args.seed, skip_batches=skip,
+        token_cache=args.token_cache or str(Path(args.output) / "token_cache"),
+        progress=True,
     )
 
 

@@ -9,7 +9,8 @@ every step in the graph, so tf.data runs it on all cores and no Python runs per 
    serialize the threads that share one.
 2. A file -> documents of sentences, as `pretraining_data.read_documents` reads it
    ("lines", "prose" or "auto" per file), then the in-graph `BertTokenizer` on all of
-   its sentences at once.
+   its sentences at once. With a token cache this runs once per file, before the first
+   epoch, and every epoch reads the token ids it wrote.
 3. Documents of the readers' current files are interleaved and taken in groups of
    `documents_per_group`; each group becomes instances in one parallel map: the recipe's
    A/B chunks (short targets with `short_seq_prob`, IsNext from the same chunk, NotNext
@@ -27,13 +28,17 @@ binomial), and masking takes whole candidates greedily in a random order, as the
 original does.
 """
 
+import hashlib
+import json
 import os
 import re
+import sys
 
 import tensorflow as tf
 
 from bert_keras.data.pretraining_data import (
     ABBREVIATIONS, HEADING_ENDS, HEADING_WORDS, LINE_ENDS, InstanceMaker, check_format, expand_files,
+    tokenizer_fingerprint,
 )
 from bert_keras.text.tokenizer import _ragged_cond
 
@@ -63,19 +68,21 @@ def dynamic_masking_dataset(
     skip_batches=0,
     documents_per_group=256,
     cycle_length=8,
-    cache_tokens=False,
+    token_cache=None,
     parallel_calls=None,
+    progress=False,
 ):
     """An endless dataset of the model's feature dict made from raw text files.
 
     New A/B pairings and masks every epoch; the same stream for the same arguments, so
     a resumed run can `skip_batches`. Static shapes (`drop_remainder`). A corpus with no
-    text at all is an error when the first batch is read. `cache_tokens` keeps the
-    tokenized corpus in memory (4 bytes a token) after the first epoch, so that later
-    epochs only pair and mask: for a corpus that fits. `cycle_length` readers read and
-    tokenize files at once; `parallel_calls` groups are paired and masked at once (default:
-    the cores this process may use). The stream depends on the seed, the files and
-    `cycle_length`, not on `parallel_calls`.
+    text at all is an error when the first batch is read. With `token_cache` (a folder)
+    each file is tokenized once, up front, into a file of token ids there
+    (`cache_tokenized_files`), and every epoch reads those: the same stream, but later
+    epochs and runs only pair and mask. `cycle_length` files are read at once;
+    `parallel_calls` groups are paired and masked at once (default: the cores this
+    process may use). The stream depends on the seed, the files and `cycle_length`, not
+    on `parallel_calls` or the cache.
     """
     check_format(format)
     files = expand_files(input_files)
@@ -87,31 +94,14 @@ def dynamic_masking_dataset(
         max_predictions_per_seq=max_predictions_per_seq,
         whole_word_mask=whole_word_mask,
     ))
-
-    def tokenized_documents(path):
-        documents = file_documents(tf.io.read_file(path), format)
-        pieces = tokenizer.tokenize(documents.flat_values)
-        # As the original: sentences with no pieces are dropped, then documents left empty.
-        nonempty = documents.with_flat_values(pieces.row_lengths() > 0)
-        tokenized = tf.ragged.boolean_mask(documents.with_flat_values(pieces), nonempty)
-        return tf.ragged.boolean_mask(tokenized, tokenized.row_lengths() > 0)
-
-    def reader(shard):
-        """One reader's files, tokenized one after the other in its own thread."""
-        shard = tf.data.Dataset.from_tensor_slices(shard)
-        if not cache_tokens:
-            shard = shard.shuffle(len(shard), seed=seed, reshuffle_each_iteration=True)
-        shard = shard.map(tokenized_documents)
-        if cache_tokens:
-            shard = shard.cache().shuffle(len(shard), seed=seed, reshuffle_each_iteration=True)
-        return shard.prefetch(1)
-
-    readers = min(cycle_length, len(files))
-    dataset = tf.data.Dataset.choose_from_datasets(  # the readers in turn, file by file
-        [reader(files[k::readers]) for k in range(readers)],
-        tf.data.Dataset.range(len(files)).map(lambda index: index % readers),
-    )
-    dataset = dataset.interleave(tf.data.Dataset.from_tensor_slices, cycle_length=readers, block_length=1)
+    if token_cache is None:
+        read = lambda path: tokenized_documents(tf.io.read_file(path), tokenizer, format)  # noqa: E731
+    else:
+        files = cache_tokenized_files(files, tokenizer, token_cache, format, cycle_length, progress)
+        read = read_token_file
+    # Each file once an epoch, in a new order every epoch.
+    dataset = _read_files(files, read, cycle_length, seed)
+    dataset = dataset.interleave(tf.data.Dataset.from_tensor_slices, cycle_length=cycle_length, block_length=1)
     # Groups within an epoch, so a small corpus does not pair a document with its own copy.
     dataset = dataset.batch(documents_per_group)
     # An empty corpus ends `repeat`; the assertion turns that into an error.
@@ -131,9 +121,105 @@ def dynamic_masking_dataset(
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
+def _read_files(files, read, readers, seed=None):
+    """`read(path)` for every file, by `readers` readers at once, each in its own thread
+    with its own copy of `read` (TensorFlow's regex kernels serialize the threads that
+    share one). Reader k reads files k, k + readers, ...: in that order, or with `seed`
+    in a new order every epoch; the readers take turns, one file each."""
+    readers = min(readers, len(files))
+
+    def reader(shard):
+        shard = tf.data.Dataset.from_tensor_slices(shard)
+        if seed is not None:
+            shard = shard.shuffle(len(shard), seed=seed, reshuffle_each_iteration=True)
+        return shard.map(read).prefetch(1)
+
+    return tf.data.Dataset.choose_from_datasets(
+        [reader(files[k::readers]) for k in range(readers)],
+        tf.data.Dataset.range(len(files)).map(lambda index: index % readers),
+    )
+
+
 def _usable_cores():
     """The cores this process may run on (its CPU affinity where the OS has one)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+# ---------------------------------------------------------------- the token cache
+
+# A token file: int32 little-endian [magic, version, documents, sentences, the sentence
+# count of each document, the token count of each sentence, the token ids].
+_TOKEN_FILE_MAGIC, _TOKEN_FILE_VERSION, _TOKEN_FILE_SUFFIX = 0x424B5443, 1, ".tokens"  # "BKTC"
+
+
+def cache_tokenized_files(files, tokenizer, directory, format="auto", readers=8, progress=False):
+    """Tokenizes each text file into a token file in `directory` unless it is there
+    already: the token files' paths, in the order of `files`.
+
+    A token file is named after its text file's path, size and modification time, the
+    tokenizer and the format, so a changed input or tokenizer gets a new one. Each is
+    written whole or not at all (a temporary file renamed), so a run killed half-way
+    keeps the files it finished and the next run tokenizes only the rest. About 4 bytes
+    a token: as much disk as the text.
+    """
+    check_format(format)
+    tf.io.gfile.makedirs(directory)
+    settings = {"version": _TOKEN_FILE_VERSION, "format": format, "tokenizer": tokenizer_fingerprint(tokenizer)}
+    paths = []
+    for file in files:
+        stat = tf.io.gfile.stat(file)
+        key = json.dumps({**settings, "path": file, "bytes": stat.length, "mtime_ns": stat.mtime_nsec}, sort_keys=True)
+        name = f"{os.path.basename(file)}.{hashlib.sha256(key.encode()).hexdigest()[:16]}{_TOKEN_FILE_SUFFIX}"
+        paths.append(os.path.join(directory, name))
+    todo = [(file, path) for file, path in zip(files, paths) if not tf.io.gfile.exists(path)]
+    if not todo:
+        return paths
+    bar = None
+    if progress:
+        import keras
+
+        print(f"tokenizing {len(todo)} of {len(files)} file(s) into {directory}", file=sys.stderr, flush=True)
+        bar = keras.utils.Progbar(len(files), unit_name="file")
+        bar.update(len(files) - len(todo))
+
+    def token_file(path):
+        documents = tokenized_documents(tf.io.read_file(path), tokenizer, format)
+        return tf.concat([
+            [_TOKEN_FILE_MAGIC, _TOKEN_FILE_VERSION],
+            tf.cast([documents.nrows(), documents.values.nrows()], tf.int32),
+            tf.cast(documents.row_lengths(), tf.int32),
+            tf.cast(documents.values.row_lengths(), tf.int32),
+            documents.flat_values,
+        ], 0)
+
+    tokenized = _read_files([file for file, _ in todo], token_file, readers)
+    for done, ((_, path), ids) in enumerate(zip(todo, tokenized.as_numpy_iterator()), len(files) - len(todo) + 1):
+        partial = f"{path}.partial-{os.getpid()}"
+        with tf.io.gfile.GFile(partial, "wb") as file:
+            file.write(ids.astype("<i4").tobytes())
+        tf.io.gfile.rename(partial, path, overwrite=True)
+        if bar is not None:
+            bar.update(done)
+    return paths
+
+
+def read_token_file(path):
+    """A token file -> ragged `[documents, (sentences), (tokens)]` int32 ids."""
+    ids = tf.io.decode_raw(tf.io.read_file(path), tf.int32, little_endian=True)
+    documents, sentences = ids[2], ids[3]
+    sentence_lengths = ids[4 + documents: 4 + documents + sentences]
+    whole = tf.reduce_all(tf.equal(
+        tf.stack([ids[0], ids[1], tf.size(ids)]),
+        tf.stack([_TOKEN_FILE_MAGIC, _TOKEN_FILE_VERSION, 4 + documents + sentences + tf.reduce_sum(sentence_lengths)]),
+    ))
+    check = tf.debugging.Assert(whole, ["not a whole bert-keras token file (magic, version, size):", path])
+    with tf.control_dependencies([check]):
+        tokens = tf.identity(ids[4 + documents + sentences:])
+    return tf.RaggedTensor.from_row_lengths(
+        tf.RaggedTensor.from_row_lengths(tokens, sentence_lengths, validate=False),
+        ids[4: 4 + documents],
+        validate=False,
+    )
 
 
 # ---------------------------------------------------------------- reading documents in the graph
@@ -152,6 +238,16 @@ def file_documents(raw, format="auto"):
     if format == "prose":
         return _prose_documents(text)
     return _ragged_cond(_is_prose(text), lambda: (_prose_documents(text),), lambda: (_line_documents(text),))[0]
+
+
+def tokenized_documents(raw, tokenizer, format="auto"):
+    """A file's bytes -> ragged `[documents, (sentences), (tokens)]` ids. As the original,
+    sentences with no pieces are dropped, then documents left empty."""
+    documents = file_documents(raw, format)
+    pieces = tokenizer.tokenize(documents.flat_values)
+    nonempty = documents.with_flat_values(pieces.row_lengths() > 0)
+    tokenized = tf.ragged.boolean_mask(documents.with_flat_values(pieces), nonempty)
+    return tf.ragged.boolean_mask(tokenized, tokenized.row_lengths() > 0)
 
 
 def _lines(text, limit=None):
@@ -268,75 +364,87 @@ class GraphInstanceMaker:
         target_seed, chunk_seed, cut_seed, order_seed, replace_seed, shuffle_seed = tf.unstack(
             tf.random.experimental.stateless_split(seed, 6)
         )
-        *spans, random_next = self._spans(documents, target_seed, chunk_seed)
+        spans = self._spans(documents, target_seed, chunk_seed)
+        order = tf.argsort(tf.random.stateless_uniform(tf.shape(spans[0]), shuffle_seed))
+        *spans, random_next = (tf.gather(span, order) for span in spans)
         a_start, a_length, b_start, b_length = self._truncate(*spans, cut_seed)
         input_ids, segment_ids, length = self._layout(documents.flat_values, a_start, a_length, b_start, b_length)
-        features = self._mask(input_ids, length, order_seed, replace_seed)
+        features = self._mask(input_ids, length, a_length, order_seed, replace_seed)
         features["input_type_ids"] = segment_ids
         features["input_mask"] = tf.cast(tf.range(self.max_seq_length)[tf.newaxis] < length[:, tf.newaxis], tf.int32)
         features["next_sentence_labels"] = tf.cast(random_next[:, tf.newaxis], tf.int32)
-        order = tf.argsort(tf.random.stateless_uniform(tf.shape(length), shuffle_seed))
-        return {name: tf.gather(value, order) for name, value in features.items()}
+        return features
 
-    def _spans(self, documents, target_seed, loop_seed):
+    def _spans(self, documents, target_seed, chunk_seed):
         """The recipe's chunks: (A start, A length, B start, B length) in the group's flat
-        tokens and is_random_next, for every instance of every document."""
+        tokens and is_random_next, for every instance of every document.
+
+        The recipe walks each document: a chunk from sentence `start` runs to the sentence
+        that reaches the target length; A is its first 1..n-1 sentences; NotNext puts the
+        rest back, so the next chunk starts after A, else after the chunk. Here every
+        sentence's chunk (as if a chunk started there) is made at once, with random draws
+        of its own, so the step to the next start is a fixed function of the start; the
+        chunks of the walks from each document's first sentence are then found by pointer
+        doubling, in log2(chunks per document) rounds rather than one step per chunk.
+        """
         max_num_tokens = self.max_seq_length - 3
         num_documents = documents.nrows(out_type=tf.int32)
         sentence_splits = tf.cast(documents.row_splits, tf.int32)  # document -> its sentences
         # Token offset of every sentence start, and of the end (strictly increasing: no empty sentences).
         offsets = tf.cast(documents.values.row_splits, tf.int32)
+        num_sentences = tf.shape(offsets)[0] - 1
+        document = tf.cast(documents.value_rowids(), tf.int32)  # of every sentence
         first, limit = sentence_splits[:-1], sentence_splits[1:]
         short = tf.random.stateless_uniform([num_documents], target_seed) < self.recipe.short_seq_prob
         short_target = tf.random.stateless_uniform(
             [num_documents], tf.random.experimental.stateless_fold_in(target_seed, 1), 2, max_num_tokens + 1, tf.int32
         )
-        target = tf.where(short, short_target, max_num_tokens)
+        target = tf.gather(tf.where(short, short_target, max_num_tokens), document)
+        last = tf.gather(limit, document) - 1
 
         def chunk_end(start, length_goal, last):
             """Last sentence of the run from `start` that reaches `length_goal` tokens (or `last`)."""
             reach = tf.searchsorted(offsets, tf.gather(offsets, start) + length_goal, side="left") - 1
             return tf.clip_by_value(reach, start, last)
 
-        def step(t, position, outputs):
-            seed = tf.random.experimental.stateless_fold_in(loop_seed, t)
-            u = tf.random.stateless_uniform([3, num_documents], seed)
-            active = position < limit
-            start = tf.minimum(position, limit - 1)
-            end = chunk_end(start, target, limit - 1)
-            chunk = end - start + 1
-            a_end = tf.where(chunk >= 2, 1 + tf.cast(u[0] * tf.cast(chunk - 1, tf.float32), tf.int32), 1)
-            a_end = tf.minimum(a_end, tf.maximum(chunk - 1, 1))
-            random_next = (chunk == 1) | (u[1] < 0.5)
-            a_first = tf.gather(offsets, start)
-            a_length = tf.gather(offsets, start + a_end) - a_first
-            # NotNext: up to 10 draws for a document other than this one, as the original.
-            draws = tf.random.stateless_uniform(
-                [10, num_documents], tf.random.experimental.stateless_fold_in(seed, 1), 0, num_documents, tf.int32
-            )
-            other = draws != tf.range(num_documents)[tf.newaxis]
-            pick = tf.where(tf.reduce_any(other, 0), tf.argmax(tf.cast(other, tf.int32), 0, output_type=tf.int32), 9)
-            partner = tf.gather_nd(draws, tf.stack([pick, tf.range(num_documents)], 1))
-            partner_first, partner_limit = tf.gather(first, partner), tf.gather(limit, partner)
-            partner_start = partner_first + tf.cast(u[2] * tf.cast(partner_limit - partner_first, tf.float32), tf.int32)
-            partner_start = tf.minimum(partner_start, partner_limit - 1)
-            partner_end = chunk_end(partner_start, target - a_length, partner_limit - 1)
-            b_first = tf.where(random_next, tf.gather(offsets, partner_start), tf.gather(offsets, start + a_end))
-            b_limit = tf.where(random_next, tf.gather(offsets, partner_end + 1), tf.gather(offsets, end + 1))
-            row = tf.stack([a_first, a_length, b_first, b_limit - b_first, tf.cast(random_next, tf.int32),
-                            tf.cast(active, tf.int32)], 1)
-            # NotNext puts the chunk's unused sentences back.
-            next_position = tf.where(random_next, start + a_end, end + 1)
-            return t + 1, tf.where(active, next_position, position), outputs.write(t, row)
+        start = tf.range(num_sentences)
+        u = tf.random.stateless_uniform([2, num_sentences], chunk_seed)
+        end = chunk_end(start, target, last)
+        chunk = end - start + 1
+        a_end = tf.where(chunk >= 2, 1 + tf.cast(u[0] * tf.cast(chunk - 1, tf.float32), tf.int32), 1)
+        a_end = tf.minimum(a_end, tf.maximum(chunk - 1, 1))
+        random_next = (chunk == 1) | (u[1] < 0.5)
+        # The next chunk's start; past the document's end, the sink `num_sentences`.
+        step = tf.where(random_next, start + a_end, end + 1)
+        step = tf.concat([tf.where(step > last, num_sentences, step), [num_sentences]], 0)
+        visited = tf.scatter_nd(first[:, tf.newaxis], tf.ones_like(first), [num_sentences + 1]) > 0
 
-        _, _, outputs = tf.while_loop(
-            lambda t, position, outputs: tf.reduce_any(position < limit),
-            step,
-            (0, first, tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[None, 6])),
+        def double(visited, jump):
+            """`jump` = step applied 2^k times, `visited` = the starts of the first 2^k chunks."""
+            reached = tf.math.unsorted_segment_max(tf.cast(visited, tf.int32), jump, num_sentences + 1) > 0
+            return visited | reached, tf.gather(jump, jump)
+
+        visited, _ = tf.while_loop(
+            lambda visited, jump: tf.reduce_any(jump < num_sentences), double, (visited, step)
         )
-        rows = tf.reshape(outputs.stack(), [-1, 6])
-        rows = tf.boolean_mask(rows, rows[:, 5] > 0)
-        return tuple(rows[:, i] for i in range(4)) + (rows[:, 4] > 0,)
+        start = tf.cast(tf.where(visited[:-1])[:, 0], tf.int32)
+        end, a_end, random_next, document, target = (
+            tf.gather(value, start) for value in (end, a_end, random_next, document, target)
+        )
+        a_first = tf.gather(offsets, start)
+        a_length = tf.gather(offsets, start + a_end) - a_first
+        # NotNext: B from a uniformly random other document (the original's up to 10 draws
+        # keep the same one with probability documents^-10); a lone document is its own.
+        u = tf.random.stateless_uniform([2, tf.size(start)], tf.random.experimental.stateless_fold_in(chunk_seed, 1))
+        other = tf.cast(u[0] * tf.cast(num_documents - 1, tf.float32), tf.int32)
+        partner = tf.where(num_documents > 1, other + tf.cast(other >= document, tf.int32), document)
+        partner_first, partner_limit = tf.gather(first, partner), tf.gather(limit, partner)
+        partner_start = partner_first + tf.cast(u[1] * tf.cast(partner_limit - partner_first, tf.float32), tf.int32)
+        partner_start = tf.minimum(partner_start, partner_limit - 1)
+        partner_end = chunk_end(partner_start, target - a_length, partner_limit - 1)
+        b_first = tf.where(random_next, tf.gather(offsets, partner_start), tf.gather(offsets, start + a_end))
+        b_limit = tf.where(random_next, tf.gather(offsets, partner_end + 1), tf.gather(offsets, end + 1))
+        return a_first, a_length, b_first, b_limit - b_first, random_next
 
     def _truncate(self, a_start, a_length, b_start, b_length, seed):
         """`truncate_seq_pair` in closed form: the longer side loses a token until the pair
@@ -374,18 +482,56 @@ class GraphInstanceMaker:
         segment_ids = tf.cast((position > a_length + 1) & (position < length), tf.int32)
         return input_ids, segment_ids, length[:, 0]
 
-    def _mask(self, input_ids, length, order_seed, replace_seed):
-        """`InstanceMaker.mask`: candidates (words with whole-word masking) in a random
-        order, each taken whole if it still fits in num_to_predict; 80/10/10."""
-        size = self.max_seq_length
-        position = tf.range(size)[tf.newaxis]
-        special = (input_ids == self.recipe.cls_id) | (input_ids == self.recipe.sep_id)
-        candidate = (position < length[:, tf.newaxis]) & ~special
-        starts = candidate
+    def _mask(self, input_ids, length, a_length, order_seed, replace_seed):
+        """`InstanceMaker.mask`: up to num_to_predict candidates (every token but [CLS] and
+        [SEP]) in a random order, whole words with whole-word masking; 80/10/10 for each."""
+        size, predictions = self.max_seq_length, self.recipe.max_predictions_per_seq
+        num_to_predict = tf.minimum(
+            predictions,
+            tf.maximum(1, tf.cast(tf.round(tf.cast(length, tf.float64) * self.recipe.masked_lm_prob), tf.int32)),
+        )
         if self.recipe.whole_word_mask:
-            # A "##" piece joins the candidate before it (the first candidate always starts one).
-            earlier = tf.cumsum(tf.cast(candidate, tf.int32), axis=1, exclusive=True) > 0
-            starts = candidate & ~(tf.gather(self.continuation, input_ids) & earlier)
+            position = tf.range(size)[tf.newaxis]
+            special = (input_ids == self.recipe.cls_id) | (input_ids == self.recipe.sep_id)
+            candidate = (position < length[:, tf.newaxis]) & ~special
+            masked = self._whole_words(input_ids, candidate, order_seed, num_to_predict)
+            # The masked positions in ascending order (the largest -position first).
+            chosen = -tf.math.top_k(tf.where(masked, -position, -size), predictions).values
+            count = tf.reduce_sum(tf.cast(masked, tf.int32), axis=1)
+        else:
+            # Single tokens: num_to_predict of the length - 3 candidates, drawn without
+            # replacement; candidate r is at r + 1 in A, r + 2 in B.
+            count = tf.minimum(num_to_predict, length - 3)
+            ranks = tf.sort(_sample_without_replacement(length - 3, count, predictions, order_seed))
+            chosen = ranks + 1 + tf.cast(ranks >= a_length[:, tf.newaxis], tf.int32)
+        weights = tf.range(predictions)[tf.newaxis] < count[:, tf.newaxis]
+        positions = tf.where(weights, chosen, 0)
+        labels = tf.where(weights, tf.gather(input_ids, positions, batch_dims=1), 0)
+        rows = tf.shape(input_ids)[0]
+        u = tf.random.stateless_uniform([2, rows, predictions], replace_seed)
+        random_ids = tf.random.stateless_uniform(
+            [rows, predictions], tf.random.experimental.stateless_fold_in(replace_seed, 1), 0, self.recipe.vocab_size,
+            tf.int32,
+        )
+        replacement = tf.where(u[0] < 0.8, self.recipe.mask_id, tf.where(u[1] < 0.5, labels, random_ids))
+        # Padding slots point at position 0 ([CLS]) and change nothing there.
+        change = tf.math.unsorted_segment_sum(
+            tf.where(weights, replacement - labels, 0), tf.range(rows)[:, tf.newaxis] * size + positions, rows * size
+        )
+        return {
+            "input_word_ids": input_ids + tf.reshape(change, tf.shape(input_ids)),
+            "masked_lm_positions": positions,
+            "masked_lm_ids": labels,
+            "masked_lm_weights": tf.cast(weights, tf.float32),
+        }
+
+    def _whole_words(self, input_ids, candidate, order_seed, num_to_predict):
+        """The recipe's greedy choice of whole words: candidates (a word's pieces) in a
+        random order, each taken whole if it still fits in num_to_predict."""
+        size = self.max_seq_length
+        # A "##" piece joins the candidate before it (the first candidate always starts one).
+        earlier = tf.cumsum(tf.cast(candidate, tf.int32), axis=1, exclusive=True) > 0
+        starts = candidate & ~(tf.gather(self.continuation, input_ids) & earlier)
         group = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1  # candidate group of each position
         rows = tf.shape(input_ids)[0]
         group_size = tf.reshape(  # [instances, groups]
@@ -394,16 +540,9 @@ class GraphInstanceMaker:
             ),
             [rows, size],
         )
-        # The greedy choice reaches num_to_predict within the first max_predictions
-        # candidates when each is one token; whole words may need all of them.
-        considered = size if self.recipe.whole_word_mask else min(size, self.recipe.max_predictions_per_seq)
         priority = tf.random.stateless_uniform(tf.shape(group_size), order_seed)
-        order = tf.math.top_k(tf.where(group_size > 0, -priority, -2.0), considered).indices
+        order = tf.math.top_k(tf.where(group_size > 0, -priority, -2.0), size).indices
         sizes_in_order = tf.gather(group_size, order, batch_dims=1)
-        num_to_predict = tf.minimum(
-            self.recipe.max_predictions_per_seq,
-            tf.maximum(1, tf.cast(tf.round(tf.cast(length, tf.float64) * self.recipe.masked_lm_prob), tf.int32)),
-        )
 
         def take(count, sizes):
             fits = (sizes > 0) & (count + sizes <= num_to_predict)
@@ -414,19 +553,19 @@ class GraphInstanceMaker:
         taken_in_order = tf.cast(tf.transpose(counts > before), tf.int32)
         row = tf.broadcast_to(tf.range(rows)[:, tf.newaxis], tf.shape(order))
         taken_group = tf.scatter_nd(tf.stack([row, order], -1), taken_in_order, [rows, size]) > 0
-        masked = candidate & tf.gather(taken_group, tf.maximum(group, 0), batch_dims=1)
-        u = tf.random.stateless_uniform([2, rows, size], replace_seed)
-        random_ids = tf.random.stateless_uniform(
-            [rows, size], tf.random.experimental.stateless_fold_in(replace_seed, 1), 0, self.recipe.vocab_size, tf.int32
-        )
-        replacement = tf.where(u[0] < 0.8, self.recipe.mask_id, tf.where(u[1] < 0.5, input_ids, random_ids))
-        positions = tf.ragged.boolean_mask(tf.broadcast_to(position, [rows, size]), masked)
-        predictions = self.recipe.max_predictions_per_seq
-        weights = tf.range(predictions, dtype=tf.int64)[tf.newaxis] < positions.row_lengths()[:, tf.newaxis]
-        positions = positions.to_tensor(shape=[None, predictions])
-        return {
-            "input_word_ids": tf.where(masked, replacement, input_ids),
-            "masked_lm_positions": positions,
-            "masked_lm_ids": tf.where(weights, tf.gather(input_ids, positions, batch_dims=1), 0),
-            "masked_lm_weights": tf.cast(weights, tf.float32),
-        }
+        return candidate & tf.gather(taken_group, tf.maximum(group, 0), batch_dims=1)
+
+
+def _sample_without_replacement(population, count, slots, seed):
+    """`count` distinct numbers from `range(population)` for every row, uniformly (Floyd's
+    algorithm: `slots` steps over all rows at once): `[rows, slots]`, the unused slots
+    `slots + population` (after every number drawn)."""
+    u = tf.random.stateless_uniform([slots, tf.shape(population)[0]], seed)
+    chosen = []
+    for step in range(slots):
+        top = population - count + step  # draw from range(top + 1); if taken, take `top`
+        draw = tf.cast(u[step] * tf.cast(top + 1, tf.float32), tf.int32)
+        if chosen:
+            draw = tf.where(tf.reduce_any(tf.stack(chosen, 1) == draw[:, tf.newaxis], 1), top, draw)
+        chosen.append(tf.where(step < count, draw, slots + population))
+    return tf.stack(chosen, 1)

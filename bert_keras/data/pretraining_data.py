@@ -18,6 +18,7 @@ Two document formats are read:
 
 import collections
 import functools
+import hashlib
 import re
 from pathlib import Path
 
@@ -28,6 +29,10 @@ import tensorflow as tf
 INT_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids")
 # The file beside `create-pretraining-data`'s TFRecords that describes them.
 MANIFEST_SUFFIX = ".manifest.json"
+# The tokenizer's constructor arguments besides its vocabulary.
+TOKENIZER_SETTINGS = (
+    "lower_case", "max_chars_per_word", "max_input_bytes", "unk_token", "cls_token", "sep_token", "pad_token", "mask_token",
+)
 # TFRecord name -> model feature name (the encoder's TF Hub style inputs).
 MODEL_NAMES = {"input_ids": "input_word_ids", "segment_ids": "input_type_ids"}
 
@@ -140,6 +145,17 @@ def expand_files(patterns):
             raise FileNotFoundError(f"no input files match {pattern}")
         files.extend(m for m in matches if m not in files)
     return files
+
+
+def tokenizer_fingerprint(tokenizer):
+    """Everything that decides a tokenizer's ids: its vocabulary (hashed) and its settings."""
+    vocabulary = "\n".join(tokenizer.vocabulary).encode("utf-8")
+    config = tokenizer.get_config()
+    return {
+        "vocab_sha256": hashlib.sha256(vocabulary).hexdigest(),
+        "vocab_size": len(tokenizer.vocabulary),
+        **{key: config[key] for key in TOKENIZER_SETTINGS},
+    }
 
 
 def tokenize_documents(documents, tokenizer, batch_size=4096):
@@ -255,6 +271,9 @@ class InstanceMaker:
     def mask(self, input_ids, rng):
         """(masked ids, sorted positions, original ids at those positions)."""
         cls_id, sep_id = self.cls_id, self.sep_id
+        num_to_predict = min(
+            self.max_predictions_per_seq, max(1, int(round(len(input_ids) * self.masked_lm_prob)))
+        )
         if self.whole_word_mask:
             candidates = []
             for i, token in enumerate(input_ids):
@@ -264,30 +283,26 @@ class InstanceMaker:
                     candidates[-1].append(i)
                 else:
                     candidates.append([i])
+            shuffle(candidates, rng)
+            # The original also skips sets overlapping masked positions; the sets are disjoint.
+            chosen = []
+            for index_set in candidates:
+                if len(chosen) >= num_to_predict:
+                    break
+                if len(chosen) + len(index_set) <= num_to_predict:
+                    chosen.extend(index_set)
         else:
-            candidates = [[i] for i, token in enumerate(input_ids) if token != cls_id and token != sep_id]
-        shuffle(candidates, rng)
+            # Single positions: the original's loop takes the first num_to_predict of them.
+            candidates = [i for i, token in enumerate(input_ids) if token != cls_id and token != sep_id]
+            shuffle(candidates, rng)
+            chosen = candidates[:num_to_predict]
         output = list(input_ids)
-        num_to_predict = min(
-            self.max_predictions_per_seq, max(1, int(round(len(input_ids) * self.masked_lm_prob)))
-        )
-        masked = []
-        # The original also skips sets overlapping masked positions; the sets are disjoint.
-        for index_set in candidates:
-            if len(masked) >= num_to_predict:
-                break
-            if len(masked) + len(index_set) > num_to_predict:
-                continue
-            for index in index_set:
-                if rng.random() < 0.8:
-                    replacement = self.mask_id
-                elif rng.random() < 0.5:
-                    replacement = input_ids[index]
-                else:
-                    replacement = rng.randint(0, self.vocab_size - 1)
-                output[index] = replacement
-                masked.append(index)
-        masked.sort()
+        for index in chosen:
+            if rng.random() < 0.8:
+                output[index] = self.mask_id
+            elif rng.random() >= 0.5:
+                output[index] = rng.randint(0, self.vocab_size - 1)
+        masked = sorted(chosen)
         return output, masked, [input_ids[i] for i in masked]
 
 
@@ -297,12 +312,16 @@ def shuffle(items, rng):
     The tests hold it to `random.Random.shuffle`.
     """
     getrandbits = rng.getrandbits
-    for i in range(len(items) - 1, 0, -1):
+    i = len(items) - 1
+    while i > 0:
         bits = (i + 1).bit_length()
-        j = getrandbits(bits)
-        while j > i:
+        lowest = max((1 << (bits - 1)) - 1, 1)  # the i below this one draw with fewer bits
+        for i in range(i, lowest - 1, -1):
             j = getrandbits(bits)
-        items[i], items[j] = items[j], items[i]
+            while j > i:
+                j = getrandbits(bits)
+            items[i], items[j] = items[j], items[i]
+        i = lowest - 1
 
 
 def truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
@@ -416,14 +435,15 @@ def shard_names(output, num_shards):
 
 
 def parse_example(serialized, max_seq_length, max_predictions_per_seq):
-    """One serialized original-format example -> the model's feature dict (int32)."""
+    """Serialized original-format examples (any shape) -> the model's feature dict (int32),
+    each feature shaped `serialized.shape + [length]`."""
     spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in INT_FEATURES[:3]}
     spec.update(
         {name: tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64) for name in INT_FEATURES[3:]}
     )
     spec["masked_lm_weights"] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32)
     spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
-    parsed = tf.io.parse_single_example(serialized, spec)
+    parsed = tf.io.parse_example(serialized, spec)
     return {
         MODEL_NAMES.get(name, name): value if value.dtype == tf.float32 else tf.cast(value, tf.int32)
         for name, value in parsed.items()
@@ -452,12 +472,12 @@ def pretraining_dataset(
     if shuffle_buffer:
         # One order for every iterator: Keras may open one to build the model before training.
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
-    dataset = dataset.map(
-        lambda record: parse_example(record, max_seq_length, max_predictions_per_seq),
+    # A batch of records parsed at once: ~4x the rate of one at a time (bench_dynamic_masking.py).
+    dataset = dataset.batch(batch_size, drop_remainder=True).map(
+        lambda records: parse_example(records, max_seq_length, max_predictions_per_seq),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
-    dataset = dataset.batch(batch_size, drop_remainder=True)
     if skip_batches:
         dataset = dataset.skip(skip_batches)
     return dataset.prefetch(tf.data.AUTOTUNE)

@@ -22,7 +22,6 @@ same command skips them, and it refuses to mix in shards made with other setting
 import bisect
 import concurrent.futures
 import dataclasses
-import hashlib
 import json
 import multiprocessing
 import os
@@ -40,7 +39,7 @@ DEFAULT_SHARD_BYTES = 2 << 20
 # Longer lines are dropped with a warning: no sentence is that long, and the recipe cuts
 # over-long segments one random draw per token (a 50 MB line would take minutes).
 MAX_LINE_BYTES = 1 << 20
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 _BINARY_PROBE_BYTES = 8192
 
 
@@ -268,15 +267,6 @@ class ShardMaker:
         }
 
 
-def tokenizer_fingerprint(tokenizer):
-    vocabulary = "\n".join(tokenizer.vocabulary).encode("utf-8")
-    return {
-        "vocab_sha256": hashlib.sha256(vocabulary).hexdigest(),
-        "vocab_size": len(tokenizer.vocabulary),
-        "lower_case": tokenizer.lower_case,
-    }
-
-
 def manifest_path(output):
     return f"{output}{data.MANIFEST_SUFFIX}"
 
@@ -380,7 +370,7 @@ def create_pretraining_data(
     settings = {
         "version": MANIFEST_VERSION,
         "recipe": dataclasses.asdict(recipe),
-        "tokenizer": tokenizer_fingerprint(tokenizer),
+        "tokenizer": data.tokenizer_fingerprint(tokenizer),
         "inputs": inputs,
         "skipped_inputs": skipped,
         "plan": [{"output": shard.output, "spans": [list(span) for span in shard.spans]} for shard in shards],

@@ -2,6 +2,7 @@
 against a transcription of google-research/bert create_pretraining_data.py)."""
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,7 +167,8 @@ def test_pairs_have_the_recipes_statistics(tokenizer, books, short_seq_prob, tol
     if short_seq_prob == 0:
         assert abs(random_next - 0.5) < 0.03
     predictions = (ours["masked_lm_weights"] > 0).sum(1)
-    assert abs(predictions.mean() - np.mean([len(i.masked_lm_positions) for i in expected])) < 0.3
+    # num_to_predict follows the length (15%, at most 20), so it varies as much between seeds.
+    assert abs(predictions.mean() / np.mean([len(i.masked_lm_positions) for i in expected]) - 1) < tolerance / 2
 
 
 def test_truncation_keeps_the_recipes_lengths():
@@ -228,11 +230,10 @@ def test_whole_word_masking_skips_words_that_do_not_fit_as_the_recipe():
 # ---------------------------------------------------------------- the pipeline
 
 
-@pytest.mark.parametrize("cache_tokens", [False, True])
-def test_reproducible_resumable_and_new_every_epoch(tokenizer, cache_tokens):
-    def batches(seed=3, skip=0, parallel_calls=None):
+def test_reproducible_resumable_and_new_every_epoch(tmp_path, tokenizer):
+    def batches(seed=3, skip=0, parallel_calls=None, token_cache=None):
         dataset = dm.dynamic_masking_dataset(
-            [require(SAMPLE)], tokenizer, batch_size=4, seed=seed, skip_batches=skip, cache_tokens=cache_tokens,
+            [require(SAMPLE)], tokenizer, batch_size=4, seed=seed, skip_batches=skip, token_cache=token_cache,
             parallel_calls=parallel_calls,
         )
         return take(dataset, 20)
@@ -245,6 +246,9 @@ def test_reproducible_resumable_and_new_every_epoch(tokenizer, cache_tokens):
     for a, b in zip(first[5:], batches(skip=5)):  # a resumed run continues the same stream
         for name in a:
             np.testing.assert_array_equal(a[name], b[name])
+    for a, b in zip(first, batches(token_cache=tmp_path)):  # and the same from the token cache
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name])
     other = batches(seed=4)
     assert any((a["input_word_ids"] != b["input_word_ids"]).any() for a, b in zip(first, other))
     # sample_text gives about 12 instances an epoch: 20 batches are 6 or 7 epochs, all different.
@@ -252,6 +256,39 @@ def test_reproducible_resumable_and_new_every_epoch(tokenizer, cache_tokens):
     assert len(masks) == len(first)
     labels = np.concatenate([b["next_sentence_labels"] for b in first])
     assert 0.35 < labels.mean() < 0.8  # the recipe gives 58% NotNext on sample_text
+
+
+def test_token_cache_holds_the_tokenized_documents_and_resumes(tmp_path, tokenizer, books):
+    """A token file holds exactly what the graph reader makes of its text file, equal to
+    the Python reader + tokenizer; finished files are kept, changed inputs or another
+    tokenizer get new files, and a damaged file is an error naming it."""
+    texts = [tmp_path / name for name in ("a.txt", "b.txt")]
+    for text, book in zip(texts, books):
+        text.write_bytes(open(book, "rb").read()[:200_000])
+    files = [str(text) for text in texts]
+    cache = tmp_path / "cache"
+    paths = dm.cache_tokenized_files(files, tokenizer, str(cache))
+    assert [Path(path).parent for path in paths] == [cache, cache] and len(set(paths)) == 2
+    for file, path in zip(files, paths):
+        documents = dm.read_token_file(path)
+        expected = data.tokenize_documents(data.read_documents(file), tokenizer)
+        assert documents.to_list() == expected
+    # A run killed after the first file: the next run keeps it and makes only the second.
+    first_written = Path(paths[0]).stat().st_mtime_ns
+    Path(paths[1]).unlink()
+    assert dm.cache_tokenized_files(files, tokenizer, str(cache)) == paths
+    assert Path(paths[0]).stat().st_mtime_ns == first_written and Path(paths[1]).exists()
+    assert not list(cache.glob("*partial*"))
+    # New keys for a changed input and for another tokenizer.
+    texts[1].write_bytes(texts[1].read_bytes() + b"\nOne more line.\n")
+    changed = dm.cache_tokenized_files(files, tokenizer, str(cache))
+    assert changed[0] == paths[0] and changed[1] != paths[1]
+    cased = BertTokenizer(tokenizer.vocabulary, lower_case=False)
+    assert set(dm.cache_tokenized_files(files, cased, str(cache))).isdisjoint(changed)
+    # A damaged token file is an error naming it, not a wrong stream.
+    Path(changed[0]).write_bytes(Path(changed[0]).read_bytes()[:-8])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)not a whole bert-keras token file.*a\.txt"):
+        dm.read_token_file(changed[0])
 
 
 def test_no_python_in_the_pipeline(tokenizer):
@@ -284,7 +321,7 @@ def test_workers_read_disjoint_files(tmp_path, tokenizer):
         path = tmp_path / f"{word}.txt"
         path.write_text("".join(f"The {word} is here.\nA {word} again.\n\n" for _ in range(6)))
         files.append(str(path))
-    args = argparse.Namespace(seed=0, corpus=files, whole_word_mask=False, cache_tokens=False)
+    args = argparse.Namespace(seed=0, corpus=files, whole_word_mask=False, token_cache=str(tmp_path / "cache"))
     seen = []
     for index in range(2):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=index, num_replicas_in_sync=2)
