@@ -23,9 +23,10 @@ drawn from the documents of the same group (uniformly, as the original draws fro
 whole corpus), not from the whole corpus. Randomness is stateless, seeded by
 (seed, group index), so the stream is the same on every run for a seed and a resumed
 run can skip the batches it already trained on. The statistics are the recipe's:
-truncation removes the same number of tokens (its front/back coin flips summed as a
-binomial), and masking takes whole candidates greedily in a random order, as the
-original does.
+chunks follow the same walk (found by pointer doubling, not step by step), truncation
+removes the same number of tokens (its front/back coin flips summed as a binomial), and
+masking takes whole words greedily in a random order, as the original does (single
+tokens: num_to_predict of them drawn without replacement, which that order amounts to).
 """
 
 import hashlib
@@ -95,7 +96,8 @@ def dynamic_masking_dataset(
         whole_word_mask=whole_word_mask,
     ))
     if token_cache is None:
-        read = lambda path: tokenized_documents(tf.io.read_file(path), tokenizer, format)  # noqa: E731
+        def read(path):
+            return tokenized_documents(tf.io.read_file(path), tokenizer, format)
     else:
         files = cache_tokenized_files(files, tokenizer, token_cache, format, cycle_length, progress)
         read = read_token_file

@@ -331,20 +331,24 @@ def test_workers_read_disjoint_files(tmp_path, tokenizer):
     assert seen == [{"apple", "castle"}, {"river", "garden"}]
 
 
-def test_bad_input(tmp_path, tokenizer):
+@pytest.mark.parametrize("cached", [False, True])
+def test_bad_input(tmp_path, tokenizer, cached):
     """Empty files and invalid UTF-8 are read as the Python reader reads them (bytes that
-    are not UTF-8 are dropped); a corpus with no text is an error, not an endless wait."""
+    are not UTF-8 are dropped); a corpus with no text is an error, not an endless wait;
+    the same through the token cache."""
+    cache = str(tmp_path / "cache") if cached else None
     empty = tmp_path / "empty.txt"
     empty.write_bytes(b"")
     garbage = tmp_path / "garbage.txt"
     garbage.write_bytes(b"\xff\xfe\x80\n\n\xc0\xc1\x01\n \t\n")  # no text once decoded and cleaned
     text = tmp_path / "text.txt"
     text.write_bytes(b"First \xff line.\nSecond line.\n\nOther \xc3( document.\nIts end.\n")
-    batches = take(dm.dynamic_masking_dataset([str(empty), str(garbage), str(text)], tokenizer, 2, 32, 5), 3)
+    files = [str(empty), str(garbage), str(text)]
+    batches = take(dm.dynamic_masking_dataset(files, tokenizer, 2, 32, 5, token_cache=cache), 3)
     assert all(b["input_mask"].sum() > 0 for b in batches)
     for bad in ([str(empty)], [str(empty), str(garbage)]):
         with pytest.raises(tf.errors.FailedPreconditionError, match="infinite"):
-            take(dm.dynamic_masking_dataset(bad, tokenizer, 2, 32, 5), 1)
+            take(dm.dynamic_masking_dataset(bad, tokenizer, 2, 32, 5, token_cache=cache), 1)
     with pytest.raises(ValueError, match="document format"):
         dm.dynamic_masking_dataset([str(text)], tokenizer, 2, format="markdown")
     with pytest.raises(FileNotFoundError, match="no input files match"):
