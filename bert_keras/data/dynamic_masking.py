@@ -415,7 +415,7 @@ class GraphInstanceMaker:
         chunk = end - start + 1
         a_end = tf.where(chunk >= 2, 1 + tf.cast(u[0] * tf.cast(chunk - 1, tf.float32), tf.int32), 1)
         a_end = tf.minimum(a_end, tf.maximum(chunk - 1, 1))
-        random_next = (chunk == 1) | (u[1] < 0.5)
+        random_next = tf.equal(chunk, 1) | (u[1] < 0.5)
         # The next chunk's start; past the document's end, the sink `num_sentences`.
         step = tf.where(random_next, start + a_end, end + 1)
         step = tf.concat([tf.where(step > last, num_sentences, step), [num_sentences]], 0)
@@ -477,9 +477,9 @@ class GraphInstanceMaker:
         source = tf.where(in_a, a_start[:, tf.newaxis] + position - 1, b_start[:, tf.newaxis] + b_offset)
         text = tf.gather(tokens, tf.where(in_a | in_b, source, 0))
         length = a_length + b_length + 3
-        separator = (position == a_length + 1) | (position == length - 1)
+        separator = tf.equal(position, a_length + 1) | tf.equal(position, length - 1)
         input_ids = tf.where(
-            in_a | in_b, text, tf.where(position == 0, self.recipe.cls_id, tf.where(separator, self.recipe.sep_id, 0))
+            in_a | in_b, text, tf.where(tf.equal(position, 0), self.recipe.cls_id, tf.where(separator, self.recipe.sep_id, 0))
         )
         segment_ids = tf.cast((position > a_length + 1) & (position < length), tf.int32)
         return input_ids, segment_ids, length[:, 0]
@@ -494,7 +494,7 @@ class GraphInstanceMaker:
         )
         if self.recipe.whole_word_mask:
             position = tf.range(size)[tf.newaxis]
-            special = (input_ids == self.recipe.cls_id) | (input_ids == self.recipe.sep_id)
+            special = tf.equal(input_ids, self.recipe.cls_id) | tf.equal(input_ids, self.recipe.sep_id)
             candidate = (position < length[:, tf.newaxis]) & ~special
             masked = self._whole_words(input_ids, candidate, order_seed, num_to_predict)
             # The masked positions in ascending order (the largest -position first).
@@ -568,6 +568,6 @@ def _sample_without_replacement(population, count, slots, seed):
         top = population - count + step  # draw from range(top + 1); if taken, take `top`
         draw = tf.cast(u[step] * tf.cast(top + 1, tf.float32), tf.int32)
         if chosen:
-            draw = tf.where(tf.reduce_any(tf.stack(chosen, 1) == draw[:, tf.newaxis], 1), top, draw)
+            draw = tf.where(tf.reduce_any(tf.equal(tf.stack(chosen, 1), draw[:, tf.newaxis]), 1), top, draw)
         chosen.append(tf.where(step < count, draw, slots + population))
     return tf.stack(chosen, 1)
