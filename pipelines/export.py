@@ -71,6 +71,7 @@ def serving_preprocessor(model, vocab, cased, max_seq_length):
 def run(args):
     from bert_keras.serving import c_api_loader
     from bert_keras.serving import export
+    from bert_keras.serving.ops import check_serving_ops
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.serving.session import SessionPredictor
 
@@ -84,7 +85,7 @@ def run(args):
         paths = export_hub_style(model, fixed, args.out)
         loaders = "the TF1 session loader and TF Serving's C++ loader"
         for path in paths:
-            export.check_serving_ops(path, args.serving_release)
+            check_serving_ops(path, args.serving_release)
             SessionPredictor(path, replay_warmup=False).close()
             try:
                 c_api_loader.CApiPredictor(path, args.serving_release).close()
@@ -100,7 +101,7 @@ def run(args):
         labels=args.labels, model_name=args.model_name,
         compute_dtype=args.compute_dtype,
     )
-    ops = export.check_serving_ops(path, args.serving_release)
+    ops = check_serving_ops(path, args.serving_release)
     predictor = SessionPredictor(path)
     print(f"exported {type(model).__name__} to {path}")
     print(f"  TF Serving >= {args.serving_release} links every op; non-core ops: {ops}")

@@ -14,6 +14,7 @@ import tensorflow as tf
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
 
 from bert_keras.serving import export
+from bert_keras.serving.ops import check_serving_ops
 from bert_keras.serving.session import SessionPredictor
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "quick", "brown", "fox", "dog", "cat",
@@ -82,7 +83,7 @@ def run_task_test(model, tmp_path, predict_x, request, check_export, fit_data=No
     assert_outputs_close(predicted, model(packed, training=False))
     run_serialization_test(model, predict_x, tmp_path)
     path = export.export_for_serving(model, model.preprocessor, tmp_path / "export", **(export_kwargs or {}))
-    export.check_serving_ops(path, SERVING_RELEASE)
+    check_serving_ops(path, SERVING_RELEASE)
     predictor = SessionPredictor(path)
     assert len(predictor.warmup_responses) == 2, "the warm-up requests were not replayed"
     check_export(model, predictor.predict_texts(**request))

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.serving.export import SERVING_RELEASE_OF_OP, _version
+from bert_keras.serving.ops import SERVING_RELEASE_OF_OP, release_version
 from bert_keras.serving.session import STATUS_CODES, ServingError, checked_request, make_request, serving_signatures, warmup_requests
 
 SOURCE = Path(__file__).with_name("c_api_predict.c")
@@ -96,10 +96,10 @@ def serving_op_libraries(binary, serving_release):
     and that release links every one of them; the other libraries hold no op our
     exports use.
     """
-    target = _version(serving_release)
+    target = release_version(serving_release)
     chosen = []
     for path, ops in text_op_libraries(binary).items():
-        releases = [_version(SERVING_RELEASE_OF_OP[op]) for op in ops if op in SERVING_RELEASE_OF_OP]
+        releases = [release_version(SERVING_RELEASE_OF_OP[op]) for op in ops if op in SERVING_RELEASE_OF_OP]
         if releases and max(releases) <= target:
             chosen.append(path)
     return chosen

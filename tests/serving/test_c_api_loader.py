@@ -18,6 +18,7 @@ import tensorflow as tf
 from bert_keras import (BertClassifier, BertConfig, BertEncoder, BertFeatureExtractor, BertMultipleChoice,
                         BertPreprocessor, BertPretrainer, BertSpanLabeler, BertTokenClassifier, BertTokenizer)
 from bert_keras.serving import c_api_loader, export
+from bert_keras.serving.ops import check_serving_ops
 from bert_keras.serving.c_api_loader import CApiError, CApiPredictor, build, serving_op_libraries
 from bert_keras.serving.hub_export import export_hub_style
 from bert_keras.serving.session import ServingError, SessionPredictor
@@ -187,7 +188,7 @@ def test_export_needing_a_newer_op_fails_to_load(served):
     assert "_fast_wordpiece_tokenizer.so" in libraries["2.12"] - libraries["2.9"]
     assert "_trimmer_ops.so" in libraries["2.20"] - libraries["2.12"], "RoundRobinTrim is linked only from 2.20"
     with pytest.raises(ValueError, match="FastWordpieceTokenizeWithOffsets"):
-        export.check_serving_ops(path, "2.9")
+        check_serving_ops(path, "2.9")
     with pytest.raises(CApiError, match="(?s)warm-up.*Op type not registered 'FastWordpieceTokenizeWithOffsets'"
                                         ".*linked by TF Serving >= 2.10, not by the target release 2.9"):
         CApiPredictor(path, serving_release="2.9")

@@ -12,6 +12,7 @@ import tensorflow as tf
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
 from bert_keras.models.dtype import with_dtype
 from bert_keras.serving import export
+from bert_keras.serving.ops import check_serving_ops
 from bert_keras.serving.client import ServingClient
 from bert_keras.serving.session import ServingError, SessionPredictor, make_request
 from bert_keras.serving.serving_tasks import MIN_MICRO_BATCH
@@ -88,10 +89,10 @@ def test_layout_warmup_and_serve_ids(minilm_exports, minilm_dir):
 
 def test_op_gate(tiny_export):
     _, _, path = tiny_export
-    found = export.check_serving_ops(path, "2.12")
+    found = check_serving_ops(path, "2.12")
     assert "FastWordpieceTokenizeWithOffsets" in found
     with pytest.raises(ValueError, match="FastWordpieceTokenizeWithOffsets"):
-        export.check_serving_ops(path, "2.9")
+        check_serving_ops(path, "2.9")
 
 
 def test_saved_model_cli_show_and_run(tiny_export, tmp_path):

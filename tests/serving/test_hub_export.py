@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
-from bert_keras.serving import export
+from bert_keras.serving.ops import check_serving_ops
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.serving.hub_export import export_hub_style, save_preprocess
 from bert_keras.models.pretrainer import BertPretrainer
@@ -107,7 +107,7 @@ def test_preprocess_model_garden_callables(garden_preprocess):
         np.testing.assert_array_equal(bert_inputs["input_word_ids"][:, :10], expected_ids)
         np.testing.assert_array_equal(bert_inputs["input_mask"][:, :10], np.array(expected_ids) > 0)
         np.testing.assert_array_equal(bert_inputs["input_type_ids"][:, :10], expected_types)
-    assert export.check_serving_ops(path, "2.12")
+    assert check_serving_ops(path, "2.12")
 
 
 def test_preprocess_model_garden_cased_length10_and_reexport(tmp_path):
