@@ -510,12 +510,11 @@ class GraphInstanceMaker:
         positions = tf.where(weights, chosen, 0)
         labels = tf.where(weights, tf.gather(input_ids, positions, batch_dims=1), 0)
         rows = tf.shape(input_ids)[0]
-        u = tf.random.stateless_uniform([2, rows, predictions], replace_seed)
-        random_ids = tf.random.stateless_uniform(
-            [rows, predictions], tf.random.experimental.stateless_fold_in(replace_seed, 1), 0, self.recipe.vocab_size,
-            tf.int32,
-        )
-        replacement = tf.where(u[0] < 0.8, self.recipe.mask_id, tf.where(u[1] < 0.5, labels, random_ids))
+        # One draw from range(10 * vocab_size) a slot: its last digit picks [MASK] (0-7),
+        # the token itself (8) or a random token (9), the rest is that random token.
+        draw = tf.random.stateless_uniform([rows, predictions], replace_seed, 0, 10 * self.recipe.vocab_size, tf.int32)
+        choice = draw % 10
+        replacement = tf.where(choice < 8, self.recipe.mask_id, tf.where(tf.equal(choice, 8), labels, draw // 10))
         # Padding slots point at position 0 ([CLS]) and change nothing there.
         change = tf.math.unsorted_segment_sum(
             tf.where(weights, replacement - labels, 0), tf.range(rows)[:, tf.newaxis] * size + positions, rows * size
