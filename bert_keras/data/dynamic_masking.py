@@ -479,7 +479,9 @@ class GraphInstanceMaker:
         length = a_length + b_length + 3
         separator = tf.equal(position, a_length + 1) | tf.equal(position, length - 1)
         input_ids = tf.where(
-            in_a | in_b, text, tf.where(tf.equal(position, 0), self.recipe.cls_id, tf.where(separator, self.recipe.sep_id, 0))
+            in_a | in_b,
+            text,
+            tf.where(tf.equal(position, 0), self.recipe.cls_id, tf.where(separator, self.recipe.sep_id, 0)),
         )
         segment_ids = tf.cast((position > a_length + 1) & (position < length), tf.int32)
         return input_ids, segment_ids, length[:, 0]
@@ -504,7 +506,7 @@ class GraphInstanceMaker:
             # Single tokens: num_to_predict of the length - 3 candidates, drawn without
             # replacement; candidate r is at r + 1 in A, r + 2 in B.
             count = tf.minimum(num_to_predict, length - 3)
-            ranks = tf.sort(_sample_without_replacement(length - 3, count, predictions, order_seed))
+            ranks = tf.sort(_sample_without_replacement(length - 3, count, predictions, size, order_seed))
             chosen = ranks + 1 + tf.cast(ranks >= a_length[:, tf.newaxis], tf.int32)
         weights = tf.range(predictions)[tf.newaxis] < count[:, tf.newaxis]
         positions = tf.where(weights, chosen, 0)
@@ -557,16 +559,26 @@ class GraphInstanceMaker:
         return candidate & tf.gather(taken_group, tf.maximum(group, 0), batch_dims=1)
 
 
-def _sample_without_replacement(population, count, slots, seed):
+def _sample_without_replacement(population, count, slots, limit, seed):
     """`count` distinct numbers from `range(population)` for every row, uniformly (Floyd's
-    algorithm: `slots` steps over all rows at once): `[rows, slots]`, the unused slots
+    algorithm: `slots` steps over all rows at once, the numbers taken so far a bitmap of
+    `limit` bits, `population <= limit`): `[rows, slots]`, the unused slots
     `slots + population` (after every number drawn)."""
-    u = tf.random.stateless_uniform([slots, tf.shape(population)[0]], seed)
+    rows = tf.shape(population)[0]
+    words = tf.range((limit + 63) // 64)[tf.newaxis]
+    taken = tf.zeros([rows, (limit + 63) // 64], tf.int64)
+    u = tf.random.stateless_uniform([slots, rows], seed)
     chosen = []
     for step in range(slots):
         top = population - count + step  # draw from range(top + 1); if taken, take `top`
         draw = tf.cast(u[step] * tf.cast(top + 1, tf.float32), tf.int32)
-        if chosen:
-            draw = tf.where(tf.reduce_any(tf.equal(tf.stack(chosen, 1), draw[:, tf.newaxis]), 1), top, draw)
-        chosen.append(tf.where(step < count, draw, slots + population))
+        bit = tf.cast(tf.clip_by_value(draw, 0, limit - 1), tf.int64)  # clipped: rows already done
+        word = tf.gather(taken, bit // 64, batch_dims=1)
+        draw = tf.where(tf.not_equal(tf.bitwise.bitwise_and(tf.bitwise.right_shift(word, bit % 64), 1), 0), top, draw)
+        active = step < count
+        bit = tf.cast(tf.clip_by_value(draw, 0, limit - 1), tf.int64)
+        in_word = tf.equal(words, tf.cast(bit // 64, tf.int32)[:, tf.newaxis]) & active[:, tf.newaxis]
+        mark = tf.bitwise.left_shift(tf.cast(in_word, tf.int64), (bit % 64)[:, tf.newaxis])
+        taken = tf.bitwise.bitwise_or(taken, mark)
+        chosen.append(tf.where(active, draw, slots + population))
     return tf.stack(chosen, 1)

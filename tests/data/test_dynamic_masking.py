@@ -134,6 +134,27 @@ def test_layout(gutenberg_batches):
         assert (np.diff(positions) > 0).all() and 1 <= len(positions) <= 20 and positions.max() < n
 
 
+@pytest.mark.parametrize("limit, slots", [(128, 20), (512, 80)])
+def test_masked_positions_are_a_uniform_sample(limit, slots):
+    """Floyd's sampler: `count` distinct numbers below `population`, each equally likely
+    (chi-square against uniform, far below the 0.1% critical value), unused slots last."""
+    rng = np.random.RandomState(0)
+    population = rng.randint(1, limit + 1, 4000).astype("int32")
+    count = np.minimum(population, rng.randint(0, slots + 1, 4000)).astype("int32")
+    drawn = dm._sample_without_replacement(population, count, slots, limit, tf.constant([3, 4], tf.int64)).numpy()
+    for row, (size, k) in enumerate(zip(population, count)):
+        numbers = drawn[row, :k]
+        assert len(set(numbers)) == k and (numbers >= 0).all() and (numbers < size).all()
+        assert (drawn[row, k:] == slots + size).all()
+    rows = 20000
+    drawn = dm._sample_without_replacement(
+        np.full(rows, 100, "int32"), np.full(rows, 10, "int32"), slots, limit, tf.constant([1, 2], tf.int64)
+    ).numpy()[:, :10]
+    frequency = np.bincount(drawn.ravel(), minlength=100)
+    expected = rows * 10 / 100
+    assert ((frequency - expected) ** 2 / expected).sum() < 148.2  # chi-square, 99 degrees of freedom, p = 0.001
+
+
 def recipe_and_graph(tokenizer, books, seeds=4, **settings):
     """Instances of the recipe and of the graph version on the same documents, all in one group."""
     documents = data.tokenize_documents([d for f in books for d in data.read_documents(f)], tokenizer)
