@@ -18,10 +18,12 @@ cores (CPU affinity, so every thread TensorFlow starts shares those cores):
   the original `run_pretraining.py`.
 
 "first batch" is the start-up: reading and tokenizing up front (the generator, and
-bert-keras filling an empty token cache) or the first files (tf.data). Rates are medians of interleaved rounds, one process at a time,
-each timed over many epochs of the corpus after its buffers have filled.
+bert-keras filling an empty token cache) or the first files (tf.data). Rates are medians
+of interleaved rounds, one process at a time, each timed over many epochs of the corpus
+after its buffers have filled.
 
     python bench/bench_dynamic_masking.py [--rounds 3] [--batches 400] [--quick]
+    python bench/bench_dynamic_masking.py --seq-length 512 --predictions 80 --quick  # phase 2
 """
 
 import argparse
@@ -128,7 +130,8 @@ def make_records(files, vocab, directory):
     subprocess.run(
         [sys.executable, "-c", "from pipelines.cli import main; main()", "create-pretraining-data",
          "--input", *files, "--output", str(output), "--vocab", vocab, "--dupe-factor", "1",
-         "--num-shards", str(len(files))],
+         "--num-shards", str(len(files)), "--max-seq-length", str(SEQ),
+         "--max-predictions-per-seq", str(PREDICTIONS)],
         cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     return sorted(str(path) for path in Path(directory).glob("corpus.tfrecord*") if not path.name.endswith(".json"))
@@ -175,6 +178,7 @@ def run_pinned(cores, *arguments):
 
 
 def main():
+    global SEQ, PREDICTIONS  # the child processes and peers read them
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default=str(SHARED / "data" / "pretraining" / "gutenberg"))
     parser.add_argument("--vocab", default=str(SHARED / "data" / "vocab" / "vocab.txt"))
@@ -183,9 +187,12 @@ def main():
                         help="batches of 256 timed per round (400: ~10 epochs of Gutenberg)")
     parser.add_argument("--warmup", type=int, default=40, help="batches read before timing")
     parser.add_argument("--quick", action="store_true", help="1 round of 200 batches")
+    parser.add_argument("--seq-length", type=int, default=SEQ)
+    parser.add_argument("--predictions", type=int, default=PREDICTIONS, help="max predictions per sequence")
     parser.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)  # a child process
     parser.add_argument("--records", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    SEQ, PREDICTIONS = args.seq_length, args.predictions
     if args.quick:
         args.rounds, args.batches = 1, 200
     files = sorted(str(path) for path in Path(args.corpus).glob("*.txt"))
@@ -195,6 +202,7 @@ def main():
 
     records = make_records(files, args.vocab, tempfile.mkdtemp())
     child = ["--corpus", args.corpus, "--vocab", args.vocab, "--warmup", str(args.warmup),
+             "--seq-length", str(SEQ), "--predictions", str(PREDICTIONS),
              "--batches", str(args.batches), "--records", *records]
     results = {(peer, cores): [] for peer in PEERS for cores in (1, 2)}
     for _ in range(args.rounds):
@@ -202,7 +210,7 @@ def main():
             results[peer, cores].append(run_pinned(cores, "--peer", peer, *child))
 
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    print(f"{cpu}; {len(files)} files; batch {BATCH} x seq {SEQ}; "
+    print(f"{cpu}; {len(files)} files; batch {BATCH} x seq {SEQ}, {PREDICTIONS} predictions; "
           f"{args.rounds} round(s) of {args.batches} batches after {args.warmup}")
 
     def rate(peer, cores):
