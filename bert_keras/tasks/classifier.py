@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from bert_keras.tasks.task import (
-    BertTask, ServingSignature, as_float32, default_optimizer, head_initializer, label_table,
+    BertTask, ServingSignature, as_float32, default_optimizer, label_table, output_layer,
 )
 
 
@@ -31,10 +31,7 @@ class BertClassifier(BertTask):
         self.num_classes = int(num_classes)
         self.dropout_rate = float(dropout)
         self.dropout = keras.layers.Dropout(dropout)
-        self.logits = keras.layers.Dense(
-            num_classes, kernel_initializer=head_initializer(encoder), dtype="float32", name="logits"
-        )
-        self.logits.build((None, encoder.config.hidden_size))
+        self.logits = output_layer(encoder, num_classes, "logits")
         self.built = True
 
     def call(self, inputs, training=None):

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.tasks.task import (
-    BertTask, ServingSignature, as_float32, check_no_labels, default_optimizer, head_initializer, is_packed,
+    BertTask, ServingSignature, as_float32, check_no_labels, default_optimizer, is_packed, output_layer,
 )
 
 
@@ -28,8 +28,7 @@ class BertMultipleChoice(BertTask):
         super().__init__(encoder, preprocessor, **kwargs)
         self.dropout_rate = float(dropout)
         self.dropout = keras.layers.Dropout(dropout)
-        self.score = keras.layers.Dense(1, kernel_initializer=head_initializer(encoder), dtype="float32", name="score")
-        self.score.build((None, encoder.config.hidden_size))
+        self.score = output_layer(encoder, 1, "score")
         self.built = True
 
     def call(self, inputs, training=None):

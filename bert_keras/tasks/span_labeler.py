@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from bert_keras.tasks.task import (
-    BertTask, ServingSignature, as_float32, check_no_labels, default_optimizer, head_initializer,
+    BertTask, ServingSignature, as_float32, check_no_labels, default_optimizer, output_layer,
 )
 
 # Added to the logits of padding positions so that no answer can start or end there.
@@ -34,10 +34,7 @@ class BertSpanLabeler(BertTask):
 
     def __init__(self, encoder, preprocessor=None, **kwargs):
         super().__init__(encoder, preprocessor, **kwargs)
-        self.span_logits = keras.layers.Dense(
-            2, kernel_initializer=head_initializer(encoder), dtype="float32", name="span_logits"
-        )
-        self.span_logits.build((None, None, encoder.config.hidden_size))
+        self.span_logits = output_layer(encoder, 2, "span_logits", per_token=True)
         self.built = True
 
     def call(self, inputs, training=None):

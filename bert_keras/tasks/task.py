@@ -22,9 +22,17 @@ from bert_keras.text.tokenizer import BertTokenizer
 DEFAULT_BATCH_SIZE = 32
 
 
-def head_initializer(encoder):
-    """The original's truncated normal (stddev `initializer_range`, 0.02) for new weights."""
-    return keras.initializers.TruncatedNormal(stddev=encoder.config.initializer_range)
+def output_layer(encoder, units, name, per_token=False):
+    """A head's new float32 Dense over the encoder's features (pooled, or every token's),
+    built, with the original's truncated normal (stddev `initializer_range`, 0.02)."""
+    layer = keras.layers.Dense(
+        units,
+        kernel_initializer=keras.initializers.TruncatedNormal(stddev=encoder.config.initializer_range),
+        dtype="float32",
+        name=name,
+    )
+    layer.build((None, None, encoder.config.hidden_size) if per_token else (None, encoder.config.hidden_size))
+    return layer
 
 
 def default_optimizer(learning_rate=5e-5):
