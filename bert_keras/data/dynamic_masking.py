@@ -434,7 +434,8 @@ class GraphInstanceMaker:
             tf.gather(value, start) for value in (end, a_end, random_next, document, target)
         )
         a_first = tf.gather(offsets, start)
-        a_length = tf.gather(offsets, start + a_end) - a_first
+        a_limit = tf.gather(offsets, start + a_end)  # where A ends and an IsNext B starts
+        a_length = a_limit - a_first
         # NotNext: B from a uniformly random other document (the original's up to 10 draws
         # keep the same one with probability documents^-10); a lone document is its own.
         u = tf.random.stateless_uniform([2, tf.size(start)], tf.random.experimental.stateless_fold_in(chunk_seed, 1))
@@ -444,7 +445,7 @@ class GraphInstanceMaker:
         partner_start = partner_first + tf.cast(u[1] * tf.cast(partner_limit - partner_first, tf.float32), tf.int32)
         partner_start = tf.minimum(partner_start, partner_limit - 1)
         partner_end = chunk_end(partner_start, target - a_length, partner_limit - 1)
-        b_first = tf.where(random_next, tf.gather(offsets, partner_start), tf.gather(offsets, start + a_end))
+        b_first = tf.where(random_next, tf.gather(offsets, partner_start), a_limit)
         b_limit = tf.where(random_next, tf.gather(offsets, partner_end + 1), tf.gather(offsets, end + 1))
         return a_first, a_length, b_first, b_limit - b_first, random_next
 
