@@ -10,6 +10,7 @@ exclusion matched against the short variable name only.
 import re
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 # Matched (re.search) against `variable.path`, e.g. "bert_encoder/transformer_block_0/
@@ -60,6 +61,19 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
+def dense_gradient(gradient):
+    """The gradient as a dense tensor: an `IndexedSlices` has its repeated rows summed.
+
+    A gathered embedding's gradient holds one row per lookup (the token-type table:
+    batch x seq rows of 2 ids), and the global norm taken over those rows is not the
+    gradient's norm: clipping would then be weaker than the original's, more so as the
+    batch grows. The update multiplies the gradient densely anyway.
+    """
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.convert_to_tensor(gradient)
+    return gradient
+
+
 class _DecoupledDecay(keras.optimizers.Optimizer):
     """Shared base: Adam moments, a per-variable decay flag from `exclude_from_decay`."""
 
@@ -98,7 +112,7 @@ class _DecoupledDecay(keras.optimizers.Optimizer):
         # Keras clips each replica's share of the gradient before summing the shares,
         # so N replicas would not train as one device does; clip the sum instead.
         reduced = super()._all_reduce_sum_gradients(grads_and_vars)
-        clipped = super()._clip_gradients([gradient for gradient, _ in reduced])
+        clipped = super()._clip_gradients([dense_gradient(gradient) for gradient, _ in reduced])
         return list(zip(clipped, [variable for _, variable in reduced]))
 
     def uses_weight_decay(self, variable):
@@ -157,8 +171,10 @@ class LAMB(_DecoupledDecay):
         gradient = ops.cast(gradient, variable.dtype)
         m, v, decays = self._moments_update(gradient, variable)
         # Updates happen once per accumulation window; count those, not micro-batches.
+        # `_iterations` counts micro-batches (`iterations` already divides it when
+        # accumulating: dividing that again gave step 0, and 0/0 at the first update).
         step = ops.cast(
-            ops.floor_divide(self.iterations + 1, self.gradient_accumulation_steps or 1),
+            ops.floor_divide(self._iterations + 1, self.gradient_accumulation_steps or 1),
             variable.dtype,
         )
         m_hat = m / (1.0 - ops.power(self.beta_1, step))

@@ -5,9 +5,12 @@ import re
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from bert_keras import BertConfig, BertEncoder
 from bert_keras.training.optimization import LAMB, AdamWeightDecay, WarmupLinearDecay, create_optimizer
+
+from conftest import REFERENCE, require
 
 # optimization.py of google-research/bert: exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]
 ORIGINAL_NO_DECAY = re.compile("LayerNorm|layer_norm|bias")
@@ -164,3 +167,89 @@ def test_optimizer_serialises(cls):
 def test_bad_optimizer_name():
     with pytest.raises(ValueError, match="adamw"):
         create_optimizer(1e-4, 10, 1, optimizer="sgd")
+
+
+@pytest.mark.parametrize("cls", [AdamWeightDecay, LAMB])
+@pytest.mark.parametrize("accumulation", [None, 2])
+def test_clipping_sums_the_repeated_rows_of_sparse_gradients(cls, accumulation):
+    """A gathered table's gradient (IndexedSlices, one row per lookup) is clipped by the
+    norm of its summed rows, as the original's dense gradient is: same update as dense."""
+    table = keras.Variable(np.zeros((3, 2), "float32"), name="embeddings")
+    rng = np.random.default_rng(0)
+    micro_batches = []
+    for _ in range(accumulation or 1):
+        ids = np.array([0, 0, 0, 1, 0, 1])  # repeated ids, as token types in a batch
+        values = rng.normal(size=(len(ids), 2)).astype("float32")
+        dense = np.zeros((3, 2), "float32")
+        np.add.at(dense, ids, values)
+        micro_batches.append((ids, values, dense))
+    optimizer = cls(learning_rate=0.1, weight_decay_rate=0.0, global_clipnorm=1.0,
+                    gradient_accumulation_steps=accumulation)
+    for ids, values, _ in micro_batches:
+        sparse = tf.IndexedSlices(tf.constant(values), tf.constant(ids), tf.constant([3, 2]))
+        optimizer.apply([sparse], [table])
+    mean = sum(dense for _, _, dense in micro_batches) / len(micro_batches)
+    (clipped,) = clip_by_global_norm([mean], 1.0)
+    assert np.linalg.norm(mean) > 1.0  # clipping is active
+    ms, vs = [np.zeros((3, 2))], [np.zeros((3, 2))]
+    if cls is AdamWeightDecay:
+        (expected,) = original_adamw_step([np.zeros((3, 2))], [clipped], ms, vs, 0.1, [False])
+    else:
+        (expected,) = lamb_step([np.zeros((3, 2))], [clipped], ms, vs, 0.1, [False], t=1)
+    np.testing.assert_allclose(table.numpy(), expected, rtol=1e-5, atol=1e-7)
+
+
+TRAJECTORY = REFERENCE / "pretraining_trajectory"
+
+
+def reference_pretrainer():
+    from bert_keras.models.pretrainer import BertPretrainer
+
+    config = BertConfig.from_json_file(require(TRAJECTORY / "config_nodrop.json"))
+    return BertPretrainer.from_checkpoint(str(require(REFERENCE / "tiny_pretraining_tf1")), config=config)
+
+
+def reference_batches(batch_size):
+    from bert_keras.data.pretraining_data import pretraining_dataset
+
+    # In file order, repeated, as the original's input_fn read it (215 instances, no shuffle).
+    return pretraining_dataset(str(TRAJECTORY / "train.tfrecord"), batch_size, shuffle_buffer=0)
+
+
+@pytest.mark.parametrize("batch_size", [8, 32, 128])
+def test_clipping_norm_is_the_dense_gradient_norm(batch_size):
+    """The pre-trainer's token-type gradient is IndexedSlices; the optimizer must clip by
+    the norm of the gradient itself, computed here densely in float64."""
+    pretrainer = reference_pretrainer()
+    features = next(iter(reference_batches(batch_size)))
+    with tf.GradientTape() as tape:
+        outputs = pretrainer(features, training=True)
+        loss = pretrainer.compute_loss(x=features, y_pred=outputs)
+    variables = pretrainer.trainable_variables
+    grads = tape.gradient(loss, variables)
+    assert any(isinstance(g, tf.IndexedSlices) for g in grads)  # the case under test
+    dense = [tf.convert_to_tensor(g).numpy().astype(np.float64) for g in grads]
+    norm = np.sqrt(sum(np.sum(g**2) for g in dense))
+    assert norm > 1.0
+    optimizer = AdamWeightDecay(learning_rate=0.0, global_clipnorm=1.0)
+    optimizer.apply(grads, variables)
+    # After one update m = (1 - beta_1) * clipped gradient = 0.1 * gradient / norm.
+    for variable, gradient in zip(variables, dense):
+        momentum = optimizer._momentums[optimizer._get_variable_index(variable)].numpy()
+        np.testing.assert_allclose(momentum / 0.1, gradient / norm, rtol=2e-5, atol=1e-9,
+                                   err_msg=variable.path)
+
+
+@pytest.mark.parametrize("learning_rate, key", [(1e-3, "losses_lr1e3"), (1e-4, "losses_lr1e4")])
+def test_thirty_steps_follow_the_original_pretraining_trajectory(learning_rate, key):
+    """google-research/bert's run_pretraining.py + AdamWeightDecayOptimizer from the same
+    checkpoint on the same batches (dropout 0): (total, MLM, NSP) loss before each update."""
+    original = np.load(require(TRAJECTORY / "original_losses.npz"))[key]
+    pretrainer = reference_pretrainer()
+    pretrainer.compile(optimizer=create_optimizer(learning_rate, num_train_steps=30, num_warmup_steps=5))
+    ours = []
+    for features in reference_batches(8).take(len(original)):
+        pretrainer.reset_metrics()
+        logs = pretrainer.train_on_batch(features, return_dict=True)
+        ours.append([logs["loss"], logs["masked_lm_loss"], logs["next_sentence_loss"]])
+    np.testing.assert_allclose(np.array(ours), original, rtol=1e-5)
