@@ -8,6 +8,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out
 
@@ -25,8 +26,14 @@ def build_parser():
     return parser
 
 
+def warning_line(message, category, filename, lineno, line=None):
+    """Warnings as one line each, like errors: no source file and line of code."""
+    return f"bert-keras: warning: {message}\n"
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    warnings.formatwarning = warning_line
     try:
         return args.func(args) or 0
     except (ValueError, FileNotFoundError) as error:

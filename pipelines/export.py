@@ -17,13 +17,16 @@ def register(subparsers):
     parser.add_argument("--pretrainer", action="store_true",
                         help="load a checkpoint's MLM/NSP heads too and serve fill-mask")
     parser.add_argument("--segments", nargs="+",
-                        help="string input names (default: the model's: text; question context for span models; "
-                             "question choices for multiple choice)")
-    parser.add_argument("--labels", nargs="+", help="class or tag names, in label-id order")
-    parser.add_argument("--vocab", help="vocab.txt when the model holds no preprocessor")
+                        help="string input names (default: those the model was fine-tuned on, e.g. text, or "
+                             "text_a text_b for sentence pairs; question context for span models; question "
+                             "choices for multiple choice); a different count than it was trained on is warned about")
+    parser.add_argument("--labels", nargs="+",
+                        help="class or tag names, in label-id order (default: those it was fine-tuned with)")
+    parser.add_argument("--vocab", help="vocab.txt when the model holds no preprocessor (checked against the model's)")
     parser.add_argument("--cased", action="store_true", help="with --vocab: a cased vocabulary")
-    parser.add_argument("--max-seq-length", type=int, default=512,
-                        help="longest packed sequence; requests are padded only to their longest text")
+    parser.add_argument("--max-seq-length", type=int,
+                        help="longest packed sequence (default: the length the model was fine-tuned at, else 512); "
+                             "requests are padded only to their longest text")
     parser.add_argument("--serving-release", default="2.12",
                         help="oldest TF Serving release that must be able to run the export")
     parser.add_argument("--model-name", default="bert", help="model name in the warm-up requests")
@@ -52,19 +55,27 @@ def load_model(path, pretrainer=False):
     return BertEncoder.from_checkpoint(path)
 
 
-def serving_preprocessor(model, vocab, cased, max_seq_length):
-    """The model's own preprocessor, or one on `vocab`, in dynamic-length mode."""
+def serving_preprocessor(model, source, vocab, cased, max_seq_length):
+    """The model's own preprocessor, or one on `vocab` (checked against the model's
+    vocabulary), in dynamic-length mode, up to the length it was trained at unless
+    `max_seq_length` is given."""
     from bert_keras import BertPreprocessor, BertTokenizer
     from bert_keras.tasks.task import preprocessor_for
+    from bert_keras.text.vocab import check_vocabulary
 
     preprocessor = getattr(model, "preprocessor", None)
-    if preprocessor is not None and vocab is None:
+    encoder = getattr(model, "encoder", model)
+    if preprocessor is not None:
+        if vocab is not None:
+            check_vocabulary(vocab, encoder.config.vocab_size, source, preprocessor.tokenizer.vocabulary)
         tokenizer = preprocessor.tokenizer
+        trained = preprocessor.packer.seq_length or preprocessor.packer.max_seq_length
     else:
-        encoder = getattr(model, "encoder", model)
-        tokenizer = preprocessor_for(encoder, vocab, None if vocab is None else not cased).tokenizer
+        tokenizer = preprocessor_for(encoder, vocab, None if vocab is None else not cased, checkpoint=source).tokenizer
+        trained = None
     return BertPreprocessor(
-        BertTokenizer.from_config(tokenizer.get_config()), seq_length=None, max_seq_length=max_seq_length
+        BertTokenizer.from_config(tokenizer.get_config()), seq_length=None,
+        max_seq_length=max_seq_length or trained or 512,
     )
 
 
@@ -76,7 +87,7 @@ def run(args):
     from bert_keras.serving.session import SessionPredictor
 
     model = load_model(args.model, args.pretrainer)
-    preprocessor = serving_preprocessor(model, args.vocab, args.cased, args.max_seq_length)
+    preprocessor = serving_preprocessor(model, args.model, args.vocab, args.cased, args.max_seq_length)
     if args.hub_style:
         from bert_keras import BertPreprocessor
         from bert_keras.serving.hub_export import export_hub_style

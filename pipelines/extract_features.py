@@ -60,8 +60,10 @@ def run(args):
 
     layers = parse_layers(args.layers)
     examples = read_examples(args.input)
-    encoder = BertEncoder.from_checkpoint(checkpoint_source(args.init))
-    preprocessor = preprocessor_for(encoder, args.vocab, False if args.cased else None,
+    source = checkpoint_source(args.init)
+    encoder = BertEncoder.from_checkpoint(source)
+    print(f"encoder {source}: L{encoder.config.num_hidden_layers}/H{encoder.config.hidden_size}")
+    preprocessor = preprocessor_for(encoder, args.vocab, False if args.cased else None, checkpoint=source,
                                     seq_length=None, max_seq_length=args.max_seq_length)
     extractor = BertFeatureExtractor(encoder, layers=layers, combine="stack", pooling=args.pooling or "cls")
     features = tf.function(lambda inputs: extractor(inputs, training=False), reduce_retracing=True)

@@ -76,7 +76,7 @@ def build_head(args, make_head, seq_length=None):
             raise ValueError(f"--max-seq-length {args.max_seq_length} exceeds the model's "
                              f"max_position_embeddings {encoder.config.max_position_embeddings}")
         preprocessor = preprocessor_for(
-            encoder, args.vocab, False if args.cased else None,
+            encoder, args.vocab, False if args.cased else None, checkpoint=source,
             seq_length=seq_length, max_seq_length=args.max_seq_length,
         )
         model = make_head(encoder, preprocessor)
@@ -85,19 +85,21 @@ def build_head(args, make_head, seq_length=None):
     return strategy, model
 
 
-def train_classifier(args, train_examples, dev_sets, num_classes, score, main_metric):
-    """Fine-tunes a `BertClassifier` (regression when `num_classes` is 1) on raw text
-    in length-grouped batches, scoring every dev set with `score(labels, predictions)`
-    after each epoch. Returns (model with the best weights, best metrics)."""
+def train_classifier(args, train_examples, dev_sets, labels, score, main_metric):
+    """Fine-tunes a `BertClassifier` on raw text in length-grouped batches (a regression
+    head when `labels` is None, else one class per name), scoring every dev set with
+    `score(labels, predictions)` after each epoch. Returns (model with the best
+    weights, best metrics)."""
     import numpy as np
 
     from bert_keras.tasks.classifier import BertClassifier
     from bert_keras.tasks.glue import model_inputs, predictions_of
     from bert_keras.training.finetuning import length_grouped_batches
 
-    regression = num_classes == 1
+    regression = labels is None
     strategy, model = build_head(
-        args, lambda encoder, preprocessor: BertClassifier(encoder, num_classes, preprocessor=preprocessor)
+        args, lambda encoder, preprocessor: BertClassifier(
+            encoder, 1 if regression else len(labels), preprocessor=preprocessor, labels=labels)
     )
 
     def evaluate(model):
@@ -108,10 +110,10 @@ def train_classifier(args, train_examples, dev_sets, num_classes, score, main_me
             metrics.update({prefix + k: v for k, v in score(examples.labels, predicted).items()})
         return metrics
 
-    labels = np.asarray(train_examples.labels, "float32" if regression else "int32")
+    targets = np.asarray(train_examples.labels, "float32" if regression else "int32")
     lengths = sum(np.char.str_len(np.array(segment, dtype=str)) for segment in train_examples.texts)
     batches = length_grouped_batches(
-        (model_inputs(train_examples), labels), lengths, args.batch_size, shuffle=True, seed=args.seed
+        (model_inputs(train_examples), targets), lengths, args.batch_size, shuffle=True, seed=args.seed
     )
     best = train(model, args, batches, len(train_examples), evaluate, main_metric, strategy)
     return model, best

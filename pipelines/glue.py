@@ -39,7 +39,7 @@ def run(args):
     regression = task.labels is None
     main_metric = task.metric if len(dev_sets) == 1 else f"matched_{task.metric}"
     model, best = train_classifier(
-        args, train_examples, dev_sets, 1 if regression else len(task.labels),
+        args, train_examples, dev_sets, task.labels,
         lambda labels, predicted: glue_metrics(task, labels, predicted), main_metric,
     )
     output_dir = Path(args.output_dir)

@@ -83,6 +83,7 @@ def run(args):
     from bert_keras.training.optimization import create_optimizer
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.models.saving import save_checkpoint
+    from bert_keras.text.vocab import check_vocabulary
 
     output = Path(args.output)
     plan = phases(args)
@@ -100,10 +101,14 @@ def run(args):
         else:
             pretrainer = BertPretrainer(BertEncoder(BertConfig.preset(args.config, vocab_size=tokenizer.vocabulary_size)))
     config = pretrainer.config
+    # Pre-training needs one row per token (masked-LM logits over the table): no padding.
     if config.vocab_size != tokenizer.vocabulary_size:
         raise ValueError(
             f"{args.vocab} has {tokenizer.vocabulary_size} tokens but the model's vocab_size is {config.vocab_size}"
+            + (f" ({args.init})" if args.init else f" (--config {args.config})")
         )
+    if args.init:
+        check_vocabulary(args.vocab, config.vocab_size, args.init, pretrainer.vocab_path)
 
     for name, seq_length, max_predictions, batch_size, steps, lr, warmup, files in plan:
         if seq_length > config.max_position_embeddings:

@@ -74,7 +74,7 @@ def run(args):
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "labels.txt").write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
     _, best = train_classifier(
-        args, train_examples, {Path(args.dev).name: dev_examples}, len(classes),
+        args, train_examples, {Path(args.dev).name: dev_examples}, classes,
         lambda labels, predicted: {"accuracy": accuracy(labels, predicted)}, "accuracy",
     )
     (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")

@@ -26,6 +26,21 @@ TEXTS = [
 ]
 
 
+def request_inputs(client, protocol, names=None):
+    """serving_default's string inputs, from the model's signature (GetModelMetadata):
+    [batch] strings get TEXTS, [batch, n] ones (multiple-choice `choices`) two copies each."""
+    signature = (client.metadata() if protocol == "grpc" else client.metadata_rest())["serving_default"]
+    inputs = {name: len(spec.get("tensorShape", spec.get("tensor_shape", {})).get("dim", []))
+              for name, spec in signature["inputs"].items()
+              if spec["dtype"] == "DT_STRING"}
+    if names:
+        unknown = sorted(set(names) - set(inputs))
+        if unknown:
+            raise SystemExit(f"serving_default has no string inputs {unknown}; it has {sorted(inputs)}")
+        inputs = {name: inputs[name] for name in names}
+    return {name: TEXTS if rank == 1 else [[text, text] for text in TEXTS] for name, rank in inputs.items()}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -33,13 +48,16 @@ def main(argv=None):
     parser.add_argument("--protocol", choices=("grpc", "rest"), default="grpc")
     parser.add_argument("--grpc-port", type=int, default=8500)
     parser.add_argument("--rest-port", type=int, default=8501)
-    parser.add_argument("--input", default="text", help="string input name of the signature")
+    parser.add_argument("--input", nargs="+",
+                        help="string input names (default: serving_default's, from the model's metadata)")
     parser.add_argument("--requests", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=60.0)
     args = parser.parse_args(argv)
 
     client = ServingClient(args.host, args.model, args.grpc_port, args.rest_port, timeout=30)
+    request = request_inputs(client, args.protocol, args.input)
+    print(f"serving_default inputs: {', '.join(request)}")
     latencies, failures, lock = [], [], threading.Lock()
     deadline = time.monotonic() + args.seconds
     counter = iter(range(args.requests))
@@ -53,10 +71,10 @@ def main(argv=None):
             start = time.perf_counter()
             try:
                 if args.protocol == "grpc":
-                    outputs = client.predict(**{args.input: TEXTS})
+                    outputs = client.predict(**request)
                     values = [v for v in outputs.values() if v.dtype.kind == "f"]
                 else:
-                    rows = client.predict_rest(**{args.input: TEXTS})
+                    rows = client.predict_rest(**request)
                     values = [np.asarray(v, float) for row in rows for v in row.values()
                               if isinstance(v, (float, list)) and not _has_text(v)]
                 if not all(np.isfinite(v).all() for v in values):

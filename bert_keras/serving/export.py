@@ -15,6 +15,7 @@ Signatures:
 Outputs are float32 even for mixed-precision models, since REST JSON has no bfloat16.
 """
 
+import warnings
 from pathlib import Path
 
 import keras
@@ -73,6 +74,7 @@ def export_for_serving(
     path = Path(export_dir) / str(int(version))
     if path.exists():
         raise FileExistsError(f"{path} exists; TF Serving versions are immutable, pick a new version")
+    segments, labels = trained_inputs(model, segments, labels)
     preprocessor = _bounded(preprocessor)
     if compute_dtype is not None:
         model = with_dtype(model, compute_dtype)
@@ -116,6 +118,24 @@ def export_for_serving(
             path / WARMUP_PATH, model_name, [signature.warmup_inputs(segments, batch) for batch in batches]
         )
     return path
+
+
+def trained_inputs(model, segments=None, labels=None):
+    """The text inputs and labels to serve: those the model was trained with (recorded
+    by `BertTask`), unless given; a given value that contradicts them is warned about,
+    since the export would then answer inputs the model never saw."""
+    trained_segments, trained_labels = getattr(model, "segments", None), getattr(model, "labels", None)
+    if segments is not None and trained_segments is not None and tuple(segments) != tuple(trained_segments):
+        what = ("a different number of text inputs" if len(segments) != len(trained_segments)
+                else "other input names")
+        warnings.warn(
+            f"serving text inputs {list(segments)}: {what} than the model was trained on "
+            f"({list(trained_segments)})", stacklevel=3,
+        )
+    if labels is not None and trained_labels is not None and list(labels) != list(trained_labels):
+        warnings.warn(f"serving labels {list(labels)} differ from the model's own {trained_labels}", stacklevel=3)
+    return (segments if segments is not None else trained_segments,
+            labels if labels is not None else trained_labels)
 
 
 def _bounded(preprocessor):

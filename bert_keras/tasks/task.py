@@ -18,6 +18,7 @@ import tensorflow as tf
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
+from bert_keras.text.vocab import check_vocabulary
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -58,12 +59,15 @@ def infer_lower_case(vocab_path):
     return upper < 100
 
 
-def preprocessor_for(encoder, vocab=None, lower_case=None, **preprocessor_kwargs):
+def preprocessor_for(encoder, vocab=None, lower_case=None, checkpoint=None, **preprocessor_kwargs):
     """A `BertPreprocessor` for `encoder`'s vocabulary (the vocab.txt found beside its
-    checkpoint unless `vocab` is given)."""
+    checkpoint unless `vocab` is given), checked against the checkpoint (named
+    `checkpoint` in errors): `check_vocabulary`."""
+    checkpoint = checkpoint or (Path(encoder.vocab_path).parent if encoder.vocab_path else "being used")
     vocab = vocab or encoder.vocab_path
     if vocab is None:
-        raise ValueError("no vocab.txt beside the checkpoint; pass vocab= (or preprocessor=None)")
+        raise ValueError(f"no vocab.txt beside the checkpoint {checkpoint}; pass vocab= (--vocab)")
+    check_vocabulary(vocab, encoder.config.vocab_size, checkpoint, encoder.vocab_path)
     if lower_case is None:
         lower_case = infer_lower_case(vocab)
     return BertPreprocessor(BertTokenizer(vocab, lower_case=lower_case), **preprocessor_kwargs)
@@ -173,16 +177,27 @@ def check_no_labels(model, labels):
 
 class BertTask(keras.Model):
     """Base of the heads: holds `encoder` (a `BertEncoder`) and optional `preprocessor`
-    (a `BertPreprocessor`) used by `fit`/`evaluate`/`predict` on raw text."""
+    (a `BertPreprocessor`) used by `fit`/`evaluate`/`predict` on raw text.
 
-    def __init__(self, encoder, preprocessor=None, **kwargs):
+    `segments` are the names of the text inputs the model was trained on (e.g.
+    `("text_a", "text_b")` for sentence pairs) and `labels` its class or tag names; both
+    are saved with the model so that an export serves what was trained. Raw text sets
+    `segments` the first time it is seen (see `text_segments`) and is checked against
+    them afterwards: a pair model fed single texts is an error, not a wrong answer.
+    """
+
+    def __init__(self, encoder, preprocessor=None, segments=None, labels=None, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(encoder, BertEncoder):
             raise TypeError(f"encoder must be a BertEncoder, got {type(encoder).__name__}")
         if preprocessor is not None and not isinstance(preprocessor, BertPreprocessor):
             raise TypeError(f"preprocessor must be a BertPreprocessor or None, got {type(preprocessor).__name__}")
+        if segments is not None and (not segments or len(set(segments)) != len(segments)):
+            raise ValueError(f"segments must be distinct input names, got {segments!r}")
         self.encoder = encoder
         self.preprocessor = preprocessor
+        self.segments = None if segments is None else tuple(str(name) for name in segments)
+        self.labels = None if labels is None else [str(label) for label in labels]
 
     # --- raw inputs -------------------------------------------------------------
 
@@ -205,9 +220,36 @@ class BertTask(keras.Model):
             )
         return True
 
+    def text_segments(self, x, record=False):
+        """The names of the text inputs in raw `x` (arrays, or a dataset's elements):
+        recorded in `segments` when training on `x` (`record`) or the first time, else
+        checked against them: a model is served and asked what it was last fit on."""
+        if isinstance(x, tf.data.Dataset):
+            x = keras.utils.unpack_x_y_sample_weight(x.element_spec)[0]
+        count = len(x) if isinstance(x, (tuple, dict)) else 1
+        if isinstance(x, dict):
+            names = tuple(x)
+        else:
+            default = self.serving_signature(self.preprocessor).segments
+            if count == len(default):
+                names = tuple(default)
+            elif count < len(default):
+                names = tuple(default[-count:])
+            else:
+                names = tuple(f"text_{chr(ord('a') + i)}" for i in range(count))
+        if self.segments is None or (record and len(self.segments) != count):
+            self.segments = names
+        elif len(self.segments) != count:
+            raise ValueError(
+                f"{type(self).__name__} was trained on {len(self.segments)} text input(s) "
+                f"{list(self.segments)}; got {count}"
+            )
+        return self.segments
+
     def preprocessed_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
         """Raw inputs (arrays, lists, or a batched `tf.data.Dataset` of `x` or `(x, y[, w])`)
         -> a `tf.data.Dataset` of packed batches, preprocessed outside the train step."""
+        self.text_segments(x)
         if isinstance(x, tf.data.Dataset):
             if y is not None or sample_weight is not None or batch_size is not None:
                 raise ValueError("when x is a tf.data.Dataset, pass no y, sample_weight or batch_size")
@@ -231,6 +273,7 @@ class BertTask(keras.Model):
 
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None, shuffle=True, **kwargs):
         if self._raw(x):
+            self.text_segments(x, record=True)
             x = self.preprocessed_dataset(x, y, sample_weight, batch_size, shuffle)
             y = sample_weight = batch_size = None
         if isinstance(x, (tf.data.Dataset, tf.distribute.DistributedDataset)):
@@ -280,6 +323,8 @@ class BertTask(keras.Model):
         config = super().get_config()
         config["encoder"] = keras.layers.serialize(self.encoder)
         config["preprocessor"] = None if self.preprocessor is None else keras.layers.serialize(self.preprocessor)
+        config["segments"] = None if self.segments is None else list(self.segments)
+        config["labels"] = self.labels
         return config
 
     @classmethod

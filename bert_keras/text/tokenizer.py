@@ -56,7 +56,8 @@ _REMOVED_PATTERN = r"\x{FFFD}|[^\p{L}\p{M}\p{N}\p{P}\p{S}\p{Z}\t\n\r\x{2063}]"
 _MAX_BYTES_PER_CHAR = 4
 
 
-def _load_vocabulary(vocabulary):
+def load_vocabulary(vocabulary):
+    """The tokens of a vocab.txt path (each line stripped, as the original) or of a list."""
     if isinstance(vocabulary, (str, os.PathLike)):
         with tf.io.gfile.GFile(os.fspath(vocabulary), "r") as vocab_file:
             # The original strips every line.
@@ -111,7 +112,7 @@ class BertTokenizer(keras.layers.Layer):
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
         self.built = True
-        self.vocabulary = _load_vocabulary(vocabulary)
+        self.vocabulary = load_vocabulary(vocabulary)
         self.lower_case = bool(lower_case)
         self.max_chars_per_word = int(max_chars_per_word)
         self.max_input_bytes = None if max_input_bytes is None else int(max_input_bytes)

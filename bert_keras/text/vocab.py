@@ -8,13 +8,62 @@ learner (`wordpiece_tokenizer_learner_lib.learn`), the algorithm behind
 """
 
 import collections
+import os
 
 import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
 
-from bert_keras.text.tokenizer import split_words
+from bert_keras.text.tokenizer import load_vocabulary, split_words
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# Rows a checkpoint's embedding table may have beyond its vocab.txt: tables padded to a
+# multiple of 8..128 for faster matmuls (NVIDIA's BERT: 30522 tokens, 30528 rows).
+TABLE_PADDING = 128
+
+
+class VocabularyMismatch(ValueError):
+    """A vocabulary that does not fit the checkpoint it is used with."""
+
+
+def check_vocabulary(vocab, vocab_size, checkpoint, checkpoint_vocab=None):
+    """Raises `VocabularyMismatch`, naming both sides, unless `vocab` fits a checkpoint
+    whose embedding table has `vocab_size` rows and, when known, whose own vocabulary
+    (a vocab.txt beside it, or the one saved inside a `.keras` model) is `checkpoint_vocab`.
+
+    `vocab` and `checkpoint_vocab` are vocab.txt paths or token lists. A vocabulary
+    with more tokens than rows would index past the table (an error at the first step),
+    and one that differs from the checkpoint's maps every word to ids that meant other
+    words in pre-training: the model trains, to chance, without a word.
+    """
+    tokens = load_vocabulary(vocab)
+    name = _vocabulary_name(vocab, checkpoint)
+    if checkpoint_vocab is not None:
+        own = load_vocabulary(checkpoint_vocab)
+        if tokens != own:
+            line = next((i for i, (a, b) in enumerate(zip(tokens, own)) if a != b), min(len(tokens), len(own)))
+            where = (f"line {line + 1} is {_token(tokens, line)} in one and {_token(own, line)} in the other"
+                     if tokens[: len(own)] != own[: len(tokens)] else "one is a prefix of the other")
+            raise VocabularyMismatch(
+                f"{name} ({len(tokens)} tokens) is not the vocabulary of the checkpoint {checkpoint} "
+                f"({_vocabulary_name(checkpoint_vocab, checkpoint)}, {len(own)} tokens): {where}. "
+                "Use the checkpoint's own vocab.txt (leave out --vocab)"
+            )
+    if len(tokens) > vocab_size or len(tokens) + TABLE_PADDING <= vocab_size:
+        raise VocabularyMismatch(
+            f"{name} has {len(tokens)} tokens but the checkpoint {checkpoint} has vocab_size={vocab_size}: "
+            "it was not trained with this vocabulary; use the vocab.txt it was trained with"
+        )
+    return tokens
+
+
+def _vocabulary_name(vocab, checkpoint):
+    if isinstance(vocab, (str, os.PathLike)):
+        return os.fspath(vocab)
+    return f"the vocabulary saved in {checkpoint}"
+
+
+def _token(tokens, line):
+    return repr(tokens[line]) if line < len(tokens) else "missing"
 
 
 def reserved_tokens(num_unused=0):

@@ -94,9 +94,14 @@ def test_classifier_fits_raw_strings_and_pairs(preprocessor):
     np.testing.assert_allclose(raw, model(preprocessor(tf.constant(texts[:3]))).numpy(), atol=1e-5)
     # Sentence pairs as a tuple of segments, in fit and predict.
     pairs = (["is it", "was it"], ["good", "bad"])
+    assert model.segments == ("text",)
     model.fit(pairs, np.array([1, 0]), verbose=0)
     expected = model(preprocessor((tf.constant(pairs[0]), tf.constant(pairs[1])))).numpy()
     np.testing.assert_allclose(model.predict(pairs, verbose=0), expected, atol=1e-5)
+    # Fit last on pairs, it is a pair model: single texts are refused, not answered.
+    assert model.segments == ("text_a", "text_b")
+    with pytest.raises(ValueError, match="trained on 2 text input"):
+        model.predict(texts[:3], verbose=0)
 
 
 def test_raw_strings_need_a_preprocessor_and_call_needs_packed_inputs(preprocessor):
