@@ -1,5 +1,10 @@
 """`bert-keras pretrain`: masked LM + next sentence prediction with `model.fit`.
 
+`--no-nsp` trains masked LM alone (the paper's "No NSP" ablation) on the same data.
+`--eval-data` (TFRecords) or `--eval-corpus` (text, masked once with a fixed seed) is
+held-out data evaluated at every checkpoint (masked-LM and next-sentence loss and
+accuracy, as the original's `--do_eval`), logged beside the training curves.
+
 Checkpoints are Keras `BackupAndRestore` backups (weights, optimizer state, step) taken
 every `--checkpoint-every` steps; one Keras "epoch" is one checkpoint interval, and the
 data stream is deterministic, so a run killed at any moment and started again with the
@@ -12,6 +17,8 @@ import sys
 from pathlib import Path
 
 from pipelines.arguments import add_distribution_arguments
+
+EVAL_SEED = 12345  # --eval-corpus: one fixed masking, the same at every evaluation
 
 
 def register(subparsers):
@@ -26,6 +33,14 @@ def register(subparsers):
     source.add_argument("--data", nargs="+", help="TFRecords made by create-pretraining-data (or the original tool)")
     source.add_argument("--corpus", nargs="+", help="text files: dynamic masking, new masks every epoch")
     parser.add_argument("--output", required=True, help="output folder (checkpoints, logs, final encoder)")
+    parser.add_argument("--no-nsp", action="store_true",
+                        help="masked LM only: no next-sentence head or loss (same data; its NSP labels are ignored)")
+    held_out = parser.add_mutually_exclusive_group()
+    held_out.add_argument("--eval-data", nargs="+", help="held-out TFRecords, evaluated at every checkpoint")
+    held_out.add_argument("--eval-corpus", nargs="+",
+                          help="held-out text files, masked once (fixed seed), evaluated at every checkpoint")
+    parser.add_argument("--eval-steps", type=int, default=100,
+                        help="at most this many held-out batches per evaluation (the original's max_eval_steps)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, required=True, help="optimizer updates in phase 1")
     parser.add_argument("--seq-length", type=int, default=128)
@@ -94,12 +109,14 @@ def run(args):
     tokenizer = BertTokenizer(args.vocab, lower_case=not args.cased)
 
     with strategy.scope():
+        next_sentence = not args.no_nsp
         if args.init:
-            pretrainer = BertPretrainer.from_checkpoint(args.init, new_heads=True)
+            pretrainer = BertPretrainer.from_checkpoint(args.init, new_heads=True, next_sentence=next_sentence)
         elif Path(args.config).suffix == ".json":
-            pretrainer = BertPretrainer(BertEncoder(BertConfig.from_json_file(args.config)))
+            pretrainer = BertPretrainer(BertEncoder(BertConfig.from_json_file(args.config)), next_sentence=next_sentence)
         else:
-            pretrainer = BertPretrainer(BertEncoder(BertConfig.preset(args.config, vocab_size=tokenizer.vocabulary_size)))
+            pretrainer = BertPretrainer(BertEncoder(BertConfig.preset(args.config, vocab_size=tokenizer.vocabulary_size)),
+                                        next_sentence=next_sentence)
     config = pretrainer.config
     # Pre-training needs one row per token (masked-LM logits over the table): no padding.
     if config.vocab_size != tokenizer.vocabulary_size:
@@ -127,6 +144,16 @@ def run(args):
             ),
             batch_size,
         )
+        held_out = held_out_steps = None
+        if args.eval_data or args.eval_corpus:
+            held_out_steps = held_out_batches(args, batch_size)
+            held_out = distribute.distribute_dataset(
+                strategy,
+                lambda replica_batch, context: held_out_data(
+                    args, tokenizer, replica_batch, seq_length, max_predictions, context
+                ),
+                batch_size,
+            )
         with strategy.scope():
             pretrainer.compile(
                 optimizer=create_optimizer(
@@ -147,6 +174,8 @@ def run(args):
                 callbacks=callbacks,
                 verbose=1 if sys.stdout.isatty() else 2,
                 shuffle=False,  # the dataset is already shuffled, deterministically
+                validation_data=held_out,
+                validation_steps=held_out_steps,
             )
 
     with distribute.chief_path(output / "final", strategy) as final:
@@ -184,6 +213,42 @@ def training_data(args, tokenizer, files, batch_size, seq_length, max_prediction
         token_cache=args.token_cache or str(Path(args.output) / "token_cache"),
         progress=True,
     )
+
+
+def held_out_batches(args, batch_size):
+    """Global batches per evaluation: `--eval-steps`, or fewer when `--eval-data` holds fewer."""
+    if not args.eval_data:
+        return args.eval_steps  # --eval-corpus: an endless stream, masked once
+    import tensorflow as tf
+
+    from bert_keras.data import pretraining_data as data
+
+    files = data.expand_files(args.eval_data)
+    records = sum(1 for _ in tf.data.TFRecordDataset(files))
+    if records < batch_size:
+        raise ValueError(f"--eval-data {' '.join(files)}: {records} records, fewer than one batch of {batch_size}")
+    return min(args.eval_steps, records // batch_size)
+
+
+def held_out_data(args, tokenizer, batch_size, seq_length, max_predictions, context):
+    """This input pipeline's share of the held-out batches: the same records, masks and
+    order at every evaluation (`--eval-corpus` is masked once, with a fixed seed)."""
+    from bert_keras.training import distribute
+    from bert_keras.data import pretraining_data as data
+    from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+
+    if args.eval_data:
+        records = data.expand_files(args.eval_data)
+        dataset = data.pretraining_dataset(records, batch_size, seq_length, max_predictions,
+                                           shuffle_buffer=0, repeat=False)
+    else:
+        dataset = dynamic_masking_dataset(
+            data.expand_files(args.eval_corpus), tokenizer, batch_size, seq_length, max_predictions,
+            whole_word_mask=args.whole_word_mask, seed=EVAL_SEED,
+            token_cache=args.token_cache or str(Path(args.output) / "token_cache"),
+        )
+    dataset = dataset.shard(context.num_input_pipelines, context.input_pipeline_id)
+    return dataset.take(args.eval_steps * distribute.local_replicas(context)).cache()
 
 
 def _completed_epochs(backup):

@@ -25,9 +25,14 @@ class BertPretrainer(keras.Model):
     (masked-LM cross-entropy weighted by `masked_lm_weights` and averaged over real
     predictions, plus next-sentence cross-entropy) and `fit` reports both losses and
     both accuracies.
+
+    `next_sentence=False` drops the next-sentence head and loss (the paper's "No NSP"
+    ablation, RoBERTa's choice): masked LM only, on the same data (the next-sentence
+    labels, if present, are ignored) and with checkpoints that hold no
+    `cls/seq_relationship` weights.
     """
 
-    def __init__(self, encoder, **kwargs):
+    def __init__(self, encoder, next_sentence=True, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(encoder, BertEncoder):
             raise TypeError(f"encoder must be a BertEncoder, got {type(encoder).__name__}")
@@ -42,21 +47,23 @@ class BertPretrainer(keras.Model):
             dtype=self.dtype_policy,
             name="masked_lm_head",
         )
-        self.next_sentence_head = BertNextSentenceHead(
-            config.hidden_size,
-            initializer_range=config.initializer_range,
-            dtype=self.dtype_policy,
-            name="next_sentence_head",
-        )
         self.masked_lm_head.build()
-        self.next_sentence_head.build()
+        self.next_sentence = bool(next_sentence)
+        self.next_sentence_head = None
+        if self.next_sentence:
+            self.next_sentence_head = BertNextSentenceHead(
+                config.hidden_size,
+                initializer_range=config.initializer_range,
+                dtype=self.dtype_policy,
+                name="next_sentence_head",
+            )
+            self.next_sentence_head.build()
         self.built = True
         self.masked_lm_loss = keras.metrics.Mean(name="masked_lm_loss")
-        self.next_sentence_loss = keras.metrics.Mean(name="next_sentence_loss")
         self.masked_lm_accuracy = keras.metrics.SparseCategoricalAccuracy(name="masked_lm_accuracy")
-        self.next_sentence_accuracy = keras.metrics.SparseCategoricalAccuracy(
-            name="next_sentence_accuracy"
-        )
+        if self.next_sentence:
+            self.next_sentence_loss = keras.metrics.Mean(name="next_sentence_loss")
+            self.next_sentence_accuracy = keras.metrics.SparseCategoricalAccuracy(name="next_sentence_accuracy")
 
     @property
     def config(self):
@@ -75,15 +82,17 @@ class BertPretrainer(keras.Model):
             output_positions=inputs["masked_lm_positions"],
         )
         mlm_logits = self.masked_lm_head(outputs["sequence_output"], self.encoder.embeddings.word_embeddings)
+        if not self.next_sentence:
+            return {"mlm_logits": mlm_logits}
         nsp_logits = self.next_sentence_head(outputs["pooled_output"])
         return {"mlm_logits": mlm_logits, "nsp_logits": nsp_logits}
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        missing = [name for name in LABEL_NAMES if name not in x]
+        needed = LABEL_NAMES if self.next_sentence else LABEL_NAMES[:3]
+        missing = [name for name in needed if name not in x]
         if missing:
             raise ValueError(f"BertPretrainer training data is missing {missing}")
         mlm_logits = tf.cast(y_pred["mlm_logits"], tf.float32)
-        nsp_logits = tf.cast(y_pred["nsp_logits"], tf.float32)
         weights = tf.cast(x["masked_lm_weights"], tf.float32)
         per_prediction = tf.nn.sparse_softmax_cross_entropy_with_logits(
             tf.cast(x["masked_lm_ids"], tf.int32), mlm_logits
@@ -91,12 +100,16 @@ class BertPretrainer(keras.Model):
         # As the original: sum(w * loss) / (sum(w) + 1e-5), so padded predictions count 0.
         mlm_sum = tf.reduce_sum(weights * per_prediction)
         mlm_count = tf.reduce_sum(weights)
-        nsp_loss = tf.reduce_mean(
-            tf.nn.sparse_softmax_cross_entropy_with_logits(
-                tf.reshape(tf.cast(x["next_sentence_labels"], tf.int32), [-1]), nsp_logits
+        loss = tf.constant(0.0)
+        if self.next_sentence:
+            nsp_loss = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    tf.reshape(tf.cast(x["next_sentence_labels"], tf.int32), [-1]),
+                    tf.cast(y_pred["nsp_logits"], tf.float32),
+                )
             )
-        )
-        loss = nsp_loss
+            self.next_sentence_loss.update_state(nsp_loss)
+            loss = nsp_loss
         if self.losses:
             loss = loss + tf.add_n([tf.cast(extra, tf.float32) for extra in self.losses])
         # Keras sums replica gradients, so each replica contributes its share of the
@@ -113,20 +126,21 @@ class BertPretrainer(keras.Model):
         else:
             mlm_loss = mlm_share = mlm_sum / (mlm_count + 1e-5)
         self.masked_lm_loss.update_state(mlm_loss)
-        self.next_sentence_loss.update_state(nsp_loss)
         return mlm_share + loss
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         self.masked_lm_accuracy.update_state(
             x["masked_lm_ids"], tf.cast(y_pred["mlm_logits"], tf.float32), x["masked_lm_weights"]
         )
-        self.next_sentence_accuracy.update_state(
-            tf.reshape(x["next_sentence_labels"], [-1]), tf.cast(y_pred["nsp_logits"], tf.float32)
-        )
+        if self.next_sentence:
+            self.next_sentence_accuracy.update_state(
+                tf.reshape(x["next_sentence_labels"], [-1]), tf.cast(y_pred["nsp_logits"], tf.float32)
+            )
         return self.get_metrics_result()
 
     def get_config(self):
-        return {**super().get_config(), "encoder": keras.saving.serialize_keras_object(self.encoder)}
+        return {**super().get_config(), "encoder": keras.saving.serialize_keras_object(self.encoder),
+                "next_sentence": self.next_sentence}
 
     @classmethod
     def from_config(cls, config):
@@ -143,34 +157,60 @@ class BertPretrainer(keras.Model):
         self.encoder.vocab_path = path
 
     @classmethod
-    def from_checkpoint(cls, path, format=None, config=None, new_heads=False):
+    def from_checkpoint(cls, path, format=None, config=None, new_heads=False, next_sentence=None):
         """Loads encoder + heads from an original TF1 checkpoint, an HF BertForPreTraining
         folder or a `.keras` file. A checkpoint without `cls/` heads is an error naming
-        them, unless `new_heads` (see `from_original_weights`)."""
-        return load_checkpoint(cls, path, format, config, new_heads=new_heads)
+        them, unless `new_heads` (see `from_original_weights`). `next_sentence`: None
+        keeps the checkpoint's heads; False leaves out (and ignores) a next-sentence head;
+        True needs one (or `new_heads`)."""
+        model = load_checkpoint(cls, path, format, config, new_heads=new_heads, next_sentence=next_sentence)
+        if next_sentence is None or model.next_sentence == next_sentence:
+            return model
+        if next_sentence and not new_heads:  # a `.keras` model saved without one
+            raise ValueError(f"{path} has no next-sentence head; pass new_heads=True to start one")
+        converted = cls(model.encoder, next_sentence=next_sentence)
+        for mine, saved in zip(converted.masked_lm_head.weights, model.masked_lm_head.weights):
+            mine.assign(saved)
+        return converted
 
     @classmethod
-    def from_original_weights(cls, weights, config, source="checkpoint", new_heads=False):
+    def from_original_weights(cls, weights, config, source="checkpoint", new_heads=False, next_sentence=None):
         """A pre-training model with canonical `{original name: array}` weights.
 
-        `new_heads=True` starts new MLM/NSP heads on the encoder when the weights have
-        none (an encoder-only release such as a sentence-embedding model)."""
-        if new_heads and not any(name.startswith("cls/") for name in weights):
+        `new_heads=True` starts new heads on the encoder when the weights have no masked-LM
+        head (an encoder-only release such as a sentence-embedding model), and a new
+        next-sentence head when only that one is missing. `next_sentence` as in
+        `from_checkpoint` (None: a next-sentence head when the weights have one)."""
+        has_nsp = any(name.startswith("cls/seq_relationship/") for name in weights)
+        if new_heads and not any(name.startswith("cls/predictions/") for name in weights):
             warnings.warn(f"{source} has no masked-LM/next-sentence heads: starting new ones on its encoder")
-            return cls(BertEncoder.from_original_weights(weights, config, source))
-        pretrainer = cls(BertEncoder(config))
-        set_original_weights(pretrainer.original_weight_map(), weights, source=source)
+            return cls(BertEncoder.from_original_weights(weights, config, source),
+                       next_sentence=next_sentence is not False)
+        if next_sentence is None:
+            next_sentence = has_nsp
+        pretrainer = cls(BertEncoder(config), next_sentence=next_sentence)
+        weight_map = pretrainer.original_weight_map()
+        if next_sentence and new_heads and not has_nsp:
+            warnings.warn(f"{source} has no next-sentence head: starting a new one")
+            weight_map = [(variable, names) for variable, names in weight_map
+                          if not names[0].startswith("cls/seq_relationship/")]
+        set_original_weights(weight_map, weights, source=source,
+                             ignore=None if next_sentence else "^cls/seq_relationship/")
         return pretrainer
 
     def original_weight_map(self):
-        """The encoder's weight map plus the original `cls/` names of the two heads."""
+        """The encoder's weight map plus the original `cls/` names of the heads."""
         mlm, nsp = self.masked_lm_head, self.next_sentence_head
-        return self.encoder.original_weight_map() + [
+        heads = [
             (mlm.dense.kernel, ["cls/predictions/transform/dense/kernel"]),
             (mlm.dense.bias, ["cls/predictions/transform/dense/bias"]),
             (mlm.layer_norm.gamma, ["cls/predictions/transform/LayerNorm/gamma"]),
             (mlm.layer_norm.beta, ["cls/predictions/transform/LayerNorm/beta"]),
             (mlm.output_bias, ["cls/predictions/output_bias"]),
-            (nsp.output_weights, ["cls/seq_relationship/output_weights"]),
-            (nsp.output_bias, ["cls/seq_relationship/output_bias"]),
         ]
+        if nsp is not None:
+            heads += [
+                (nsp.output_weights, ["cls/seq_relationship/output_weights"]),
+                (nsp.output_bias, ["cls/seq_relationship/output_bias"]),
+            ]
+        return self.encoder.original_weight_map() + heads

@@ -149,3 +149,37 @@ def test_inputs_without_positions_are_rejected(reference):
     del x["masked_lm_positions"]
     with pytest.raises(ValueError, match="masked_lm_positions"):
         pretrainer(x)
+
+
+def test_without_next_sentence_the_loss_is_the_original_masked_lm_loss(reference, tmp_path):
+    """`next_sentence=False` (No NSP): the reference checkpoint's MLM head and logits, the
+    original's masked-LM loss alone, and checkpoints with no cls/seq_relationship."""
+    source = require(REFERENCE / "tiny_pretraining_tf1")
+    pretrainer = BertPretrainer.from_checkpoint(source, next_sentence=False)
+    assert pretrainer.next_sentence_head is None
+    outputs = pretrainer(features(reference), training=False)
+    assert set(outputs) == {"mlm_logits"}
+    np.testing.assert_allclose(outputs["mlm_logits"].numpy(), reference["mlm_logits_at_positions"], atol=1e-5)
+    rng = np.random.default_rng(1)
+    x = features(reference)
+    x["masked_lm_ids"] = rng.integers(0, 30522, size=(12, 8)).astype("int32")
+    x["masked_lm_weights"] = (rng.random((12, 8)) < 0.7).astype("float32")  # no NSP labels at all
+    mlm_loss, _ = numpy_losses(reference["mlm_logits_at_positions"], reference["nsp_logits"],
+                               x["masked_lm_ids"], x["masked_lm_weights"], np.zeros(12, int))
+    pretrainer.compile(optimizer="sgd")
+    result = pretrainer.evaluate(tf.data.Dataset.from_tensor_slices(x).batch(12), return_dict=True, verbose=0)
+    assert "next_sentence_loss" not in result and "next_sentence_accuracy" not in result
+    np.testing.assert_allclose([result["loss"], result["masked_lm_loss"]], [mlm_loss, mlm_loss], rtol=1e-5)
+    save_checkpoint(pretrainer, tmp_path / "tf1", "tf1")
+    written, _, _ = read(tmp_path / "tf1")
+    original, _, _ = read(source)
+    assert sorted(written) == sorted(n for n in original if not n.startswith("cls/seq_relationship/"))
+    pretrainer.save(tmp_path / "no_nsp.keras")
+    restored = BertPretrainer.from_checkpoint(tmp_path / "no_nsp.keras")
+    assert restored.next_sentence is False
+    with pytest.raises(ValueError, match="no next-sentence head"):
+        BertPretrainer.from_checkpoint(tmp_path / "no_nsp.keras", next_sentence=True)
+    with pytest.warns(UserWarning, match="no next-sentence head: starting a new one"):
+        with_nsp = BertPretrainer.from_checkpoint(tmp_path / "tf1", new_heads=True, next_sentence=True)
+    np.testing.assert_allclose(with_nsp(features(reference))["mlm_logits"].numpy(),
+                               reference["mlm_logits_at_positions"], atol=1e-5)
