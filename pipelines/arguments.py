@@ -3,6 +3,11 @@ imports another: the starting checkpoint (`--init`, `--vocab`, `--cased`) and th
 distribution flags (`--strategy`, `--tpu`, `--devices`, `--mixed-precision`)."""
 
 
+# bert_keras.training.distribute.STRATEGIES, repeated so that parsing imports no TensorFlow
+# (tests/test_cli.py checks they agree).
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
+
+
 def add_checkpoint_arguments(parser):
     parser.add_argument("--init", default="auto",
                         help="starting checkpoint (TF1, Hugging Face folder, .keras); "
@@ -24,8 +29,6 @@ def checkpoint_source(init):
 
 def add_distribution_arguments(parser):
     """--strategy, --tpu, --devices, --mixed-precision, shared by `pretrain` and `finetune`."""
-    from bert_keras.training.distribute import STRATEGIES
-
     parser.add_argument("--strategy", default="default", choices=STRATEGIES,
                         help="multi_worker reads the cluster from TF_CONFIG (see README)")
     parser.add_argument("--tpu", help="TPU name or grpc:// address for --strategy tpu (default: this TPU VM)")

@@ -137,7 +137,7 @@ def run(args):
               "--train", task_dir / "train.tsv", "--dev", task_dir / "dev.tsv", "--output-dir", finetune_dir,
               "--max-seq-length", args.seq_length, "--batch-size", args.batch_size,
               "--learning-rate", 5e-5 if init else 3e-4, "--epochs", 100, "--max-train-steps", finetune_steps,
-              "--verbose", 2,
+              "--verbose", 2, "--overwrite",  # a stage cut short is run again from its start
           ))
 
     serving = out / "serving"

@@ -28,12 +28,49 @@ def register(subparsers):
         task_parser = tasks.add_parser(name, help=module.HELP, description=module.__doc__)
         add_common_arguments(task_parser, **module.DEFAULTS)
         module.add_arguments(task_parser)
-        task_parser.set_defaults(func=module.run)
+        task_parser.set_defaults(func=in_fresh_output_dir(module.run))
+
+
+# What a fine-tuning run writes into --output-dir (GLUE submissions are TASK.tsv).
+RUN_FILES = {"best.keras", "best.weights.h5", "logs", "eval_results.json", "best_metrics.json", "labels.txt",
+             "predictions.txt", "predictions.json", "nbest_predictions.json", "null_odds.json", "checkpoints"}
+
+
+def in_fresh_output_dir(run):
+    """`run(args)` into an empty `--output-dir`: a folder holding a run is refused unless
+    `--overwrite`, which first removes that run's files (a new run must not leave an old
+    submission beside its model, or add its curves to the old logs)."""
+
+    def run_in_fresh_output_dir(args):
+        import shutil
+
+        output_dir = Path(args.output_dir)
+        entries = sorted(path.name for path in output_dir.iterdir()) if output_dir.is_dir() else []
+        if entries and not args.overwrite:
+            raise FileExistsError(
+                f"--output-dir {output_dir} is not empty ({', '.join(entries[:4])}{', ...' if len(entries) > 4 else ''}); "
+                "pass --overwrite to replace the run in it, or choose another folder"
+            )
+        foreign = [name for name in entries if name not in RUN_FILES and not name.endswith(".tsv")]
+        if foreign:
+            raise FileExistsError(
+                f"--overwrite: {output_dir} holds files no fine-tuning run writes ({', '.join(foreign[:4])}); "
+                "not removing them: choose another folder"
+            )
+        for name in entries:
+            path = output_dir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        return run(args)
+
+    return run_in_fresh_output_dir
 
 
 def add_common_arguments(parser, learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128):
     add_checkpoint_arguments(parser)
-    parser.add_argument("--output-dir", required=True, help="best.keras, predictions, metrics, logs/")
+    parser.add_argument("--output-dir", required=True,
+                        help="best.keras, predictions, metrics, logs/; must be empty or new")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the fine-tuning run already in --output-dir")
     parser.add_argument("--epochs", type=float, default=epochs)
     parser.add_argument("--batch-size", type=int, default=batch_size)
     parser.add_argument("--learning-rate", type=float, default=learning_rate)
@@ -122,14 +159,16 @@ def train_classifier(args, train_examples, dev_sets, labels, score, main_metric)
 def train(model, args, train_batches, num_examples, evaluate, main_metric, strategy, preprocessed=False):
     """Fits `model` on `train_batches` (raw and batched at `--batch-size`, or packed
     with `preprocessed=True`), calling `evaluate(model) -> {metric: value}` after every
-    epoch; keeps the best weights by `main_metric`, reloads them and saves the model as
-    `output_dir/best.keras` (on the chief; other workers write to a temporary folder).
+    epoch; keeps the best weights by `main_metric` and saves the model with them as
+    `output_dir/best.keras`, without optimizer state (on the chief; other workers write
+    to a temporary folder).
     Each global batch is split into per-replica batches (the last, smaller batch of an
     epoch is dropped). Returns the best metrics."""
     import keras
 
     from bert_keras.training import distribute
     from bert_keras.training.optimization import create_optimizer
+    from bert_keras.models.dtype import with_dtype
     from bert_keras.training.finetuning import EvaluateAndKeepBest, TimeBudget, schedule
 
     steps_per_epoch, epochs, total = schedule(num_examples, args.batch_size, args.epochs, args.max_train_steps)
@@ -148,7 +187,7 @@ def train(model, args, train_batches, num_examples, evaluate, main_metric, strat
           f"lr {args.learning_rate} with {args.warmup_proportion:.0%} warm-up")
     with distribute.chief_path(args.output_dir, strategy) as output_dir:
         output_dir.mkdir(parents=True, exist_ok=True)
-        keeper = EvaluateAndKeepBest(evaluate, main_metric, output_dir)
+        keeper = EvaluateAndKeepBest(evaluate, main_metric)
         budget = [TimeBudget(args.max_train_minutes)] if args.max_train_minutes else []
         start = time.perf_counter()
         model.fit(
@@ -158,8 +197,8 @@ def train(model, args, train_batches, num_examples, evaluate, main_metric, strat
         )
         keeper.history.append({"train_seconds": round(time.perf_counter() - start, 1)})
         (output_dir / "eval_results.json").write_text(json.dumps(keeper.history, indent=2) + "\n")
-        model.load_weights(output_dir / "best.weights.h5")
-        model.save(output_dir / "best.keras")
+        model.set_weights(keeper.best_weights)
+        with_dtype(model).save(output_dir / "best.keras")  # the model alone: no optimizer state
     print(f"best {main_metric}: {keeper.best[main_metric]:.4f} (epoch {keeper.best['epoch']}); "
           f"model in {output_dir / 'best.keras'}")
     return keeper.best

@@ -3,8 +3,6 @@
 import sys
 import time
 
-from bert_keras.text.vocab import build_vocabulary, count_words, write_vocabulary
-
 
 def register(subparsers):
     parser = subparsers.add_parser(
@@ -26,6 +24,8 @@ def register(subparsers):
 
 def run(args):
     import tensorflow as tf
+
+    from bert_keras.text.vocab import build_vocabulary, count_words, write_vocabulary
 
     for path in args.corpus:
         if not tf.io.gfile.exists(path):

@@ -48,9 +48,15 @@ class SessionPredictor:
         self.export_path = Path(export_path)
         self.graph = tf.Graph()
         self.session = tf.compat.v1.Session(graph=self.graph)
-        self.meta_graph = tf.compat.v1.saved_model.loader.load(
-            self.session, list(tags), str(self.export_path)
-        )
+        # TF Serving's own loader path on purpose; its "load is deprecated" note is not for users.
+        logger, level = tf.get_logger(), tf.get_logger().level
+        logger.setLevel("ERROR")
+        try:
+            self.meta_graph = tf.compat.v1.saved_model.loader.load(
+                self.session, list(tags), str(self.export_path)
+            )
+        finally:
+            logger.setLevel(level)
         self.signatures = serving_signatures(self.meta_graph)
         self.warmup_responses = self.replay_warmup() if replay_warmup else []
 

@@ -8,7 +8,6 @@ wall-clock budget. `bert-keras finetune` wires them to files and flags.
 
 import math
 import time
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -67,14 +66,16 @@ class TimeBudget(keras.callbacks.Callback):
 
 class EvaluateAndKeepBest(keras.callbacks.Callback):
     """After each epoch, puts `evaluate(model) -> {metric: value}` into the logs (so the
-    progress bar and TensorBoard show the official metrics) and rewrites
-    `output_dir/best.weights.h5` when `main_metric` improves. `best` and `history`
-    hold the best epoch's and every epoch's metrics."""
+    progress bar and TensorBoard show the official metrics) and keeps a copy of the
+    weights in `best_weights` when `main_metric` improves (in memory: a run writes its
+    model once, at the end, without a second file of the same size). `best` and
+    `history` hold the best epoch's and every epoch's metrics."""
 
-    def __init__(self, evaluate, main_metric, output_dir):
+    def __init__(self, evaluate, main_metric):
         super().__init__()
-        self.evaluate, self.main_metric, self.output_dir = evaluate, main_metric, Path(output_dir)
+        self.evaluate, self.main_metric = evaluate, main_metric
         self.best = None
+        self.best_weights = None
         self.history = []
 
     def on_epoch_end(self, epoch, logs=None):
@@ -87,4 +88,4 @@ class EvaluateAndKeepBest(keras.callbacks.Callback):
                          for name, value in metrics.items()))
         if self.best is None or metrics[self.main_metric] > self.best[self.main_metric]:
             self.best = metrics
-            self.model.save_weights(self.output_dir / "best.weights.h5")
+            self.best_weights = self.model.get_weights()

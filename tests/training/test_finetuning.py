@@ -52,11 +52,11 @@ def test_evaluate_and_keep_best_keeps_the_best_epochs_weights(tmp_path):
         kernels.append(model.layers[0].kernel.numpy().copy())
         return {"accuracy": next(scores)}
 
-    keeper = EvaluateAndKeepBest(evaluate, "accuracy", tmp_path)
+    keeper = EvaluateAndKeepBest(evaluate, "accuracy")
     x, y = np.ones((4, 2), "float32"), np.full((4, 1), 3.0, "float32")
     history = model.fit(x, y, epochs=3, verbose=0, callbacks=[keeper])
     assert keeper.best == {"epoch": 2, "accuracy": 0.9}
     assert [row["epoch"] for row in keeper.history] == [1, 2, 3]
     assert history.history["val_accuracy"] == [0.5, 0.9, 0.7]
-    model.load_weights(tmp_path / "best.weights.h5")
+    model.set_weights(keeper.best_weights)
     np.testing.assert_array_equal(model.layers[0].kernel.numpy(), kernels[1])
