@@ -1,7 +1,8 @@
 """`bert-keras pretrain`: masked LM + next sentence prediction with `model.fit`.
 
 Checkpoints are Keras `BackupAndRestore` backups (weights, optimizer state, step) taken
-every `--checkpoint-every` steps; one Keras "epoch" is one checkpoint interval, and the
+every `--checkpoint-every` steps; one Keras "epoch" is one checkpoint interval (the last
+one shorter when the interval does not divide the steps), and the
 data stream is deterministic, so a run killed at any moment and started again with the
 same command skips the batches already trained on and loses at most one interval.
 An optional second phase (e.g. 128 -> 512 tokens) runs after the first, as in the paper.
@@ -42,7 +43,8 @@ def register(subparsers):
     parser.add_argument("--phase2-data", nargs="+", help="TFRecords for phase 2 (with --data)")
     parser.add_argument("--phase2-learning-rate", type=float)
     parser.add_argument("--phase2-warmup-steps", type=int)
-    parser.add_argument("--checkpoint-every", type=int, default=1000, help="steps between checkpoints")
+    parser.add_argument("--checkpoint-every", type=int, default=1000,
+                        help="steps between checkpoints (at most a phase's steps; the last interval may be shorter)")
     parser.add_argument("--whole-word-mask", action="store_true", help="with --corpus")
     parser.add_argument("--token-cache", help="with --corpus: tokenize each text file once into this folder "
                         "(about as much disk as the text; default OUTPUT/token_cache)")
@@ -68,9 +70,11 @@ def phases(args):
              args.phase2_warmup_steps if args.phase2_warmup_steps is not None else args.warmup_steps,
              args.phase2_data),
         )
+    if args.checkpoint_every < 1:
+        raise ValueError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
     for name, _, _, _, steps, *_ in result:
-        if steps % args.checkpoint_every:
-            raise ValueError(f"{name}: steps ({steps}) must be a multiple of --checkpoint-every ({args.checkpoint_every})")
+        if steps < 1:
+            raise ValueError(f"{name}: steps must be >= 1, got {steps}")
     return result
 
 
@@ -80,6 +84,7 @@ def run(args):
     from bert_keras import BertConfig, BertEncoder, BertTokenizer
     from bert_keras.training import distribute
     from bert_keras.models.dtype import with_dtype
+    from bert_keras.training.finetuning import StopAfterSteps
     from bert_keras.training.optimization import create_optimizer
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.models.saving import save_checkpoint
@@ -109,12 +114,14 @@ def run(args):
         if seq_length > config.max_position_embeddings:
             raise ValueError(f"{name}: seq length {seq_length} > max_position_embeddings {config.max_position_embeddings}")
         backup = output / "checkpoints" / name
-        epochs = steps // args.checkpoint_every
+        # One epoch per checkpoint; the last is cut short when the interval does not divide the steps.
+        interval = min(args.checkpoint_every, steps)
+        epochs = -(-steps // interval)
         done = _completed_epochs(backup)
         # A finished phase still goes through fit, which restores its final weights.
-        skip = done * args.checkpoint_every * args.gradient_accumulation_steps if done < epochs else 0
+        skip = done * interval * args.gradient_accumulation_steps if done < epochs else 0
         if done:
-            print(f"{name}: resuming after step {done * args.checkpoint_every} of {steps}", file=sys.stderr)
+            print(f"{name}: resuming after step {min(done * interval, steps)} of {steps}", file=sys.stderr)
         dataset = distribute.distribute_dataset(
             strategy,
             lambda replica_batch, context: training_data(
@@ -133,12 +140,13 @@ def run(args):
         with distribute.chief_path(output / "logs" / name, strategy) as logs:
             callbacks = [
                 distribute.backup_and_restore(backup, strategy, double_checkpoint=True, delete_checkpoint=False),
-                keras.callbacks.TensorBoard(str(logs), update_freq=max(1, args.checkpoint_every // 10)),
+                keras.callbacks.TensorBoard(str(logs), update_freq=max(1, interval // 10)),
+                StopAfterSteps(steps * args.gradient_accumulation_steps, interval * args.gradient_accumulation_steps),
             ]
             pretrainer.fit(
                 dataset,
                 epochs=epochs,
-                steps_per_epoch=args.checkpoint_every * args.gradient_accumulation_steps,
+                steps_per_epoch=interval * args.gradient_accumulation_steps,
                 callbacks=callbacks,
                 verbose=1 if sys.stdout.isatty() else 2,
                 shuffle=False,  # the dataset is already shuffled, deterministically

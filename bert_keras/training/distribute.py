@@ -23,6 +23,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from bert_keras.models.dtype import warn_if_slow_bfloat16
+
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
 
 
@@ -93,8 +95,13 @@ def _check_tf_config():
 
 def mixed_precision_policy():
     """'mixed_float16' on GPUs (float16 tensor cores, with loss scaling), else
-    'mixed_bfloat16' (TPUs and CPUs: same range as float32, no loss scaling)."""
-    return "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+    'mixed_bfloat16' (TPUs and CPUs: same range as float32, no loss scaling), with a
+    warning on a CPU without bfloat16 units, where it is slower than float32."""
+    if tf.config.list_physical_devices("GPU"):
+        return "mixed_float16"
+    if not tf.config.list_logical_devices("TPU"):
+        warn_if_slow_bfloat16("--mixed-precision (mixed_bfloat16 on CPU)")
+    return "mixed_bfloat16"
 
 
 def needs_static_shapes(strategy):
