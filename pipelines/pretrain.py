@@ -84,6 +84,9 @@ def run(args):
     from bert_keras import BertConfig, BertEncoder, BertTokenizer
     from bert_keras.training import distribute
     from bert_keras.models.dtype import with_dtype
+    import tensorflow as tf
+
+    from bert_keras.data import pretraining_data as data
     from bert_keras.training.finetuning import StopAfterSteps
     from bert_keras.training.optimization import create_optimizer
     from bert_keras.models.pretrainer import BertPretrainer
@@ -92,6 +95,8 @@ def run(args):
     output = Path(args.output)
     plan = phases(args)
     strategy = distribute.resolve_strategy(args.strategy, tpu=args.tpu, devices=args.devices)
+    for name, seq_length, max_predictions, *_, files in plan:
+        check_data(args, name, files, seq_length, max_predictions, distribute.input_pipelines(strategy))
     if args.mixed_precision:
         keras.mixed_precision.set_global_policy(distribute.mixed_precision_policy())
     keras.utils.set_random_seed(args.seed)
@@ -137,20 +142,30 @@ def run(args):
                 ),
                 jit_compile=args.jit_compile,
             )
-        with distribute.chief_path(output / "logs" / name, strategy) as logs:
+        with distribute.chief_path(output / "logs" / name, strategy) as logs, distribute.backup_and_restore(
+            backup, strategy, double_checkpoint=True, delete_checkpoint=False
+        ) as backup_callback:
             callbacks = [
-                distribute.backup_and_restore(backup, strategy, double_checkpoint=True, delete_checkpoint=False),
+                backup_callback,
                 keras.callbacks.TensorBoard(str(logs), update_freq=max(1, interval // 10)),
                 StopAfterSteps(steps * args.gradient_accumulation_steps, interval * args.gradient_accumulation_steps),
             ]
-            pretrainer.fit(
-                dataset,
-                epochs=epochs,
-                steps_per_epoch=interval * args.gradient_accumulation_steps,
-                callbacks=callbacks,
-                verbose=1 if sys.stdout.isatty() else 2,
-                shuffle=False,  # the dataset is already shuffled, deterministically
-            )
+            try:
+                pretrainer.fit(
+                    dataset,
+                    epochs=epochs,
+                    steps_per_epoch=interval * args.gradient_accumulation_steps,
+                    callbacks=callbacks,
+                    verbose=1 if sys.stdout.isatty() else 2,
+                    shuffle=False,  # the dataset is already shuffled, deterministically
+                )
+            except tf.errors.DataLossError as error:
+                if not files:
+                    raise
+                # TensorFlow's message names no file: find the broken one (this raises its error).
+                data.find_corrupt_tfrecord(data.expand_files(files))
+                raise ValueError(f"{name}: a TFRecord of {' '.join(files)} is corrupt: "
+                                 f"{data.tf_error_text(error)}") from None
 
     with distribute.chief_path(output / "final", strategy) as final:
         final.mkdir(parents=True, exist_ok=True)
@@ -164,6 +179,23 @@ def run(args):
     if distribute.is_chief(strategy):
         print(f"saved the encoder to {final} (encoder.keras, encoder_hf/, encoder_tf1/) "
               "and encoder + heads to pretrainer_tf1/")
+
+
+def check_data(args, phase, files, seq_length, max_predictions, workers):
+    """Before training: the first records of every TFRecord (`files`) read and parsed, or
+    the `--corpus` files' sizes, and every worker's share non-empty."""
+    import tensorflow as tf
+
+    from bert_keras.training import distribute
+    from bert_keras.data import pretraining_data as data
+
+    if files:
+        files = data.expand_files(files)
+        counts = dict(zip(files, data.check_tfrecords(files, seq_length, max_predictions)))
+        distribute.check_shares(files, workers, lambda path: not counts[path], f"{phase}'s --data")
+    else:
+        corpus = data.expand_files(args.corpus)
+        distribute.check_shares(corpus, workers, lambda path: not tf.io.gfile.stat(path).length, "--corpus")
 
 
 def training_data(args, tokenizer, files, batch_size, seq_length, max_predictions, skip_steps, context):

@@ -140,6 +140,31 @@ def shard_files(files, input_context):
     return list(files)[index::count]
 
 
+def input_pipelines(strategy):
+    """How many input pipelines `distribute_dataset` builds: one per worker under
+    multi_worker (chief included), else one."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return 1
+    cluster = strategy.cluster_resolver.cluster_spec().as_dict()
+    return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+
+
+def check_shares(files, num_input_pipelines, is_empty, what):
+    """A clear error when any input pipeline's share of `files` (as `shard_files` deals
+    them) is all empty (`is_empty(path)`). Every worker checks every share, so all stop
+    with the same message before training, instead of one worker failing on its first
+    batch while the others wait in a collective."""
+    for index in range(num_input_pipelines):
+        share = shard_files(files, tf.distribute.InputContext(num_input_pipelines, index, num_input_pipelines))
+        if all(is_empty(path) for path in share):
+            who = f"worker {index} of {num_input_pipelines}" if num_input_pipelines > 1 else "training"
+            raise ValueError(
+                f"{who} would get no data: its share of {what} ({', '.join(map(str, share))}) is empty"
+                + ("; use fewer workers or more shards with data in each (create-pretraining-data's manifest "
+                   "lists empty shards)" if num_input_pipelines > 1 else "")
+            )
+
+
 def local_replicas(input_context):
     """Replicas fed by one input pipeline (a worker's devices)."""
     return input_context.num_replicas_in_sync // input_context.num_input_pipelines
@@ -203,19 +228,24 @@ def chief_path(path, strategy):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextlib.contextmanager
 def backup_and_restore(backup_dir, strategy, **kwargs):
-    """A `keras.callbacks.BackupAndRestore` for this worker.
+    """A `keras.callbacks.BackupAndRestore` for this worker, in a `with` block.
 
     The chief backs up to `backup_dir`. The other workers restore from a copy of the
     chief's backup (the folder must be shared, e.g. NFS or GCS mounted on every host),
-    then write their backups to a temporary folder deleted after training, so every
-    worker resumes from the same step.
+    then write their backups to a temporary folder removed when the block ends (also on
+    an error), so every worker resumes from the same step.
     """
     import keras
 
     if is_chief(strategy):
-        return keras.callbacks.BackupAndRestore(str(backup_dir), **kwargs)
+        yield keras.callbacks.BackupAndRestore(str(backup_dir), **kwargs)
+        return
     folder = Path(tempfile.mkdtemp(prefix=f"worker{strategy.cluster_resolver.task_id}_backup_"))
-    if Path(backup_dir).is_dir():
-        shutil.copytree(backup_dir, folder, dirs_exist_ok=True)
-    return keras.callbacks.BackupAndRestore(str(folder), **{**kwargs, "delete_checkpoint": True})
+    try:
+        if Path(backup_dir).is_dir():
+            shutil.copytree(backup_dir, folder, dirs_exist_ok=True)
+        yield keras.callbacks.BackupAndRestore(str(folder), **{**kwargs, "delete_checkpoint": True})
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
