@@ -10,7 +10,6 @@ from pathlib import Path
 from bert_keras.files import read_text
 
 
-
 @dataclasses.dataclass(frozen=True)
 class GlueTask:
     """Column layout of one task's files (0-based; negative counts from the end)."""
