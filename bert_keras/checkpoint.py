@@ -117,15 +117,15 @@ def read_tf1(path):
         folder = path
     else:
         prefix, folder = str(path), path.parent
+    name, weights = None, {}
     try:
         reader = tf.train.load_checkpoint(prefix)
-    except (tf.errors.OpError, ValueError) as error:
-        raise ValueError(f"cannot read TF1 checkpoint {prefix}: {error}") from None
-    weights = {
-        name: reader.get_tensor(name)
-        for name in reader.get_variable_to_shape_map()
-        if not TF1_IGNORED.search(name)
-    }
+        for name in reader.get_variable_to_shape_map():
+            if not TF1_IGNORED.search(name):
+                weights[name] = reader.get_tensor(name)
+    except (tf.errors.OpError, ValueError, IndexError) as error:  # IndexError: a truncated data file
+        where = f" (variable {name})" if name else ""
+        raise ValueError(f"cannot read TF1 checkpoint {prefix}{where}: {error}") from None
     config = _read_config(folder / TF1_CONFIG)
     return weights, config, _vocab_in(folder)
 

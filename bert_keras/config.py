@@ -4,6 +4,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+from bert_keras.files import read_text
+
 # Activation names as they appear in original and Hugging Face configs, mapped to
 # the canonical name used here. "gelu" is the exact (erf) form of the released models.
 ACTIVATION_ALIASES = {
@@ -130,7 +132,7 @@ class BertConfig:
         """Reads an original `bert_config.json` or a Hugging Face `config.json`."""
         path = Path(path)
         try:
-            values = json.loads(path.read_text(encoding="utf-8"))
+            values = json.loads(read_text(path, "BERT config"))
         except json.JSONDecodeError as error:
             raise ValueError(f"{path} is not valid JSON: {error}") from None
         if not isinstance(values, dict):

@@ -42,14 +42,13 @@ def register(subparsers):
 
 
 def load_model(path, pretrainer=False):
-    import keras
-
     import bert_keras  # noqa: F401  (registers every serialisable class)
     from bert_keras.models.encoder import BertEncoder
     from bert_keras.models.pretrainer import BertPretrainer
+    from bert_keras.models.saving import load_keras_file
 
     if str(path).endswith(".keras"):
-        return keras.saving.load_model(path)
+        return load_keras_file(path)
     if pretrainer:
         return BertPretrainer.from_checkpoint(path)
     return BertEncoder.from_checkpoint(path)

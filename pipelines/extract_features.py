@@ -9,7 +9,6 @@ rounded to 6 decimals as the original. With `--pooling cls|mean` each line also 
 """
 
 import json
-from pathlib import Path
 
 from pipelines.arguments import add_checkpoint_arguments, checkpoint_source
 
@@ -32,11 +31,10 @@ def register(subparsers):
 
 def read_examples(path):
     """[(text_a, text_b or None)] from a file of lines `text` or `text_a ||| text_b`."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no input file at {path}")
+    from bert_keras.files import read_text
+
     examples = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(read_text(path, "input").splitlines(), start=1):
         parts = line.strip().split(" ||| ")
         if len(parts) > 2:
             raise ValueError(f"{path}:{number}: more than one ' ||| ' separator")

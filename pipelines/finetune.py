@@ -163,15 +163,18 @@ def train(model, args, train_batches, num_examples, evaluate, main_metric, strat
     `output_dir/best.keras`, without optimizer state (on the chief; other workers write
     to a temporary folder).
     Each global batch is split into per-replica batches (the last, smaller batch of an
-    epoch is dropped). Returns the best metrics."""
+    epoch is dropped; a set smaller than one batch is one smaller batch). Returns the best metrics."""
     import keras
 
     from bert_keras.training import distribute
     from bert_keras.training.optimization import create_optimizer
     from bert_keras.models.dtype import with_dtype
-    from bert_keras.training.finetuning import EvaluateAndKeepBest, TimeBudget, schedule
+    from bert_keras.training.finetuning import EvaluateAndKeepBest, TimeBudget, fitting_batch_size, schedule
 
-    steps_per_epoch, epochs, total = schedule(num_examples, args.batch_size, args.epochs, args.max_train_steps)
+    batch_size = fitting_batch_size(num_examples, args.batch_size, strategy.num_replicas_in_sync)
+    if batch_size != args.batch_size:  # the set's one batch, cut to the smaller size
+        train_batches = train_batches.unbatch().batch(batch_size)
+    steps_per_epoch, epochs, total = schedule(num_examples, batch_size, args.epochs, args.max_train_steps)
     with strategy.scope():
         optimizer = create_optimizer(args.learning_rate, total, int(args.warmup_proportion * total),
                                      weight_decay=args.weight_decay)
@@ -180,10 +183,10 @@ def train(model, args, train_batches, num_examples, evaluate, main_metric, strat
     seq_length = args.max_seq_length if distribute.needs_static_shapes(strategy) else None
     dataset = distribute.distribute_dataset(
         strategy,
-        lambda _, context: distribute.split_global_batches(batches, args.batch_size, context, seq_length),
-        args.batch_size,
+        lambda _, context: distribute.split_global_batches(batches, batch_size, context, seq_length),
+        batch_size,
     )
-    print(f"training {total} steps ({epochs} epoch(s) of {steps_per_epoch}), batch {args.batch_size}, "
+    print(f"training {total} steps ({epochs} epoch(s) of {steps_per_epoch}), batch {batch_size}, "
           f"lr {args.learning_rate} with {args.warmup_proportion:.0%} warm-up")
     with distribute.chief_path(args.output_dir, strategy) as output_dir:
         output_dir.mkdir(parents=True, exist_ok=True)

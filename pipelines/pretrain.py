@@ -6,7 +6,8 @@ held-out data evaluated at every checkpoint (masked-LM and next-sentence loss an
 accuracy, as the original's `--do_eval`), logged beside the training curves.
 
 Checkpoints are Keras `BackupAndRestore` backups (weights, optimizer state, step) taken
-every `--checkpoint-every` steps; one Keras "epoch" is one checkpoint interval, and the
+every `--checkpoint-every` steps; one Keras "epoch" is one checkpoint interval (the last
+one shorter when the interval does not divide the steps), and the
 data stream is deterministic, so a run killed at any moment and started again with the
 same command skips the batches already trained on and loses at most one interval.
 An optional second phase (e.g. 128 -> 512 tokens) runs after the first, as in the paper.
@@ -57,7 +58,8 @@ def register(subparsers):
     parser.add_argument("--phase2-data", nargs="+", help="TFRecords for phase 2 (with --data)")
     parser.add_argument("--phase2-learning-rate", type=float)
     parser.add_argument("--phase2-warmup-steps", type=int)
-    parser.add_argument("--checkpoint-every", type=int, default=1000, help="steps between checkpoints")
+    parser.add_argument("--checkpoint-every", type=int, default=1000,
+                        help="steps between checkpoints (at most a phase's steps; the last interval may be shorter)")
     parser.add_argument("--whole-word-mask", action="store_true", help="with --corpus")
     parser.add_argument("--token-cache", help="with --corpus: tokenize each text file once into this folder "
                         "(about as much disk as the text; default OUTPUT/token_cache)")
@@ -83,9 +85,11 @@ def phases(args):
              args.phase2_warmup_steps if args.phase2_warmup_steps is not None else args.warmup_steps,
              args.phase2_data),
         )
+    if args.checkpoint_every < 1:
+        raise ValueError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
     for name, _, _, _, steps, *_ in result:
-        if steps % args.checkpoint_every:
-            raise ValueError(f"{name}: steps ({steps}) must be a multiple of --checkpoint-every ({args.checkpoint_every})")
+        if steps < 1:
+            raise ValueError(f"{name}: steps must be >= 1, got {steps}")
     return result
 
 
@@ -95,6 +99,10 @@ def run(args):
     from bert_keras import BertConfig, BertEncoder, BertTokenizer
     from bert_keras.training import distribute
     from bert_keras.models.dtype import with_dtype
+    import tensorflow as tf
+
+    from bert_keras.data import pretraining_data as data
+    from bert_keras.training.finetuning import StopAfterSteps
     from bert_keras.training.optimization import create_optimizer
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.models.saving import save_checkpoint
@@ -103,6 +111,8 @@ def run(args):
     output = Path(args.output)
     plan = phases(args)
     strategy = distribute.resolve_strategy(args.strategy, tpu=args.tpu, devices=args.devices)
+    for name, seq_length, max_predictions, *_, files in plan:
+        check_data(args, name, files, seq_length, max_predictions, distribute.input_pipelines(strategy))
     if args.mixed_precision:
         keras.mixed_precision.set_global_policy(distribute.mixed_precision_policy())
     keras.utils.set_random_seed(args.seed)
@@ -131,12 +141,14 @@ def run(args):
         if seq_length > config.max_position_embeddings:
             raise ValueError(f"{name}: seq length {seq_length} > max_position_embeddings {config.max_position_embeddings}")
         backup = output / "checkpoints" / name
-        epochs = steps // args.checkpoint_every
+        # One epoch per checkpoint; the last is cut short when the interval does not divide the steps.
+        interval = min(args.checkpoint_every, steps)
+        epochs = -(-steps // interval)
         done = _completed_epochs(backup)
         # A finished phase still goes through fit, which restores its final weights.
-        skip = done * args.checkpoint_every * args.gradient_accumulation_steps if done < epochs else 0
+        skip = done * interval * args.gradient_accumulation_steps if done < epochs else 0
         if done:
-            print(f"{name}: resuming after step {done * args.checkpoint_every} of {steps}", file=sys.stderr)
+            print(f"{name}: resuming after step {min(done * interval, steps)} of {steps}", file=sys.stderr)
         dataset = distribute.distribute_dataset(
             strategy,
             lambda replica_batch, context: training_data(
@@ -162,21 +174,32 @@ def run(args):
                 ),
                 jit_compile=args.jit_compile,
             )
-        with distribute.chief_path(output / "logs" / name, strategy) as logs:
+        with distribute.chief_path(output / "logs" / name, strategy) as logs, distribute.backup_and_restore(
+            backup, strategy, double_checkpoint=True, delete_checkpoint=False
+        ) as backup_callback:
             callbacks = [
-                distribute.backup_and_restore(backup, strategy, double_checkpoint=True, delete_checkpoint=False),
-                keras.callbacks.TensorBoard(str(logs), update_freq=max(1, args.checkpoint_every // 10)),
+                backup_callback,
+                keras.callbacks.TensorBoard(str(logs), update_freq=max(1, interval // 10)),
+                StopAfterSteps(steps * args.gradient_accumulation_steps, interval * args.gradient_accumulation_steps),
             ]
-            pretrainer.fit(
-                dataset,
-                epochs=epochs,
-                steps_per_epoch=args.checkpoint_every * args.gradient_accumulation_steps,
-                callbacks=callbacks,
-                verbose=1 if sys.stdout.isatty() else 2,
-                shuffle=False,  # the dataset is already shuffled, deterministically
-                validation_data=held_out,
-                validation_steps=held_out_steps,
-            )
+            try:
+                pretrainer.fit(
+                    dataset,
+                    epochs=epochs,
+                    steps_per_epoch=interval * args.gradient_accumulation_steps,
+                    callbacks=callbacks,
+                    verbose=1 if sys.stdout.isatty() else 2,
+                    shuffle=False,  # the dataset is already shuffled, deterministically
+                    validation_data=held_out,
+                    validation_steps=held_out_steps,
+                )
+            except tf.errors.DataLossError as error:
+                if not files:
+                    raise
+                # TensorFlow's message names no file: find the broken one (this raises its error).
+                data.find_corrupt_tfrecord(data.expand_files(files))
+                raise ValueError(f"{name}: a TFRecord of {' '.join(files)} is corrupt: "
+                                 f"{data.tf_error_text(error)}") from None
 
     with distribute.chief_path(output / "final", strategy) as final:
         final.mkdir(parents=True, exist_ok=True)
@@ -190,6 +213,23 @@ def run(args):
     if distribute.is_chief(strategy):
         print(f"saved the encoder to {final} (encoder.keras, encoder_hf/, encoder_tf1/) "
               "and encoder + heads to pretrainer_tf1/")
+
+
+def check_data(args, phase, files, seq_length, max_predictions, workers):
+    """Before training: the first records of every TFRecord (`files`) read and parsed, or
+    the `--corpus` files' sizes, and every worker's share non-empty."""
+    import tensorflow as tf
+
+    from bert_keras.training import distribute
+    from bert_keras.data import pretraining_data as data
+
+    if files:
+        files = data.expand_files(files)
+        counts = dict(zip(files, data.check_tfrecords(files, seq_length, max_predictions)))
+        distribute.check_shares(files, workers, lambda path: not counts[path], f"{phase}'s --data")
+    else:
+        corpus = data.expand_files(args.corpus)
+        distribute.check_shares(corpus, workers, lambda path: not tf.io.gfile.stat(path).length, "--corpus")
 
 
 def training_data(args, tokenizer, files, batch_size, seq_length, max_predictions, skip_steps, context):

@@ -26,10 +26,10 @@ def read_labelled_tsv(path):
     from bert_keras.tasks.glue import read_rows
 
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no TSV file at {path}")
-    with open(path, encoding="utf-8-sig") as lines:
-        header = lines.readline().rstrip("\r\n").split("\t")
+    rows = read_rows(path, header=False)
+    if not rows:
+        raise ValueError(f"{path}: empty file; need a header (text [text_b] label) and examples")
+    (_, header), rows = rows[0], rows[1:]
     first = "text" if "text" in header else "text_a"
     missing = [name for name in (first, "label") if name not in header]
     if missing:
@@ -38,7 +38,7 @@ def read_labelled_tsv(path):
     columns = [header.index(first)] + ([header.index("text_b")] if "text_b" in header else [])
     label_column = header.index("label")
     texts, labels = tuple([] for _ in columns), []
-    for _, fields in read_rows(path, header=True):
+    for _, fields in rows:
         for segment, column in zip(texts, columns):
             segment.append(fields[column])
         labels.append(fields[label_column])

@@ -108,18 +108,24 @@ def test_sigkill_and_resume(tmp_path):
     assert restored.config.hidden_size == 128
 
 
-def test_bad_inputs_are_clear_errors(tmp_path):
-    from pipelines import create_pretraining_data, pretrain
+def test_steps_not_a_multiple_of_checkpoint_every(tmp_path):
+    """7 steps checkpointed every 5: a full interval, then one of 2 steps; the backup
+    holds the optimizer after exactly 7 updates."""
+    args = pretrain_command(tmp_path / "run")
+    args[args.index("--steps") + 1] = "7"
+    args[args.index("--checkpoint-every") + 1] = "5"
+    subprocess.run(args, cwd=ROOT, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert completed(tmp_path / "run") == 2
+    assert optimizer_iterations(tmp_path / "run") == 7
+    assert (tmp_path / "run" / "final" / "encoder.keras").exists()
 
-    args = pretrain_command(tmp_path / "x")
-    args[args.index("--steps") + 1] = "15"
+
+def test_bad_inputs_are_clear_errors(tmp_path):
+    from pipelines import create_pretraining_data
+
     parser = argparse.ArgumentParser()
     subparsers = parser.add_subparsers()
-    pretrain.register(subparsers)
     create_pretraining_data.register(subparsers)
-    parsed = parser.parse_args(args[3:])
-    with pytest.raises(ValueError, match="multiple of --checkpoint-every"):
-        parsed.func(parsed)
     parsed = parser.parse_args(["create-pretraining-data", "--input", str(tmp_path / "none*.txt"),
                                 "--output", str(tmp_path / "o"), "--vocab", str(require(VOCAB))])
     with pytest.raises(FileNotFoundError, match="no input files match"):

@@ -450,6 +450,62 @@ def parse_example(serialized, max_seq_length, max_predictions_per_seq):
     }
 
 
+def check_tfrecords(files, max_seq_length, max_predictions_per_seq, records=8):
+    """The number of records (up to `records`) at the start of each of `files`, read
+    through TFRecord framing and CRCs and parsed at these lengths: before training
+    starts, an error that names a file that is not a TFRecord file, is truncated or
+    corrupt, or holds records of other lengths (training would fail later with a bare
+    `DataLossError: corrupted record at 0` that names no file)."""
+    counts = []
+    for path in files:
+        head = read_records(path, records)
+        if head:
+            try:
+                parse_example(tf.constant(head[:1]), max_seq_length, max_predictions_per_seq)
+            except tf.errors.InvalidArgumentError as error:
+                raise ValueError(
+                    f"{path}: record 0 is not a pre-training example of seq length {max_seq_length} with "
+                    f"{max_predictions_per_seq} predictions (made for other lengths, or by another tool?): "
+                    f"{tf_error_text(error)}"
+                ) from None
+        counts.append(len(head))
+    return counts
+
+
+def read_records(path, limit=-1):
+    """The first `limit` (all: -1) serialized records of the TFRecord file `path`."""
+    return list(_records(path, limit))
+
+
+def find_corrupt_tfrecord(files):
+    """After a `DataLossError` in training: reads every record of `files`, raising the
+    error of `_records` for the first broken file."""
+    for path in files:
+        for _ in _records(path):
+            pass
+
+
+def _records(path, limit=-1):
+    """Yields records, or raises a ValueError that names the file and the record where
+    its framing or CRC breaks."""
+    count = 0
+    try:
+        for record in tf.data.TFRecordDataset(path).take(limit):
+            yield record.numpy()
+            count += 1
+    except tf.errors.DataLossError as error:
+        raise ValueError(f"{path}: not a TFRecord file, or truncated or corrupt at record {count} "
+                         f"({tf_error_text(error)})") from None
+    except tf.errors.NotFoundError:
+        raise FileNotFoundError(f"no TFRecord file at {path}") from None
+
+
+def tf_error_text(error):
+    """A TensorFlow op error's own words, without the function and op names around them."""
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", error.message.splitlines()[0])
+    return re.sub(r"\s*\[Op:[^\]]*\].*$", "", text)
+
+
 def pretraining_dataset(
     file_patterns,
     batch_size,

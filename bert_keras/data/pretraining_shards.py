@@ -243,7 +243,9 @@ class ShardMaker:
                 f"{_describe(shard)}: only 1 document, and next-sentence pairs need 2 in a shard: "
                 "no instances (use larger shards)"
             )
-        elif tokenized:
+        elif not tokenized:
+            warnings.append(f"{_describe(shard)}: no documents: no instances")
+        else:
             records = self.maker.instances(
                 tokenized,
                 recipe.dupe_factor,
@@ -280,6 +282,7 @@ def write_manifest(output, settings, entries, complete):
         "shards": entries,
         "documents": sum(entry["documents"] for entry in entries),
         "instances": sum(entry["instances"] for entry in entries),
+        "empty_shards": [entry["output"] for entry in entries if not entry["instances"]],
     }
     path = manifest_path(output)
     with tf.io.gfile.GFile(f"{path}.partial", "w") as file:
@@ -408,6 +411,11 @@ def create_pretraining_data(
             if bar is not None:
                 bar.update(len(entries))
     count = sum(entry["instances"] for entry in entries)
+    empty = [entry["output"] for entry in entries if not entry["instances"]]
+    if empty and count:
+        log(f"warning: {len(empty)} of {len(shards)} shard file(s) hold no instances ({', '.join(empty)}; "
+            "listed as empty_shards in the manifest): a worker of `pretrain --strategy multi_worker` given only "
+            "these has no data; make fewer, larger shards")
     if count == 0:
         raise ValueError(
             f"no instances from {', '.join(map(str, input_files))}: next-sentence pairs need at least "

@@ -6,9 +6,31 @@ A model class provides `original_weight_map()` (its variables -> original names,
 beside the weights are then the same for the encoder and the pre-training model.
 """
 
+import zipfile
+from pathlib import Path
+
 import keras
 
 from bert_keras import checkpoint
+
+
+def load_keras_file(path):
+    """`keras.saving.load_model(path)`, with errors that name a missing, truncated or
+    foreign file (for a truncated one Keras says "File not found")."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no .keras file at {path}")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            corrupt = archive.testzip()
+    except (zipfile.BadZipFile, EOFError) as error:
+        raise ValueError(f"{path}: not a .keras file, or truncated: not a complete zip archive ({error})") from None
+    if "config.json" not in names:
+        raise ValueError(f"{path}: not a Keras 3 .keras file (no config.json inside, only {names[:5]})")
+    if corrupt:
+        raise ValueError(f"{path}: corrupt: {corrupt} inside fails its CRC check")
+    return keras.saving.load_model(path)
 
 
 def load_checkpoint(cls, path, format=None, config=None, **kwargs):
@@ -19,7 +41,7 @@ def load_checkpoint(cls, path, format=None, config=None, **kwargs):
     """
     format = format or checkpoint.detect_format(path)
     if format == "keras":
-        model = keras.saving.load_model(path)
+        model = load_keras_file(path)
         if not isinstance(model, cls):
             raise ValueError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
         return model

@@ -21,7 +21,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from bert_keras.models.dtype import with_dtype
+from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.serving.serving_tasks import serving_signature, text_runner
 from bert_keras.serving.session import EXTRA_DIR, WARMUP_PATH, serving_signatures
 from bert_keras.text.preprocessor import BertPreprocessor
@@ -77,6 +77,8 @@ def export_for_serving(
     segments, labels = trained_inputs(model, segments, labels)
     preprocessor = _bounded(preprocessor)
     if compute_dtype is not None:
+        if compute_dtype == "bfloat16":
+            warn_if_slow_bfloat16("the bfloat16 export (on a CPU like this one)")
         model = with_dtype(model, compute_dtype)
     signature = serving_signature(model, preprocessor, labels, top_k)
     segments = tuple(segments or signature.segments)

@@ -8,6 +8,8 @@ exactly as the conlleval script does.
 import dataclasses
 from pathlib import Path
 
+from bert_keras.files import read_text
+
 # IOB2 tags of CoNLL-2003, "O" first.
 LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 
@@ -23,8 +25,7 @@ def read_conll(path, scheme="iob2"):
     between sentences, `-DOCSTART-` lines between documents). Tags are converted from
     the file's IOB1 to IOB2 unless `scheme="iob1"`."""
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no CoNLL file at {path}")
+    text = read_text(path, "CoNLL")
     sentences, words, tags = [], [], []
 
     def flush():
@@ -33,23 +34,22 @@ def read_conll(path, scheme="iob2"):
             words.clear()
             tags.clear()
 
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            fields = line.split()
-            if not fields:
-                flush()
-                continue
-            if fields[0] == "-DOCSTART-":
-                flush()
-                continue
-            if len(fields) != 4:
-                raise ValueError(f"{path}:{number}: malformed line: {len(fields)} columns, expected 4 "
-                                 "(token POS chunk NER)")
-            tag = fields[3]
-            if tag != "O" and (tag[:2] not in ("B-", "I-") or len(tag) < 3):
-                raise ValueError(f"{path}:{number}: NER tag {tag!r} is not O, B-TYPE or I-TYPE")
-            words.append(fields[0])
-            tags.append(tag)
+    for number, line in enumerate(text.split("\n"), start=1):
+        fields = line.split()
+        if not fields:
+            flush()
+            continue
+        if fields[0] == "-DOCSTART-":
+            flush()
+            continue
+        if len(fields) != 4:
+            raise ValueError(f"{path}:{number}: malformed line: {len(fields)} columns, expected 4 "
+                             "(token POS chunk NER)")
+        tag = fields[3]
+        if tag != "O" and (tag[:2] not in ("B-", "I-") or len(tag) < 3):
+            raise ValueError(f"{path}:{number}: NER tag {tag!r} is not O, B-TYPE or I-TYPE")
+        words.append(fields[0])
+        tags.append(tag)
     flush()
     return sentences
 

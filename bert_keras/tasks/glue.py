@@ -7,6 +7,7 @@ task's official metric, and write test predictions in the GLUE submission format
 import dataclasses
 from pathlib import Path
 
+from bert_keras.files import read_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,9 +79,7 @@ def read_rows(path, header):
     texts contain bare `"` characters (as the original reader, `quotechar=None`).
     Rows must have as many fields as the header (or as the first row)."""
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no GLUE file at {path}")
-    text = path.read_text(encoding="utf-8-sig")
+    text = read_text(path, "TSV")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

@@ -18,6 +18,7 @@ import re
 import string
 from pathlib import Path
 
+from bert_keras.files import read_text
 from bert_keras.tasks.span_labeler import MAX_ANSWER_TOKENS, PADDING_LOGIT
 
 
@@ -61,23 +62,46 @@ def read_squad(path, articles=None):
     """Examples of a SQuAD json file; `articles` (a slice or range) keeps only those
     articles (e.g. `slice(0, 36)`)."""
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no SQuAD file at {path}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))["data"]
+        data = json.loads(read_text(path, "SQuAD json"))["data"]
     except (json.JSONDecodeError, KeyError, TypeError) as error:
-        raise ValueError(f"{path} is not a SQuAD json file ({error})") from None
+        raise ValueError(f"{path} is not a SQuAD json file ({type(error).__name__}: {error})") from None
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: 'data' must be a list of articles, got {type(data).__name__}")
     indices = range(len(data))
     if articles is not None:
         indices = indices[articles] if isinstance(articles, slice) else articles
     examples = []
     for article in indices:
-        for paragraph in data[article]["paragraphs"]:
-            for qa in paragraph["qas"]:
-                impossible = bool(qa.get("is_impossible", False))
-                answers = [] if impossible else qa["answers"]
-                examples.append(Example(qa["id"], qa["question"], paragraph["context"], answers, impossible, article))
+        where = f"data[{article}]"
+        try:
+            for p, paragraph in enumerate(data[article]["paragraphs"]):
+                where = f"data[{article}].paragraphs[{p}]"
+                context = _text_field(paragraph, "context")
+                for q, qa in enumerate(paragraph["qas"]):
+                    where = f"data[{article}].paragraphs[{p}].qas[{q}]"
+                    impossible = bool(qa.get("is_impossible", False))
+                    answers = [] if impossible else [_answer(answer) for answer in qa["answers"]]
+                    examples.append(Example(_text_field(qa, "id"), _text_field(qa, "question"), context,
+                                            answers, impossible, article))
+        except (KeyError, TypeError, AttributeError, IndexError, ValueError) as error:
+            raise ValueError(f"{path}: {where} is not a SQuAD v1.1/v2.0 entry ({type(error).__name__}: {error})") \
+                from None
     return examples
+
+
+def _text_field(entry, key):
+    if not isinstance(entry[key], str):
+        raise TypeError(f"{key!r} is {type(entry[key]).__name__}, not a string")
+    return entry[key]
+
+
+def _answer(answer):
+    """An answer dict checked for the fields the features use: text and answer_start."""
+    _text_field(answer, "text")
+    if isinstance(answer["answer_start"], bool) or not isinstance(answer["answer_start"], int):
+        raise TypeError(f"answer_start is {answer['answer_start']!r}, not an integer")
+    return answer
 
 
 def tokenize_with_offsets(tokenizer, texts, batch_size=512):

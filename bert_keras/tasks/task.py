@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bert_keras.files import read_text
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
@@ -54,8 +55,8 @@ def infer_lower_case(vocab_path):
         values = json.loads(tokenizer_config.read_text(encoding="utf-8"))
         if "do_lower_case" in values:
             return bool(values["do_lower_case"])
-    with open(vocab_path, encoding="utf-8") as lines:
-        upper = sum(1 for line in lines if not line.startswith("[") and line.strip().lower() != line.strip())
+    lines = read_text(vocab_path, "vocab").split("\n")
+    upper = sum(1 for line in lines if not line.startswith("[") and line.strip().lower() != line.strip())
     return upper < 100
 
 

@@ -43,6 +43,8 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bert_keras.files import decode_text
+
 # Ops outside core TensorFlow that a graph using this tokenizer contains.
 NON_CORE_OPS = ("FastWordpieceTokenizeWithOffsets", "NormalizeUTF8")
 
@@ -59,9 +61,13 @@ _MAX_BYTES_PER_CHAR = 4
 def load_vocabulary(vocabulary):
     """The tokens of a vocab.txt path (each line stripped, as the original) or of a list."""
     if isinstance(vocabulary, (str, os.PathLike)):
-        with tf.io.gfile.GFile(os.fspath(vocabulary), "r") as vocab_file:
-            # The original strips every line.
-            vocabulary = [line.strip() for line in vocab_file]
+        path = os.fspath(vocabulary)
+        if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
+            raise FileNotFoundError(f"no vocab file at {path}")
+        with tf.io.gfile.GFile(path, "rb") as vocab_file:
+            text = decode_text(vocab_file.read(), path, "vocab")
+        # The original strips every line.
+        vocabulary = [line.strip() for line in text.split("\n")]
         while vocabulary and not vocabulary[-1]:
             vocabulary.pop()
     vocabulary = list(vocabulary)

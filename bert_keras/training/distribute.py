@@ -23,6 +23,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from bert_keras.models.dtype import warn_if_slow_bfloat16
+
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
 
 
@@ -93,8 +95,13 @@ def _check_tf_config():
 
 def mixed_precision_policy():
     """'mixed_float16' on GPUs (float16 tensor cores, with loss scaling), else
-    'mixed_bfloat16' (TPUs and CPUs: same range as float32, no loss scaling)."""
-    return "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+    'mixed_bfloat16' (TPUs and CPUs: same range as float32, no loss scaling), with a
+    warning on a CPU without bfloat16 units, where it is slower than float32."""
+    if tf.config.list_physical_devices("GPU"):
+        return "mixed_float16"
+    if not tf.config.list_logical_devices("TPU"):
+        warn_if_slow_bfloat16("--mixed-precision (mixed_bfloat16 on CPU)")
+    return "mixed_bfloat16"
 
 
 def needs_static_shapes(strategy):
@@ -131,6 +138,31 @@ def shard_files(files, input_context):
             f"file(s): write at least {count} shards"
         )
     return list(files)[index::count]
+
+
+def input_pipelines(strategy):
+    """How many input pipelines `distribute_dataset` builds: one per worker under
+    multi_worker (chief included), else one."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return 1
+    cluster = strategy.cluster_resolver.cluster_spec().as_dict()
+    return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+
+
+def check_shares(files, num_input_pipelines, is_empty, what):
+    """A clear error when any input pipeline's share of `files` (as `shard_files` deals
+    them) is all empty (`is_empty(path)`). Every worker checks every share, so all stop
+    with the same message before training, instead of one worker failing on its first
+    batch while the others wait in a collective."""
+    for index in range(num_input_pipelines):
+        share = shard_files(files, tf.distribute.InputContext(num_input_pipelines, index, num_input_pipelines))
+        if all(is_empty(path) for path in share):
+            who = f"worker {index} of {num_input_pipelines}" if num_input_pipelines > 1 else "training"
+            raise ValueError(
+                f"{who} would get no data: its share of {what} ({', '.join(map(str, share))}) is empty"
+                + ("; use fewer workers or more shards with data in each (create-pretraining-data's manifest "
+                   "lists empty shards)" if num_input_pipelines > 1 else "")
+            )
 
 
 def local_replicas(input_context):
@@ -196,19 +228,24 @@ def chief_path(path, strategy):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextlib.contextmanager
 def backup_and_restore(backup_dir, strategy, **kwargs):
-    """A `keras.callbacks.BackupAndRestore` for this worker.
+    """A `keras.callbacks.BackupAndRestore` for this worker, in a `with` block.
 
     The chief backs up to `backup_dir`. The other workers restore from a copy of the
     chief's backup (the folder must be shared, e.g. NFS or GCS mounted on every host),
-    then write their backups to a temporary folder deleted after training, so every
-    worker resumes from the same step.
+    then write their backups to a temporary folder removed when the block ends (also on
+    an error), so every worker resumes from the same step.
     """
     import keras
 
     if is_chief(strategy):
-        return keras.callbacks.BackupAndRestore(str(backup_dir), **kwargs)
+        yield keras.callbacks.BackupAndRestore(str(backup_dir), **kwargs)
+        return
     folder = Path(tempfile.mkdtemp(prefix=f"worker{strategy.cluster_resolver.task_id}_backup_"))
-    if Path(backup_dir).is_dir():
-        shutil.copytree(backup_dir, folder, dirs_exist_ok=True)
-    return keras.callbacks.BackupAndRestore(str(folder), **{**kwargs, "delete_checkpoint": True})
+    try:
+        if Path(backup_dir).is_dir():
+            shutil.copytree(backup_dir, folder, dirs_exist_ok=True)
+        yield keras.callbacks.BackupAndRestore(str(folder), **{**kwargs, "delete_checkpoint": True})
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,13 +1,15 @@
 """The pieces of the original fine-tuning recipe that any `model.fit` script can reuse.
 
 Length-grouped batches of raw text (dynamic padding wastes little when a batch holds
-similar lengths), the step schedule behind `--epochs`/`--max-train-steps`, and two
-callbacks: the official metric after every epoch with the best weights kept, and a
-wall-clock budget. `bert-keras finetune` wires them to files and flags.
+similar lengths), the step schedule behind `--epochs`/`--max-train-steps`, and three
+callbacks: the official metric after every epoch with the best weights kept, a
+wall-clock budget, and a step limit inside the last epoch. `bert-keras finetune` wires
+them to files and flags.
 """
 
 import math
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -46,6 +48,39 @@ def schedule(num_examples, batch_size, epochs, max_train_steps=None):
     epochs = math.ceil(total / steps_per_epoch)
     steps_per_epoch = math.ceil(total / epochs)
     return steps_per_epoch, epochs, steps_per_epoch * epochs
+
+
+def fitting_batch_size(num_examples, batch_size, replicas=1):
+    """The global batch size for a training set of `num_examples`: `batch_size`, or,
+    when the set is smaller than one batch, the largest multiple of `replicas` it fills
+    (with a warning). Training drops an epoch's incomplete last batch (replicas get equal
+    shares), so a set smaller than the batch would give no batch at all, and a repeated
+    empty dataset makes `fit` wait forever."""
+    if num_examples >= batch_size:
+        return batch_size
+    shrunk = num_examples // replicas * replicas
+    if not shrunk:
+        raise ValueError(f"{num_examples} training example(s) cannot fill one batch for the {replicas} replicas "
+                         "in sync (each needs at least one example)")
+    warnings.warn(f"{num_examples} training example(s) are fewer than the batch size {batch_size}: "
+                  f"training with batches of {shrunk}", stacklevel=2)
+    return shrunk
+
+
+class StopAfterSteps(keras.callbacks.Callback):
+    """Ends training after `steps` batches in all when every epoch is `steps_per_epoch`
+    batches: the last epoch is then shorter (a run of 300 steps checkpointed every 1000)."""
+
+    def __init__(self, steps, steps_per_epoch):
+        super().__init__()
+        self.steps, self.steps_per_epoch = steps, steps_per_epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.epoch * self.steps_per_epoch + batch + 1 >= self.steps:
+            self.model.stop_training = True
 
 
 class TimeBudget(keras.callbacks.Callback):

@@ -63,7 +63,11 @@ def apply():
         strategy = self._distribute_strategy
         if iterator is not None and strategy is not None:
             for _, _, steps in iterator:
-                batch = next(steps)
+                try:
+                    batch = next(steps)
+                except StopIteration:
+                    raise ValueError("this worker's input pipeline gave no batch: its share of the data is "
+                                     "empty (too few records or files for the batch size and workers)") from None
                 break
             data_batch = tf.nest.map_structure(lambda value: strategy.experimental_local_results(value)[0], batch)
             iterator = None

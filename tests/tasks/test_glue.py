@@ -96,7 +96,7 @@ def test_malformed_lines_name_the_file_and_line(tmp_path):
                     "0\tg\tf\ty\t1\tn\tn\ta\tb\tfive\n")
     with pytest.raises(ValueError, match=r"train.tsv:2: score 'five' is not a number"):
         read_split(path, "sts-b")
-    with pytest.raises(FileNotFoundError, match="no GLUE file"):
+    with pytest.raises(FileNotFoundError, match="no TSV file"):
         read_split(tmp_path / "missing.tsv", "rte")
     with pytest.raises(ValueError, match="unknown GLUE task"):
         read_split(path, "squad")

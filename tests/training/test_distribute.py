@@ -335,6 +335,16 @@ def test_only_the_chief_writes_where_asked(tmp_path):
         assert path.name == "final" and tmp_path not in path.parents
         path.mkdir()
     assert not path.parent.exists() and not target.exists()
+    # A non-chief's backup folder (a copy of the chief's) is removed even when training fails.
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    (backup / "training_metadata.json").write_text('{"epoch": 1, "batch": 0}')
+    with pytest.raises(RuntimeError, match="training failed"):
+        with distribute.backup_and_restore(backup, worker("worker", 1)) as callback:
+            folder = Path(callback.backup_dir)
+            assert (folder / "training_metadata.json").exists() and tmp_path not in folder.parents
+            raise RuntimeError("training failed")
+    assert not folder.exists() and (backup / "training_metadata.json").exists()
 
 
 # --- TPU readiness, XLA and mixed precision ------------------------------------------
@@ -472,3 +482,49 @@ def test_mixed_float16_uses_loss_scaling(tmp_path, mixed_precision):
     assert np.isfinite(history[0])
     assert {v.dtype for v in model.weights} == {"float32"}
     assert max_difference(model.get_weights(), before) > 0
+
+
+def test_multi_worker_with_an_empty_shard_stops_both_workers_clearly(tmp_path, capsys):
+    """Issue 23: `create-pretraining-data --num-shards 2` on 3 documents leaves shard 1
+    empty (it says so now); two `pretrain --strategy multi_worker` workers on those
+    shards both exit with one clear error, before training, with no temporary folder left."""
+    from bert_keras import BertTokenizer
+
+    corpus = tmp_path / "three_documents.txt"
+    corpus.write_bytes(require(SAMPLE).read_bytes()[:3000])  # 3 documents (2 blank lines)
+    assert corpus.read_text().count("\n\n") == 2
+    prefix = tmp_path / "shard"
+    pretraining_shards.create_pretraining_data([corpus], prefix, BertTokenizer(str(require(VOCAB))), num_shards=2)
+    files = data.shard_names(prefix, 2)
+    manifest = json.loads(Path(pretraining_shards.manifest_path(prefix)).read_text())
+    assert manifest["empty_shards"] == [Path(files[1]).name]
+    assert "1 of 2 shard file(s) hold no instances" in capsys.readouterr().err
+
+    ports = free_ports(2)
+    workers = []
+    for index in range(2):
+        temp_dir = tmp_path / f"tmp{index}"
+        temp_dir.mkdir()
+        tf_config = {"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
+                     "task": {"type": "worker", "index": index}}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CONFIG": json.dumps(tf_config),
+               "TMPDIR": str(temp_dir), "TF_CPP_MIN_LOG_LEVEL": "2"}
+        command = [sys.executable, "-m", "pipelines.cli", "pretrain", "--config", "tiny", "--vocab", str(VOCAB),
+                   "--data", *files, "--output", str(tmp_path / "run"), "--strategy", "multi_worker",
+                   "--batch-size", "8", "--steps", "4", "--checkpoint-every", "2"]
+        workers.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True))
+    started = time.monotonic()
+    for worker in workers:
+        try:
+            _, stderr = worker.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            for other in workers:
+                other.kill()
+            raise
+        assert worker.returncode == 2, stderr[-3000:]
+        assert f"worker 1 of 2 would get no data: its share of phase1's --data ({files[1]}) is empty" in stderr
+        assert "Traceback" not in stderr, stderr[-3000:]
+    assert time.monotonic() - started < 300
+    assert [list((tmp_path / f"tmp{index}").iterdir()) for index in range(2)] == [[], []]
+    assert not (tmp_path / "run" / "checkpoints").exists()
