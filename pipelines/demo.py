@@ -4,13 +4,15 @@
    and the docstrings of the standard library's modules, read from its sources;
 2. a WordPiece vocabulary learned on that text (`bert-keras vocab`);
 3. pre-training TFRecords in the original format (`bert-keras create-pretraining-data`);
-4. pre-training a small BERT with masked LM + next sentence prediction (`bert-keras pretrain`);
+4. pre-training a small BERT with masked LM + next sentence prediction (`bert-keras pretrain`),
+   evaluated on a held-out tenth of the text at every checkpoint;
 5. fine-tuning a classifier on a task read off the same source: which standard-library
    package (asyncio, email, importlib or logging) a docstring comes from, with 20% of
    them held out for evaluation. Those packages' docstrings are left out of the
    pre-training text (`bert-keras finetune tsv`);
-6. exporting both models as SavedModels for TF Serving (`bert-keras export`);
-7. loading the exports as TF Serving does (TF1 session loader, PredictRequest protos)
+6. the same fine-tuning from random weights, so the summary shows what pre-training bought;
+7. exporting both models as SavedModels for TF Serving (`bert-keras export`);
+8. loading the exports as TF Serving does (TF1 session loader, PredictRequest protos)
    and answering raw-text requests: fill-mask and the package classifier.
 
 Each stage runs the `bert-keras` command shown, writes under `--output-dir`, and is
@@ -22,6 +24,7 @@ vocabulary instead of a new vocabulary and random weights.
 
 import ast
 import hashlib
+import json
 import re
 import shutil
 import sys
@@ -30,6 +33,7 @@ import time
 from pathlib import Path
 
 TASK_PACKAGES = ("asyncio", "email", "importlib", "logging")
+STAGES = 8
 FILL_MASK_REQUESTS = (
     "The [MASK] statement is used to leave a loop early.",
     "A dictionary maps keys to [MASK].",
@@ -82,7 +86,7 @@ def run(args):
         stages.append(title)
         number = len(stages)
         marker = out / ".done" / done_marker
-        print(f"\n[{number}/7] {title}", flush=True)
+        print(f"\n[{number}/{STAGES}] {title}", flush=True)
         if marker.exists():
             print(f"      done by an earlier run ({marker.parent}/{marker.name}); skipping")
             return
@@ -99,8 +103,9 @@ def run(args):
             raise SystemExit(f"demo: 'bert-keras {' '.join(argv)}' failed; fix the error above and run the demo again")
 
     corpus, task_dir = out / "corpus" / "python_docs.txt", out / "task"
+    held_out = out / "corpus" / "held_out.txt"
     stage("text: Python's language reference and standard-library docstrings", "text",
-          lambda: _write_text(corpus, task_dir))
+          lambda: _write_text(corpus, held_out, task_dir))
 
     vocab = out / "vocab.txt"
     if init is None:
@@ -128,17 +133,28 @@ def run(args):
               "--checkpoint-every", every, "--batch-size", args.batch_size, "--seq-length", args.seq_length,
               "--max-predictions-per-seq", max(1, args.seq_length * 15 // 100 + 1),
               "--learning-rate", 1e-4 if init else 5e-4, "--warmup-steps", max(1, steps // 10),
+              "--eval-corpus", held_out, "--eval-steps", 10,
           ))
 
-    finetune_dir = out / "finetune"
+    def finetune(encoder, output_dir):
+        return lambda: command(
+            "finetune", "tsv", "--init", encoder, "--vocab", vocab,
+            "--train", task_dir / "train.tsv", "--dev", task_dir / "dev.tsv", "--output-dir", output_dir,
+            "--max-seq-length", args.seq_length, "--batch-size", args.batch_size,
+            "--learning-rate", 5e-5 if init else 3e-4, "--epochs", 100, "--max-train-steps", finetune_steps,
+            "--verbose", 2, "--overwrite",  # a stage cut short is run again from its start
+        )
+
+    finetune_dir, baseline_dir = out / "finetune", out / "finetune_random"
     stage(f"fine-tuning a classifier: which package ({', '.join(TASK_PACKAGES)}) a docstring comes from",
-          "finetune", lambda: command(
-              "finetune", "tsv", "--init", pretrain_dir / "final" / "encoder_hf", "--vocab", vocab,
-              "--train", task_dir / "train.tsv", "--dev", task_dir / "dev.tsv", "--output-dir", finetune_dir,
-              "--max-seq-length", args.seq_length, "--batch-size", args.batch_size,
-              "--learning-rate", 5e-5 if init else 3e-4, "--epochs", 100, "--max-train-steps", finetune_steps,
-              "--verbose", 2, "--overwrite",  # a stage cut short is run again from its start
-          ))
+          "finetune", finetune(pretrain_dir / "final" / "encoder_hf", finetune_dir))
+    random_encoder = out / "random_encoder"
+
+    def finetune_random():
+        _write_random_encoder(pretrain_dir / "final" / "encoder_hf", vocab, random_encoder)
+        finetune(random_encoder, baseline_dir)()
+
+    stage("the same fine-tuning from random weights: what pre-training bought", "finetune_random", finetune_random)
 
     serving = out / "serving"
     def export():
@@ -147,14 +163,17 @@ def run(args):
         command("export", pretrain_dir / "final" / "pretrainer_tf1", "--pretrainer", "--vocab", vocab,
                 "--out", serving / "fill_mask", "--max-seq-length", args.seq_length, "--model-name", "fill_mask")
         command("export", finetune_dir / "best.keras", "--out", serving / "docstring_package",
-                "--labels", *(finetune_dir / "labels.txt").read_text(encoding="utf-8").split(),
                 "--max-seq-length", args.seq_length, "--model-name", "docstring_package")
 
     stage("export: SavedModels for TensorFlow Serving, tokenizer inside", "export", export)
 
     stages.append("serve")
-    print(f"\n[{len(stages)}/7] answering raw-text requests the way TF Serving runs the exports")
+    print(f"\n[{len(stages)}/{STAGES}] answering raw-text requests the way TF Serving runs the exports")
     _answer(serving, task_dir)
+    pretrained, baseline = (json.loads((folder / "best_metrics.json").read_text())["accuracy"]
+                            for folder in (finetune_dir, baseline_dir))
+    print(f"\nwhat pre-training bought: dev accuracy {pretrained:.3f} fine-tuned from the pre-trained encoder, "
+          f"{baseline:.3f} from random weights ({finetune_steps} steps each, the same data, seed and recipe)")
     print(f"\ndone in {time.perf_counter() - started:.0f} s. Artefacts in {out}/:")
     for path, what in (
         (corpus, "the text"), (vocab, "WordPiece vocabulary"), (records, "pre-training TFRecords"),
@@ -162,6 +181,7 @@ def run(args):
         (pretrain_dir / "final", "pre-trained encoder (.keras, Hugging Face, TF1) and MLM/NSP heads"),
         (pretrain_dir / "logs", "TensorBoard logs (bert-keras plot " + str(pretrain_dir) + ")"),
         (finetune_dir / "best.keras", "fine-tuned classifier"),
+        (baseline_dir / "best.keras", "the same classifier fine-tuned from random weights"),
         (serving, "TF Serving model base paths: fill_mask/1, docstring_package/1"),
     ):
         print(f"  {str(path):48} {what}")
@@ -237,9 +257,22 @@ def _write_config(path, vocab, seq_length):
 # --- the text -------------------------------------------------------------------------
 
 
-def _write_text(corpus, task_dir):
-    """The pre-training corpus (one sentence a line, a blank line between documents) and
-    the labelled docstrings of `TASK_PACKAGES` (train.tsv / dev.tsv)."""
+def _write_random_encoder(pretrained, vocab, folder):
+    """A randomly initialised encoder with the pre-trained one's config (seed 0), in the
+    Hugging Face format `finetune --init` reads."""
+    import keras
+
+    from bert_keras import BertEncoder
+    from bert_keras.models.saving import save_checkpoint
+
+    keras.utils.set_random_seed(0)
+    save_checkpoint(BertEncoder(BertEncoder.from_checkpoint(pretrained).config), folder, "hf", vocab_path=vocab)
+
+
+def _write_text(corpus, held_out, task_dir):
+    """The pre-training corpus (one sentence a line, a blank line between documents), a
+    held-out tenth of its documents for evaluating pre-training, and the labelled
+    docstrings of `TASK_PACKAGES` (train.tsv / dev.tsv)."""
     import pydoc_data.topics
 
     documents = [_sentences(pydoc_data.topics.topics[key]) for key in sorted(pydoc_data.topics.topics)]
@@ -261,7 +294,11 @@ def _write_text(corpus, task_dir):
             documents.append([sentence for text in docstrings for sentence in _sentences(text)])
     print(f"\r      read the docstrings of {len(sources)} standard-library source files")
     documents = [document for document in documents if len(document) > 1]
+    # A fixed tenth of the documents, chosen by a hash of their first sentence, are held out.
+    held = [hashlib.sha1(document[0].encode()).digest()[0] < 256 * 0.1 for document in documents]
     corpus.parent.mkdir(parents=True, exist_ok=True)
+    held_out.write_text("\n\n".join("\n".join(d) for d, h in zip(documents, held) if h) + "\n", encoding="utf-8")
+    documents = [document for document, h in zip(documents, held) if not h]
     corpus.write_text("\n\n".join("\n".join(document) for document in documents) + "\n", encoding="utf-8")
     sentences = sum(len(document) for document in documents)
     print(f"      {corpus}: {len(documents)} documents, {sentences} sentences, "

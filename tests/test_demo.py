@@ -32,8 +32,18 @@ def demo_run(tmp_path_factory):
 @pytest.mark.slow
 def test_demo_writes_every_artefact(demo_run):
     out, printed = demo_run
-    for number in range(1, 8):
-        assert f"[{number}/7]" in printed
+    for number in range(1, 9):
+        assert f"[{number}/8]" in printed
+    # Pre-training was evaluated on held-out text at every checkpoint, kept out of training.
+    held_out = (out / "corpus" / "held_out.txt").read_text(encoding="utf-8").strip().split("\n\n")
+    trained = (out / "corpus" / "python_docs.txt").read_text(encoding="utf-8").strip().split("\n\n")
+    assert len(held_out) > 10 and not set(held_out) & set(trained)
+    assert list((out / "pretrain" / "logs" / "phase1" / "validation").glob("events.out.tfevents.*"))
+    # The summary's two accuracies are those of the two runs, from the same steps and seed.
+    both = [json.loads((out / run / "best_metrics.json").read_text())["accuracy"]
+            for run in ("finetune", "finetune_random")]
+    assert (f"what pre-training bought: dev accuracy {both[0]:.3f} fine-tuned from the pre-trained encoder, "
+            f"{both[1]:.3f} from random weights") in printed
 
     # The text: Python's docs, and the package task with held-out docstrings of every class.
     corpus = (out / "corpus" / "python_docs.txt").read_text(encoding="utf-8")
@@ -107,7 +117,7 @@ def test_demo_run_again_resumes_instead_of_redoing(demo_run, capsys):
     stamp = (out / "finetune" / "best.keras").stat().st_mtime_ns
     assert cli(["demo", "--output-dir", str(out), *SMALL]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("done by an earlier run") == 5
+    assert printed.count("done by an earlier run") == 6
     assert "$ bert-keras export" in printed and "$ bert-keras pretrain" not in printed
     assert (out / "finetune" / "best.keras").stat().st_mtime_ns == stamp
 
