@@ -12,11 +12,21 @@ get_model_status_impl.cc, servables/tensorflow/get_model_metadata_impl.cc, predi
 every malformed request gets a JSON `{"error": ...}` reply. Requests run through
 `SessionPredictor`, the TF1 session loader path TF Serving itself uses. It is a
 development tool: no batching, no polling for new versions, no config reload.
+
+Under load it holds connections as TF Serving does rather than resetting them: a listen
+backlog of `LISTEN_BACKLOG`, up to `max_connections` served at once (more wait in the
+backlog), one model run at a time, a request larger than `max_request_bytes` refused
+before its body is read (HTTP 413, gRPC RESOURCE_EXHAUSTED), a request whose bytes stop
+coming dropped after `request_timeout` seconds, and batches of more than `max_batch_rows`
+rows run in slices of that many, so a request's memory is bounded.
 """
 
 import json
 import re
+import socket
+import sys
 import threading
+import time
 import urllib.parse
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,6 +47,8 @@ _STATUS_PATH = re.compile(
     r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:/(metadata))?",
     re.IGNORECASE | re.ASCII)
 _READ_CHUNK = 1 << 20
+LISTEN_BACKLOG = 1024  # evhttp listens with the system's maximum (SOMAXCONN, 4096 on Linux)
+MAX_REQUEST_BYTES = 64 << 20  # the default of --max-request-bytes: 64 MiB
 
 
 def error(code, message):
@@ -107,7 +119,10 @@ class LocalModelServer:
     """
 
     def __init__(self, model_base=None, name="bert", host="127.0.0.1", grpc_port=8500, rest_port=8501,
-                 model_config_file=None):
+                 model_config_file=None, max_request_bytes=MAX_REQUEST_BYTES, max_batch_rows=256,
+                 max_connections=512, request_timeout=30.0):
+        self.max_request_bytes, self.max_batch_rows = int(max_request_bytes), int(max_batch_rows)
+        self.max_connections, self.request_timeout = int(max_connections), float(request_timeout)
         config = model_server_config(model_base, name, model_config_file)
         self.models = {}
         try:
@@ -148,7 +163,7 @@ class LocalModelServer:
         `resolved` is its (model, version) when the caller has resolved it already."""
         model, version = resolved or self.resolve(request.model_spec)
         with self.lock:
-            signature, outputs = model.versions[version].run(request)
+            signature, outputs = model.versions[version].run(request, max_rows=self.max_batch_rows)
         return model, version, signature, outputs
 
     def predict(self, request):
@@ -320,13 +335,17 @@ class LocalModelServer:
         class ModelService(model_service_pb2_grpc.ModelServiceServicer):
             GetModelStatus = answer(server.status)
 
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        # Calls beyond the workers wait in gRPC's queue; larger messages get RESOURCE_EXHAUSTED.
+        self._grpc = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=8),
+            options=[("grpc.max_receive_message_length", self.max_request_bytes),
+                     ("grpc.max_send_message_length", -1)],
+        )
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(), self._grpc)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(), self._grpc)
         self.grpc_port = self._grpc.add_insecure_port(f"{self.host}:{self.grpc_port}")
         self._grpc.start()
-        self._http = ThreadingHTTPServer((self.host, self.rest_port), self._rest_handler())
-        self._http.daemon_threads = True
+        self._http = _RestServer((self.host, self.rest_port), self._rest_handler(), self.max_connections)
         self.rest_port = self._http.server_address[1]
         threading.Thread(target=self._http.serve_forever, daemon=True).start()
         return self
@@ -345,7 +364,15 @@ class LocalModelServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as TF Serving's evhttp server
             default_request_version = "HTTP/1.0"  # replies to unparsable request lines get a status line
-            timeout = 60  # a client that stops sending mid-request is dropped after this
+            timeout = 60  # an idle keep-alive connection, or a silent client, is dropped after this
+
+            def handle_one_request(self):
+                self.deadline = None  # set once the request line arrives
+                super().handle_one_request()
+
+            def parse_request(self):
+                self.deadline = time.monotonic() + server.request_timeout
+                return super().parse_request()
 
             def _reply(self, status, data, body=True):
                 self.send_response(status)
@@ -365,13 +392,15 @@ class LocalModelServer:
 
             def _read_body(self):
                 if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-                    chunks = []
+                    chunks, total = [], 0
                     while True:
                         size = int(self.rfile.readline(1024).split(b";")[0].strip() or b"x", 16)
                         if size == 0:
                             while self.rfile.readline(1024).strip():  # trailers
                                 pass
                             return b"".join(chunks)
+                        total += size
+                        self._check_size(total)
                         chunks.append(self._read_exactly(size))
                         self.rfile.readline(1024)
                 length = self.headers.get("Content-Length")
@@ -379,12 +408,42 @@ class LocalModelServer:
                     return b""
                 if not length.strip().isdigit():
                     raise ValueError(f"invalid Content-Length: {length!r}")
+                self._check_size(int(length))
                 return self._read_exactly(int(length))
+
+            def _discard_the_rest(self, seconds=2.0):
+                """Reads and drops what the client still sends, for a while, before closing:
+                closing with unread bytes resets the connection, and the client would lose
+                the answer it has not read yet."""
+                self.wfile.flush()
+                try:
+                    self.connection.shutdown(socket.SHUT_WR)
+                    self.connection.settimeout(0.2)
+                    stop = time.monotonic() + seconds
+                    while time.monotonic() < stop and self.connection.recv(_READ_CHUNK):
+                        pass
+                except OSError:
+                    pass
+
+            def _check_size(self, size):
+                if size > server.max_request_bytes:
+                    raise RequestTooLarge(f"Request body of {size} bytes is larger than the server's limit "
+                                          f"of {server.max_request_bytes} bytes (--max-request-bytes)")
 
             def _read_exactly(self, size):
                 chunks = []
                 while size > 0:
-                    chunk = self.rfile.read(min(size, _READ_CHUNK))
+                    late = TimeoutError(f"the request body did not arrive within {server.request_timeout:g} s")
+                    remaining = self.deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise late
+                    self.connection.settimeout(remaining)
+                    try:
+                        chunk = self.rfile.read1(min(size, _READ_CHUNK))
+                    except TimeoutError:
+                        raise late from None
+                    finally:
+                        self.connection.settimeout(self.timeout)
                     if not chunk:
                         raise ValueError("the request body ended before its Content-Length")
                     chunks.append(chunk)
@@ -394,7 +453,11 @@ class LocalModelServer:
             def _handle(self, body=True):
                 try:
                     data = self._read_body()
-                except ValueError as caught:
+                except RequestTooLarge as caught:  # answered unread; the connection cannot be reused
+                    self.close_connection = True
+                    self._reply(413, json.dumps({"error": str(caught)}).encode(), body)
+                    return self._discard_the_rest()
+                except (ValueError, TimeoutError, OSError) as caught:
                     self.close_connection = True
                     return self._reply(400, json.dumps({"error": f"Bad request body: {caught}"}).encode(), body)
                 self._reply(*server.rest(self.command, self.path, data), body=body)
@@ -408,6 +471,41 @@ class LocalModelServer:
                 pass
 
         return Handler
+
+
+class RequestTooLarge(ValueError):
+    """A request body over `max_request_bytes`."""
+
+
+class _RestServer(ThreadingHTTPServer):
+    """A thread per connection, at most `max_connections` at once: the accept loop waits
+    for a free slot, and connections beyond it wait in the listen backlog."""
+
+    daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
+
+    def __init__(self, address, handler, max_connections):
+        self.slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address):
+        self.slots.acquire()
+        try:
+            super().process_request(request, client_address)
+        except Exception:
+            self.slots.release()
+            raise
+
+    def handle_error(self, request, client_address):
+        """A client that went away is no server error; anything else is reported as before."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 def _unquote(text):

@@ -63,18 +63,32 @@ class SessionPredictor:
     def replay_warmup(self):
         return [self.predict(request) for request in warmup_requests(self.export_path)]
 
-    def run(self, request):
+    def run(self, request, max_rows=None):
         """`PredictRequest` -> (signature name, {output name: ndarray}), validated as TF
-        Serving validates it; for servers that answer in another format than protos (REST)."""
+        Serving validates it; for servers that answer in another format than protos (REST).
+
+        `max_rows` runs a larger batch in slices of that many rows (memory bounded by the
+        slice, not the request), put back together as one batch's outputs would be:
+        per-token outputs zero-padded to the longest row."""
         name, signature, inputs, outputs = checked_request(self.signatures, request)
-        feed = {signature.inputs[key].name: value for key, value in inputs.items()}
+        fetch = {key: signature.outputs[key].name for key in outputs}
+        rows = {value.shape[0] if value.ndim else None for value in inputs.values()}
+        (count,) = rows if len(rows) == 1 else (None,)
+        if max_rows is None or count is None or count <= max_rows:
+            return name, self._run(fetch, {signature.inputs[key].name: value for key, value in inputs.items()})
+        slices = [self._run(fetch, {signature.inputs[key].name: value[start:start + max_rows]
+                                    for key, value in inputs.items()})
+                  for start in range(0, count, max_rows)]
+        return name, {key: _concatenate_rows([part[key] for part in slices]) for key in fetch}
+
+    def _run(self, fetch, feed):
         try:
-            results = self.session.run({key: signature.outputs[key].name for key in outputs}, feed)
+            results = self.session.run(fetch, feed)
         except tf.errors.OpError as error:
             raise ServingError(f"{STATUS_CODES[error.error_code]}: {error.message}") from None
         # A rank-0 output comes back as a scalar: an array, as from a TensorProto.
-        return name, {key: np.asarray(value, dtype=object if isinstance(value, bytes) else None)
-                      for key, value in results.items()}
+        return {key: np.asarray(value, dtype=object if isinstance(value, bytes) else None)
+                for key, value in results.items()}
 
     def predict(self, request):
         """`PredictRequest` -> `PredictResponse`, validated as TF Serving validates it."""
@@ -94,6 +108,19 @@ class SessionPredictor:
 
     def close(self):
         self.session.close()
+
+
+def _concatenate_rows(parts):
+    """Slices' outputs as one batch's: rows concatenated, shorter axes padded (zeros, b"")."""
+    if parts[0].ndim == 0:
+        return parts[0]
+    shape = np.max([part.shape for part in parts], axis=0)
+    padded = []
+    for part in parts:
+        widths = [(0, 0)] + [(0, int(size) - have) for size, have in zip(shape[1:], part.shape[1:])]
+        fill = b"" if part.dtype == object else 0
+        padded.append(np.pad(part, widths, constant_values=fill) if any(w for _, w in widths) else part)
+    return np.concatenate(padded)
 
 
 def serving_signatures(meta_graph):
