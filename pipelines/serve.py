@@ -19,7 +19,7 @@ def register(subparsers):
     parser.add_argument("--grpc-port", type=int, default=8500)
     parser.add_argument("--rest-port", type=int, default=8501)
     parser.add_argument("--max-request-bytes", type=int,
-                        help="larger requests are refused unread: HTTP 413, gRPC RESOURCE_EXHAUSTED (default 64 MiB)")
+                        help="larger requests are refused unread: HTTP 413, gRPC RESOURCE_EXHAUSTED (default 16 MiB)")
     parser.add_argument("--max-batch-rows", type=int,
                         help="larger batches run in slices of this many rows, bounding memory (default 256)")
     parser.add_argument("--max-connections", type=int,
