@@ -90,7 +90,7 @@ def stop_on_interrupt(command):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    warnings.formatwarning = warning_line
+    formatwarning, warnings.formatwarning = warnings.formatwarning, warning_line
     previous = stop_on_interrupt(args.command) if threading.current_thread() is threading.main_thread() else None
     try:
         with quiet_start_up():
@@ -101,6 +101,7 @@ def main(argv=None):
         print(f"bert-keras {args.command}: error: {error}", file=sys.stderr)
         return 2
     finally:
+        warnings.formatwarning = formatwarning  # main() may run inside another program (tests)
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
 

@@ -95,7 +95,8 @@ class TimeBudget(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if time.perf_counter() - self.start > 60 * self.minutes:
-            print(f"\ntime budget of {self.minutes} min reached: stopping")
+            # Keras's progress bar then shows the epoch's planned length, not this step.
+            print(f"\ntime budget of {self.minutes} min reached: stopping after step {batch + 1} of this epoch")
             self.model.stop_training = True
 
 
