@@ -70,12 +70,11 @@ def run(args):
     train_examples = label_examples(train_texts, train_labels, classes, args.train).head(args.max_examples)
     dev_examples = label_examples(dev_texts, dev_labels, classes, args.dev).head(args.max_examples)
     print(f"{len(train_examples)} training and {len(dev_examples)} dev examples; classes {classes}")
-    output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "labels.txt").write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
     _, best = train_classifier(
         args, train_examples, {Path(args.dev).name: dev_examples}, classes,
         lambda labels, predicted: {"accuracy": accuracy(labels, predicted)}, "accuracy",
     )
+    output_dir = Path(args.output_dir)  # written after training: a run that fails leaves no files
+    (output_dir / "labels.txt").write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
     (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
     return 0
