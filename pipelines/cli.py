@@ -91,7 +91,10 @@ def stop_on_interrupt(command):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     formatwarning, warnings.formatwarning = warnings.formatwarning, warning_line
-    previous = stop_on_interrupt(args.command) if threading.current_thread() is threading.main_thread() else None
+    # Once per process: a command run by another (the demo's stages) keeps the outer one's hint.
+    outermost = (threading.current_thread() is threading.main_thread()
+                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    previous = stop_on_interrupt(args.command) if outermost else None
     try:
         with quiet_start_up():
             import tensorflow  # noqa: F401
