@@ -18,10 +18,12 @@ from bert_keras.tasks.feature_extractor import BertFeatureExtractor  # noqa: E40
 from bert_keras.tasks.multiple_choice import BertMultipleChoice  # noqa: E402
 from bert_keras.tasks.span_labeler import BertSpanLabeler  # noqa: E402
 from bert_keras.tasks.task import BertTask  # noqa: E402
+from bert_keras.tasks.text_embedder import BertTextEmbedder  # noqa: E402
 from bert_keras.tasks.token_classifier import BertTokenClassifier  # noqa: E402
 from bert_keras.text.packer import BertPacker  # noqa: E402
 from bert_keras.text.preprocessor import BertPreprocessor  # noqa: E402
 from bert_keras.text.tokenizer import BertTokenizer  # noqa: E402
+from bert_keras.training.contrastive import CoSENTLoss, MultipleNegativesRankingLoss  # noqa: E402
 from bert_keras.training.optimization import LAMB, AdamWeightDecay, WarmupLinearDecay, create_optimizer  # noqa: E402
 
 __all__ = [
@@ -36,9 +38,12 @@ __all__ = [
     "BertPretrainer",
     "BertSpanLabeler",
     "BertTask",
+    "BertTextEmbedder",
     "BertTokenClassifier",
     "BertTokenizer",
+    "CoSENTLoss",
     "LAMB",
+    "MultipleNegativesRankingLoss",
     "WarmupLinearDecay",
     "create_optimizer",
 ]

@@ -259,3 +259,100 @@ def _vocab_in(folder):
 def _copy_vocab(vocab_path, folder):
     if vocab_path is not None and Path(vocab_path).resolve() != (Path(folder) / VOCAB).resolve():
         shutil.copyfile(vocab_path, Path(folder) / VOCAB)
+
+
+# ----------------------------------------------------------------- sentence-transformers
+
+ST_MODULES = "modules.json"
+ST_TRANSFORMER = "sentence_transformers.models.Transformer"
+ST_POOLING = "sentence_transformers.models.Pooling"
+ST_NORMALIZE = "sentence_transformers.models.Normalize"
+# Pooling/config.json's flags, by the names `BertTextEmbedder` uses for them.
+ST_POOLING_MODES = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
+                    "max": "pooling_mode_max_tokens", "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens"}
+ST_PROMPTS = ("query", "document")
+
+
+def is_sentence_transformers(path):
+    return Path(path).is_dir() and (Path(path) / ST_MODULES).is_file()
+
+
+def read_sentence_transformers(path):
+    """The settings of a sentence-transformers folder made of a BERT `Transformer`,
+    `Pooling` and optional `Normalize` (`modules.json`): a dict with `encoder` (the
+    Hugging Face folder of the weights), `pooling`, `normalize`, `max_seq_length`,
+    `lower_case` (None: the tokenizer's own setting) and `prompts` ({"query": ...,
+    "document": ...} from `config_sentence_transformers.json`). Other module chains are
+    an error naming the module, not a model that silently embeds differently."""
+    path = Path(path)
+    modules_file = path / ST_MODULES
+    try:
+        modules = json.loads(modules_file.read_text(encoding="utf-8"))
+        types = [(module["type"], module.get("path", "")) for module in modules]
+    except (ValueError, TypeError, KeyError) as error:
+        raise ValueError(f"{modules_file}: not a sentence-transformers modules list ({error})") from None
+    names = [kind for kind, _ in types]
+    supported = names[:1] == [ST_TRANSFORMER] and names[1:2] == [ST_POOLING] and names[2:] in ([], [ST_NORMALIZE])
+    if not supported:
+        raise ValueError(
+            f"{modules_file}: modules {names}; bert-keras reads Transformer, Pooling and an optional Normalize"
+        )
+    encoder, pooling_folder = path / types[0][1], path / types[1][1]
+    pooling_config = _read_json(pooling_folder / "config.json")
+    modes = [mode for mode, flag in ST_POOLING_MODES.items() if pooling_config.get(flag)]
+    others = sorted(key for key, value in pooling_config.items()
+                    if key.startswith("pooling_mode_") and value and key not in ST_POOLING_MODES.values())
+    if len(modes) != 1 or others:
+        raise ValueError(f"{pooling_folder / 'config.json'}: pooling {modes + others}; bert-keras reads exactly "
+                         f"one of {list(ST_POOLING_MODES.values())}")
+    settings = _read_json(encoder / "sentence_bert_config.json") if (encoder / "sentence_bert_config.json").exists() else {}
+    prompts = {}
+    if (path / "config_sentence_transformers.json").exists():
+        prompts = _read_json(path / "config_sentence_transformers.json").get("prompts") or {}
+    return {
+        "encoder": encoder,
+        "pooling": modes[0],
+        "normalize": len(names) == 3,
+        "max_seq_length": settings.get("max_seq_length"),
+        "lower_case": True if settings.get("do_lower_case") else None,
+        "prompts": {name: prompts.get(name) or prompts.get("passage" if name == "document" else name)
+                    for name in ST_PROMPTS},
+    }
+
+
+def write_sentence_transformers(path, pooling, normalize, max_seq_length, lower_case, hidden_size, prompts):
+    """The sentence-transformers files beside a Hugging Face folder at `path` (written by
+    `write_hf`): `modules.json`, `1_Pooling/config.json`, `2_Normalize/`,
+    `sentence_bert_config.json`, `config_sentence_transformers.json` and the tokenizer's
+    `tokenizer_config.json`, so `SentenceTransformer(path)` embeds as the model does."""
+    path = Path(path)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": ST_TRANSFORMER},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": ST_POOLING}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": ST_NORMALIZE})
+        (path / "2_Normalize").mkdir(exist_ok=True)
+    (path / "1_Pooling").mkdir(exist_ok=True)
+    pooling_config = {"word_embedding_dimension": hidden_size,
+                      **{flag: mode == pooling for mode, flag in ST_POOLING_MODES.items()}}
+    files = {
+        ST_MODULES: modules,
+        "1_Pooling/config.json": pooling_config,
+        "sentence_bert_config.json": {"max_seq_length": max_seq_length, "do_lower_case": False},
+        "config_sentence_transformers.json": {
+            "prompts": {name: prompt for name, prompt in prompts.items() if prompt},
+            "default_prompt_name": None, "similarity_fn_name": "cosine",
+        },
+        "tokenizer_config.json": {"tokenizer_class": "BertTokenizer", "do_lower_case": lower_case,
+                                  "model_max_length": max_seq_length},
+    }
+    for name, values in files.items():
+        (path / name).write_text(json.dumps(values, indent=2) + "\n", encoding="utf-8")
+
+
+def _read_json(path):
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no {Path(path).name} at {path}") from None
+    except ValueError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None

@@ -1,0 +1,87 @@
+"""Scoring sentence embeddings: exact nearest-neighbour retrieval with the metrics of
+sentence-transformers' InformationRetrievalEvaluator, and STS correlations.
+
+Retrieval is exact (no index): cosine scores of a block of queries against a block of
+documents, a running top-k merged block by block, so memory holds `query_block x
+document_block` scores however large the collection (a million vectors included).
+"""
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from bert_keras.tasks.glue import pearson, spearman
+
+RECALL_AT = (1, 5, 10)
+
+
+@tf.function(reduce_retracing=True)
+def _merge_top_k(best_scores, best_indices, queries, documents, offset, k):
+    scores = tf.matmul(queries, documents, transpose_b=True)
+    block_scores, block_indices = tf.math.top_k(scores, k=tf.minimum(k, tf.shape(documents)[0]))
+    scores = tf.concat([best_scores, block_scores], axis=1)
+    indices = tf.concat([best_indices, block_indices + offset], axis=1)
+    scores, order = tf.math.top_k(scores, k=k)
+    return scores, tf.gather(indices, order, batch_dims=1)
+
+
+def _unit(vectors):
+    vectors = np.asarray(vectors, np.float32)
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def top_k(queries, documents, k=10, query_block=1024, document_block=65536):
+    """Exact cosine top-k: (scores, indices) `[queries, k]`, best first (ties: the lower
+    index). `documents` may be a memory-mapped array; it is read block by block."""
+    queries = _unit(queries)
+    k = min(int(k), len(documents))
+    scores = np.empty((len(queries), k), np.float32)
+    indices = np.empty((len(queries), k), np.int64)
+    for q in range(0, len(queries), query_block):
+        block = tf.constant(queries[q : q + query_block])
+        best_scores = tf.fill([block.shape[0], k], -np.inf)
+        best_indices = tf.fill([block.shape[0], k], -1)
+        for d in range(0, len(documents), document_block):
+            best_scores, best_indices = _merge_top_k(
+                best_scores, best_indices, block, tf.constant(_unit(documents[d : d + document_block])),
+                tf.constant(d, tf.int32), tf.constant(k, tf.int32))
+        scores[q : q + query_block], indices[q : q + query_block] = best_scores.numpy(), best_indices.numpy()
+    return scores, indices
+
+
+def retrieval_metrics(retrieved, relevant, recall_at=RECALL_AT, cutoff=10):
+    """recall@k (the share of a query's relevant documents in its top k), MRR@cutoff and
+    nDCG@cutoff (binary relevance), averaged over queries, from `retrieved` (indices
+    `[queries, >= max k]`, best first) and `relevant` (one collection of document
+    indices per query)."""
+    totals = {f"recall@{k}": 0.0 for k in recall_at}
+    totals.update({f"mrr@{cutoff}": 0.0, f"ndcg@{cutoff}": 0.0})
+    if len(retrieved) != len(relevant):
+        raise ValueError(f"{len(retrieved)} result lists for {len(relevant)} queries")
+    for found, wanted in zip(retrieved, relevant):
+        wanted = set(int(index) for index in wanted)
+        if not wanted:
+            raise ValueError("a query has no relevant document")
+        hits = [int(index) in wanted for index in found]
+        for k in recall_at:
+            totals[f"recall@{k}"] += sum(hits[:k]) / len(wanted)
+        first = next((rank for rank, hit in enumerate(hits[:cutoff]) if hit), None)
+        totals[f"mrr@{cutoff}"] += 0.0 if first is None else 1.0 / (first + 1)
+        dcg = sum(1.0 / math.log2(rank + 2) for rank, hit in enumerate(hits[:cutoff]) if hit)
+        ideal = sum(1.0 / math.log2(rank + 2) for rank in range(min(len(wanted), cutoff)))
+        totals[f"ndcg@{cutoff}"] += dcg / ideal
+    return {name: value / len(relevant) for name, value in totals.items()}
+
+
+def evaluate_retrieval(queries, documents, relevant, recall_at=RECALL_AT, cutoff=10):
+    """`retrieval_metrics` of exact cosine search of `queries` among `documents` (vectors)."""
+    _, indices = top_k(queries, documents, k=max(*recall_at, cutoff))
+    return retrieval_metrics(indices, relevant, recall_at, cutoff)
+
+
+def similarity_correlations(a, b, scores):
+    """Pearson and Spearman correlation of the cosine of row pairs of `a` and `b` with
+    gold `scores` (sentence-transformers' EmbeddingSimilarityEvaluator, cosine)."""
+    cosine = np.sum(_unit(a) * _unit(b), axis=1)
+    return {"pearson": pearson(cosine, scores), "spearman": spearman(cosine, scores)}

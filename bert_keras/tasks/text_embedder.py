@@ -1,0 +1,211 @@
+"""Sentence embeddings: one vector per text for semantic search, clustering and
+deduplication, as sentence-transformers computes them (all-MiniLM-L6-v2 and the like).
+
+`BertTextEmbedder` is the encoder, a pooling of the last layer over the real tokens and
+an optional L2 normalisation. It reads and writes sentence-transformers folders, trains
+through `model.fit` on (anchor, positive[, negative]) columns with in-batch negatives or
+on scored pairs with CoSENT (`bert_keras.training.contrastive`), and exports raw strings
+-> vectors.
+"""
+
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from bert_keras import checkpoint
+from bert_keras.models.encoder import BertEncoder
+from bert_keras.models.saving import save_checkpoint
+from bert_keras.tasks.task import BertTask, ServingSignature, check_no_labels, is_packed, preprocessor_for
+from bert_keras.training.contrastive import MultipleNegativesRankingLoss, text_fingerprints
+
+POOLING = tuple(checkpoint.ST_POOLING_MODES)
+# Named columns of a dict of texts, in the order the losses read them.
+COLUMNS = ("anchor", "positive", "negative", "text_a", "text_b")
+
+
+def _column_list(x):
+    """Text columns as a list: a tuple/list as given, a dict in `COLUMNS` order."""
+    if isinstance(x, dict):
+        unknown = sorted(set(x) - set(COLUMNS))
+        if unknown:
+            raise ValueError(f"text columns {unknown} are not among {list(COLUMNS)}")
+        return [x[name] for name in COLUMNS if name in x]
+    return list(x)
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertTextEmbedder(BertTask):
+    """Encoder + pooling + optional L2 normalisation: one float32 vector per text.
+
+    Args:
+        encoder: a `BertEncoder`.
+        pooling: over the last layer's real tokens (`input_mask` 1), as
+            sentence-transformers' Pooling: "mean", "cls" (position 0), "max", or
+            "mean_sqrt_len" (the sum divided by the square root of the length).
+        normalize: L2-normalise the vectors (sentence-transformers' Normalize).
+        query_prefix, document_prefix: text put before queries / documents by
+            `encode_queries` / `encode_documents`, and before the first / other columns
+            in `fit` (e5-style "query: " / "passage: "); None for none.
+        preprocessor: a `BertPreprocessor` for raw text.
+
+    Call: a packed dict -> `[B, H]`; a tuple of packed dicts (text columns) -> `[B,
+    columns, H]`, what the losses take. `fit` takes raw columns `(anchors, positives[,
+    negatives])` (or a dict with `anchor`, `positive`, `negative` / `text_a`, `text_b`)
+    with no `y` for `MultipleNegativesRankingLoss` (the default), or scores as `y` with
+    `CoSENTLoss`.
+    """
+
+    def __init__(self, encoder, pooling="mean", normalize=True, query_prefix=None, document_prefix=None,
+                 preprocessor=None, **kwargs):
+        # One text a vector, whatever the columns it was trained on.
+        super().__init__(encoder, preprocessor, segments=("text",), **kwargs)
+        if pooling not in POOLING:
+            raise ValueError(f"pooling must be one of {POOLING}, got {pooling!r}")
+        self.pooling = pooling
+        self.normalize = bool(normalize)
+        self.query_prefix = query_prefix or None
+        self.document_prefix = document_prefix or None
+        self.built = True
+
+    # --- the vectors ---------------------------------------------------------------
+
+    def embed(self, packed, training=None):
+        """Packed inputs -> float32 vectors `[B, H]`."""
+        tokens = tf.cast(self._encode(packed, training)["sequence_output"], tf.float32)
+        mask = tf.cast(packed["input_mask"], tf.float32)[:, :, None]
+        if self.pooling == "cls":
+            vectors = tokens[:, 0]
+        elif self.pooling == "max":
+            vectors = tf.reduce_max(tf.where(mask > 0, tokens, -1e9), axis=1)
+        else:
+            total, count = tf.reduce_sum(tokens * mask, axis=1), tf.maximum(tf.reduce_sum(mask, axis=1), 1e-9)
+            vectors = total / (count if self.pooling == "mean" else tf.sqrt(count))
+        if self.normalize:
+            vectors = tf.math.l2_normalize(vectors, axis=-1, epsilon=1e-24)
+        return vectors
+
+    def call(self, inputs, training=None):
+        if is_packed(inputs):
+            return self.embed(inputs, training)
+        return tf.stack([self.embed(column, training) for column in _column_list(inputs)], axis=1)
+
+    def compile(self, optimizer="auto", loss="auto", metrics=None, **kwargs):
+        """Defaults: AdamW 2e-5 (sentence-transformers' rate) and in-batch negatives."""
+        from bert_keras.tasks.task import default_optimizer
+
+        if optimizer == "auto":
+            optimizer = default_optimizer(2e-5)
+        if loss == "auto":
+            loss = MultipleNegativesRankingLoss()
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    # --- raw text ------------------------------------------------------------------
+
+    def text_segments(self, x, record=False):
+        return self.segments  # each column is embedded alone: the vector is of one text
+
+    def preprocess_samples(self, x, y=None, sample_weight=None):
+        """One text column -> packed; several -> a tuple of packed columns, with the
+        prefixes, and as `y` their `text_fingerprints` unless scores are given."""
+        if not isinstance(x, (tuple, list, dict)):
+            return keras.utils.pack_x_y_sample_weight(self.preprocessor(x), y, sample_weight)
+        columns = [self._prefixed(column, self.query_prefix if i == 0 else self.document_prefix)
+                   for i, column in enumerate(_column_list(x))]
+        if y is None:
+            y = text_fingerprints(columns)
+        return keras.utils.pack_x_y_sample_weight(tuple(self.preprocessor(c) for c in columns), y, sample_weight)
+
+    @staticmethod
+    def _prefixed(texts, prefix):
+        return texts if not prefix else tf.strings.join([prefix, texts])
+
+    def encode(self, texts, batch_size=32, verbose=0, prefix=None):
+        """Vectors `[len(texts), H]` (numpy float32) of a list of strings, computed in
+        batches of similar lengths (longest first) and returned in the input order."""
+        texts = [prefix + text for text in texts] if prefix else list(texts)
+        if not texts:
+            return np.zeros((0, self.encoder.config.hidden_size), np.float32)
+        if self.preprocessor is None:
+            raise ValueError("BertTextEmbedder.encode needs a preprocessor for raw text")
+        order = np.argsort([-len(text) for text in texts], kind="stable")
+        batches = tf.data.Dataset.from_tensor_slices(np.array(texts, dtype=object)[order]).batch(batch_size)
+        batches = batches.map(self.preprocessor, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        vectors = np.empty((len(texts), self.encoder.config.hidden_size), np.float32)
+        vectors[order] = self.predict(batches, verbose=verbose)
+        return vectors
+
+    def encode_queries(self, texts, **kwargs):
+        """`encode` with `query_prefix`."""
+        return self.encode(texts, prefix=self.query_prefix, **kwargs)
+
+    def encode_documents(self, texts, **kwargs):
+        """`encode` with `document_prefix`."""
+        return self.encode(texts, prefix=self.document_prefix, **kwargs)
+
+    # --- serving ---------------------------------------------------------------------
+
+    def serving_signature(self, preprocessor, labels=None):
+        """Served: `embeddings` float32 `[batch, H]` of each text as given (no prefix)."""
+        check_no_labels(self, labels)
+        return EmbedderSignature(self, preprocessor)
+
+    # --- configuration and checkpoints ------------------------------------------------
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("segments")
+        return {**config, "pooling": self.pooling, "normalize": self.normalize,
+                "query_prefix": self.query_prefix, "document_prefix": self.document_prefix}
+
+    @classmethod
+    def from_checkpoint(cls, path, preprocessor=True, vocab=None, lower_case=None, seq_length=None,
+                        max_seq_length=None, encoder_config=None, pooling=None, normalize=None,
+                        query_prefix=None, document_prefix=None, **kwargs):
+        """An embedder from a sentence-transformers folder (its pooling, normalisation,
+        `max_seq_length`, lower-casing and query/document prompts) or from any encoder
+        checkpoint (mean pooling and normalisation unless given, up to 512 tokens).
+        Arguments given override the folder's settings. Texts are padded to the longest
+        in each batch (`seq_length=None`), as sentence-transformers does."""
+        settings = {"encoder": path, "pooling": "mean", "normalize": True, "max_seq_length": None,
+                    "lower_case": None, "prompts": {}}
+        if checkpoint.is_sentence_transformers(path):
+            settings = checkpoint.read_sentence_transformers(path)
+        encoder = BertEncoder.from_checkpoint(settings["encoder"], config=encoder_config)
+        max_seq_length = max_seq_length or settings["max_seq_length"] or encoder.config.max_position_embeddings
+        if preprocessor is True:
+            lower_case = settings["lower_case"] if lower_case is None else lower_case
+            preprocessor = preprocessor_for(encoder, vocab, lower_case, checkpoint=path, seq_length=seq_length,
+                                            max_seq_length=max_seq_length)
+        elif preprocessor is False:
+            preprocessor = None
+        prompts = settings["prompts"]
+        return cls(
+            encoder, pooling=pooling or settings["pooling"],
+            normalize=settings["normalize"] if normalize is None else normalize,
+            query_prefix=query_prefix if query_prefix is not None else prompts.get("query"),
+            document_prefix=document_prefix if document_prefix is not None else prompts.get("document"),
+            preprocessor=preprocessor, **kwargs,
+        )
+
+    def save_checkpoint(self, path):
+        """Writes a sentence-transformers folder (Hugging Face weights, vocab, pooling,
+        normalisation, max length, prompts) that `SentenceTransformer(path)` loads and
+        `from_checkpoint` reads back."""
+        if self.preprocessor is None:
+            raise ValueError("save_checkpoint writes the tokenizer's vocabulary: build the embedder with a preprocessor")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        tokenizer = self.preprocessor.tokenizer
+        (path / checkpoint.VOCAB).write_text("".join(f"{token}\n" for token in tokenizer.vocabulary), encoding="utf-8")
+        save_checkpoint(self.encoder, path, "hf", vocab_path=path / checkpoint.VOCAB)
+        checkpoint.write_sentence_transformers(
+            path, self.pooling, self.normalize, self.preprocessor.packer.max_seq_length, tokenizer.lower_case,
+            self.encoder.config.hidden_size, {"query": self.query_prefix, "document": self.document_prefix},
+        )
+
+
+class EmbedderSignature(ServingSignature):
+    def from_ids(self, packed, run):
+        return {"embeddings": run(packed)}
