@@ -50,6 +50,8 @@ class BertTextEmbedder(BertTask):
             in `fit` (e5-style "query: " / "passage: "); None for none.
         preprocessor: a `BertPreprocessor` for raw text.
 
+    The encoder's pooler, which the vectors do not use, is frozen.
+
     Call: a packed dict -> `[B, H]`; a tuple of packed dicts (text columns) -> `[B,
     columns, H]`, what the losses take. `fit` takes raw columns `(anchors, positives[,
     negatives])` (or a dict with `anchor`, `positive`, `negative` / `text_a`, `text_b`)
@@ -67,6 +69,8 @@ class BertTextEmbedder(BertTask):
         self.normalize = bool(normalize)
         self.query_prefix = query_prefix or None
         self.document_prefix = document_prefix or None
+        # The vectors do not use the pooler: it gets no gradient (and Keras would warn of it).
+        encoder.pooler.trainable = False
         self.built = True
 
     # --- the vectors ---------------------------------------------------------------

@@ -90,8 +90,35 @@ def finetune(strategy, initial_weights, vocab, sentences, output_dir):
     return model.get_weights()
 
 
+def embed(strategy, initial_weights, vocab, sentences, output_dir):
+    """STEPS of the `finetune` pipeline's `train` for a `BertTextEmbedder` on pairs of
+    consecutive sentences (in-batch negatives, gathered across replicas); final weights."""
+    import numpy as np
+    import tensorflow as tf
+
+    from bert_keras import BertEncoder, BertTextEmbedder
+    from bert_keras.tasks.task import preprocessor_for
+    from pipelines.finetune import train
+
+    with strategy.scope():
+        encoder = BertEncoder(tiny_config(30522))
+        preprocessor = preprocessor_for(encoder, vocab, lower_case=True, seq_length=None, max_seq_length=SEQ_LENGTH)
+        model = BertTextEmbedder(encoder, preprocessor=preprocessor)
+        model.set_weights(initial_weights)
+    columns = (np.array(sentences[:-1], object), np.array(sentences[1:], object))
+    batches = tf.data.Dataset.from_tensor_slices((columns,)).batch(GLOBAL_BATCH)
+    args = argparse.Namespace(
+        batch_size=GLOBAL_BATCH, epochs=1, max_train_steps=STEPS, learning_rate=1e-3, warmup_proportion=0.1,
+        weight_decay=0.01, jit_compile=False, output_dir=str(output_dir), max_train_minutes=None, verbose=0,
+        max_seq_length=SEQ_LENGTH,
+    )
+    train(model, args, batches, len(sentences) - 1, lambda model: {"score": 0.0}, "score", strategy)
+    return model.get_weights()
+
+
 def mirrored(out):
-    """Pre-training and fine-tuning on one device and mirrored over 2 logical CPUs."""
+    """Pre-training, fine-tuning and embedder training on one device and mirrored over
+    2 logical CPUs."""
     import numpy as np
     import tensorflow as tf
 
@@ -124,6 +151,12 @@ def mirrored(out):
         results[f"finetune_{name}"] = finetune(
             strategy, initial, inputs["vocab"], inputs["sentences"], out / f"finetune_{name}"
         )
+    from bert_keras import BertTextEmbedder
+
+    initial = BertTextEmbedder(BertEncoder(tiny_config(30522))).get_weights()
+    results["embed_initial"] = initial
+    for name, strategy in (("one_device", one_device), ("mirrored", two_cpus)):
+        results[f"embed_{name}"] = embed(strategy, initial, inputs["vocab"], inputs["sentences"], out / f"embed_{name}")
     save_weights(out / "mirrored.npz", results)
 
 
