@@ -31,7 +31,7 @@ RESUMABLE = {"pretrain": "run the same command again to resume from the last che
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
                PermissionError)
 
-PIPELINES = ("demo", "convert", "vocab", "create_pretraining_data", "pretrain", "finetune", "extract_features", "export", "serve", "plot")
+PIPELINES = ("demo", "convert", "vocab", "create_pretraining_data", "pretrain", "finetune", "embed", "extract_features", "export", "serve", "plot")
 
 
 def build_parser():

@@ -1,4 +1,4 @@
-"""`bert-keras finetune glue|squad|conll|tsv`: the original fine-tuning recipe through `model.fit`.
+"""`bert-keras finetune glue|squad|conll|tsv|embedder`: the original fine-tuning recipe through `model.fit`.
 
 Shared here: the common flags, the encoder/preprocessor set-up, a classifier's training
 (GLUE and TSV) and the training run: the optimiser (AdamW, linear warm-up over 10% of
@@ -13,12 +13,12 @@ from pathlib import Path
 
 from pipelines.arguments import add_checkpoint_arguments, add_distribution_arguments, checkpoint_source
 
-TASK_MODULES = ("glue", "squad", "conll", "tsv")
+TASK_MODULES = ("glue", "squad", "conll", "tsv", "embedder")
 
 
 def register(subparsers):
     parser = subparsers.add_parser(
-        "finetune", help="fine-tune on GLUE, SQuAD, CoNLL-2003 or your own TSV", description=__doc__
+        "finetune", help="fine-tune on GLUE, SQuAD, CoNLL-2003, your own TSV, or text pairs for embeddings", description=__doc__
     )
     tasks = parser.add_subparsers(dest="task", required=True)
     import importlib
@@ -33,7 +33,8 @@ def register(subparsers):
 
 # What a fine-tuning run writes into --output-dir (GLUE submissions are TASK.tsv).
 RUN_FILES = {"best.keras", "best.weights.h5", "logs", "eval_results.json", "best_metrics.json", "labels.txt",
-             "predictions.txt", "predictions.json", "nbest_predictions.json", "null_odds.json", "checkpoints"}
+             "predictions.txt", "predictions.json", "nbest_predictions.json", "null_odds.json", "checkpoints",
+             "sentence-transformers"}
 
 
 def in_fresh_output_dir(run):
@@ -88,18 +89,14 @@ def add_common_arguments(parser, learning_rate=2e-5, epochs=3, batch_size=32, ma
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Keras progress output")
 
 
-def build_head(args, make_head, seq_length=None):
-    """Encoder from `--init`, its preprocessor (dynamic padding up to
-    `--max-seq-length` unless `seq_length`; always `--max-seq-length` on a TPU, which
-    needs fixed shapes), and `make_head(encoder, preprocessor)`, inside the
-    `--strategy` scope. Returns (strategy, model)."""
+def training_setup(args, seq_length=None):
+    """The `--strategy` (checked against `--batch-size`), `--mixed-precision` and
+    `--seed` set, and the padded length: `seq_length` (None: dynamic), or always
+    `--max-seq-length` on a TPU, which needs fixed shapes. Returns (strategy, seq_length)."""
     import keras
 
     from bert_keras.training import distribute
-    from bert_keras.models.encoder import BertEncoder
-    from bert_keras.tasks.task import preprocessor_for
 
-    source = checkpoint_source(args.init)
     strategy = distribute.resolve_strategy(args.strategy, tpu=args.tpu, devices=args.devices)
     distribute.check_global_batch(strategy, args.batch_size)
     if args.mixed_precision:
@@ -107,6 +104,18 @@ def build_head(args, make_head, seq_length=None):
     keras.utils.set_random_seed(args.seed)
     if distribute.needs_static_shapes(strategy):
         seq_length = args.max_seq_length
+    return strategy, seq_length
+
+
+def build_head(args, make_head, seq_length=None):
+    """Encoder from `--init`, its preprocessor (padding as `training_setup` says, up to
+    `--max-seq-length`), and `make_head(encoder, preprocessor)`, inside the
+    `--strategy` scope. Returns (strategy, model)."""
+    from bert_keras.models.encoder import BertEncoder
+    from bert_keras.tasks.task import preprocessor_for
+
+    source = checkpoint_source(args.init)
+    strategy, seq_length = training_setup(args, seq_length)
     with strategy.scope():
         encoder = BertEncoder.from_checkpoint(source)
         if args.max_seq_length > encoder.config.max_position_embeddings:
@@ -156,14 +165,15 @@ def train_classifier(args, train_examples, dev_sets, labels, score, main_metric)
     return model, best
 
 
-def train(model, args, train_batches, num_examples, evaluate, main_metric, strategy, preprocessed=False):
+def train(model, args, train_batches, num_examples, evaluate, main_metric, strategy, preprocessed=False, loss="auto"):
     """Fits `model` on `train_batches` (raw and batched at `--batch-size`, or packed
     with `preprocessed=True`), calling `evaluate(model) -> {metric: value}` after every
     epoch; keeps the best weights by `main_metric` and saves the model with them as
     `output_dir/best.keras`, without optimizer state (on the chief; other workers write
     to a temporary folder).
     Each global batch is split into per-replica batches (the last, smaller batch of an
-    epoch is dropped; a set smaller than one batch is one smaller batch). Returns the best metrics."""
+    epoch is dropped; a set smaller than one batch is one smaller batch). `loss` goes to
+    the head's `compile` ("auto": its default). Returns the best metrics."""
     import keras
 
     from bert_keras.training import distribute
@@ -178,7 +188,7 @@ def train(model, args, train_batches, num_examples, evaluate, main_metric, strat
     with strategy.scope():
         optimizer = create_optimizer(args.learning_rate, total, int(args.warmup_proportion * total),
                                      weight_decay=args.weight_decay)
-        model.compile(optimizer=optimizer, jit_compile=args.jit_compile)
+        model.compile(optimizer=optimizer, loss=loss, jit_compile=args.jit_compile)
     batches = (train_batches if preprocessed else model.preprocessed_dataset(train_batches)).repeat()
     seq_length = args.max_seq_length if distribute.needs_static_shapes(strategy) else None
     dataset = distribute.distribute_dataset(

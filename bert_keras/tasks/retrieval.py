@@ -74,6 +74,21 @@ def retrieval_metrics(retrieved, relevant, recall_at=RECALL_AT, cutoff=10):
     return {name: value / len(relevant) for name, value in totals.items()}
 
 
+def retrieval_set(anchors, positives, negatives=None):
+    """(queries, documents, relevant) from pair columns: the distinct anchors are the
+    queries, the distinct positives and negatives the documents, and a query's relevant
+    documents are the positives of all its rows."""
+    documents, index = [], {}
+    for text in [*positives, *(negatives or [])]:
+        if text not in index:
+            index[text] = len(documents)
+            documents.append(text)
+    relevant = {}
+    for anchor, positive in zip(anchors, positives):
+        relevant.setdefault(anchor, set()).add(index[positive])
+    return list(relevant), documents, list(relevant.values())
+
+
 def evaluate_retrieval(queries, documents, relevant, recall_at=RECALL_AT, cutoff=10):
     """`retrieval_metrics` of exact cosine search of `queries` among `documents` (vectors)."""
     _, indices = top_k(queries, documents, k=max(*recall_at, cutoff))

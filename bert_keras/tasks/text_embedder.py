@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from bert_keras import checkpoint
 from bert_keras.models.encoder import BertEncoder
-from bert_keras.models.saving import save_checkpoint
+from bert_keras.models.saving import load_keras_file, save_checkpoint
 from bert_keras.tasks.task import BertTask, ServingSignature, check_no_labels, is_packed, preprocessor_for
 from bert_keras.training.contrastive import MultipleNegativesRankingLoss, text_fingerprints
 
@@ -171,7 +171,13 @@ class BertTextEmbedder(BertTask):
         `max_seq_length`, lower-casing and query/document prompts) or from any encoder
         checkpoint (mean pooling and normalisation unless given, up to 512 tokens).
         Arguments given override the folder's settings. Texts are padded to the longest
-        in each batch (`seq_length=None`), as sentence-transformers does."""
+        in each batch (`seq_length=None`), as sentence-transformers does. A `.keras`
+        file of an embedder is loaded as saved."""
+        if Path(path).suffix == ".keras":
+            model = load_keras_file(path)
+            if not isinstance(model, cls):
+                raise ValueError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
+            return model
         settings = {"encoder": path, "pooling": "mean", "normalize": True, "max_seq_length": None,
                     "lower_case": None, "prompts": {}}
         if checkpoint.is_sentence_transformers(path):
