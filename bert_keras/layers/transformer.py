@@ -15,10 +15,26 @@ ACTIVATIONS = {
 }
 
 
-def attention_bias(input_mask):
-    """[B, L] 0/1 padding mask -> float32 [B, 1, 1, L] bias added to attention scores."""
+def attention_bias(input_mask, packed_sequence_ids=None):
+    """[B, L] 0/1 padding mask -> float32 [B, 1, 1, L] bias added to attention scores.
+
+    With `packed_sequence_ids` (int [B, L]: k >= 1 on the tokens of a row's k-th packed
+    sequence, 0 on padding), [B, 1, L, L]: each token attends only to the tokens of its
+    own sequence, so sequences packed in one row do not see each other."""
     keep = tf.cast(input_mask, tf.float32)[:, None, None, :]
-    return (1.0 - keep) * -1e9
+    if packed_sequence_ids is None:
+        return (1.0 - keep) * -1e9
+    ids = tf.cast(packed_sequence_ids, tf.int32)
+    same = tf.cast(tf.equal(ids[:, :, None], ids[:, None, :]), tf.float32)[:, None]
+    return (1.0 - same * keep) * -1e9
+
+
+def packed_position_ids(packed_sequence_ids):
+    """int [B, L] -> each token's position within its own packed sequence (0 at its
+    [CLS]); padding keeps its index. Sequence k must fill one span, after sequence k-1."""
+    ids = tf.cast(packed_sequence_ids, tf.int32)
+    earlier = (ids[:, None, :] > 0) & (ids[:, None, :] < ids[:, :, None])  # [B, i, j]: j in an earlier sequence
+    return tf.range(tf.shape(ids)[1])[None, :] - tf.reduce_sum(tf.cast(earlier, tf.int32), axis=2)
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -130,7 +146,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
     def call(self, hidden_states, attention_bias, training=None, return_attention_probs=False,
              query_positions=None):
-        """hidden_states [B, L, H]; attention_bias float32 [B, 1, 1, L] from `attention_bias`.
+        """hidden_states [B, L, H]; attention_bias float32 [B, 1, 1, L] (or [B, 1, L, L]
+        for packed rows) from `attention_bias`.
 
         `query_positions` int [B, Q]: compute the block's output only at these positions
         (they still attend to all L), giving [B, Q, H]. Pre-training needs the last layer
@@ -160,6 +177,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
                 [-1, hidden],
             )
             (query,) = project_heads(rows, query_length, self.qkv_kernel[:, :hidden], self.qkv_bias[:hidden])
+            if attention_bias.shape[2] != 1:  # one bias row per query: keep the queried rows
+                attention_bias = tf.gather(attention_bias, tf.cast(query_positions, tf.int32), axis=2, batch_dims=1)
         query *= 1.0 / math.sqrt(head_size)
         scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32) + tf.cast(
             attention_bias, tf.float32

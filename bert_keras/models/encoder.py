@@ -6,10 +6,12 @@ import tensorflow as tf
 from bert_keras.checkpoint import set_original_weights
 from bert_keras.config import BertConfig
 from bert_keras.layers import BertEmbeddings, BertPooler, TransformerEncoderBlock
-from bert_keras.layers.transformer import attention_bias
+from bert_keras.layers.transformer import attention_bias, packed_position_ids
 from bert_keras.models.saving import load_checkpoint
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+# Optional input of rows that pack several sequences (see `BertEncoder`).
+PACKING_INPUT = "packed_sequence_ids"
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -23,6 +25,12 @@ class BertEncoder(keras.Model):
 
     Build one from a `BertConfig` (`BertEncoder(BertConfig.preset("base"))`) or load a
     released checkpoint with `BertEncoder.from_checkpoint(path)`.
+
+    Packed rows: with an extra int `packed_sequence_ids` [B, L] (k >= 1 on the tokens of
+    the row's k-th sequence, each sequence one span with its own [CLS] and [SEP], 0 on
+    padding), positions restart at 0 for every sequence and attention stays within a
+    sequence, so each sequence's outputs are those it would get alone in a row
+    (`pooled_output` is then the first sequence's).
     """
 
     def __init__(self, config=None, **kwargs):
@@ -80,9 +88,10 @@ class BertEncoder(keras.Model):
         at [CLS] for the pooler); `sequence_output` and the last of `encoder_outputs` are
         then [B, P, H] at those positions. This is what pre-training heads need, at a
         fraction of the last layer's cost."""
-        input_word_ids, input_mask, input_type_ids = self._checked_inputs(inputs)
-        hidden = self.embeddings(input_word_ids, input_type_ids, training=training)
-        bias = attention_bias(input_mask)
+        input_word_ids, input_mask, input_type_ids, packed = self._checked_inputs(inputs)
+        position_ids = None if packed is None else packed_position_ids(packed)
+        hidden = self.embeddings(input_word_ids, input_type_ids, training=training, position_ids=position_ids)
+        bias = attention_bias(input_mask, packed)
         query_positions = None
         if output_positions is not None:
             output_positions = tf.cast(output_positions, tf.int32)
@@ -120,7 +129,8 @@ class BertEncoder(keras.Model):
         if missing:
             raise ValueError(f"BertEncoder inputs are missing {missing}; got keys {sorted(inputs)}")
         tensors = []
-        for name in INPUT_NAMES:
+        names = INPUT_NAMES + ((PACKING_INPUT,) if PACKING_INPUT in inputs else ())
+        for name in names:
             tensor = inputs[name]
             if not isinstance(tensor, (tf.Tensor, tf.Variable)) and not keras.ops.is_tensor(tensor):
                 tensor = tf.convert_to_tensor(tensor)
@@ -130,7 +140,7 @@ class BertEncoder(keras.Model):
             if len(tensor.shape) != 2:
                 raise ValueError(f"BertEncoder input {name} must be [batch, seq], got shape {tensor.shape}")
             tensors.append(tensor)
-        shapes = {name: tuple(t.shape) for name, t in zip(INPUT_NAMES, tensors)}
+        shapes = {name: tuple(t.shape) for name, t in zip(names, tensors)}
         if not all(_compatible(shapes[INPUT_NAMES[0]], s) for s in shapes.values()):
             raise ValueError(f"BertEncoder inputs must all have the same shape, got {shapes}")
         seq_length = tensors[0].shape[1]
@@ -139,7 +149,7 @@ class BertEncoder(keras.Model):
                 f"sequence length {seq_length} exceeds max_position_embeddings="
                 f"{self.config.max_position_embeddings}; truncate the inputs"
             )
-        return tensors
+        return tensors + [None] * (len(INPUT_NAMES) + 1 - len(tensors))
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}

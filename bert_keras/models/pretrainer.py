@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from bert_keras.checkpoint import set_original_weights
-from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
+from bert_keras.models.encoder import INPUT_NAMES, PACKING_INPUT, BertEncoder
 from bert_keras.layers import BertMaskedLMHead, BertNextSentenceHead
 from bert_keras.models.saving import load_checkpoint
 
@@ -30,6 +30,13 @@ class BertPretrainer(keras.Model):
     ablation, RoBERTa's choice): masked LM only, on the same data (the next-sentence
     labels, if present, are ignored) and with checkpoints that hold no
     `cls/seq_relationship` weights.
+
+    Packed rows (several instances in one row, no cross-attention between them; see
+    `BertEncoder`) add `packed_sequence_ids` [B, L] and `next_sentence_positions` [B, K]
+    (each instance's [CLS]), with `next_sentence_labels` and `next_sentence_weights`
+    [B, K] (0 for unused slots): `nsp_logits` is then [B, K, 2], and the losses are
+    those of the same instances unpacked (the next-sentence loss averaged over real
+    instances of the global batch, as the masked-LM loss is over real predictions).
     """
 
     def __init__(self, encoder, next_sentence=True, **kwargs):
@@ -75,17 +82,27 @@ class BertPretrainer(keras.Model):
             raise ValueError(
                 f"BertPretrainer takes a dict with {list(INPUT_NAMES)} and masked_lm_positions; got {got}"
             )
+        packed = PACKING_INPUT in inputs
+        positions = inputs["masked_lm_positions"]
+        if packed and self.next_sentence:
+            if "next_sentence_positions" not in inputs:
+                raise ValueError("packed rows (packed_sequence_ids) need next_sentence_positions: each instance's [CLS]")
+            cls_positions = tf.cast(inputs["next_sentence_positions"], tf.int32)
+            positions = tf.concat([cls_positions, tf.cast(positions, tf.int32)], axis=1)
         # The last layer runs only at the masked positions and [CLS]: the heads read nothing else.
         outputs = self.encoder(
-            {name: inputs[name] for name in INPUT_NAMES},
+            {name: inputs[name] for name in INPUT_NAMES + ((PACKING_INPUT,) if packed else ())},
             training=training,
-            output_positions=inputs["masked_lm_positions"],
+            output_positions=positions,
         )
-        mlm_logits = self.masked_lm_head(outputs["sequence_output"], self.encoder.embeddings.word_embeddings)
+        hidden, pooled = outputs["sequence_output"], outputs["pooled_output"]
+        if packed and self.next_sentence:  # the pooler at every instance's [CLS]
+            count = tf.shape(cls_positions)[1]
+            pooled, hidden = self.encoder.pooler.dense(hidden[:, :count]), hidden[:, count:]
+        mlm_logits = self.masked_lm_head(hidden, self.encoder.embeddings.word_embeddings)
         if not self.next_sentence:
             return {"mlm_logits": mlm_logits}
-        nsp_logits = self.next_sentence_head(outputs["pooled_output"])
-        return {"mlm_logits": mlm_logits, "nsp_logits": nsp_logits}
+        return {"mlm_logits": mlm_logits, "nsp_logits": self.next_sentence_head(pooled)}
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         needed = LABEL_NAMES if self.next_sentence else LABEL_NAMES[:3]
@@ -100,42 +117,45 @@ class BertPretrainer(keras.Model):
         # As the original: sum(w * loss) / (sum(w) + 1e-5), so padded predictions count 0.
         mlm_sum = tf.reduce_sum(weights * per_prediction)
         mlm_count = tf.reduce_sum(weights)
-        loss = tf.constant(0.0)
+        # Next-sentence: the mean over the instances (weighted: packed rows have empty slots).
+        nsp_sum = nsp_count = tf.constant(0.0)
         if self.next_sentence:
-            nsp_loss = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    tf.reshape(tf.cast(x["next_sentence_labels"], tf.int32), [-1]),
-                    tf.cast(y_pred["nsp_logits"], tf.float32),
-                )
-            )
-            self.next_sentence_loss.update_state(nsp_loss)
-            loss = nsp_loss
+            labels, weights = _next_sentence_labels(x)
+            per_instance = tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels, tf.reshape(tf.cast(y_pred["nsp_logits"], tf.float32), [-1, 2]))
+            nsp_sum, nsp_count = tf.reduce_sum(weights * per_instance), tf.reduce_sum(weights)
+        loss = tf.constant(0.0)
         if self.losses:
             loss = loss + tf.add_n([tf.cast(extra, tf.float32) for extra in self.losses])
         # Keras sums replica gradients, so each replica contributes its share of the
-        # global batch's loss: the masked-LM sums are over the whole global batch.
+        # global batch's loss: the sums are over the whole global batch.
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         context = tf.distribute.get_replica_context()
         if replicas > 1 and context is not None:
-            global_sum, global_count = tf.unstack(
-                context.all_reduce("sum", tf.stack([tf.stop_gradient(mlm_sum), mlm_count]))
-            )
-            mlm_loss = global_sum / (global_count + 1e-5)
-            mlm_share = mlm_sum / (global_count + 1e-5)
+            totals = context.all_reduce("sum", tf.stack([tf.stop_gradient(mlm_sum), mlm_count,
+                                                          tf.stop_gradient(nsp_sum), nsp_count]))
+            global_mlm_sum, global_mlm_count, global_nsp_sum, global_nsp_count = tf.unstack(totals)
+            mlm_loss = global_mlm_sum / (global_mlm_count + 1e-5)
+            mlm_share = mlm_sum / (global_mlm_count + 1e-5)
+            nsp_loss = global_nsp_sum / tf.maximum(global_nsp_count, 1.0)
+            nsp_share = nsp_sum / tf.maximum(global_nsp_count, 1.0)
             loss = loss / replicas
         else:
             mlm_loss = mlm_share = mlm_sum / (mlm_count + 1e-5)
+            nsp_loss = nsp_share = nsp_sum / tf.maximum(nsp_count, 1.0)
         self.masked_lm_loss.update_state(mlm_loss)
-        return mlm_share + loss
+        if self.next_sentence:
+            self.next_sentence_loss.update_state(nsp_loss)
+        return mlm_share + nsp_share + loss
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         self.masked_lm_accuracy.update_state(
             x["masked_lm_ids"], tf.cast(y_pred["mlm_logits"], tf.float32), x["masked_lm_weights"]
         )
         if self.next_sentence:
+            labels, weights = _next_sentence_labels(x)
             self.next_sentence_accuracy.update_state(
-                tf.reshape(x["next_sentence_labels"], [-1]), tf.cast(y_pred["nsp_logits"], tf.float32)
-            )
+                labels, tf.reshape(tf.cast(y_pred["nsp_logits"], tf.float32), [-1, 2]), weights)
         return self.get_metrics_result()
 
     def get_config(self):
@@ -214,3 +234,11 @@ class BertPretrainer(keras.Model):
                 (nsp.output_bias, ["cls/seq_relationship/output_bias"]),
             ]
         return self.encoder.original_weight_map() + heads
+
+
+def _next_sentence_labels(x):
+    """The next-sentence labels and weights, flat: [B] unpacked (weights 1), [B * K] packed."""
+    labels = tf.reshape(tf.cast(x["next_sentence_labels"], tf.int32), [-1])
+    weights = x.get("next_sentence_weights")
+    weights = tf.ones_like(labels, tf.float32) if weights is None else tf.reshape(tf.cast(weights, tf.float32), [-1])
+    return labels, weights

@@ -1,0 +1,74 @@
+"""Packing pre-training instances: several short instances in one row of `seq_length`.
+
+BERT's recipe makes one instance per stretch of a document, so a corpus of short
+documents is mostly padding (70% at seq 512 on SQuAD's paragraphs). Packed rows hold up
+to `max_sequences` instances, each keeping its own [CLS]/[SEP] layout and segment ids;
+`packed_sequence_ids` tells the encoder where each one lies (positions restart, attention
+stays inside; see `BertEncoder`), the masked-LM positions move with their instance, and
+each instance's [CLS] position gets its next-sentence label (Krell et al. 2021,
+"Efficient Sequence Packing without Cross-contamination").
+"""
+
+import numpy as np
+
+
+def first_fit_decreasing(lengths, seq_length, max_sequences):
+    """Rows of instance indices: longest first, each into the first row with room for
+    its length and for one more instance (at most `max_sequences` a row)."""
+    rows, room = [], []
+    for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        length = int(lengths[index])
+        if length > seq_length:
+            raise ValueError(f"instance {index} has {length} tokens, more than seq_length {seq_length}")
+        for row, free in enumerate(room):
+            if free >= length and len(rows[row]) < max_sequences:
+                rows[row].append(index)
+                room[row] -= length
+                break
+        else:
+            rows.append([index])
+            room.append(seq_length - length)
+    return rows
+
+
+def pack_instances(features, seq_length, max_sequences, rows=None):
+    """Unpacked pre-training features (numpy, as `pretraining_data` parses them:
+    `input_word_ids`, `input_mask`, `input_type_ids` [N, L], `masked_lm_positions`,
+    `masked_lm_ids`, `masked_lm_weights` [N, P], `next_sentence_labels` [N] or [N, 1])
+    -> packed features of `len(rows)` rows (default `first_fit_decreasing`), with
+    `packed_sequence_ids`, `next_sentence_positions`, `next_sentence_weights` and
+    masked-LM arrays of `max_sequences * P` slots."""
+    lengths = np.asarray(features["input_mask"]).sum(axis=1)
+    rows = first_fit_decreasing(lengths, seq_length, max_sequences) if rows is None else rows
+    for members in rows:
+        if len(members) > max_sequences or sum(int(lengths[i]) for i in members) > seq_length:
+            raise ValueError(f"instances {list(members)} do not fit one row of {seq_length} tokens and "
+                             f"{max_sequences} sequences")
+    predictions = np.asarray(features["masked_lm_positions"]).shape[1]
+    out = {name: np.zeros((len(rows), seq_length), np.int32)
+           for name in ("input_word_ids", "input_mask", "input_type_ids", "packed_sequence_ids")}
+    out.update({name: np.zeros((len(rows), max_sequences * predictions), dtype)
+                for name, dtype in (("masked_lm_positions", np.int32), ("masked_lm_ids", np.int32),
+                                    ("masked_lm_weights", np.float32))})
+    out.update({name: np.zeros((len(rows), max_sequences), dtype)
+                for name, dtype in (("next_sentence_positions", np.int32), ("next_sentence_labels", np.int32),
+                                    ("next_sentence_weights", np.float32))})
+    labels = np.asarray(features["next_sentence_labels"]).reshape(-1)
+    for row, members in enumerate(rows):
+        start = slot = 0
+        for k, index in enumerate(members):
+            length = int(lengths[index])
+            for name in ("input_word_ids", "input_mask", "input_type_ids"):
+                out[name][row, start : start + length] = np.asarray(features[name])[index, :length]
+            out["packed_sequence_ids"][row, start : start + length] = k + 1
+            real = np.asarray(features["masked_lm_weights"])[index] > 0
+            count = int(real.sum())
+            out["masked_lm_positions"][row, slot : slot + count] = np.asarray(features["masked_lm_positions"])[index][real] + start
+            out["masked_lm_ids"][row, slot : slot + count] = np.asarray(features["masked_lm_ids"])[index][real]
+            out["masked_lm_weights"][row, slot : slot + count] = 1.0
+            out["next_sentence_positions"][row, k] = start
+            out["next_sentence_labels"][row, k] = labels[index]
+            out["next_sentence_weights"][row, k] = 1.0
+            start += length
+            slot += count
+    return out
