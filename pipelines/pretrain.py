@@ -60,6 +60,11 @@ def register(subparsers):
     parser.add_argument("--phase2-warmup-steps", type=int)
     parser.add_argument("--checkpoint-every", type=int, default=1000,
                         help="steps between checkpoints (at most a phase's steps; the last interval may be shorter)")
+    parser.add_argument("--packing", type=int, default=0, metavar="K",
+                        help="pack up to K instances into each row (no attention between them; the losses "
+                        "are the unpacked batch's); --batch-size then counts instances, on average")
+    parser.add_argument("--packing-window", type=int, default=1024,
+                        help="instances packed together, in stream order (first-fit-decreasing)")
     parser.add_argument("--whole-word-mask", action="store_true", help="with --corpus")
     parser.add_argument("--token-cache", help="with --corpus: tokenize each text file once into this folder "
                         "(about as much disk as the text; default OUTPUT/token_cache)")
@@ -149,12 +154,15 @@ def run(args):
         skip = done * interval * args.gradient_accumulation_steps if done < epochs else 0
         if done:
             print(f"{name}: resuming after step {min(done * interval, steps)} of {steps}", file=sys.stderr)
+        rows = batch_size
+        if args.packing:
+            rows = packed_rows(args, tokenizer, files, batch_size, seq_length, max_predictions, strategy, name)
         dataset = distribute.distribute_dataset(
             strategy,
             lambda replica_batch, context: training_data(
                 args, tokenizer, files, replica_batch, seq_length, max_predictions, skip, context
             ),
-            batch_size,
+            rows,
         )
         held_out = held_out_steps = None
         if args.eval_data or args.eval_corpus:
@@ -232,15 +240,50 @@ def check_data(args, phase, files, seq_length, max_predictions, workers):
         distribute.check_shares(corpus, workers, lambda path: not tf.io.gfile.stat(path).length, "--corpus")
 
 
+def packed_rows(args, tokenizer, files, batch_size, seq_length, max_predictions, strategy, phase):
+    """Rows a global step of `--packing` (a multiple of the replicas): `batch_size`
+    instances at the sequences per row of the data's first window; reported, and kept in
+    OUTPUT/packing_PHASE.json."""
+    import tensorflow as tf
+
+    from bert_keras.data.packing import packing_statistics
+    from bert_keras.training import distribute
+
+    probe = instance_batches(args, tokenizer, files, 64, seq_length, max_predictions, 0, tf.distribute.InputContext())
+    stats = packing_statistics(probe, seq_length, args.packing, args.packing_window)
+    replicas = strategy.num_replicas_in_sync
+    rows = replicas * max(1, round(batch_size / stats["sequences_per_row"] / replicas))
+    stats.update({"max_sequences": args.packing, "rows_per_step": rows, "instances_per_step": batch_size})
+    print(f"{phase}: packing up to {args.packing} instances a row: {stats['sequences_per_row']:.2f} a row on average, "
+          f"padding {stats['padding']:.1%} (unpacked {stats['padding_unpacked']:.1%}); --batch-size {batch_size} "
+          f"instances -> {rows} rows a step", file=sys.stderr)
+    if distribute.is_chief(strategy):
+        Path(args.output).mkdir(parents=True, exist_ok=True)
+        (Path(args.output) / f"packing_{phase}.json").write_text(json.dumps(stats, indent=2) + "\n")
+    return rows
+
+
 def training_data(args, tokenizer, files, batch_size, seq_length, max_predictions, skip_steps, context):
-    """One input pipeline's batches of `batch_size` (per replica): its share of the
-    TFRecords (`files`) or of the `--corpus` text files, after the `skip_steps` global
-    steps already trained."""
+    """One input pipeline's batches of `batch_size` (per replica; rows with `--packing`):
+    its share of the TFRecords (`files`) or of the `--corpus` text files, after the
+    `skip_steps` global steps already trained."""
+    from bert_keras.training import distribute
+    from bert_keras.data.packing import pack_dataset
+
+    skip = skip_steps * distribute.local_replicas(context)
+    if not args.packing:
+        return instance_batches(args, tokenizer, files, batch_size, seq_length, max_predictions, skip, context)
+    instances = instance_batches(args, tokenizer, files, 64, seq_length, max_predictions, 0, context)
+    return pack_dataset(instances, seq_length, args.packing, batch_size, args.packing_window).skip(skip)
+
+
+def instance_batches(args, tokenizer, files, batch_size, seq_length, max_predictions, skip, context):
+    """Batches of unpacked instances from this input pipeline's share of the data, the
+    first `skip` left out."""
     from bert_keras.training import distribute
     from bert_keras.data import pretraining_data as data
     from bert_keras.data.dynamic_masking import dynamic_masking_dataset
 
-    skip = skip_steps * distribute.local_replicas(context)
     if files:
         files = distribute.shard_files(data.expand_files(files), context)
         return data.pretraining_dataset(

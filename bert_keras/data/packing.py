@@ -10,6 +10,7 @@ each instance's [CLS] position gets its next-sentence label (Krell et al. 2021,
 """
 
 import numpy as np
+import tensorflow as tf
 
 
 def first_fit_decreasing(lengths, seq_length, max_sequences):
@@ -72,3 +73,55 @@ def pack_instances(features, seq_length, max_sequences, rows=None):
             start += length
             slot += count
     return out
+
+
+# --- in tf.data -----------------------------------------------------------------------------
+
+INSTANCE_FEATURES = ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions", "masked_lm_ids",
+                     "masked_lm_weights", "next_sentence_labels")
+# Packed features: (name, dtype, width as a multiple of (seq_length, max_sequences, slots)).
+PACKED_FEATURES = (
+    ("input_word_ids", "int32", "seq"), ("input_mask", "int32", "seq"), ("input_type_ids", "int32", "seq"),
+    ("packed_sequence_ids", "int32", "seq"), ("masked_lm_positions", "int32", "slots"),
+    ("masked_lm_ids", "int32", "slots"), ("masked_lm_weights", "float32", "slots"),
+    ("next_sentence_positions", "int32", "rows"), ("next_sentence_labels", "int32", "rows"),
+    ("next_sentence_weights", "float32", "rows"),
+)
+
+
+def pack_dataset(batches, seq_length, max_sequences, rows_per_batch, window=1024):
+    """Batches of unpacked instances (either pre-training pipeline's output) -> batches of
+    `rows_per_batch` packed rows: every `window` instances, in stream order, are packed
+    by first-fit-decreasing (a window of 1024 comes within a few percent of packing the
+    whole corpus at once: bench/bench_packing.py). Deterministic, static shapes."""
+    predictions = batches.element_spec["masked_lm_positions"].shape[1]
+    widths = {"seq": seq_length, "slots": max_sequences * predictions, "rows": max_sequences}
+
+    def pack(*arrays):
+        packed = pack_instances(dict(zip(INSTANCE_FEATURES, arrays)), seq_length, max_sequences)
+        return [packed[name].astype(dtype) for name, dtype, _ in PACKED_FEATURES]
+
+    def pack_window(features):
+        outputs = tf.numpy_function(pack, [features[name] for name in INSTANCE_FEATURES],
+                                    [tf.as_dtype(dtype) for _, dtype, _ in PACKED_FEATURES], stateful=False)
+        rows = {}
+        for (name, _, width), tensor in zip(PACKED_FEATURES, outputs):
+            tensor.set_shape([None, widths[width]])
+            rows[name] = tensor
+        return rows
+
+    instances = batches.unbatch().batch(window)
+    rows = instances.map(pack_window, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+    return rows.batch(rows_per_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def packing_statistics(batches, seq_length, max_sequences, window=1024):
+    """{"sequences_per_row", "padding", "padding_unpacked"} of the first `window`
+    instances of `batches` packed as `pack_dataset` packs them: what a run reports, and
+    what turns a batch of sequences into a number of rows."""
+    features = next(iter(batches.unbatch().batch(window).take(1)))
+    mask = features["input_mask"].numpy()
+    tokens, count = int(mask.sum()), len(mask)
+    rows = len(first_fit_decreasing(mask.sum(axis=1), seq_length, max_sequences))
+    return {"sequences_per_row": count / rows, "padding": 1 - tokens / (rows * seq_length),
+            "padding_unpacked": 1 - tokens / (count * seq_length)}

@@ -3,6 +3,8 @@ accuracies and gradients of the unpacked batch (the reference tiny checkpoint, d
 real instances made by `create-pretraining-data` from a Gutenberg novel); the encoder's
 packed outputs equal each sequence run alone; first-fit-decreasing fills rows."""
 
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -116,3 +118,75 @@ def test_first_fit_decreasing_packs_every_instance_once_within_limits():
     features = real_instances(3)
     with pytest.raises(ValueError, match=r"instances \[0, 1, 2\] do not fit one row of 64 tokens"):
         pack_instances(features, seq_length=64, max_sequences=4, rows=[[0, 1, 2]])
+
+
+def short_documents(path, count=200):
+    """SQuAD dev paragraphs as documents, one sentence a line: a corpus of short documents."""
+    import json
+
+    from conftest import DATA
+
+    articles = json.loads(require(DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
+    paragraphs = [p["context"] for a in articles for p in a["paragraphs"]][:count]
+    path.write_text("\n\n".join("\n".join(s.strip() + "." for s in p.split(". ") if s.strip()) for p in paragraphs)
+                    + "\n", encoding="utf-8")
+    return path
+
+
+def test_pack_dataset_keeps_every_instance_of_the_stream(tmp_path):
+    from bert_keras import BertTokenizer
+    from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+    from bert_keras.data.packing import pack_dataset
+
+    from conftest import DATA
+
+    corpus = short_documents(tmp_path / "squad.txt", 60)
+    tokenizer = BertTokenizer(str(require(DATA / "vocab" / "vocab.txt")))
+    instances = dynamic_masking_dataset([str(corpus)], tokenizer, 16, 256, 20, seed=3)
+    window = next(iter(instances.unbatch().batch(128).take(1)))
+    stream = tf.data.Dataset.from_tensors(window).unbatch().batch(16)  # the same instances, in batches
+    rows = next(iter(pack_dataset(stream, 256, 6, rows_per_batch=1, window=128).unbatch().batch(1000)))
+
+    def unpacked(features, sequence_ids=None):
+        """(tokens, masked (position in the instance, id) pairs, next-sentence label) of each instance."""
+        found = []
+        for row in range(len(features["input_word_ids"])):
+            ids = features["input_word_ids"][row].numpy()
+            spans = ([(0, int(features["input_mask"][row].numpy().sum()), 0)] if sequence_ids is None else
+                     [(int(np.argmax(sequence_ids[row] == k)), int((sequence_ids[row] == k).sum()), k - 1)
+                      for k in range(1, int(sequence_ids[row].max()) + 1)])
+            for start, length, slot in spans:
+                weights = features["masked_lm_weights"][row].numpy() > 0
+                positions = features["masked_lm_positions"][row].numpy()[weights]
+                inside = (positions >= start) & (positions < start + length)
+                label = features["next_sentence_labels"][row].numpy().reshape(-1)[slot]
+                found.append((tuple(ids[start : start + length]),
+                              tuple(zip(positions[inside] - start, features["masked_lm_ids"][row].numpy()[weights][inside])),
+                              int(label)))
+        return sorted(found)
+
+    assert unpacked(rows, rows["packed_sequence_ids"].numpy()) == unpacked(window)
+    assert len(rows["input_word_ids"]) < 128 / 1.8  # short paragraphs: about two to a row at 256
+
+
+def test_pretrain_with_packing(tmp_path):
+    """`pretrain --corpus ... --packing 4`: rows of several instances, the report of the
+    packing, the usual metrics, and a resumed run that goes on where it stopped."""
+    from pipelines.cli import main
+    from pipelines.plot import read_curves
+
+    from conftest import DATA
+
+    corpus = short_documents(tmp_path / "squad.txt")
+    output = tmp_path / "run"
+    argv = ["pretrain", "--config", "tiny", "--vocab", str(require(DATA / "vocab" / "vocab.txt")),
+            "--corpus", str(corpus), "--output", str(output), "--batch-size", "16", "--steps", "4",
+            "--checkpoint-every", "2", "--warmup-steps", "1", "--seq-length", "256", "--packing", "4"]
+    assert main(argv) == 0
+    report = json.loads((output / "packing_phase1.json").read_text())
+    assert report["sequences_per_row"] > 1.8 and report["padding"] < report["padding_unpacked"] / 2
+    assert report["rows_per_step"] == round(16 / report["sequences_per_row"])
+    curves = read_curves(output)
+    assert {"masked_lm_accuracy", "next_sentence_accuracy"} <= set(curves.series)
+    assert main(argv[:argv.index("--steps") + 1] + ["6"] + argv[argv.index("--steps") + 2 :]) == 0  # resumes
+    assert json.loads((output / "checkpoints" / "phase1" / "training_metadata.json").read_text())["epoch"] == 3

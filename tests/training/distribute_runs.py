@@ -34,7 +34,7 @@ def tiny_config(vocab_size):
 
 def pretraining_args():
     """The `pretrain` pipeline arguments that its `training_data` reads."""
-    return argparse.Namespace(seed=0, corpus=None, whole_word_mask=False)
+    return argparse.Namespace(seed=0, corpus=None, whole_word_mask=False, packing=0)
 
 
 def pretrain(strategy, files, initial_weights, vocab_size):
