@@ -9,46 +9,68 @@ each instance's [CLS] position gets its next-sentence label (Krell et al. 2021,
 "Efficient Sequence Packing without Cross-contamination").
 """
 
+import math
+
 import numpy as np
 import tensorflow as tf
 
 
-def first_fit_decreasing(lengths, seq_length, max_sequences):
+def row_predictions(max_predictions_per_seq, max_sequences, seq_length, masked_lm_prob=0.15):
+    """Masked-LM slots of a packed row: the recipe masks 15% of an instance's tokens (at
+    most `max_predictions_per_seq`), so a row of `seq_length` tokens holds about 15% of
+    them, plus one per instance for the rounding. Every slot costs a vocabulary-sized
+    projection: `max_sequences` times an instance's slots would make the masked-LM head
+    several times dearer. Rows are packed within this limit too."""
+    return min(max_sequences * max_predictions_per_seq, math.ceil(masked_lm_prob * seq_length) + max_sequences)
+
+
+def first_fit_decreasing(lengths, seq_length, max_sequences, predictions=None, max_predictions=None):
     """Rows of instance indices: longest first, each into the first row with room for
-    its length and for one more instance (at most `max_sequences` a row)."""
-    rows, room = [], []
+    its length, for one more instance (at most `max_sequences` a row) and, with
+    `predictions` (per instance), for its predictions (at most `max_predictions` a row)."""
+    predictions = np.zeros(len(lengths), int) if predictions is None else np.asarray(predictions, int)
+    max_predictions = int(predictions.max(initial=0)) * max_sequences if max_predictions is None else max_predictions
+    rows, room, slots = [], [], []
     for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        length = int(lengths[index])
+        length, wanted = int(lengths[index]), int(predictions[index])
         if length > seq_length:
             raise ValueError(f"instance {index} has {length} tokens, more than seq_length {seq_length}")
         for row, free in enumerate(room):
-            if free >= length and len(rows[row]) < max_sequences:
+            if free >= length and slots[row] >= wanted and len(rows[row]) < max_sequences:
                 rows[row].append(index)
                 room[row] -= length
+                slots[row] -= wanted
                 break
         else:
             rows.append([index])
             room.append(seq_length - length)
+            slots.append(max_predictions - wanted)
     return rows
 
 
-def pack_instances(features, seq_length, max_sequences, rows=None):
+def pack_instances(features, seq_length, max_sequences, rows=None, max_predictions=None):
     """Unpacked pre-training features (numpy, as `pretraining_data` parses them:
     `input_word_ids`, `input_mask`, `input_type_ids` [N, L], `masked_lm_positions`,
     `masked_lm_ids`, `masked_lm_weights` [N, P], `next_sentence_labels` [N] or [N, 1])
     -> packed features of `len(rows)` rows (default `first_fit_decreasing`), with
     `packed_sequence_ids`, `next_sentence_positions`, `next_sentence_weights` and
-    masked-LM arrays of `max_sequences * P` slots."""
+    masked-LM arrays of `max_predictions` slots (default `row_predictions`)."""
     lengths = np.asarray(features["input_mask"]).sum(axis=1)
-    rows = first_fit_decreasing(lengths, seq_length, max_sequences) if rows is None else rows
+    counts = (np.asarray(features["masked_lm_weights"]) > 0).sum(axis=1)
+    if max_predictions is None:
+        max_predictions = row_predictions(np.asarray(features["masked_lm_positions"]).shape[1], max_sequences,
+                                          seq_length)
+    if rows is None:
+        rows = first_fit_decreasing(lengths, seq_length, max_sequences, counts, max_predictions)
     for members in rows:
-        if len(members) > max_sequences or sum(int(lengths[i]) for i in members) > seq_length:
-            raise ValueError(f"instances {list(members)} do not fit one row of {seq_length} tokens and "
-                             f"{max_sequences} sequences")
-    predictions = np.asarray(features["masked_lm_positions"]).shape[1]
+        if (len(members) > max_sequences or sum(int(lengths[i]) for i in members) > seq_length
+                or sum(int(counts[i]) for i in members) > max_predictions):
+            raise ValueError(f"instances {list(members)} do not fit one row of {seq_length} tokens, "
+                             f"{max_sequences} sequences and {max_predictions} predictions")
+    predictions = max_predictions
     out = {name: np.zeros((len(rows), seq_length), np.int32)
            for name in ("input_word_ids", "input_mask", "input_type_ids", "packed_sequence_ids")}
-    out.update({name: np.zeros((len(rows), max_sequences * predictions), dtype)
+    out.update({name: np.zeros((len(rows), predictions), dtype)
                 for name, dtype in (("masked_lm_positions", np.int32), ("masked_lm_ids", np.int32),
                                     ("masked_lm_weights", np.float32))})
     out.update({name: np.zeros((len(rows), max_sequences), dtype)
@@ -94,8 +116,8 @@ def pack_dataset(batches, seq_length, max_sequences, rows_per_batch, window=1024
     `rows_per_batch` packed rows: every `window` instances, in stream order, are packed
     by first-fit-decreasing (a window of 1024 comes within a few percent of packing the
     whole corpus at once: bench/bench_packing.py). Deterministic, static shapes."""
-    predictions = batches.element_spec["masked_lm_positions"].shape[1]
-    widths = {"seq": seq_length, "slots": max_sequences * predictions, "rows": max_sequences}
+    slots = row_predictions(batches.element_spec["masked_lm_positions"].shape[1], max_sequences, seq_length)
+    widths = {"seq": seq_length, "slots": slots, "rows": max_sequences}
 
     def pack(*arrays):
         packed = pack_instances(dict(zip(INSTANCE_FEATURES, arrays)), seq_length, max_sequences)
@@ -122,6 +144,8 @@ def packing_statistics(batches, seq_length, max_sequences, window=1024):
     features = next(iter(batches.unbatch().batch(window).take(1)))
     mask = features["input_mask"].numpy()
     tokens, count = int(mask.sum()), len(mask)
-    rows = len(first_fit_decreasing(mask.sum(axis=1), seq_length, max_sequences))
+    predictions = (features["masked_lm_weights"].numpy() > 0).sum(axis=1)
+    slots = row_predictions(features["masked_lm_positions"].shape[1], max_sequences, seq_length)
+    rows = len(first_fit_decreasing(mask.sum(axis=1), seq_length, max_sequences, predictions, slots))
     return {"sequences_per_row": count / rows, "padding": 1 - tokens / (rows * seq_length),
             "padding_unpacked": 1 - tokens / (count * seq_length)}

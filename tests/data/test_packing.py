@@ -93,7 +93,8 @@ def test_without_the_block_diagonal_mask_the_losses_differ():
 def test_each_packed_sequence_encodes_as_if_alone():
     model = reference_pretrainer()
     features = real_instances(6)
-    packed = pack_instances(features, seq_length=256, max_sequences=3, rows=[[0, 1, 2], [3, 4], [5]])
+    packed = pack_instances(features, seq_length=256, max_sequences=3, rows=[[0, 1, 2], [3, 4], [5]],
+                            max_predictions=60)
     names = ("input_word_ids", "input_mask", "input_type_ids")
     alone = model.encoder({name: features[name] for name in names})["sequence_output"].numpy()
     together = model.encoder({name: packed[name] for name in (*names, "packed_sequence_ids")})["sequence_output"].numpy()
@@ -113,10 +114,14 @@ def test_first_fit_decreasing_packs_every_instance_once_within_limits():
     assert sorted(i for row in rows for i in row) == list(range(500))
     assert all(len(row) <= 4 and sum(lengths[i] for i in row) <= 128 for row in rows)
     assert len(rows) <= int(np.ceil(lengths.sum() / 128 * 1.1))  # within 10% of the lower bound
+    predictions = np.maximum(1, np.round(lengths * 0.15)).astype(int)
+    limited = first_fit_decreasing(lengths, 128, 4, predictions, 22)
+    assert all(sum(predictions[i] for i in row) <= 22 for row in limited)
+    assert sorted(i for row in limited for i in row) == list(range(500))
     with pytest.raises(ValueError, match="instance 0 has 130 tokens, more than seq_length 128"):
         first_fit_decreasing([130], 128, 4)
     features = real_instances(3)
-    with pytest.raises(ValueError, match=r"instances \[0, 1, 2\] do not fit one row of 64 tokens"):
+    with pytest.raises(ValueError, match=r"instances \[0, 1, 2\] do not fit one row of 64 tokens, 4 sequences"):
         pack_instances(features, seq_length=64, max_sequences=4, rows=[[0, 1, 2]])
 
 

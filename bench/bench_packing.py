@@ -1,0 +1,157 @@
+"""Packed pre-training against padded, in the same run.
+
+1. Padding: instances made by the recipe (dynamic masking) from SQuAD v1.1 dev's
+   paragraphs (short documents, one paragraph each) and from a Gutenberg novel (long
+   documents), at seq 128 and 512: mean length, the padding of unpacked rows, and the rows
+   of first-fit-decreasing over all of them against `pack_dataset`'s windows of 1024.
+2. Speed: train steps of mini and base, padded and packed (`--packing` 4 at 128, 8 at 512),
+   real tokens/s (non-padding) and instances/s over the same instances.
+3. With `--curve-steps N`: mini pre-trained N steps packed and padded with the same recipe
+   on the SQuAD paragraphs; masked-LM/next-sentence accuracy on a held-out stream against
+   instances seen and wall-clock time.
+
+    python bench/bench_packing.py [--steps 3] [--curve-steps 300]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(ROOT))
+
+
+def write_corpora(folder):
+    """{name: path}: SQuAD dev paragraphs (one sentence a line, a blank line between) and a novel."""
+    articles = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
+    paragraphs = [p["context"] for a in articles for p in a["paragraphs"]]
+    squad = Path(folder) / "squad_paragraphs.txt"
+    squad.write_text("\n\n".join("\n".join(s.strip() + "." for s in p.split(". ") if s.strip()) for p in paragraphs)
+                     + "\n", encoding="utf-8")
+    return {"SQuAD paragraphs": squad, "Gutenberg (Melville)": DATA / "pretraining" / "gutenberg" / "melville-moby_dick.txt"}
+
+
+def instances(corpus, seq_length, predictions, batch=64, seed=0):
+    from bert_keras import BertTokenizer
+    from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+
+    tokenizer = BertTokenizer(str(DATA / "vocab" / "vocab.txt"))
+    return dynamic_masking_dataset([str(corpus)], tokenizer, batch, seq_length, predictions, seed=seed)
+
+
+def padding_table(corpora, count):
+    from bert_keras.data.packing import first_fit_decreasing
+
+    print(f"\n1. Padding ({count} instances each)")
+    print("| corpus | seq | mean length | padding unpacked | rows, FFD over all | rows, windows of 1024 | window / all |")
+    print("|---|---|---|---|---|---|---|")
+    for name, corpus in corpora.items():
+        for seq_length, predictions, sequences in ((128, 20, 4), (512, 80, 8)):
+            stream = instances(corpus, seq_length, predictions).unbatch().batch(count)
+            lengths = next(iter(stream))["input_mask"].numpy().sum(axis=1)
+            whole = len(first_fit_decreasing(lengths, seq_length, sequences))
+            windows = sum(len(first_fit_decreasing(lengths[i : i + 1024], seq_length, sequences))
+                          for i in range(0, count, 1024))
+            print(f"| {name} | {seq_length} | {lengths.mean():.1f} | {1 - lengths.mean() / seq_length:.1%} | "
+                  f"{whole} ({count / whole:.2f}x fewer) | {windows} | {windows / whole:.3f} |")
+
+
+def speed_table(corpora, steps, configs):
+    import keras
+
+    from bert_keras import BertConfig, BertEncoder, BertPretrainer
+    from bert_keras.data.packing import pack_dataset, packing_statistics
+    from bert_keras.training.optimization import create_optimizer
+
+    print(f"\n2. Train-step speed ({steps} steps after one warm-up; fp32; same instances packed and padded)")
+    print("| model | corpus | seq | batch | padded: tokens/s | packed: tokens/s | speed-up | instances/s padded / packed | rows a step |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for config_name in configs:
+        for name, corpus in corpora.items():
+            for seq_length, predictions, sequences, batch in ((128, 20, 4, 32), (512, 80, 8, 8)):
+                keras.utils.set_random_seed(0)
+                model = BertPretrainer(BertEncoder(BertConfig.preset(config_name, vocab_size=30522)))
+                model.compile(optimizer=create_optimizer(1e-4, 100, 10))
+                stream = instances(corpus, seq_length, predictions)
+                stats = packing_statistics(stream, seq_length, sequences)
+                rows = max(1, round(batch / stats["sequences_per_row"]))
+                results = []
+                for packed in (False, True):
+                    data = pack_dataset(stream, seq_length, sequences, rows) if packed else \
+                        stream.unbatch().batch(batch, drop_remainder=True)
+                    batches = list(data.take(steps + 1))
+                    model.make_train_function(force=True)
+                    step = model.train_function
+                    step(iter([batches[0]]))  # trace and warm up
+                    start = time.perf_counter()
+                    for features in batches[1:]:
+                        step(iter([features]))
+                    seconds = time.perf_counter() - start
+                    tokens = sum(int(np.sum(f["input_mask"])) for f in batches[1:])
+                    count = sum(int(np.sum(f["next_sentence_weights"])) if packed else len(f["input_mask"])
+                                for f in batches[1:])
+                    results.append((tokens / seconds, count / seconds))
+                print(f"| {config_name} | {name} | {seq_length} | {batch} | {results[0][0]:.0f} | {results[1][0]:.0f} | "
+                      f"{results[1][0] / results[0][0]:.2f}x | {results[0][1]:.1f} / {results[1][1]:.1f} | {rows} |")
+
+
+def curve(corpus, steps, out):
+    """Mini pre-trained `steps` steps padded and packed; held-out accuracies along the way."""
+    rows = []
+    for packing in (0, 4):
+        output = Path(out) / f"packing{packing}"
+        command = [sys.executable, "-m", "pipelines.cli", "pretrain", "--config", "mini", "--vocab",
+                   str(DATA / "vocab" / "vocab.txt"), "--corpus", str(corpus), "--output", str(output),
+                   "--batch-size", "32", "--steps", str(steps), "--checkpoint-every", str(max(1, steps // 6)),
+                   "--warmup-steps", str(max(1, steps // 10)), "--learning-rate", "1e-3", "--seq-length", "128",
+                   "--eval-corpus", str(corpus), "--eval-steps", "10"]
+        if packing:
+            command += ["--packing", str(packing)]
+        start = time.perf_counter()
+        subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        minutes = (time.perf_counter() - start) / 60
+        from pipelines.plot import read_curves
+
+        curves = read_curves(output)
+        mlm = curves.series["masked_lm_accuracy"][("validation", "epoch")]
+        nsp = curves.series["next_sentence_accuracy"][("validation", "epoch")]
+        rows.append((packing, minutes, mlm, nsp))
+    print(f"\n3. Mini, {steps} steps of 32 instances at seq 128 on the SQuAD paragraphs; held-out accuracy "
+          "at each checkpoint (instances seen: checkpoint x interval x 32)")
+    print("| run | minutes | masked-LM accuracy by checkpoint | next-sentence accuracy by checkpoint |")
+    print("|---|---|---|---|")
+    for packing, minutes, mlm, nsp in rows:
+        print(f"| {'packed (4)' if packing else 'padded'} | {minutes:.1f} | "
+              f"{' '.join(f'{v:.3f}' for _, v in mlm)} | {' '.join(f'{v:.3f}' for _, v in nsp)} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--instances", type=int, default=4096)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--configs", default="mini,base")
+    parser.add_argument("--curve-steps", type=int, default=0)
+    args = parser.parse_args()
+    cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(
+        ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), "?")
+    print(f"CPU: {cpu}, {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory() as folder:
+        corpora = write_corpora(folder)
+        padding_table(corpora, args.instances)
+        speed_table(corpora, args.steps, args.configs.split(","))
+        if args.curve_steps:
+            curve(corpora["SQuAD paragraphs"], args.curve_steps, folder)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
