@@ -9,6 +9,8 @@
 3. With `--curve-steps N`: mini pre-trained N steps packed and padded with the same recipe
    on the SQuAD paragraphs; masked-LM/next-sentence accuracy on a held-out stream against
    instances seen and wall-clock time.
+4. Fine-tuning: the padding left in `finetune`'s length-grouped batches of SST-2, which
+   bounds what packing short texts could gain.
 
     python bench/bench_packing.py [--steps 3] [--curve-steps 300]
 """
@@ -134,22 +136,56 @@ def curve(corpus, steps, out):
               f"{' '.join(f'{v:.3f}' for _, v in mlm)} | {' '.join(f'{v:.3f}' for _, v in nsp)} |")
 
 
+def finetune_padding(batch_size=32):
+    """SST-2's training sentences in `finetune`'s length-grouped batches (padded to the
+    batch's longest, a multiple of 8): the share of padding, which bounds what packing
+    could save (at most 1 / (1 - padding) the tokens a second)."""
+    import tensorflow as tf
+
+    from bert_keras import BertTokenizer
+    from bert_keras.training.finetuning import length_grouped_batches
+
+    rows = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    sentences = [row.split("\t")[0] for row in rows]
+    tokenizer = BertTokenizer(str(DATA / "vocab" / "vocab.txt"))
+    lengths = np.concatenate([tokenizer(tf.constant(sentences[i : i + 4096])).row_lengths().numpy()
+                              for i in range(0, len(sentences), 4096)]) + 2  # [CLS] and [SEP]
+    chars = np.char.str_len(np.array(sentences, dtype=str))  # what finetune groups by
+    batches = length_grouped_batches(lengths, chars, batch_size, shuffle=True, seed=0)
+    real = padded = 0
+    for batch in batches:
+        batch = batch.numpy()
+        real += int(batch.sum())
+        padded += len(batch) * int(-(-batch.max() // 8) * 8)
+    padding = 1 - real / padded
+    print(f"\n4. Fine-tuning: SST-2 train ({len(sentences)} sentences, mean {lengths.mean():.1f} tokens) in "
+          f"length-grouped batches of {batch_size}: padding {padding:.1%}, so packing could raise tokens/s "
+          f"by at most {1 / (1 - padding):.2f}x; without grouping (random batches): "
+          f"{1 - lengths.sum() / sum(len(b) * -(-b.max() // 8) * 8 for b in np.array_split(lengths, len(lengths) // batch_size)):.1%}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--instances", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--configs", default="mini,base")
     parser.add_argument("--curve-steps", type=int, default=0)
+    parser.add_argument("--sections", default="1,2,4", help="which tables (3 runs with --curve-steps)")
     args = parser.parse_args()
     cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(
         ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), "?")
     print(f"CPU: {cpu}, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as folder:
         corpora = write_corpora(folder)
-        padding_table(corpora, args.instances)
-        speed_table(corpora, args.steps, args.configs.split(","))
+        sections = args.sections.split(",")
+        if "1" in sections:
+            padding_table(corpora, args.instances)
+        if "2" in sections:
+            speed_table(corpora, args.steps, args.configs.split(","))
         if args.curve_steps:
             curve(corpora["SQuAD paragraphs"], args.curve_steps, folder)
+        if "4" in sections:
+            finetune_padding()
     return 0
 
 

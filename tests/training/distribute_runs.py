@@ -32,13 +32,14 @@ def tiny_config(vocab_size):
     )
 
 
-def pretraining_args():
+def pretraining_args(packing=0):
     """The `pretrain` pipeline arguments that its `training_data` reads."""
-    return argparse.Namespace(seed=0, corpus=None, whole_word_mask=False, packing=0)
+    return argparse.Namespace(seed=0, corpus=None, whole_word_mask=False, packing=packing, packing_window=64)
 
 
-def pretrain(strategy, files, initial_weights, vocab_size):
-    """STEPS of `fit` on the pipeline's data with the pipeline's optimizer; final weights."""
+def pretrain(strategy, files, initial_weights, vocab_size, packing=0):
+    """STEPS of `fit` on the pipeline's data with the pipeline's optimizer (rows of up to
+    `packing` instances, 4 a replica, with `packing`); final weights."""
     import keras
 
     from bert_keras import BertEncoder
@@ -56,7 +57,7 @@ def pretrain(strategy, files, initial_weights, vocab_size):
     dataset = distribute.distribute_dataset(
         strategy,
         lambda batch, context: training_data(
-            pretraining_args(), None, files, batch, SEQ_LENGTH, PREDICTIONS, 0, context
+            pretraining_args(packing), None, files, batch, SEQ_LENGTH, PREDICTIONS, 0, context
         ),
         GLOBAL_BATCH,
     )
@@ -144,6 +145,11 @@ def mirrored(out):
     results["pretrain_initial"] = initial
     for name, strategy in (("one_device", one_device), ("mirrored", two_cpus)):
         results[f"pretrain_{name}"] = pretrain(strategy, inputs["files"], initial, inputs["vocab_size"])
+
+    for name, strategy in (("one_device", one_device), ("mirrored", two_cpus)):
+        results[f"packed_{name}"] = pretrain(strategy, inputs["files"], results["pretrain_initial"],
+                                             inputs["vocab_size"], packing=3)
+    results["packed_initial"] = results["pretrain_initial"]
 
     initial = BertClassifier(BertEncoder(tiny_config(30522)), 3, dropout=0.0).get_weights()
     results["finetune_initial"] = initial

@@ -74,7 +74,7 @@ def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     assert json.loads((tmp_path / "mirrored.json").read_text())["replicas"] == 2
     weights = load_weights(tmp_path / "mirrored.npz")
-    for task in ("pretrain", "finetune", "embed"):
+    for task in ("pretrain", "packed", "finetune", "embed"):
         one_device, mirrored = weights[f"{task}_one_device"], weights[f"{task}_mirrored"]
         assert max_difference(one_device, weights[f"{task}_initial"]) > 1e-3  # it trained
         assert max_difference(one_device, mirrored) < 1e-5, task

