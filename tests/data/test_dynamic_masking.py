@@ -342,7 +342,8 @@ def test_workers_read_disjoint_files(tmp_path, tokenizer):
         path = tmp_path / f"{word}.txt"
         path.write_text("".join(f"The {word} is here.\nA {word} again.\n\n" for _ in range(6)))
         files.append(str(path))
-    args = argparse.Namespace(seed=0, corpus=files, whole_word_mask=False, token_cache=str(tmp_path / "cache"))
+    args = argparse.Namespace(seed=0, corpus=files, whole_word_mask=False, token_cache=str(tmp_path / "cache"),
+                              packing=0)
     seen = []
     for index in range(2):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=index, num_replicas_in_sync=2)
