@@ -6,9 +6,9 @@
    of first-fit-decreasing over all of them against `pack_dataset`'s windows of 1024.
 2. Speed: train steps of mini and base, padded and packed (`--packing` 4 at 128, 8 at 512),
    real tokens/s (non-padding) and instances/s over the same instances.
-3. With `--curve-steps N`: mini pre-trained N steps packed and padded with the same recipe
-   on the SQuAD paragraphs; masked-LM/next-sentence accuracy on a held-out stream against
-   instances seen and wall-clock time.
+3. With `--curve-steps N`: `--curve-config` (mini) pre-trained N steps packed and padded
+   with the same recipe on the SQuAD paragraphs; masked-LM/next-sentence loss and accuracy
+   on a held-out stream against instances seen and wall-clock time.
 4. Fine-tuning: the padding left in `finetune`'s length-grouped batches of SST-2, which
    bounds what packing short texts could gain; 5. and the speed of fine-tuning steps on
    such batches against packed rows of the same sentences.
@@ -111,16 +111,23 @@ def speed_table(corpora, steps, configs):
                       f"{results[1][0] / results[0][0]:.2f}x | {results[0][1]:.1f} / {results[1][1]:.1f} | {rows} |")
 
 
-def curve(corpus, steps, out):
-    """Mini pre-trained `steps` steps padded and packed; held-out accuracies along the way."""
+def curve(corpus, steps, out, config="mini", learning_rate=5e-4):
+    """`config` pre-trained `steps` steps padded and packed on nine tenths of the corpus's
+    documents; metrics on the last tenth along the way."""
+    documents = Path(corpus).read_text(encoding="utf-8").split("\n\n")
+    split = len(documents) * 9 // 10
+    corpus, held_out = Path(out) / "train.txt", Path(out) / "held_out.txt"
+    corpus.write_text("\n\n".join(documents[:split]).strip() + "\n", encoding="utf-8")
+    held_out.write_text("\n\n".join(documents[split:]).strip() + "\n", encoding="utf-8")
     rows = []
     for packing in (0, 4):
         output = Path(out) / f"packing{packing}"
-        command = [sys.executable, "-m", "pipelines.cli", "pretrain", "--config", "mini", "--vocab",
+        command = [sys.executable, "-m", "pipelines.cli", "pretrain", "--config", config, "--vocab",
                    str(DATA / "vocab" / "vocab.txt"), "--corpus", str(corpus), "--output", str(output),
                    "--batch-size", "32", "--steps", str(steps), "--checkpoint-every", str(max(1, steps // 6)),
-                   "--warmup-steps", str(max(1, steps // 10)), "--learning-rate", "5e-4", "--seq-length", "128",
-                   "--eval-corpus", str(corpus), "--eval-steps", "10"]
+                   "--warmup-steps", str(max(1, steps // 10)), "--learning-rate", str(learning_rate),
+                   "--seq-length", "128",
+                   "--eval-corpus", str(held_out), "--eval-steps", "10"]
         if packing:
             command += ["--packing", str(packing)]
         start = time.perf_counter()
@@ -133,8 +140,8 @@ def curve(corpus, steps, out):
         names = ("masked_lm_loss", "masked_lm_accuracy", "next_sentence_loss", "next_sentence_accuracy")
         rows.append((packing, minutes, [curves.series[name][("validation", "epoch")] for name in names]))
     interval = max(1, steps // 6) * 32
-    print(f"\n3. Mini, {steps} steps of 32 instances at seq 128 on the SQuAD paragraphs; held-out metrics "
-          f"at each checkpoint ({interval} instances apart)")
+    print(f"\n3. {config}, {steps} steps of 32 instances at seq 128, lr {learning_rate}, on nine tenths of the "
+          f"SQuAD paragraphs; metrics on the last tenth at each checkpoint ({interval} instances apart)")
     print("| run | minutes | masked-LM loss | masked-LM accuracy | next-sentence loss | next-sentence accuracy |")
     print("|---|---|---|---|---|---|")
     for packing, minutes, series in rows:
@@ -252,6 +259,8 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--configs", default="mini,base")
     parser.add_argument("--curve-steps", type=int, default=0)
+    parser.add_argument("--curve-config", default="mini")
+    parser.add_argument("--curve-learning-rate", type=float, default=5e-4)
     parser.add_argument("--sections", default="1,2,4,5", help="which tables (3 runs with --curve-steps)")
     args = parser.parse_args()
     cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(
@@ -265,7 +274,7 @@ def main():
         if "2" in sections:
             speed_table(corpora, args.steps, args.configs.split(","))
         if args.curve_steps:
-            curve(corpora["SQuAD paragraphs"], args.curve_steps, folder)
+            curve(corpora["SQuAD paragraphs"], args.curve_steps, folder, args.curve_config, args.curve_learning_rate)
         if "4" in sections:
             finetune_padding()
         if "5" in sections:

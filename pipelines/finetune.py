@@ -174,12 +174,12 @@ def train(model, args, train_batches, num_examples, evaluate, main_metric, strat
     Each global batch is split into per-replica batches (the last, smaller batch of an
     epoch is dropped; a set smaller than one batch is one smaller batch). `loss` goes to
     the head's `compile` ("auto": its default). Returns the best metrics."""
-    import keras
-
     from bert_keras.training import distribute
     from bert_keras.training.optimization import create_optimizer
     from bert_keras.models.dtype import with_dtype
-    from bert_keras.training.finetuning import EvaluateAndKeepBest, TimeBudget, fitting_batch_size, schedule
+    from bert_keras.training.finetuning import (
+        EvaluateAndKeepBest, TensorBoard, TimeBudget, fitting_batch_size, schedule,
+    )
 
     batch_size = fitting_batch_size(num_examples, args.batch_size, strategy.num_replicas_in_sync)
     if batch_size != args.batch_size:  # the set's one batch, cut to the smaller size
@@ -206,7 +206,7 @@ def train(model, args, train_batches, num_examples, evaluate, main_metric, strat
         model.fit(
             dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=args.verbose,
             callbacks=[*budget, keeper,
-                       keras.callbacks.TensorBoard(str(output_dir / "logs"), update_freq=max(1, steps_per_epoch // 20))],
+                       TensorBoard(str(output_dir / "logs"), update_freq=max(1, steps_per_epoch // 20))],
         )
         keeper.history.append({"train_seconds": round(time.perf_counter() - start, 1)})
         (output_dir / "eval_results.json").write_text(json.dumps(keeper.history, indent=2) + "\n")

@@ -107,7 +107,7 @@ def run(args):
     import tensorflow as tf
 
     from bert_keras.data import pretraining_data as data
-    from bert_keras.training.finetuning import StopAfterSteps
+    from bert_keras.training.finetuning import StopAfterSteps, TensorBoard
     from bert_keras.training.optimization import create_optimizer
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.models.saving import save_checkpoint
@@ -187,7 +187,7 @@ def run(args):
         ) as backup_callback:
             callbacks = [
                 backup_callback,
-                keras.callbacks.TensorBoard(str(logs), update_freq=max(1, interval // 10)),
+                TensorBoard(str(logs), update_freq=max(1, interval // 10)),
                 StopAfterSteps(steps * args.gradient_accumulation_steps, interval * args.gradient_accumulation_steps),
             ]
             try:

@@ -145,12 +145,14 @@ def test_held_out_evaluation_at_every_checkpoint_and_no_nsp(tmp_path, no_nsp):
     held_out = tmp_path / "held_out.txt"
     held_out.write_text(require(DATA / "pretraining" / "gutenberg" / "austen-emma.txt").read_text()[:20000])
     argv = ["pretrain", "--config", "tiny", "--vocab", str(require(VOCAB)), "--corpus", str(require(SAMPLE)),
-            "--output", str(output), "--batch-size", "4", "--steps", "6", "--checkpoint-every", "3",
+            "--output", str(output), "--batch-size", "4", "--steps", "45", "--checkpoint-every", "21",
             "--warmup-steps", "1", "--learning-rate", "1e-3", "--eval-corpus", str(held_out), "--eval-steps", "3"]
     assert main(argv + (["--no-nsp"] if no_nsp else [])) == 0
     curves = read_curves(output)
     validation = curves.series["masked_lm_loss"][("validation", "epoch")]
-    assert len(validation) == 2  # one evaluation per checkpoint
+    # One evaluation per checkpoint, on step 21, 42 and 45: TensorBoard logs every 2 steps,
+    # and Keras 3.15 alone drops the epoch metrics of an epoch ending on an odd step.
+    assert len(validation) == 3
     assert (("validation", "epoch") in curves.series.get("next_sentence_accuracy", {})) == (not no_nsp)
     # The logged held-out loss is the final model's on the same masked batches.
     pretrainer = BertPretrainer.from_checkpoint(output / "final" / "pretrainer_tf1")
