@@ -59,11 +59,12 @@ def pack_instances(features, seq_length, max_sequences, rows=None, max_predictio
     -> packed features of `len(rows)` rows (default `first_fit_decreasing`), with
     `packed_sequence_ids`, `next_sentence_positions`, `next_sentence_weights` and
     masked-LM arrays of `max_predictions` slots (default `row_predictions`)."""
-    lengths = np.asarray(features["input_mask"]).sum(axis=1)
-    counts = (np.asarray(features["masked_lm_weights"]) > 0).sum(axis=1)
+    features = {name: np.asarray(value) for name, value in features.items()}
+    lengths = features["input_mask"].sum(axis=1)
+    real = features["masked_lm_weights"] > 0
+    counts = real.sum(axis=1)
     if max_predictions is None:
-        max_predictions = row_predictions(np.asarray(features["masked_lm_positions"]).shape[1], max_sequences,
-                                          seq_length)
+        max_predictions = row_predictions(features["masked_lm_positions"].shape[1], max_sequences, seq_length)
     if rows is None:
         rows = first_fit_decreasing(lengths, seq_length, max_sequences, counts, max_predictions)
     for members in rows:
@@ -71,27 +72,25 @@ def pack_instances(features, seq_length, max_sequences, rows=None, max_predictio
                 or sum(int(counts[i]) for i in members) > max_predictions):
             raise ValueError(f"instances {list(members)} do not fit one row of {seq_length} tokens, "
                              f"{max_sequences} sequences and {max_predictions} predictions")
-    predictions = max_predictions
     out = {name: np.zeros((len(rows), seq_length), np.int32)
            for name in ("input_word_ids", "input_mask", "input_type_ids", "packed_sequence_ids")}
-    out.update({name: np.zeros((len(rows), predictions), dtype)
+    out.update({name: np.zeros((len(rows), max_predictions), dtype)
                 for name, dtype in (("masked_lm_positions", np.int32), ("masked_lm_ids", np.int32),
                                     ("masked_lm_weights", np.float32))})
     out.update({name: np.zeros((len(rows), max_sequences), dtype)
                 for name, dtype in (("next_sentence_positions", np.int32), ("next_sentence_labels", np.int32),
                                     ("next_sentence_weights", np.float32))})
-    labels = np.asarray(features["next_sentence_labels"]).reshape(-1)
+    labels = features["next_sentence_labels"].reshape(-1)
     for row, members in enumerate(rows):
         start = slot = 0
         for k, index in enumerate(members):
             length = int(lengths[index])
             for name in ("input_word_ids", "input_mask", "input_type_ids"):
-                out[name][row, start : start + length] = np.asarray(features[name])[index, :length]
+                out[name][row, start : start + length] = features[name][index, :length]
             out["packed_sequence_ids"][row, start : start + length] = k + 1
-            real = np.asarray(features["masked_lm_weights"])[index] > 0
-            count = int(real.sum())
-            out["masked_lm_positions"][row, slot : slot + count] = np.asarray(features["masked_lm_positions"])[index][real] + start
-            out["masked_lm_ids"][row, slot : slot + count] = np.asarray(features["masked_lm_ids"])[index][real]
+            count = int(counts[index])
+            out["masked_lm_positions"][row, slot : slot + count] = features["masked_lm_positions"][index][real[index]] + start
+            out["masked_lm_ids"][row, slot : slot + count] = features["masked_lm_ids"][index][real[index]]
             out["masked_lm_weights"][row, slot : slot + count] = 1.0
             out["next_sentence_positions"][row, k] = start
             out["next_sentence_labels"][row, k] = labels[index]
