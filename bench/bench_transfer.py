@@ -99,7 +99,9 @@ def main():
     parser.add_argument("--config", default="mini", help="the preset pre-trained in the ablation")
     parser.add_argument("--pretrain-steps", type=int, default=600)
     parser.add_argument("--pretrain-learning-rate", type=float, default=5e-4)
-    parser.add_argument("--finetune-learning-rate", type=float, default=1e-4, help="the ablation's fine-tuning")
+    parser.add_argument("--finetune-learning-rate", type=float, nargs="+", default=[1e-4],
+                        help="the ablation's fine-tuning; several: a table for each")
+    parser.add_argument("--tasks", nargs="+", help="the ablation's tasks (default: all)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--sst2-large", type=int, default=8000,
                         help="the larger SST-2 training set (67349: all of it)")
@@ -109,6 +111,8 @@ def main():
     TASKS[f"SST-2 {args.sst2_large // 1000}k"] = (
         ["glue", "--task", "sst-2", "--data-dir", DATA / "glue" / "SST-2", "--max-examples", args.sst2_large],
         "accuracy", 1)
+    if set(args.tasks or ()) - set(TASKS):
+        parser.error(f"--tasks: choose from {', '.join(map(repr, TASKS))}")
     if args.max_examples:
         for task, (arguments, *rest) in list(TASKS.items()):
             TASKS[task] = (arguments + ["--max-examples", args.max_examples], *rest)
@@ -132,23 +136,30 @@ def ablation(args, scratch):
         print(f"pre-trained {name}: {args.pretrain_steps} steps in {seconds / 60:.1f} min, held-out {held_out[name]}",
               flush=True)
     encoders["random weights"] = random_encoder(scratch / "random.keras", args.config)
-    scores = {}
-    for task in TASKS:
-        for name, init in encoders.items():
-            scores[task, name] = [finetune(task, init, seed, scratch / f"ft-{len(scores)}-{seed}",
-                                           args.finetune_learning_rate) for seed in range(args.seeds)]
-            print(f"{task} from {name}: {scores[task, name]}", flush=True)
+    scores, tasks = {}, args.tasks or list(TASKS)
+    for learning_rate in args.finetune_learning_rate:
+        for task in tasks:
+            for name, init in encoders.items():
+                scores[learning_rate, task, name] = [
+                    finetune(task, init, seed, scratch / f"ft-{len(scores)}-{seed}", learning_rate)
+                    for seed in range(args.seeds)]
+                print(f"lr {learning_rate:g}, {task} from {name}: {scores[learning_rate, task, name]}", flush=True)
+    for learning_rate in args.finetune_learning_rate:
+        table(args, encoders, held_out, tasks,
+              {key[1:]: values for key, values in scores.items() if key[0] == learning_rate}, learning_rate)
 
+
+def table(args, encoders, held_out, tasks, scores, learning_rate):
     print(f"\n{args.config}, pre-trained {args.pretrain_steps} steps of 32 at seq 128, lr "
-          f"{args.pretrain_learning_rate:g}, on Gutenberg; fine-tuned at lr {args.finetune_learning_rate:g}; "
+          f"{args.pretrain_learning_rate:g}, on Gutenberg; fine-tuned at lr {learning_rate:g}; "
           f"dev metric, mean ± standard deviation over {args.seeds} seeds")
-    print("| encoder | held-out MLM acc | held-out NSP acc | " + " | ".join(TASKS) + " |")
-    print("|---|---|---|" + "---|" * len(TASKS))
+    print("| encoder | held-out MLM acc | held-out NSP acc | " + " | ".join(tasks) + " |")
+    print("|---|---|---|" + "---|" * len(tasks))
     for name in encoders:
         accuracy = held_out.get(name, {})
         cells = [f"{accuracy[key]:.3f}" if key in accuracy else "-"
                  for key in ("masked_lm_accuracy", "next_sentence_accuracy")]
-        print(f"| {name} | " + " | ".join(cells + [summary(scores[task, name]) for task in TASKS]) + " |")
+        print(f"| {name} | " + " | ".join(cells + [summary(scores[task, name]) for task in tasks]) + " |")
 
 
 def domain_adaptation(args, scratch):
