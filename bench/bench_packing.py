@@ -126,8 +126,7 @@ def curve(corpus, steps, out, config="mini", learning_rate=5e-4):
                    str(DATA / "vocab" / "vocab.txt"), "--corpus", str(corpus), "--output", str(output),
                    "--batch-size", "32", "--steps", str(steps), "--checkpoint-every", str(max(1, steps // 6)),
                    "--warmup-steps", str(max(1, steps // 10)), "--learning-rate", str(learning_rate),
-                   "--seq-length", "128",
-                   "--eval-corpus", str(held_out), "--eval-steps", "10"]
+                   "--seq-length", "128", "--eval-corpus", str(held_out), "--eval-steps", "10"]
         if packing:
             command += ["--packing", str(packing)]
         start = time.perf_counter()

@@ -136,17 +136,16 @@ def ablation(args, scratch):
         print(f"pre-trained {name}: {args.pretrain_steps} steps in {seconds / 60:.1f} min, held-out {held_out[name]}",
               flush=True)
     encoders["random weights"] = random_encoder(scratch / "random.keras", args.config)
-    scores, tasks = {}, args.tasks or list(TASKS)
-    for learning_rate in args.finetune_learning_rate:
+    tasks = args.tasks or list(TASKS)
+    scores = {learning_rate: {} for learning_rate in args.finetune_learning_rate}  # lr: {(task, encoder): values}
+    for learning_rate, runs in scores.items():
         for task in tasks:
             for name, init in encoders.items():
-                scores[learning_rate, task, name] = [
-                    finetune(task, init, seed, scratch / f"ft-{len(scores)}-{seed}", learning_rate)
-                    for seed in range(args.seeds)]
-                print(f"lr {learning_rate:g}, {task} from {name}: {scores[learning_rate, task, name]}", flush=True)
-    for learning_rate in args.finetune_learning_rate:
-        table(args, encoders, held_out, tasks,
-              {key[1:]: values for key, values in scores.items() if key[0] == learning_rate}, learning_rate)
+                runs[task, name] = [finetune(task, init, seed, scratch / f"ft-{learning_rate:g}-{len(runs)}-{seed}",
+                                             learning_rate) for seed in range(args.seeds)]
+                print(f"lr {learning_rate:g}, {task} from {name}: {runs[task, name]}", flush=True)
+    for learning_rate, runs in scores.items():
+        table(args, encoders, held_out, tasks, runs, learning_rate)
 
 
 def table(args, encoders, held_out, tasks, scores, learning_rate):
