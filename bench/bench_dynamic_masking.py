@@ -59,7 +59,10 @@ def previous_dynamic_masking(files, tokenizer):
     try:
         source = subprocess.run(
             ["git", "show", f"{PREVIOUS_COMMIT}:bert_keras/pretraining_data.py"],
-            cwd=ROOT, capture_output=True, text=True, check=True,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -80,20 +83,28 @@ def keras_hub_masking(files, tokenizer):
     except ImportError:
         return None
     packer = keras_hub.layers.StartEndPacker(
-        sequence_length=SEQ, start_value=tokenizer.cls_id, end_value=tokenizer.sep_id, pad_value=0,
+        sequence_length=SEQ,
+        start_value=tokenizer.cls_id,
+        end_value=tokenizer.sep_id,
+        pad_value=0,
         return_padding_mask=True,
     )
     masker = keras_hub.layers.MaskedLMMaskGenerator(
-        vocabulary_size=tokenizer.vocabulary_size, mask_selection_rate=0.15, mask_selection_length=PREDICTIONS,
-        mask_token_id=tokenizer.mask_id, unselectable_token_ids=[0, tokenizer.cls_id, tokenizer.sep_id],
+        vocabulary_size=tokenizer.vocabulary_size,
+        mask_selection_rate=0.15,
+        mask_selection_length=PREDICTIONS,
+        mask_token_id=tokenizer.mask_id,
+        unselectable_token_ids=[0, tokenizer.cls_id, tokenizer.sep_id],
     )
 
     def features(lines):
         ids, mask = packer(tokenizer.tokenize(lines))
         masked = masker(ids)
         return {
-            "input_word_ids": masked["token_ids"], "input_mask": tf.cast(mask, tf.int32),
-            "masked_lm_positions": masked["mask_positions"], "masked_lm_ids": masked["mask_ids"],
+            "input_word_ids": masked["token_ids"],
+            "input_mask": tf.cast(mask, tf.int32),
+            "masked_lm_positions": masked["mask_positions"],
+            "masked_lm_ids": masked["mask_ids"],
             "masked_lm_weights": masked["mask_weights"],
         }
 
@@ -112,13 +123,17 @@ def per_record_reader(records):
     from bert_keras.data import pretraining_data as data
 
     spec = {name: tf.io.FixedLenFeature([SEQ], tf.int64) for name in ("input_ids", "input_mask", "segment_ids")}
-    spec.update({name: tf.io.FixedLenFeature([PREDICTIONS], tf.int64) for name in ("masked_lm_positions", "masked_lm_ids")})
+    spec.update(
+        {name: tf.io.FixedLenFeature([PREDICTIONS], tf.int64) for name in ("masked_lm_positions", "masked_lm_ids")}
+    )
     spec["masked_lm_weights"] = tf.io.FixedLenFeature([PREDICTIONS], tf.float32)
     spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
 
     def decode(record):
         example = tf.io.parse_single_example(record, spec)
-        return {data.MODEL_NAMES.get(k, k): tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()}
+        return {
+            data.MODEL_NAMES.get(k, k): tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()
+        }
 
     dataset = tf.data.TFRecordDataset(records).repeat().shuffle(10000, seed=0)
     dataset = dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(BATCH, drop_remainder=True)
@@ -128,11 +143,30 @@ def per_record_reader(records):
 def make_records(files, vocab, directory):
     output = Path(directory) / "corpus.tfrecord"
     subprocess.run(
-        [sys.executable, "-c", "from pipelines.cli import main; main()", "create-pretraining-data",
-         "--input", *files, "--output", str(output), "--vocab", vocab, "--dupe-factor", "1",
-         "--num-shards", str(len(files)), "--max-seq-length", str(SEQ),
-         "--max-predictions-per-seq", str(PREDICTIONS)],
-        cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-c",
+            "from pipelines.cli import main; main()",
+            "create-pretraining-data",
+            "--input",
+            *files,
+            "--output",
+            str(output),
+            "--vocab",
+            vocab,
+            "--dupe-factor",
+            "1",
+            "--num-shards",
+            str(len(files)),
+            "--max-seq-length",
+            str(SEQ),
+            "--max-predictions-per-seq",
+            str(PREDICTIONS),
+        ],
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     return sorted(str(path) for path in Path(directory).glob("corpus.tfrecord*") if not path.name.endswith(".json"))
 
@@ -171,7 +205,11 @@ def measure(peer, files, vocab, records, warmup, batches):
 def run_pinned(cores, *arguments):
     allowed = sorted(os.sched_getaffinity(0))[:cores]
     result = subprocess.run(
-        [sys.executable, __file__, *arguments], cwd=ROOT, capture_output=True, text=True, check=True,
+        [sys.executable, __file__, *arguments],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
         preexec_fn=lambda: os.sched_setaffinity(0, allowed),
     )
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -183,8 +221,9 @@ def main():
     parser.add_argument("--corpus", default=str(SHARED / "data" / "pretraining" / "gutenberg"))
     parser.add_argument("--vocab", default=str(SHARED / "data" / "vocab" / "vocab.txt"))
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--batches", type=int, default=400,
-                        help="batches of 256 timed per round (400: ~10 epochs of Gutenberg)")
+    parser.add_argument(
+        "--batches", type=int, default=400, help="batches of 256 timed per round (400: ~10 epochs of Gutenberg)"
+    )
     parser.add_argument("--warmup", type=int, default=40, help="batches read before timing")
     parser.add_argument("--quick", action="store_true", help="1 round of 200 batches")
     parser.add_argument("--seq-length", type=int, default=SEQ)
@@ -201,25 +240,42 @@ def main():
         return
 
     records = make_records(files, args.vocab, tempfile.mkdtemp())
-    child = ["--corpus", args.corpus, "--vocab", args.vocab, "--warmup", str(args.warmup),
-             "--seq-length", str(SEQ), "--predictions", str(PREDICTIONS),
-             "--batches", str(args.batches), "--records", *records]
+    child = [
+        "--corpus",
+        args.corpus,
+        "--vocab",
+        args.vocab,
+        "--warmup",
+        str(args.warmup),
+        "--seq-length",
+        str(SEQ),
+        "--predictions",
+        str(PREDICTIONS),
+        "--batches",
+        str(args.batches),
+        "--records",
+        *records,
+    ]
     results = {(peer, cores): [] for peer in PEERS for cores in (1, 2)}
     for _ in range(args.rounds):
         for peer, cores in results:
             results[peer, cores].append(run_pinned(cores, "--peer", peer, *child))
 
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    print(f"{cpu}; {len(files)} files; batch {BATCH} x seq {SEQ}, {PREDICTIONS} predictions; "
-          f"{args.rounds} round(s) of {args.batches} batches after {args.warmup}")
+    print(
+        f"{cpu}; {len(files)} files; batch {BATCH} x seq {SEQ}, {PREDICTIONS} predictions; "
+        f"{args.rounds} round(s) of {args.batches} batches after {args.warmup}"
+    )
 
     def rate(peer, cores):
         runs = results[peer, cores]
         return statistics.median(run["rate"] for run in runs) if None not in runs else None
 
     previous, records = rate("previous", 1), rate("records", 1)
-    print("\n| data | instances/s, 1 core | 2 cores | 2 cores vs 1 | 1 core vs TFRecord reader "
-          "| 1 core vs previous generator | first batch (1 core) |")
+    print(
+        "\n| data | instances/s, 1 core | 2 cores | 2 cores vs 1 | 1 core vs TFRecord reader "
+        "| 1 core vs previous generator | first batch (1 core) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for peer, name in PEERS.items():
         one, two = rate(peer, 1), rate(peer, 2)
@@ -227,8 +283,11 @@ def main():
             print(f"| {name} | not available | | | | | |")
             continue
         first = statistics.median(run["first"] for run in results[peer, 1])
-        print(f"| {name} | {one:,.0f} | {two:,.0f} | {two / one:.2f}x | {one / records:.2f}x | {one / previous:.1f}x "
-              f"| {first:.1f} s |")
+        print(
+            f"| {name} | {one:,.0f} | {two:,.0f} | {two / one:.2f}x | {one / records:.2f}x | {one / previous:.1f}x "
+            f"| {first:.1f} s |"
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -88,8 +88,9 @@ def worker_served(model, texts):
         client.predict(text=texts[:64])
 
         start = time.perf_counter()
-        vectors = np.concatenate([client.predict(text=texts[i : i + BATCH])["embeddings"]
-                                  for i in range(0, len(texts), BATCH)])
+        vectors = np.concatenate(
+            [client.predict(text=texts[i : i + BATCH])["embeddings"] for i in range(0, len(texts), BATCH)]
+        )
         return vectors, time.perf_counter() - start
     finally:
         server.stop()
@@ -117,9 +118,13 @@ def worker_sentence_transformers(model, texts):
     return vectors, time.perf_counter() - start
 
 
-WORKERS = {"bert-keras": worker_bert_keras, "bert-keras bfloat16": worker_bert_keras_bfloat16,
-           "bert-keras served": worker_served,
-           "keras-hub": worker_keras_hub, "sentence-transformers": worker_sentence_transformers}
+WORKERS = {
+    "bert-keras": worker_bert_keras,
+    "bert-keras bfloat16": worker_bert_keras_bfloat16,
+    "bert-keras served": worker_served,
+    "keras-hub": worker_keras_hub,
+    "sentence-transformers": worker_sentence_transformers,
+}
 
 
 def run_worker(name, python, model, texts_file, out, env=None):
@@ -153,20 +158,46 @@ def retrieval_table(model, questions, paragraphs, owners, train_pairs, steps, ou
     dev = Path(out_dir) / "dev.tsv"
     clean = lambda text: " ".join(text.split())  # noqa: E731  (no tabs or newlines in a TSV field)
     chosen = train[:train_pairs]
-    pairs.write_text("anchor\tpositive\n" + "".join(f"{clean(questions[i])}\t{clean(paragraphs[owners[i]])}\n"
-                                                  for i in chosen), encoding="utf-8")
-    dev.write_text("anchor\tpositive\n" + "".join(f"{clean(questions[i])}\t{clean(paragraphs[owners[i]])}\n"
-                                                for i in train[-200:]), encoding="utf-8")
-    command = [sys.executable, "-m", "pipelines.cli", "finetune", "embedder", "--train", str(pairs), "--dev", str(dev),
-               "--init", str(model), "--output-dir", str(Path(out_dir) / "run"), "--batch-size", str(BATCH),
-               "--max-train-steps", str(steps), "--learning-rate", "2e-5", "--verbose", "2"]
+    pairs.write_text(
+        "anchor\tpositive\n" + "".join(f"{clean(questions[i])}\t{clean(paragraphs[owners[i]])}\n" for i in chosen),
+        encoding="utf-8",
+    )
+    dev.write_text(
+        "anchor\tpositive\n"
+        + "".join(f"{clean(questions[i])}\t{clean(paragraphs[owners[i]])}\n" for i in train[-200:]),
+        encoding="utf-8",
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "finetune",
+        "embedder",
+        "--train",
+        str(pairs),
+        "--dev",
+        str(dev),
+        "--init",
+        str(model),
+        "--output-dir",
+        str(Path(out_dir) / "run"),
+        "--batch-size",
+        str(BATCH),
+        "--max-train-steps",
+        str(steps),
+        "--learning-rate",
+        "2e-5",
+        "--verbose",
+        "2",
+    ]
     start = time.perf_counter()
     subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     minutes = (time.perf_counter() - start) / 60
     tuned = BertTextEmbedder.from_checkpoint(Path(out_dir) / "run" / "best.keras")
     documents = tuned.encode(paragraphs, batch_size=BATCH)
     rows[f"fine-tuned ({steps} steps of {BATCH} pairs, {minutes:.1f} min)"] = retrieval.evaluate_retrieval(
-        tuned.encode(queries, batch_size=BATCH), documents, relevant)
+        tuned.encode(queries, batch_size=BATCH), documents, relevant
+    )
     return rows, len(queries)
 
 
@@ -201,8 +232,12 @@ def main():
     parser.add_argument("--steps", type=int, default=125)
     parser.add_argument("--skip-retrieval", action="store_true")
     parser.add_argument("--bfloat16", action="store_true", help="also bert-keras computing in bfloat16")
-    parser.add_argument("--search-sizes", type=lambda text: [int(v) for v in text.split(",")],
-                        default=[10_000, 100_000, 1_000_000], help="collection sizes of the exact-search table")
+    parser.add_argument(
+        "--search-sizes",
+        type=lambda text: [int(v) for v in text.split(",")],
+        default=[10_000, 100_000, 1_000_000],
+        help="collection sizes of the exact-search table",
+    )
     parser.add_argument("--search-worker", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     parser.add_argument("--texts", help=argparse.SUPPRESS)
@@ -224,8 +259,14 @@ def main():
         Path(f"{args.out}.json").write_text(json.dumps({"seconds": seconds}))
         return 0
 
-    cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(
-        ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), "?")
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+            if line.startswith("Model name")
+        ),
+        "?",
+    )
     print(f"CPU: {cpu}, {os.cpu_count()} cores; model {args.model}")
     questions, paragraphs, owners = squad()
     sets = {"questions": questions[: args.questions], "paragraphs": paragraphs[: args.paragraphs]}
@@ -242,10 +283,13 @@ def main():
             texts_file = Path(scratch) / f"{set_name}.json"
             texts_file.write_text(json.dumps(texts), encoding="utf-8")
             for name, python, env in peers:
-                results[set_name, name] = run_worker(name, python, args.model, texts_file,
-                                                     Path(scratch) / f"{set_name}-{name}.npy", env)
-        print(f"\n| peer | questions/s ({args.questions}) | paragraphs/s ({args.paragraphs}) | "
-              "max abs diff from sentence-transformers |")
+                results[set_name, name] = run_worker(
+                    name, python, args.model, texts_file, Path(scratch) / f"{set_name}-{name}.npy", env
+                )
+        print(
+            f"\n| peer | questions/s ({args.questions}) | paragraphs/s ({args.paragraphs}) | "
+            "max abs diff from sentence-transformers |"
+        )
         print("|---|---|---|---|")
         for name, _, _ in peers:
             cells, difference = [], 0.0
@@ -257,22 +301,33 @@ def main():
                 cells.append(f"{len(texts) / result[1]:.1f}")
                 if reference is not None:
                     difference = max(difference, float(np.abs(result[0] - reference[0]).max()))
-            print(f"| {name} | {' | '.join(cells)} | {difference:.1e} |" if args.st_python
-                  else f"| {name} | {' | '.join(cells)} | - |")
+            print(
+                f"| {name} | {' | '.join(cells)} | {difference:.1e} |"
+                if args.st_python
+                else f"| {name} | {' | '.join(cells)} | - |"
+            )
         if not args.skip_retrieval:
-            rows, count = retrieval_table(args.model, questions, paragraphs, owners, args.train_pairs, args.steps, scratch)
+            rows, count = retrieval_table(
+                args.model, questions, paragraphs, owners, args.train_pairs, args.steps, scratch
+            )
             print(f"\nRetrieval: {count} held-out SQuAD dev questions -> {len(paragraphs)} paragraphs")
             print("| model | recall@1 | recall@5 | recall@10 | MRR@10 | nDCG@10 |")
             print("|---|---|---|---|---|---|")
             for name, metrics in rows.items():
-                print(f"| {name} | " + " | ".join(f"{metrics[key]:.4f}" for key in
-                                                  ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")) + " |")
+                print(
+                    f"| {name} | "
+                    + " | ".join(
+                        f"{metrics[key]:.4f}" for key in ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
+                    )
+                    + " |"
+                )
         print("\nExact search: 100 queries, top 10, among N random 384-d vectors in a memory-mapped file")
         print("| N | seconds | peak resident MB | vectors MB |")
         print("|---|---|---|---|")
         for size in args.search_sizes:
-            result = subprocess.run([sys.executable, __file__, "--search-worker", str(size)], capture_output=True,
-                                    text=True, check=True)
+            result = subprocess.run(
+                [sys.executable, __file__, "--search-worker", str(size)], capture_output=True, text=True, check=True
+            )
             seconds, peak = json.loads(result.stdout.strip().splitlines()[-1])
             print(f"| {size:,} | {seconds:.2f} | {peak:.0f} | {size * 384 * 4 / 2**20:.0f} |")
     return 0

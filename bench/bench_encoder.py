@@ -192,8 +192,10 @@ def measure(workers, batch, seq, rounds, calls):
 
 
 def print_table(rows, reference):
-    print(f"\n{'batch':>5}  {'implementation':34} {'median ms':>10} {'seq/s':>8} "
-          f"{'% peak':>7} {'time vs ' + reference:>30}")
+    print(
+        f"\n{'batch':>5}  {'implementation':34} {'median ms':>10} {'seq/s':>8} "
+        f"{'% peak':>7} {'time vs ' + reference:>30}"
+    )
     for batch, name, ms, throughput, share, ratio in rows:
         print(f"{batch:>5}  {name:34} {ms:>10.1f} {throughput:>8.1f} {share:>7.1%} {ratio:>29.2f}x")
 
@@ -212,8 +214,10 @@ def main(peers=PEERS, description=__doc__):
 
     config = BertConfig.preset(args.preset).to_original_dict()
     peak = matmul_peak_gflops()
-    print(f"BERT-{args.preset} forward, seq {args.seq}, {os.cpu_count()} cores, "
-          f"fp32 matmul peak measured {peak:.0f} GFLOP/s")
+    print(
+        f"BERT-{args.preset} forward, seq {args.seq}, {os.cpu_count()} cores, "
+        f"fp32 matmul peak measured {peak:.0f} GFLOP/s"
+    )
     workers = start_workers(args.peers, config)
     rows = []
     for batch in args.batch_sizes:
@@ -222,8 +226,7 @@ def main(peers=PEERS, description=__doc__):
         reference = statistics.median(times[args.peers[0]])
         for name, samples in times.items():
             median = statistics.median(samples)
-            rows.append((batch, name, median * 1e3, batch / median, flops / median / 1e9 / peak,
-                         median / reference))
+            rows.append((batch, name, median * 1e3, batch / median, flops / median / 1e9 / peak, median / reference))
     stop_workers(workers)
     print_table(rows, args.peers[0])
 

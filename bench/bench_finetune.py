@@ -30,16 +30,68 @@ sys.path.insert(0, str(ROOT))
 # budget (min), seconds per step measured here (2 shared cores), steps per epoch, most
 # epochs, arguments.
 TASKS = {
-    "sst2": (30, 0.9, math.ceil(67349 / 32), 3, ["glue", "--task", "sst-2", "--data-dir", str(DATA / "glue" / "SST-2"),
-                                             "--batch-size", "32", "--learning-rate", "5e-5"]),
-    "mrpc": (20, 1.0, math.ceil(3668 / 32), 10, ["glue", "--task", "mrpc", "--data-dir", str(DATA / "glue" / "MRPC"),
-                                            "--batch-size", "32", "--learning-rate", "5e-5"]),
-    "conll": (40, 1.0, math.ceil(14041 / 32), 3, ["conll", "--data-dir", str(DATA / "conll2003"),
-                                              "--batch-size", "32", "--learning-rate", "5e-5"]),
-    "squad": (60, 2.3, math.ceil(8377 / 12), 2, ["squad", "--train-file", str(DATA / "squad" / "dev-v1.1.json"),
-                                             "--train-articles", "0:36", "--predict-articles", "36:48",
-                                             "--predict-file", str(DATA / "squad" / "dev-v1.1.json"),
-                                             "--batch-size", "12", "--learning-rate", "5e-5"]),
+    "sst2": (
+        30,
+        0.9,
+        math.ceil(67349 / 32),
+        3,
+        [
+            "glue",
+            "--task",
+            "sst-2",
+            "--data-dir",
+            str(DATA / "glue" / "SST-2"),
+            "--batch-size",
+            "32",
+            "--learning-rate",
+            "5e-5",
+        ],
+    ),
+    "mrpc": (
+        20,
+        1.0,
+        math.ceil(3668 / 32),
+        10,
+        [
+            "glue",
+            "--task",
+            "mrpc",
+            "--data-dir",
+            str(DATA / "glue" / "MRPC"),
+            "--batch-size",
+            "32",
+            "--learning-rate",
+            "5e-5",
+        ],
+    ),
+    "conll": (
+        40,
+        1.0,
+        math.ceil(14041 / 32),
+        3,
+        ["conll", "--data-dir", str(DATA / "conll2003"), "--batch-size", "32", "--learning-rate", "5e-5"],
+    ),
+    "squad": (
+        60,
+        2.3,
+        math.ceil(8377 / 12),
+        2,
+        [
+            "squad",
+            "--train-file",
+            str(DATA / "squad" / "dev-v1.1.json"),
+            "--train-articles",
+            "0:36",
+            "--predict-articles",
+            "36:48",
+            "--predict-file",
+            str(DATA / "squad" / "dev-v1.1.json"),
+            "--batch-size",
+            "12",
+            "--learning-rate",
+            "5e-5",
+        ],
+    ),
 }
 
 
@@ -59,8 +111,20 @@ def main():
     steps = int(0.85 * budget * 60 / seconds_per_step)
     epochs = min(args.max_epochs or max_epochs, max(1, steps / steps_per_epoch))
     output_dir = Path(args.output_dir or tempfile.mkdtemp(prefix=f"bench_{args.task}_"))
-    command = ["finetune", *task_args, "--output-dir", str(output_dir), "--epochs", f"{epochs:.3f}",
-               "--max-train-steps", str(steps), "--max-train-minutes", str(budget), "--verbose", "2"]
+    command = [
+        "finetune",
+        *task_args,
+        "--output-dir",
+        str(output_dir),
+        "--epochs",
+        f"{epochs:.3f}",
+        "--max-train-steps",
+        str(steps),
+        "--max-train-minutes",
+        str(budget),
+        "--verbose",
+        "2",
+    ]
     print("bert-keras " + " ".join(command))
     start = time.perf_counter()
     if cli(command) != 0:
@@ -68,8 +132,10 @@ def main():
     wall = time.perf_counter() - start
     history = json.loads((output_dir / "eval_results.json").read_text())
     best = json.loads((output_dir / "best_metrics.json").read_text())
-    print(f"\n{args.task}: budget {budget} min, training {history[-1]['train_seconds'] / 60:.1f} min "
-          f"(incl. per-epoch evaluation), whole run {wall / 60:.1f} min")
+    print(
+        f"\n{args.task}: budget {budget} min, training {history[-1]['train_seconds'] / 60:.1f} min "
+        f"(incl. per-epoch evaluation), whole run {wall / 60:.1f} min"
+    )
     print("per epoch: " + json.dumps(history[:-1]))
     print("best: " + json.dumps(best))
     return 0

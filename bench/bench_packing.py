@@ -37,9 +37,14 @@ def write_corpora(folder):
     articles = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
     paragraphs = [p["context"] for a in articles for p in a["paragraphs"]]
     squad = Path(folder) / "squad_paragraphs.txt"
-    squad.write_text("\n\n".join("\n".join(s.strip() + "." for s in p.split(". ") if s.strip()) for p in paragraphs)
-                     + "\n", encoding="utf-8")
-    return {"SQuAD paragraphs": squad, "Gutenberg (Melville)": DATA / "pretraining" / "gutenberg" / "melville-moby_dick.txt"}
+    squad.write_text(
+        "\n\n".join("\n".join(s.strip() + "." for s in p.split(". ") if s.strip()) for p in paragraphs) + "\n",
+        encoding="utf-8",
+    )
+    return {
+        "SQuAD paragraphs": squad,
+        "Gutenberg (Melville)": DATA / "pretraining" / "gutenberg" / "melville-moby_dick.txt",
+    }
 
 
 def instances(corpus, seq_length, predictions, batch=64, seed=0):
@@ -54,17 +59,22 @@ def padding_table(corpora, count):
     from bert_keras.data.packing import first_fit_decreasing
 
     print(f"\n1. Padding ({count} instances each)")
-    print("| corpus | seq | mean length | padding unpacked | rows, FFD over all | rows, windows of 1024 | window / all |")
+    print(
+        "| corpus | seq | mean length | padding unpacked | rows, FFD over all | rows, windows of 1024 | window / all |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, corpus in corpora.items():
         for seq_length, predictions, sequences in ((128, 20, 4), (512, 80, 8)):
             stream = instances(corpus, seq_length, predictions).unbatch().batch(count)
             lengths = next(iter(stream))["input_mask"].numpy().sum(axis=1)
             whole = len(first_fit_decreasing(lengths, seq_length, sequences))
-            windows = sum(len(first_fit_decreasing(lengths[i : i + 1024], seq_length, sequences))
-                          for i in range(0, count, 1024))
-            print(f"| {name} | {seq_length} | {lengths.mean():.1f} | {1 - lengths.mean() / seq_length:.1%} | "
-                  f"{whole} ({count / whole:.2f}x fewer) | {windows} | {windows / whole:.3f} |")
+            windows = sum(
+                len(first_fit_decreasing(lengths[i : i + 1024], seq_length, sequences)) for i in range(0, count, 1024)
+            )
+            print(
+                f"| {name} | {seq_length} | {lengths.mean():.1f} | {1 - lengths.mean() / seq_length:.1%} | "
+                f"{whole} ({count / whole:.2f}x fewer) | {windows} | {windows / whole:.3f} |"
+            )
 
 
 def speed_table(corpora, steps, configs):
@@ -75,7 +85,10 @@ def speed_table(corpora, steps, configs):
     from bert_keras.training.optimization import create_optimizer
 
     print(f"\n2. Train-step speed ({steps} steps after one warm-up, padded and packed in turn; fp32; same instances)")
-    print("| model | corpus | seq | batch | padded: tokens/s | packed: tokens/s | speed-up | instances/s padded / packed | rows a step |")
+    print(
+        "| model | corpus | seq | batch | padded: tokens/s | packed: tokens/s | speed-up "
+        "| instances/s padded / packed | rows a step |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for config_name in configs:
         for name, corpus in corpora.items():
@@ -88,8 +101,11 @@ def speed_table(corpora, steps, configs):
                 rows = max(1, round(batch / stats["sequences_per_row"]))
                 modes = []
                 for packed in (False, True):
-                    data = pack_dataset(stream, seq_length, sequences, rows) if packed else \
-                        stream.unbatch().batch(batch, drop_remainder=True)
+                    data = (
+                        pack_dataset(stream, seq_length, sequences, rows)
+                        if packed
+                        else stream.unbatch().batch(batch, drop_remainder=True)
+                    )
                     batches = list(data.take(steps + 1))
                     model.make_train_function(force=True)
                     model.train_function(iter([batches[0]]))  # trace and warm up
@@ -104,11 +120,14 @@ def speed_table(corpora, steps, configs):
                 results = []
                 for (_, batches, packed), elapsed in zip(modes, seconds):
                     tokens = sum(int(np.sum(f["input_mask"])) for f in batches)
-                    count = sum(int(np.sum(f["next_sentence_weights"])) if packed else len(f["input_mask"])
-                                for f in batches)
+                    count = sum(
+                        int(np.sum(f["next_sentence_weights"])) if packed else len(f["input_mask"]) for f in batches
+                    )
                     results.append((tokens / elapsed, count / elapsed))
-                print(f"| {config_name} | {name} | {seq_length} | {batch} | {results[0][0]:.0f} | {results[1][0]:.0f} | "
-                      f"{results[1][0] / results[0][0]:.2f}x | {results[0][1]:.1f} / {results[1][1]:.1f} | {rows} |")
+                print(
+                    f"| {config_name} | {name} | {seq_length} | {batch} | {results[0][0]:.0f} | {results[1][0]:.0f} | "
+                    f"{results[1][0] / results[0][0]:.2f}x | {results[0][1]:.1f} / {results[1][1]:.1f} | {rows} |"
+                )
 
 
 def curve(corpus, steps, out, config="mini", learning_rate=5e-4):
@@ -122,16 +141,47 @@ def curve(corpus, steps, out, config="mini", learning_rate=5e-4):
     rows = []
     for packing in (0, 4):
         output = Path(out) / f"packing{packing}"
-        command = [sys.executable, "-m", "pipelines.cli", "pretrain", "--config", config, "--vocab",
-                   str(DATA / "vocab" / "vocab.txt"), "--corpus", str(corpus), "--output", str(output),
-                   "--batch-size", "32", "--steps", str(steps), "--checkpoint-every", str(max(1, steps // 6)),
-                   "--warmup-steps", str(max(1, steps // 10)), "--learning-rate", str(learning_rate),
-                   "--seq-length", "128", "--eval-corpus", str(held_out), "--eval-steps", "10"]
+        command = [
+            sys.executable,
+            "-m",
+            "pipelines.cli",
+            "pretrain",
+            "--config",
+            config,
+            "--vocab",
+            str(DATA / "vocab" / "vocab.txt"),
+            "--corpus",
+            str(corpus),
+            "--output",
+            str(output),
+            "--batch-size",
+            "32",
+            "--steps",
+            str(steps),
+            "--checkpoint-every",
+            str(max(1, steps // 6)),
+            "--warmup-steps",
+            str(max(1, steps // 10)),
+            "--learning-rate",
+            str(learning_rate),
+            "--seq-length",
+            "128",
+            "--eval-corpus",
+            str(held_out),
+            "--eval-steps",
+            "10",
+        ]
         if packing:
             command += ["--packing", str(packing)]
         start = time.perf_counter()
-        subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        subprocess.run(
+            command,
+            cwd=ROOT,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         minutes = (time.perf_counter() - start) / 60
         from pipelines.plot import read_curves
 
@@ -139,13 +189,18 @@ def curve(corpus, steps, out, config="mini", learning_rate=5e-4):
         names = ("masked_lm_loss", "masked_lm_accuracy", "next_sentence_loss", "next_sentence_accuracy")
         rows.append((packing, minutes, [curves.series[name][("validation", "epoch")] for name in names]))
     interval = max(1, steps // 6) * 32
-    print(f"\n3. {config}, {steps} steps of 32 instances at seq 128, lr {learning_rate}, on nine tenths of the "
-          f"SQuAD paragraphs; metrics on the last tenth at each checkpoint ({interval} instances apart)")
+    print(
+        f"\n3. {config}, {steps} steps of 32 instances at seq 128, lr {learning_rate}, on nine tenths of the "
+        f"SQuAD paragraphs; metrics on the last tenth at each checkpoint ({interval} instances apart)"
+    )
     print("| run | minutes | masked-LM loss | masked-LM accuracy | next-sentence loss | next-sentence accuracy |")
     print("|---|---|---|---|---|---|")
     for packing, minutes, series in rows:
-        print(f"| {'packed (4)' if packing else 'padded'} | {minutes:.1f} | "
-              + " | ".join(" ".join(f"{v:.3f}" for _, v in points) for points in series) + " |")
+        print(
+            f"| {'packed (4)' if packing else 'padded'} | {minutes:.1f} | "
+            + " | ".join(" ".join(f"{v:.3f}" for _, v in points) for points in series)
+            + " |"
+        )
 
 
 def finetune_padding(batch_size=32):
@@ -160,8 +215,15 @@ def finetune_padding(batch_size=32):
     rows = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
     sentences = [row.split("\t")[0] for row in rows]
     tokenizer = BertTokenizer(str(DATA / "vocab" / "vocab.txt"))
-    lengths = np.concatenate([tokenizer(tf.constant(sentences[i : i + 4096])).row_lengths().numpy()
-                              for i in range(0, len(sentences), 4096)]) + 2  # [CLS] and [SEP]
+    lengths = (
+        np.concatenate(
+            [
+                tokenizer(tf.constant(sentences[i : i + 4096])).row_lengths().numpy()
+                for i in range(0, len(sentences), 4096)
+            ]
+        )
+        + 2
+    )  # [CLS] and [SEP]
     chars = np.char.str_len(np.array(sentences, dtype=str))  # what finetune groups by
     batches = length_grouped_batches(lengths, chars, batch_size, shuffle=True, seed=0)
     real = padded = 0
@@ -170,10 +232,15 @@ def finetune_padding(batch_size=32):
         real += int(batch.sum())
         padded += len(batch) * int(-(-batch.max() // 8) * 8)
     padding = 1 - real / padded
-    print(f"\n4. Fine-tuning: SST-2 train ({len(sentences)} sentences, mean {lengths.mean():.1f} tokens) in "
-          f"length-grouped batches of {batch_size}: padding {padding:.1%}, so packing could raise tokens/s "
-          f"by at most {1 / (1 - padding):.2f}x; without grouping (random batches): "
-          f"{1 - lengths.sum() / sum(len(b) * -(-b.max() // 8) * 8 for b in np.array_split(lengths, len(lengths) // batch_size)):.1%}")
+    random_batch_tokens = sum(
+        len(b) * -(-b.max() // 8) * 8 for b in np.array_split(lengths, len(lengths) // batch_size)
+    )
+    print(
+        f"\n4. Fine-tuning: SST-2 train ({len(sentences)} sentences, mean {lengths.mean():.1f} tokens) in "
+        f"length-grouped batches of {batch_size}: padding {padding:.1%}, so packing could raise tokens/s "
+        f"by at most {1 / (1 - padding):.2f}x; without grouping (random batches): "
+        f"{1 - lengths.sum() / random_batch_tokens:.1%}"
+    )
 
 
 def finetune_speed(count=4096, batch_size=32, seq_length=64, max_sequences=8):
@@ -211,9 +278,14 @@ def finetune_speed(count=4096, batch_size=32, seq_length=64, max_sequences=8):
         batch = np.zeros((len(members), width), np.int32)
         for row, index in enumerate(members):
             batch[row, : lengths[index]] = ids[index]
-        return ({"input_word_ids": batch, "input_mask": (batch > 0).astype(np.int32),
-                 "input_type_ids": np.zeros_like(batch)},
-                np.stack([np.arange(len(members)), np.zeros(len(members), int)], 1).astype(np.int32))
+        return (
+            {
+                "input_word_ids": batch,
+                "input_mask": (batch > 0).astype(np.int32),
+                "input_type_ids": np.zeros_like(batch),
+            },
+            np.stack([np.arange(len(members)), np.zeros(len(members), int)], 1).astype(np.int32),
+        )
 
     def packed(group):
         row_members = first_fit_decreasing(lengths[group], seq_length, max_sequences)
@@ -227,17 +299,27 @@ def finetune_speed(count=4096, batch_size=32, seq_length=64, max_sequences=8):
                 sequence_ids[row, start : start + lengths[index]] = k + 1
                 cls.append((row, start))
                 start += lengths[index]
-        return ({"input_word_ids": batch, "input_mask": (batch > 0).astype(np.int32),
-                 "input_type_ids": np.zeros_like(batch), "packed_sequence_ids": sequence_ids}, np.array(cls, np.int32))
+        return (
+            {
+                "input_word_ids": batch,
+                "input_mask": (batch > 0).astype(np.int32),
+                "input_type_ids": np.zeros_like(batch),
+                "packed_sequence_ids": sequence_ids,
+            },
+            np.array(cls, np.int32),
+        )
 
     order = np.random.default_rng(0).permutation(count)
     chunks = [order[i : i + 50 * batch_size] for i in range(0, count, 50 * batch_size)]
     grouped = [chunk[np.argsort(lengths[chunk], kind="stable")] for chunk in chunks]
     batches = [group[i : i + batch_size] for group in grouped for i in range(0, len(group), batch_size)]
-    modes = {"length-grouped, padded to a multiple of 8 (finetune today)": [padded(b, 8) for b in batches],
-             "length-grouped, padded to the longest": [padded(b, 1) for b in batches],
-             f"packed rows of {seq_length} (up to {max_sequences} sentences)": [packed(order[i : i + batch_size])
-                                                                     for i in range(0, count, batch_size)]}
+    modes = {
+        "length-grouped, padded to a multiple of 8 (finetune today)": [padded(b, 8) for b in batches],
+        "length-grouped, padded to the longest": [padded(b, 1) for b in batches],
+        f"packed rows of {seq_length} (up to {max_sequences} sentences)": [
+            packed(order[i : i + batch_size]) for i in range(0, count, batch_size)
+        ],
+    }
     print(f"\n5. Fine-tuning steps of all-MiniLM-L6-v2 over {count} SST-2 sentences (mean {lengths.mean():.1f} tokens)")
     print("| batches | tokens in rows | padding | sentences/s |")
     print("|---|---|---|---|")
@@ -262,8 +344,14 @@ def main():
     parser.add_argument("--curve-learning-rate", type=float, default=5e-4)
     parser.add_argument("--sections", default="1,2,4,5", help="which tables (3 runs with --curve-steps)")
     args = parser.parse_args()
-    cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(
-        ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), "?")
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+            if line.startswith("Model name")
+        ),
+        "?",
+    )
     print(f"CPU: {cpu}, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as folder:
         corpora = write_corpora(folder)

@@ -41,8 +41,8 @@ def make_batch(vocab_size, seed=0):
 
 def bert_keras_runner(config, jit_compile):
     from bert_keras import BertConfig, BertEncoder
-    from bert_keras.training.optimization import create_optimizer
     from bert_keras.models.pretrainer import BertPretrainer
+    from bert_keras.training.optimization import create_optimizer
 
     model = BertPretrainer(BertEncoder(BertConfig(**config)))
     model.compile(optimizer=create_optimizer(1e-4, 10000, 100), jit_compile=jit_compile)
@@ -175,8 +175,10 @@ def main():
     for preset, name, value, throughput in rows:
         hub = throughput.get("keras-hub BertMaskedLM (XLA)")
         hf = throughput.get("HF PyTorch BertForPreTraining")
-        print(f"{preset:6} {name:32} {value:>8.2f} "
-              f"{value / hub if hub else float('nan'):>11.2f}x {value / hf if hf else float('nan'):>7.2f}x")
+        print(
+            f"{preset:6} {name:32} {value:>8.2f} "
+            f"{value / hub if hub else float('nan'):>11.2f}x {value / hf if hf else float('nan'):>7.2f}x"
+        )
 
 
 if __name__ == "__main__":

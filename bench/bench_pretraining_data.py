@@ -65,11 +65,27 @@ def corpus(books, copies, folder):
 
 def run_command(files, output, vocab, *flags, source=ROOT):
     """(seconds, peak RSS in MB of the largest process) of one CLI run of the code in `source`."""
-    command = [sys.executable, "-m", "pipelines.cli", "create-pretraining-data", "--input", *files,
-               "--output", str(output), "--vocab", str(vocab), *flags]
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "create-pretraining-data",
+        "--input",
+        *files,
+        "--output",
+        str(output),
+        "--vocab",
+        str(vocab),
+        *flags,
+    ]
     start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=source, env={**os.environ, "PYTHONPATH": str(source)},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        command,
+        cwd=source,
+        env={**os.environ, "PYTHONPATH": str(source)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _, status, usage = os.wait4(process.pid, 0)  # ru_maxrss covers the reaped workers too
     seconds = time.perf_counter() - start
     if status:
@@ -85,8 +101,9 @@ def count_records(output):
 
 def previous_version(folder):
     """A copy of the code at PREVIOUS_COMMIT, or None without git history."""
-    archive = subprocess.run(["git", "archive", PREVIOUS_COMMIT, "bert_keras", "pipelines"], cwd=ROOT,
-                             capture_output=True)
+    archive = subprocess.run(
+        ["git", "archive", PREVIOUS_COMMIT, "bert_keras", "pipelines"], cwd=ROOT, capture_output=True
+    )
     if archive.returncode:
         return None
     folder.mkdir()
@@ -129,8 +146,17 @@ def main():
 
     def add(name, scale, seconds, instances, rss=None, speedup=""):
         seconds_of[name, scale] = seconds
-        rows.append((name, f"{scale}x", f"{seconds:.1f}", f"{megabytes * scale / seconds:.2f}",
-                     f"{instances / seconds:.0f}", "" if rss is None else f"{rss:.0f}", speedup))
+        rows.append(
+            (
+                name,
+                f"{scale}x",
+                f"{seconds:.1f}",
+                f"{megabytes * scale / seconds:.2f}",
+                f"{instances / seconds:.0f}",
+                "" if rss is None else f"{rss:.0f}",
+                speedup,
+            )
+        )
         print(" | ".join(rows[-1]), flush=True)
 
     sharded = f"{DEFAULT_SHARD_BYTES / 2**20:g} MiB shards"

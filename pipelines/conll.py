@@ -32,7 +32,10 @@ def run(args):
     eval_sentences = read_conll(data_dir / f"eng.{args.eval_split}")[: args.max_examples]
     print(f"CoNLL-2003: {len(train_sentences)} training sentences, {len(eval_sentences)} in eng.{args.eval_split}")
     strategy, model = build_head(
-        args, lambda encoder, preprocessor: BertTokenClassifier(encoder, len(LABELS), preprocessor=preprocessor, labels=LABELS)
+        args,
+        lambda encoder, preprocessor: BertTokenClassifier(
+            encoder, len(LABELS), preprocessor=preprocessor, labels=LABELS
+        ),
     )
     output_dir = Path(args.output_dir)
     best_f1 = [float("-inf")]

@@ -21,9 +21,12 @@ def register(subparsers):
     parser.add_argument("--shard-size", type=float, default=2.0, help="MiB of input text per shard")
     parser.add_argument("--num-shards", type=int, help="cut the input into this many equal shards instead")
     parser.add_argument("--workers", type=int, default=1, help="processes making shards (local runner)")
-    parser.add_argument("--runner", default="local",
-                        help="'local', or an Apache Beam runner (DirectRunner, DataflowRunner, FlinkRunner, "
-                        "SparkRunner, ...; pip install bert-keras[beam])")
+    parser.add_argument(
+        "--runner",
+        default="local",
+        help="'local', or an Apache Beam runner (DirectRunner, DataflowRunner, FlinkRunner, "
+        "SparkRunner, ...; pip install bert-keras[beam])",
+    )
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--max-predictions-per-seq", type=int, default=20)
     parser.add_argument("--masked-lm-prob", type=float, default=0.15)

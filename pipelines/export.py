@@ -14,30 +14,46 @@ def register(subparsers):
     parser.add_argument("model", help=".keras file, Hugging Face folder or TF1 checkpoint")
     parser.add_argument("--out", required=True, help="model base directory; the export goes to OUT/VERSION")
     parser.add_argument("--version", type=int, default=1)
-    parser.add_argument("--pretrainer", action="store_true",
-                        help="load a checkpoint's MLM/NSP heads too and serve fill-mask")
-    parser.add_argument("--segments", nargs="+",
-                        help="string input names (default: those the model was fine-tuned on, e.g. text, or "
-                             "text_a text_b for sentence pairs; question context for span models; question "
-                             "choices for multiple choice); a different count than it was trained on is warned about")
-    parser.add_argument("--labels", nargs="+",
-                        help="class or tag names, in label-id order (default: those it was fine-tuned with)")
+    parser.add_argument(
+        "--pretrainer", action="store_true", help="load a checkpoint's MLM/NSP heads too and serve fill-mask"
+    )
+    parser.add_argument(
+        "--segments",
+        nargs="+",
+        help="string input names (default: those the model was fine-tuned on, e.g. text, or "
+        "text_a text_b for sentence pairs; question context for span models; question "
+        "choices for multiple choice); a different count than it was trained on is warned about",
+    )
+    parser.add_argument(
+        "--labels", nargs="+", help="class or tag names, in label-id order (default: those it was fine-tuned with)"
+    )
     parser.add_argument("--vocab", help="vocab.txt when the model holds no preprocessor (checked against the model's)")
     parser.add_argument("--cased", action="store_true", help="with --vocab: a cased vocabulary")
-    parser.add_argument("--max-seq-length", type=int,
-                        help="longest packed sequence (default: the length the model was fine-tuned at, else 512); "
-                             "requests are padded only to their longest text")
-    parser.add_argument("--serving-release", default="2.12",
-                        help="oldest TF Serving release that must be able to run the export")
+    parser.add_argument(
+        "--max-seq-length",
+        type=int,
+        help="longest packed sequence (default: the length the model was fine-tuned at, else 512); "
+        "requests are padded only to their longest text",
+    )
+    parser.add_argument(
+        "--serving-release", default="2.12", help="oldest TF Serving release that must be able to run the export"
+    )
     parser.add_argument("--model-name", default="bert", help="model name in the warm-up requests")
-    parser.add_argument("--compute-dtype", choices=["float32", "bfloat16"],
-                        help="default: the model's own. bfloat16: weights and matmuls in bfloat16, ~1.7x "
-                             "faster on CPUs with AVX512-BF16/AMX; outputs stay float32, within ~1e-2 of float32")
-    parser.add_argument("--hub-style", action="store_true",
-                        help="instead: the TF Hub pair OUT/preprocess + OUT/encoder, reusable SavedModels that "
-                             "hub.KerasLayer fine-tunes (with --pretrainer the encoder gets the mlm sub-object)")
-    parser.add_argument("--seq-length", type=int, default=128,
-                        help="with --hub-style: the preprocess model's default packed length")
+    parser.add_argument(
+        "--compute-dtype",
+        choices=["float32", "bfloat16"],
+        help="default: the model's own. bfloat16: weights and matmuls in bfloat16, ~1.7x "
+        "faster on CPUs with AVX512-BF16/AMX; outputs stay float32, within ~1e-2 of float32",
+    )
+    parser.add_argument(
+        "--hub-style",
+        action="store_true",
+        help="instead: the TF Hub pair OUT/preprocess + OUT/encoder, reusable SavedModels that "
+        "hub.KerasLayer fine-tunes (with --pretrainer the encoder gets the mlm sub-object)",
+    )
+    parser.add_argument(
+        "--seq-length", type=int, default=128, help="with --hub-style: the preprocess model's default packed length"
+    )
     parser.set_defaults(func=run)
 
 
@@ -73,16 +89,16 @@ def serving_preprocessor(model, source, vocab, cased, max_seq_length):
         tokenizer = preprocessor_for(encoder, vocab, None if vocab is None else not cased, checkpoint=source).tokenizer
         trained = None
     return BertPreprocessor(
-        BertTokenizer.from_config(tokenizer.get_config()), seq_length=None,
+        BertTokenizer.from_config(tokenizer.get_config()),
+        seq_length=None,
         max_seq_length=max_seq_length or trained or 512,
     )
 
 
 def run(args):
-    from bert_keras.serving import c_api_loader
-    from bert_keras.serving import export
-    from bert_keras.serving.ops import check_serving_ops
     from bert_keras.models.pretrainer import BertPretrainer
+    from bert_keras.serving import c_api_loader, export
+    from bert_keras.serving.ops import check_serving_ops
     from bert_keras.serving.session import SessionPredictor
 
     model = load_model(args.model, args.pretrainer)
@@ -102,13 +118,20 @@ def run(args):
             except c_api_loader.NoCompiler as reason:
                 loaders = f"the TF1 session loader (C++ loader check skipped: {reason})"
         mlm = " and .mlm" if isinstance(model, BertPretrainer) else ""
-        print(f"exported the TF Hub-style pair: {paths[0]} (tokenize, tokenize_with_offsets, bert_pack_inputs) "
-              f"and {paths[1]} (trainable __call__{mlm}; serving_default signature); both load in {loaders} "
-              f"and pass the TF Serving {args.serving_release} op gate")
+        print(
+            f"exported the TF Hub-style pair: {paths[0]} (tokenize, tokenize_with_offsets, bert_pack_inputs) "
+            f"and {paths[1]} (trainable __call__{mlm}; serving_default signature); both load in {loaders} "
+            f"and pass the TF Serving {args.serving_release} op gate"
+        )
         return 0
     path = export.export_for_serving(
-        model, preprocessor, args.out, version=args.version, segments=args.segments and tuple(args.segments),
-        labels=args.labels, model_name=args.model_name,
+        model,
+        preprocessor,
+        args.out,
+        version=args.version,
+        segments=args.segments and tuple(args.segments),
+        labels=args.labels,
+        model_name=args.model_name,
         compute_dtype=args.compute_dtype,
     )
     ops = check_serving_ops(path, args.serving_release)
@@ -118,8 +141,10 @@ def run(args):
     print(f"  TF1 session loader: loaded, {len(predictor.warmup_responses)} warm-up requests replayed")
     try:
         count = c_api_loader.check_against_session(path, predictor, args.serving_release)
-        print(f"  TF Serving's C++ loader (TF_LoadSessionFromSavedModel, only the tf.text ops "
-              f"{args.serving_release} links): loaded, {count} warm-up answers equal the session loader's")
+        print(
+            f"  TF Serving's C++ loader (TF_LoadSessionFromSavedModel, only the tf.text ops "
+            f"{args.serving_release} links): loaded, {count} warm-up answers equal the session loader's"
+        )
     except c_api_loader.NoCompiler as reason:
         print(f"  C++ loader check skipped: {reason}")
     for name, sides in export.describe(path).items():
@@ -128,4 +153,3 @@ def run(args):
         print(f"  signature {name}({inputs}) -> {outputs}")
     predictor.close()
     return 0
-

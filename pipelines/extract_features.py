@@ -15,14 +15,16 @@ from pipelines.arguments import add_checkpoint_arguments, checkpoint_source
 
 def register(subparsers):
     parser = subparsers.add_parser(
-        "extract-features", help="write per-token features of chosen layers as JSON lines",
+        "extract-features",
+        help="write per-token features of chosen layers as JSON lines",
         description=__doc__,
     )
     parser.add_argument("--input", required=True, help="text file, one example per line ('a ||| b' for pairs)")
     parser.add_argument("--output", required=True, help="JSON lines file to write")
     add_checkpoint_arguments(parser)
-    parser.add_argument("--layers", default="-1,-2,-3,-4",
-                        help="comma-separated layer indexes, -1 the last (write --layers=-1,-2)")
+    parser.add_argument(
+        "--layers", default="-1,-2,-3,-4", help="comma-separated layer indexes, -1 the last (write --layers=-1,-2)"
+    )
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--pooling", choices=("cls", "mean"), help="also write a sentence vector per layer")
@@ -61,8 +63,14 @@ def run(args):
     source = checkpoint_source(args.init)
     encoder = BertEncoder.from_checkpoint(source)
     print(f"encoder {source}: L{encoder.config.num_hidden_layers}/H{encoder.config.hidden_size}")
-    preprocessor = preprocessor_for(encoder, args.vocab, False if args.cased else None, checkpoint=source,
-                                    seq_length=None, max_seq_length=args.max_seq_length)
+    preprocessor = preprocessor_for(
+        encoder,
+        args.vocab,
+        False if args.cased else None,
+        checkpoint=source,
+        seq_length=None,
+        max_seq_length=args.max_seq_length,
+    )
     extractor = BertFeatureExtractor(encoder, layers=layers, combine="stack", pooling=args.pooling or "cls")
     features = tf.function(lambda inputs: extractor(inputs, training=False), reduce_retracing=True)
     tokenizer = preprocessor.tokenizer
@@ -85,11 +93,16 @@ def run(args):
                 values = outputs["token_features"].numpy()
                 pooled = outputs["sentence_features"].numpy()
                 for row, (index, _) in enumerate(rows):
-                    line = {"linex_index": index, "features": [
-                        {"token": tokenizer.id_to_token(int(ids[row, position])),
-                         "layers": _layer_values(layers, values[row, position])}
-                        for position in range(lengths[row])
-                    ]}
+                    line = {
+                        "linex_index": index,
+                        "features": [
+                            {
+                                "token": tokenizer.id_to_token(int(ids[row, position])),
+                                "layers": _layer_values(layers, values[row, position]),
+                            }
+                            for position in range(lengths[row])
+                        ],
+                    }
                     if args.pooling:
                         line["sentence_layers"] = _layer_values(layers, pooled[row])
                     out.write(json.dumps(line) + "\n")

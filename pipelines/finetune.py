@@ -18,7 +18,9 @@ TASK_MODULES = ("glue", "squad", "conll", "tsv", "embedder")
 
 def register(subparsers):
     parser = subparsers.add_parser(
-        "finetune", help="fine-tune on GLUE, SQuAD, CoNLL-2003, your own TSV, or text pairs for embeddings", description=__doc__
+        "finetune",
+        help="fine-tune on GLUE, SQuAD, CoNLL-2003, your own TSV, or text pairs for embeddings",
+        description=__doc__,
     )
     tasks = parser.add_subparsers(dest="task", required=True)
     import importlib
@@ -32,9 +34,20 @@ def register(subparsers):
 
 
 # What a fine-tuning run writes into --output-dir (GLUE submissions are TASK.tsv).
-RUN_FILES = {"best.keras", "best.weights.h5", "logs", "eval_results.json", "best_metrics.json", "labels.txt",
-             "predictions.txt", "predictions.json", "nbest_predictions.json", "null_odds.json", "checkpoints",
-             "sentence-transformers"}
+RUN_FILES = {
+    "best.keras",
+    "best.weights.h5",
+    "logs",
+    "eval_results.json",
+    "best_metrics.json",
+    "labels.txt",
+    "predictions.txt",
+    "predictions.json",
+    "nbest_predictions.json",
+    "null_odds.json",
+    "checkpoints",
+    "sentence-transformers",
+}
 
 
 def in_fresh_output_dir(run):
@@ -49,7 +62,8 @@ def in_fresh_output_dir(run):
         entries = sorted(path.name for path in output_dir.iterdir()) if output_dir.is_dir() else []
         if entries and not args.overwrite:
             raise FileExistsError(
-                f"--output-dir {output_dir} is not empty ({', '.join(entries[:4])}{', ...' if len(entries) > 4 else ''}); "
+                f"--output-dir {output_dir} is not empty "
+                f"({', '.join(entries[:4])}{', ...' if len(entries) > 4 else ''}); "
                 "pass --overwrite to replace the run in it, or choose another folder"
             )
         foreign = [name for name in entries if name not in RUN_FILES and not name.endswith(".tsv")]
@@ -68,10 +82,10 @@ def in_fresh_output_dir(run):
 
 def add_common_arguments(parser, learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128):
     add_checkpoint_arguments(parser)
-    parser.add_argument("--output-dir", required=True,
-                        help="best.keras, predictions, metrics, logs/; must be empty or new")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the fine-tuning run already in --output-dir")
+    parser.add_argument(
+        "--output-dir", required=True, help="best.keras, predictions, metrics, logs/; must be empty or new"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace the fine-tuning run already in --output-dir")
     parser.add_argument("--epochs", type=float, default=epochs)
     parser.add_argument("--batch-size", type=int, default=batch_size)
     parser.add_argument("--learning-rate", type=float, default=learning_rate)
@@ -80,8 +94,9 @@ def add_common_arguments(parser, learning_rate=2e-5, epochs=3, batch_size=32, ma
     parser.add_argument("--max-seq-length", type=int, default=max_seq_length)
     parser.add_argument("--max-train-steps", type=int, help="stop after this many updates (tests, time budgets)")
     parser.add_argument("--max-examples", type=int, help="use only the first N training and evaluation examples")
-    parser.add_argument("--max-train-minutes", type=float,
-                        help="time budget: stop after the step that exceeds it, then evaluate")
+    parser.add_argument(
+        "--max-train-minutes", type=float, help="time budget: stop after the step that exceeds it, then evaluate"
+    )
     parser.add_argument("--eval-batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     add_distribution_arguments(parser)
@@ -119,15 +134,23 @@ def build_head(args, make_head, seq_length=None):
     with strategy.scope():
         encoder = BertEncoder.from_checkpoint(source)
         if args.max_seq_length > encoder.config.max_position_embeddings:
-            raise ValueError(f"--max-seq-length {args.max_seq_length} exceeds the model's "
-                             f"max_position_embeddings {encoder.config.max_position_embeddings}")
+            raise ValueError(
+                f"--max-seq-length {args.max_seq_length} exceeds the model's "
+                f"max_position_embeddings {encoder.config.max_position_embeddings}"
+            )
         preprocessor = preprocessor_for(
-            encoder, args.vocab, False if args.cased else None, checkpoint=source,
-            seq_length=seq_length, max_seq_length=args.max_seq_length,
+            encoder,
+            args.vocab,
+            False if args.cased else None,
+            checkpoint=source,
+            seq_length=seq_length,
+            max_seq_length=args.max_seq_length,
         )
         model = make_head(encoder, preprocessor)
-    print(f"encoder {source}: L{encoder.config.num_hidden_layers}/H{encoder.config.hidden_size}, "
-          f"lower_case={preprocessor.tokenizer.lower_case}")
+    print(
+        f"encoder {source}: L{encoder.config.num_hidden_layers}/H{encoder.config.hidden_size}, "
+        f"lower_case={preprocessor.tokenizer.lower_case}"
+    )
     return strategy, model
 
 
@@ -144,8 +167,10 @@ def train_classifier(args, train_examples, dev_sets, labels, score, main_metric)
 
     regression = labels is None
     strategy, model = build_head(
-        args, lambda encoder, preprocessor: BertClassifier(
-            encoder, 1 if regression else len(labels), preprocessor=preprocessor, labels=labels)
+        args,
+        lambda encoder, preprocessor: BertClassifier(
+            encoder, 1 if regression else len(labels), preprocessor=preprocessor, labels=labels
+        ),
     )
 
     def evaluate(model):
@@ -174,20 +199,25 @@ def train(model, args, train_batches, num_examples, evaluate, main_metric, strat
     Each global batch is split into per-replica batches (the last, smaller batch of an
     epoch is dropped; a set smaller than one batch is one smaller batch). `loss` goes to
     the head's `compile` ("auto": its default). Returns the best metrics."""
-    from bert_keras.training import distribute
-    from bert_keras.training.optimization import create_optimizer
     from bert_keras.models.dtype import with_dtype
+    from bert_keras.training import distribute
     from bert_keras.training.finetuning import (
-        EvaluateAndKeepBest, TensorBoard, TimeBudget, fitting_batch_size, schedule,
+        EvaluateAndKeepBest,
+        TensorBoard,
+        TimeBudget,
+        fitting_batch_size,
+        schedule,
     )
+    from bert_keras.training.optimization import create_optimizer
 
     batch_size = fitting_batch_size(num_examples, args.batch_size, strategy.num_replicas_in_sync)
     if batch_size != args.batch_size:  # the set's one batch, cut to the smaller size
         train_batches = train_batches.unbatch().batch(batch_size)
     steps_per_epoch, epochs, total = schedule(num_examples, batch_size, args.epochs, args.max_train_steps)
     with strategy.scope():
-        optimizer = create_optimizer(args.learning_rate, total, int(args.warmup_proportion * total),
-                                     weight_decay=args.weight_decay)
+        optimizer = create_optimizer(
+            args.learning_rate, total, int(args.warmup_proportion * total), weight_decay=args.weight_decay
+        )
         model.compile(optimizer=optimizer, loss=loss, jit_compile=args.jit_compile)
     batches = (train_batches if preprocessed else model.preprocessed_dataset(train_batches)).repeat()
     seq_length = args.max_seq_length if distribute.needs_static_shapes(strategy) else None
@@ -196,22 +226,32 @@ def train(model, args, train_batches, num_examples, evaluate, main_metric, strat
         lambda _, context: distribute.split_global_batches(batches, batch_size, context, seq_length),
         batch_size,
     )
-    print(f"training {total} steps ({epochs} epoch(s) of {steps_per_epoch}), batch {batch_size}, "
-          f"lr {args.learning_rate} with {args.warmup_proportion:.0%} warm-up")
+    print(
+        f"training {total} steps ({epochs} epoch(s) of {steps_per_epoch}), batch {batch_size}, "
+        f"lr {args.learning_rate} with {args.warmup_proportion:.0%} warm-up"
+    )
     with distribute.chief_path(args.output_dir, strategy) as output_dir:
         output_dir.mkdir(parents=True, exist_ok=True)
         keeper = EvaluateAndKeepBest(evaluate, main_metric)
         budget = [TimeBudget(args.max_train_minutes)] if args.max_train_minutes else []
         start = time.perf_counter()
         model.fit(
-            dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=args.verbose,
-            callbacks=[*budget, keeper,
-                       TensorBoard(str(output_dir / "logs"), update_freq=max(1, steps_per_epoch // 20))],
+            dataset,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            verbose=args.verbose,
+            callbacks=[
+                *budget,
+                keeper,
+                TensorBoard(str(output_dir / "logs"), update_freq=max(1, steps_per_epoch // 20)),
+            ],
         )
         keeper.history.append({"train_seconds": round(time.perf_counter() - start, 1)})
         (output_dir / "eval_results.json").write_text(json.dumps(keeper.history, indent=2) + "\n")
         model.set_weights(keeper.best_weights)
         with_dtype(model).save(output_dir / "best.keras")  # the model alone: no optimizer state
-    print(f"best {main_metric}: {keeper.best[main_metric]:.4f} (epoch {keeper.best['epoch']}); "
-          f"model in {output_dir / 'best.keras'}")
+    print(
+        f"best {main_metric}: {keeper.best[main_metric]:.4f} (epoch {keeper.best['epoch']}); "
+        f"model in {output_dir / 'best.keras'}"
+    )
     return keeper.best

@@ -22,7 +22,12 @@ def add_arguments(parser):
 
 def run(args):
     from bert_keras.tasks.glue import (
-        MNLI_SUBMISSIONS, get_task, glue_metrics, predictions_of, read_split, write_submission,
+        MNLI_SUBMISSIONS,
+        get_task,
+        glue_metrics,
+        predictions_of,
+        read_split,
+        write_submission,
     )
     from pipelines.finetune import train_classifier
 
@@ -32,15 +37,22 @@ def run(args):
     dev_sets = {name: read_split(data_dir / name, task).head(args.max_examples) for name in task.dev_files}
     test_sets = {}
     if args.predict_test:
-        test_sets = {name: read_split(data_dir / name, task, test=True).head(args.max_examples)
-                     for name in task.test_files}
-    print(f"{task.name}: {len(train_examples)} training examples, "
-          + ", ".join(f"{len(v)} in {k}" for k, v in dev_sets.items()))
+        test_sets = {
+            name: read_split(data_dir / name, task, test=True).head(args.max_examples) for name in task.test_files
+        }
+    print(
+        f"{task.name}: {len(train_examples)} training examples, "
+        + ", ".join(f"{len(v)} in {k}" for k, v in dev_sets.items())
+    )
     regression = task.labels is None
     main_metric = task.metric if len(dev_sets) == 1 else f"matched_{task.metric}"
     model, best = train_classifier(
-        args, train_examples, dev_sets, task.labels,
-        lambda labels, predicted: glue_metrics(task, labels, predicted), main_metric,
+        args,
+        train_examples,
+        dev_sets,
+        task.labels,
+        lambda labels, predicted: glue_metrics(task, labels, predicted),
+        main_metric,
     )
     output_dir = Path(args.output_dir)
     for name, examples in test_sets.items():

@@ -55,8 +55,10 @@ def run(args):
     )
     train_features = make_features(train_examples, tokenizer, **options)
     eval_features = make_features(eval_examples, tokenizer, **options)
-    print(f"SQuAD {'v2.0' if version_2 else 'v1.1'}: {len(train_examples)} training questions "
-          f"({len(train_features)} windows), {len(eval_examples)} to evaluate ({len(eval_features)} windows)")
+    print(
+        f"SQuAD {'v2.0' if version_2 else 'v1.1'}: {len(train_examples)} training questions "
+        f"({len(train_features)} windows), {len(eval_examples)} to evaluate ({len(eval_features)} windows)"
+    )
     output_dir = Path(args.output_dir)
     best_f1 = [float("-inf")]
 
@@ -64,8 +66,14 @@ def run(args):
         """Official EM/F1; the best epoch's predictions are written in the official format."""
         start_logits, end_logits = predict_logits(model, eval_features, args.eval_batch_size)
         predictions, nbest, null_odds = decode(
-            eval_examples, eval_features, start_logits, end_logits, args.n_best_size, args.max_answer_length,
-            version_2, args.null_score_diff_threshold,
+            eval_examples,
+            eval_features,
+            start_logits,
+            end_logits,
+            args.n_best_size,
+            args.max_answer_length,
+            version_2,
+            args.null_score_diff_threshold,
         )
         metrics = evaluate(eval_examples, predictions, version_2)
         if metrics["f1"] <= best_f1[0]:

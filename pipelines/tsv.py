@@ -33,8 +33,9 @@ def read_labelled_tsv(path):
     first = "text" if "text" in header else "text_a"
     missing = [name for name in (first, "label") if name not in header]
     if missing:
-        raise ValueError(f"{path}: header {header} lacks column(s) {missing}; need text (or text_a), "
-                         "label and optionally text_b")
+        raise ValueError(
+            f"{path}: header {header} lacks column(s) {missing}; need text (or text_a), label and optionally text_b"
+        )
     columns = [header.index(first)] + ([header.index("text_b")] if "text_b" in header else [])
     label_column = header.index("label")
     texts, labels = tuple([] for _ in columns), []
@@ -71,8 +72,12 @@ def run(args):
     dev_examples = label_examples(dev_texts, dev_labels, classes, args.dev).head(args.max_examples)
     print(f"{len(train_examples)} training and {len(dev_examples)} dev examples; classes {classes}")
     _, best = train_classifier(
-        args, train_examples, {Path(args.dev).name: dev_examples}, classes,
-        lambda labels, predicted: {"accuracy": accuracy(labels, predicted)}, "accuracy",
+        args,
+        train_examples,
+        {Path(args.dev).name: dev_examples},
+        classes,
+        lambda labels, predicted: {"accuracy": accuracy(labels, predicted)},
+        "accuracy",
     )
     output_dir = Path(args.output_dir)  # written after training: a run that fails leaves no files
     (output_dir / "labels.txt").write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")

@@ -15,7 +15,10 @@ def register(subparsers):
     parser.add_argument("--size", type=int, required=True, help="vocabulary size, reserved tokens included")
     parser.add_argument("--out", required=True, help="output vocab.txt")
     parser.add_argument(
-        "--lower-case", action="store_true", default=True, help="uncased vocabulary (default): lower-case, strip accents"
+        "--lower-case",
+        action="store_true",
+        default=True,
+        help="uncased vocabulary (default): lower-case, strip accents",
     )
     parser.add_argument("--no-lower-case", dest="lower_case", action="store_false", help="cased vocabulary")
     parser.add_argument("--unused", type=int, default=0, metavar="K", help="[unusedK] slots to reserve (default 0)")

@@ -30,9 +30,11 @@ def request_inputs(client, protocol, names=None):
     """serving_default's string inputs, from the model's signature (GetModelMetadata):
     [batch] strings get TEXTS, [batch, n] ones (multiple-choice `choices`) two copies each."""
     signature = (client.metadata() if protocol == "grpc" else client.metadata_rest())["serving_default"]
-    inputs = {name: len(spec.get("tensorShape", spec.get("tensor_shape", {})).get("dim", []))
-              for name, spec in sorted(signature["inputs"].items())
-              if spec["dtype"] == "DT_STRING"}
+    inputs = {
+        name: len(spec.get("tensorShape", spec.get("tensor_shape", {})).get("dim", []))
+        for name, spec in sorted(signature["inputs"].items())
+        if spec["dtype"] == "DT_STRING"
+    }
     if names:
         unknown = sorted(set(names) - set(inputs))
         if unknown:
@@ -48,8 +50,9 @@ def main(argv=None):
     parser.add_argument("--protocol", choices=("grpc", "rest"), default="grpc")
     parser.add_argument("--grpc-port", type=int, default=8500)
     parser.add_argument("--rest-port", type=int, default=8501)
-    parser.add_argument("--input", nargs="+",
-                        help="string input names (default: serving_default's, from the model's metadata)")
+    parser.add_argument(
+        "--input", nargs="+", help="string input names (default: serving_default's, from the model's metadata)"
+    )
     parser.add_argument("--requests", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=60.0)
@@ -75,8 +78,12 @@ def main(argv=None):
                     values = [v for v in outputs.values() if v.dtype.kind == "f"]
                 else:
                     rows = client.predict_rest(**request)
-                    values = [np.asarray(v, float) for row in rows for v in row.values()
-                              if isinstance(v, (float, list)) and not _has_text(v)]
+                    values = [
+                        np.asarray(v, float)
+                        for row in rows
+                        for v in row.values()
+                        if isinstance(v, (float, list)) and not _has_text(v)
+                    ]
                 if not all(np.isfinite(v).all() for v in values):
                     raise ServingError("non-finite output")
             except ServingError as error:
@@ -93,12 +100,16 @@ def main(argv=None):
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
-    print(f"{args.protocol} {args.host} model {args.model}: {len(latencies)} ok, {len(failures)} failed "
-          f"in {elapsed:.1f} s ({len(latencies) * len(TEXTS) / elapsed:.1f} texts/s)")
+    print(
+        f"{args.protocol} {args.host} model {args.model}: {len(latencies)} ok, {len(failures)} failed "
+        f"in {elapsed:.1f} s ({len(latencies) * len(TEXTS) / elapsed:.1f} texts/s)"
+    )
     if latencies:
         q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [latencies[0]] * 99
-        print(f"latency per request of {len(TEXTS)} texts: p50 {q[49] * 1e3:.1f} ms, "
-              f"p95 {q[94] * 1e3:.1f} ms, p99 {q[98] * 1e3:.1f} ms")
+        print(
+            f"latency per request of {len(TEXTS)} texts: p50 {q[49] * 1e3:.1f} ms, "
+            f"p95 {q[94] * 1e3:.1f} ms, p99 {q[98] * 1e3:.1f} ms"
+        )
     for failure in failures[:3]:
         print(f"failure: {failure}", file=sys.stderr)
     return 1 if failures or not latencies else 0

@@ -8,10 +8,36 @@ import numpy as np
 
 from bert_keras import BertClassifier, BertConfig, BertEncoder, BertPreprocessor, BertPretrainer, BertTokenizer
 
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "quick", "brown", "fox", "##es",
-         "jump", "##s", "over", "lazy", "dog", ",", ".", "!", "a", "b"]
-CONFIG = BertConfig(vocab_size=len(VOCAB), hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                    intermediate_size=16, max_position_embeddings=16)
+VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "##es",
+    "jump",
+    "##s",
+    "over",
+    "lazy",
+    "dog",
+    ",",
+    ".",
+    "!",
+    "a",
+    "b",
+]
+CONFIG = BertConfig(
+    vocab_size=len(VOCAB),
+    hidden_size=8,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=16,
+    max_position_embeddings=16,
+)
 TEXTS = ["the quick brown foxes jump", "a lazy dog!", "", "unknown words, b"]
 
 

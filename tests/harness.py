@@ -12,16 +12,58 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
-
 from bert_keras.serving import export
 from bert_keras.serving.ops import check_serving_ops
 from bert_keras.serving.session import SessionPredictor
 
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "quick", "brown", "fox", "dog", "cat",
-         "jump", "##s", "##ed", "over", "lazy", "good", "bad", "film", "is", "it", "was", "where", "who", "did",
-         "go", "home", "john", "paris", "lives", "in", ",", ".", "!", "?", "中", "文"]
-TINY = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=32, max_position_embeddings=64)
+VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "the",
+    "a",
+    "quick",
+    "brown",
+    "fox",
+    "dog",
+    "cat",
+    "jump",
+    "##s",
+    "##ed",
+    "over",
+    "lazy",
+    "good",
+    "bad",
+    "film",
+    "is",
+    "it",
+    "was",
+    "where",
+    "who",
+    "did",
+    "go",
+    "home",
+    "john",
+    "paris",
+    "lives",
+    "in",
+    ",",
+    ".",
+    "!",
+    "?",
+    "中",
+    "文",
+]
+TINY = BertConfig(
+    vocab_size=len(VOCAB),
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=32,
+    max_position_embeddings=64,
+)
 SERVING_RELEASE = "2.12"  # the op gate the exports must pass, as in test_export.py
 TOLERANCE = 1e-5  # export vs Keras model, float32
 

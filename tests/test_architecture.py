@@ -28,8 +28,9 @@ def test_every_module_belongs_to_a_tier():
     (layers,) = [contract["layers"] for contract in contracts() if contract["type"] == "layers"]
     tiers = {name.strip() for layer in layers for name in layer.split("|")}
     top_level = {f"bert_keras.{path.stem}" for path in (ROOT / "bert_keras").glob("*.py") if path.stem != "__init__"}
-    top_level |= {f"bert_keras.{path.name}" for path in (ROOT / "bert_keras").iterdir()
-                  if (path / "__init__.py").exists()}
+    top_level |= {
+        f"bert_keras.{path.name}" for path in (ROOT / "bert_keras").iterdir() if (path / "__init__.py").exists()
+    }
     assert top_level <= tiers, f"modules in no tier: {sorted(top_level - tiers)}"
 
 
@@ -39,9 +40,20 @@ def test_no_import_cycles():
     cycles = []
     for module in modules:
         for imported in graph.find_modules_directly_imported_by(module):
-            if imported != module and not module.startswith(imported + ".") and \
-                    graph.find_shortest_chain(importer=imported, imported=module):
+            if (
+                imported != module
+                and not module.startswith(imported + ".")
+                and graph.find_shortest_chain(importer=imported, imported=module)
+            ):
                 cycles.append((module, imported))
     # A package's __init__ importing its own submodules is not a cycle of the code's logic.
     cycles = [(a, b) for a, b in cycles if not (a.startswith(b + ".") or b.startswith(a + "."))]
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_ruff_lint_and_format_are_clean():
+    """The rules and line length are pyproject.toml's `[tool.ruff]`."""
+    ruff = Path(sys.executable).with_name("ruff")
+    for command in (["check", "--no-cache", "."], ["format", "--check", "--no-cache", "."]):
+        result = subprocess.run([str(ruff), *command], cwd=ROOT, capture_output=True, text=True)
+        assert result.returncode == 0, f"ruff {' '.join(command)}:\n{result.stdout}{result.stderr}"

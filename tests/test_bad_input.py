@@ -7,6 +7,7 @@ import shutil
 import string
 
 import pytest
+from conftest import DATA, REFERENCE, require
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,8 +17,6 @@ from bert_keras.tasks.conll import read_conll
 from bert_keras.tasks.glue import read_rows
 from bert_keras.tasks.squad import read_squad
 from pipelines.cli import main as cli
-
-from conftest import DATA, REFERENCE, require
 
 VOCAB = DATA / "vocab" / "vocab.txt"
 RECORDS = REFERENCE / "pretraining_trajectory" / "train.tfrecord"
@@ -39,8 +38,25 @@ def write_tsv(path, rows):
 
 
 def finetune_tsv(tmp_path, train, dev, init, *extra):
-    return cli(["finetune", "tsv", "--train", str(train), "--dev", str(dev), "--output-dir", str(tmp_path / "run"),
-                "--init", str(init), "--vocab", str(require(VOCAB)), "--verbose", "0", *extra])
+    return cli(
+        [
+            "finetune",
+            "tsv",
+            "--train",
+            str(train),
+            "--dev",
+            str(dev),
+            "--output-dir",
+            str(tmp_path / "run"),
+            "--init",
+            str(init),
+            "--vocab",
+            str(require(VOCAB)),
+            "--verbose",
+            "0",
+            *extra,
+        ]
+    )
 
 
 def assert_clear_error(capsys, *words):
@@ -54,8 +70,9 @@ def assert_clear_error(capsys, *words):
 # --- TSV, CoNLL, SQuAD, vocab: binary or non-UTF-8 content ------------------------------
 
 
-@pytest.mark.parametrize("content, problem", [(BINARY, "a NUL byte at offset 2 (line 1)"),
-                                              (LATIN1, "byte 0xe9 at offset 14 (line 2)")])
+@pytest.mark.parametrize(
+    "content, problem", [(BINARY, "a NUL byte at offset 2 (line 1)"), (LATIN1, "byte 0xe9 at offset 14 (line 2)")]
+)
 def test_finetune_tsv_on_a_binary_or_latin1_file(tmp_path, capsys, encoder_file, content, problem):
     bad = tmp_path / "train.tsv"
     bad.write_bytes(content)
@@ -80,13 +97,45 @@ def test_conll_squad_and_vocab_readers_name_a_binary_file(tmp_path):
 def test_finetune_conll_and_squad_on_binary_files(tmp_path, capsys, encoder_file):
     (tmp_path / "eng.train").write_bytes(BINARY)
     shutil.copy(require(DATA / "conll2003" / "eng.testa"), tmp_path / "eng.testa")
-    assert cli(["finetune", "conll", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "c"),
-                "--init", str(encoder_file), "--vocab", str(require(VOCAB))]) == 2
+    assert (
+        cli(
+            [
+                "finetune",
+                "conll",
+                "--data-dir",
+                str(tmp_path),
+                "--output-dir",
+                str(tmp_path / "c"),
+                "--init",
+                str(encoder_file),
+                "--vocab",
+                str(require(VOCAB)),
+            ]
+        )
+        == 2
+    )
     assert_clear_error(capsys, tmp_path / "eng.train", "NUL byte")
     squad = tmp_path / "train.json"
     squad.write_text(json.dumps({"data": [{"paragraphs": [{"context": "x", "qas": [{"id": 1}]}]}]}))
-    assert cli(["finetune", "squad", "--train-file", str(squad), "--predict-file", str(squad),
-                "--output-dir", str(tmp_path / "s"), "--init", str(encoder_file), "--vocab", str(VOCAB)]) == 2
+    assert (
+        cli(
+            [
+                "finetune",
+                "squad",
+                "--train-file",
+                str(squad),
+                "--predict-file",
+                str(squad),
+                "--output-dir",
+                str(tmp_path / "s"),
+                "--init",
+                str(encoder_file),
+                "--vocab",
+                str(VOCAB),
+            ]
+        )
+        == 2
+    )
     assert_clear_error(capsys, squad, "data[0].paragraphs[0].qas[0] is not a SQuAD")
 
 
@@ -94,17 +143,37 @@ def test_finetune_conll_and_squad_on_binary_files(tmp_path, capsys, encoder_file
 
 
 def pretrain(tmp_path, records, *extra):
-    return cli(["pretrain", "--config", "tiny", "--vocab", str(require(VOCAB)), "--data", str(records),
-                "--output", str(tmp_path / "run"), "--batch-size", "8", "--steps", "12",
-                "--checkpoint-every", "6", "--warmup-steps", "2", *extra])
+    return cli(
+        [
+            "pretrain",
+            "--config",
+            "tiny",
+            "--vocab",
+            str(require(VOCAB)),
+            "--data",
+            str(records),
+            "--output",
+            str(tmp_path / "run"),
+            "--batch-size",
+            "8",
+            "--steps",
+            "12",
+            "--checkpoint-every",
+            "6",
+            "--warmup-steps",
+            "2",
+            *extra,
+        ]
+    )
 
 
 def test_pretrain_on_a_file_that_is_not_a_tfrecord(tmp_path, capsys):
     text = tmp_path / "corpus.tfrecord"
     text.write_text("this is a sentence, not a TFRecord file\n" * 20)
     assert pretrain(tmp_path, text) == 2
-    assert_clear_error(capsys, text, "not a TFRecord file, or truncated or corrupt at record 0",
-                       "corrupted record at 0")
+    assert_clear_error(
+        capsys, text, "not a TFRecord file, or truncated or corrupt at record 0", "corrupted record at 0"
+    )
     assert not (tmp_path / "run").exists()  # stopped before any work
 
 
@@ -180,9 +249,27 @@ def test_fuzz_tsv_and_conll_readers(tmp_path, content):
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=10),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.sampled_from(["data", "paragraphs", "context", "qas", "id", "question", "answers",
-                                       "text", "answer_start", "is_impossible"]), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "data",
+                    "paragraphs",
+                    "context",
+                    "qas",
+                    "id",
+                    "question",
+                    "answers",
+                    "text",
+                    "answer_start",
+                    "is_impossible",
+                ]
+            ),
+            children,
+            max_size=4,
+        )
+    ),
     max_leaves=20,
 )
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import h5py
 import keras
 import pytest
+from conftest import DATA, require
 
 from bert_keras import BertConfig, BertEncoder
-from pipelines.cli import START_UP_LINES, main as cli
-
-from conftest import DATA, require
+from pipelines.cli import START_UP_LINES
+from pipelines.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -30,9 +30,11 @@ def user_env():
 
 
 def test_parsing_imports_no_tensorflow():
-    code = ("import sys; from pipelines.cli import build_parser; p = build_parser(); "
-            "p.parse_args(['finetune', 'glue', '--task', 'sst-2', '--data-dir', 'd', '--output-dir', 'x']); "
-            "print(sorted(m for m in ('tensorflow', 'keras', 'bert_keras') if m in sys.modules))")
+    code = (
+        "import sys; from pipelines.cli import build_parser; p = build_parser(); "
+        "p.parse_args(['finetune', 'glue', '--task', 'sst-2', '--data-dir', 'd', '--output-dir', 'x']); "
+        "print(sorted(m for m in ('tensorflow', 'keras', 'bert_keras') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=user_env(), cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stderr
     from bert_keras.training.distribute import STRATEGIES
@@ -43,9 +45,21 @@ def test_parsing_imports_no_tensorflow():
 
 def test_a_command_prints_no_tensorflow_start_up_lines(tmp_path):
     out = subprocess.run(
-        [str(BIN / "bert-keras"), "vocab", "--corpus", str(require(DATA / "pretraining" / "sample_text.txt")),
-         "--size", "200", "--out", str(tmp_path / "vocab.txt")],
-        capture_output=True, text=True, env=user_env(), cwd=tmp_path, timeout=300,
+        [
+            str(BIN / "bert-keras"),
+            "vocab",
+            "--corpus",
+            str(require(DATA / "pretraining" / "sample_text.txt")),
+            "--size",
+            "200",
+            "--out",
+            str(tmp_path / "vocab.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        env=user_env(),
+        cwd=tmp_path,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr
     noise = [line for line in out.stderr.splitlines() if START_UP_LINES.match(line) or "E0000" in line]
@@ -54,12 +68,27 @@ def test_a_command_prints_no_tensorflow_start_up_lines(tmp_path):
 
 
 def test_ctrl_c_is_one_line_with_the_resume_hint(tmp_path):
-    command = [str(BIN / "bert-keras"), "pretrain", "--config", "tiny",
-               "--vocab", str(require(DATA / "vocab" / "vocab.txt")),
-               "--corpus", str(require(DATA / "pretraining" / "sample_text.txt")), "--output", str(tmp_path / "run"),
-               "--batch-size", "4", "--steps", "100000", "--checkpoint-every", "1000"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=user_env(), cwd=tmp_path)
+    command = [
+        str(BIN / "bert-keras"),
+        "pretrain",
+        "--config",
+        "tiny",
+        "--vocab",
+        str(require(DATA / "vocab" / "vocab.txt")),
+        "--corpus",
+        str(require(DATA / "pretraining" / "sample_text.txt")),
+        "--output",
+        str(tmp_path / "run"),
+        "--batch-size",
+        "4",
+        "--steps",
+        "100000",
+        "--checkpoint-every",
+        "1000",
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=user_env(), cwd=tmp_path
+    )
     deadline = time.time() + 120
     while not (tmp_path / "run" / "logs").exists() and time.time() < deadline and process.poll() is None:
         time.sleep(0.2)
@@ -69,7 +98,8 @@ def test_ctrl_c_is_one_line_with_the_resume_hint(tmp_path):
     assert process.returncode == 130, err[-2000:]
     assert "Traceback" not in err
     assert err.rstrip().splitlines()[-1] == (
-        "bert-keras pretrain: interrupted; run the same command again to resume from the last checkpoint")
+        "bert-keras pretrain: interrupted; run the same command again to resume from the last checkpoint"
+    )
 
 
 @pytest.fixture
@@ -79,9 +109,24 @@ def tsv_task(tmp_path):
     (tmp_path / "dev.tsv").write_text("text\tlabel\n" + "\n".join(rows[12:]) + "\n", encoding="utf-8")
     init = tmp_path / "encoder.keras"
     BertEncoder(BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1)).save(init)
-    return ["finetune", "tsv", "--train", str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "dev.tsv"),
-            "--init", str(init), "--vocab", str(require(DATA / "vocab" / "vocab.txt")), "--batch-size", "4",
-            "--max-train-steps", "2", "--verbose", "0"]
+    return [
+        "finetune",
+        "tsv",
+        "--train",
+        str(tmp_path / "train.tsv"),
+        "--dev",
+        str(tmp_path / "dev.tsv"),
+        "--init",
+        str(init),
+        "--vocab",
+        str(require(DATA / "vocab" / "vocab.txt")),
+        "--batch-size",
+        "4",
+        "--max-train-steps",
+        "2",
+        "--verbose",
+        "0",
+    ]
 
 
 def test_finetune_refuses_a_run_folder_unless_overwrite(tsv_task, tmp_path, capsys):
@@ -89,7 +134,12 @@ def test_finetune_refuses_a_run_folder_unless_overwrite(tsv_task, tmp_path, caps
     assert cli([*tsv_task, "--output-dir", str(out)]) == 0
     # The model alone: no optimizer state, no second weights file.
     assert sorted(p.name for p in out.iterdir()) == [
-        "best.keras", "best_metrics.json", "eval_results.json", "labels.txt", "logs"]
+        "best.keras",
+        "best_metrics.json",
+        "eval_results.json",
+        "labels.txt",
+        "logs",
+    ]
     with zipfile.ZipFile(out / "best.keras") as archive:
         archive.extract("model.weights.h5", tmp_path)
     with h5py.File(tmp_path / "model.weights.h5") as weights:

@@ -1,9 +1,9 @@
 import json
 
 import pytest
+from conftest import DATA, require
 
 from bert_keras import BertConfig
-from conftest import DATA, REFERENCE, require
 
 
 @pytest.mark.parametrize(
@@ -44,8 +44,15 @@ def test_reads_original_and_hugging_face_configs(path):
     path = require(DATA.parent / path)
     values = json.loads(path.read_text())
     config = BertConfig.from_json_file(path)
-    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                "vocab_size", "type_vocab_size", "max_position_embeddings"):
+    for key in (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "vocab_size",
+        "type_vocab_size",
+        "max_position_embeddings",
+    ):
         assert getattr(config, key) == values[key]
     assert config.layer_norm_eps == values.get("layer_norm_eps", 1e-12)
 

@@ -13,8 +13,15 @@ from pipelines.cli import main as cli
 from pipelines.demo import CLASSIFY_REQUESTS, FILL_MASK_REQUESTS, TASK_PACKAGES
 
 SMALL = ["--pretrain-steps", "12", "--finetune-steps", "6", "--vocab-size", "600", "--batch-size", "8"]
-ORIGINAL_FEATURES = {"input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
-                     "masked_lm_weights", "next_sentence_labels"}
+ORIGINAL_FEATURES = {
+    "input_ids",
+    "input_mask",
+    "segment_ids",
+    "masked_lm_positions",
+    "masked_lm_ids",
+    "masked_lm_weights",
+    "next_sentence_labels",
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +47,17 @@ def test_demo_writes_every_artefact(demo_run):
     assert len(held_out) > 10 and not set(held_out) & set(trained)
     assert list((out / "pretrain" / "logs" / "phase1" / "validation").glob("events.out.tfevents.*"))
     # The summary's two accuracies are those of the two runs, from the same steps and seed.
-    both = [json.loads((out / run / "best_metrics.json").read_text())["accuracy"]
-            for run in ("finetune", "finetune_random")]
-    assert (f"what pre-training bought: dev accuracy {both[0]:.3f} fine-tuned from the pre-trained encoder, "
-            f"{both[1]:.3f} from random weights") in printed
+    both = [
+        json.loads((out / run / "best_metrics.json").read_text())["accuracy"] for run in ("finetune", "finetune_random")
+    ]
+    assert (
+        f"what pre-training bought: dev accuracy {both[0]:.3f} fine-tuned from the pre-trained encoder, "
+        f"{both[1]:.3f} from random weights"
+    ) in printed
 
     # The text: Python's docs, and the package task with held-out docstrings of every class.
     corpus = (out / "corpus" / "python_docs.txt").read_text(encoding="utf-8")
-    assert "The \"assert\" statement" in corpus or "Assert statements are a convenient way" in corpus
+    assert 'The "assert" statement' in corpus or "Assert statements are a convenient way" in corpus
     train = (out / "task" / "train.tsv").read_text(encoding="utf-8").splitlines()
     dev = (out / "task" / "dev.tsv").read_text(encoding="utf-8").splitlines()
     assert train[0] == dev[0] == "text\tlabel"
@@ -71,8 +81,12 @@ def test_demo_writes_every_artefact(demo_run):
     metadata = json.loads((out / "pretrain" / "checkpoints" / "phase1" / "training_metadata.json").read_text())
     assert metadata["epoch"] == 6
     final = out / "pretrain" / "final"
-    for name in ("encoder.keras", "encoder_hf/config.json", "encoder_tf1/bert_config.json",
-                 "pretrainer_tf1/bert_config.json"):
+    for name in (
+        "encoder.keras",
+        "encoder_hf/config.json",
+        "encoder_tf1/bert_config.json",
+        "pretrainer_tf1/bert_config.json",
+    ):
         assert (final / name).exists(), name
     assert (out / "finetune" / "best.keras").exists()
     assert (out / "finetune" / "labels.txt").read_text().split() == sorted(TASK_PACKAGES)
@@ -80,8 +94,12 @@ def test_demo_writes_every_artefact(demo_run):
     # TF Serving layout of both exports.
     for model in ("fill_mask", "docstring_package"):
         version = out / "serving" / model / "1"
-        for name in ("saved_model.pb", "variables/variables.index", "assets/vocab.txt",
-                     "assets.extra/tf_serving_warmup_requests"):
+        for name in (
+            "saved_model.pb",
+            "variables/variables.index",
+            "assets/vocab.txt",
+            "assets.extra/tf_serving_warmup_requests",
+        ):
             assert (version / name).exists(), (model, name)
 
 

@@ -9,10 +9,9 @@ import re
 import keras
 import numpy as np
 import pytest
+from conftest import DATA, require
 
 from pipelines.cli import main as cli
-
-from conftest import DATA, require
 
 
 def squad_pairs(count, offset=0):
@@ -34,9 +33,33 @@ def embedder_run(tmp_path_factory, minilm_dir):
     train = write_pairs(base / "train.tsv", squad_pairs(32))
     dev = write_pairs(base / "dev.tsv", squad_pairs(24, offset=1000))
     out = base / "run"
-    assert cli(["finetune", "embedder", "--train", str(train), "--dev", str(dev), "--output-dir", str(out),
-                "--init", str(minilm_dir), "--batch-size", "8", "--max-train-steps", "4", "--verbose", "0",
-                "--max-seq-length", "96", "--learning-rate", "1e-5"]) == 0
+    assert (
+        cli(
+            [
+                "finetune",
+                "embedder",
+                "--train",
+                str(train),
+                "--dev",
+                str(dev),
+                "--output-dir",
+                str(out),
+                "--init",
+                str(minilm_dir),
+                "--batch-size",
+                "8",
+                "--max-train-steps",
+                "4",
+                "--verbose",
+                "0",
+                "--max-seq-length",
+                "96",
+                "--learning-rate",
+                "1e-5",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -66,8 +89,22 @@ def test_embed_writes_one_vector_per_line_in_order(embedder_run, tmp_path, capsy
     source = tmp_path / "lines.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     model_path = embedder_run / "best.keras"
-    assert cli(["embed", "--init", str(model_path), "--input", str(source), "--output", str(tmp_path / "v.npy"),
-                "--batch-size", "2"]) == 0
+    assert (
+        cli(
+            [
+                "embed",
+                "--init",
+                str(model_path),
+                "--input",
+                str(source),
+                "--output",
+                str(tmp_path / "v.npy"),
+                "--batch-size",
+                "2",
+            ]
+        )
+        == 0
+    )
     vectors = np.load(tmp_path / "v.npy")
     expected = keras.saving.load_model(model_path).encode(lines, batch_size=1)
     assert vectors.shape == (4, 384)
@@ -78,23 +115,56 @@ def test_embed_writes_one_vector_per_line_in_order(embedder_run, tmp_path, capsy
     np.testing.assert_allclose([row["embedding"] for row in rows], vectors, atol=1e-6)
     capsys.readouterr()
     (tmp_path / "bad.txt").write_bytes(b"fine\n\xff\xfe broken\n")
-    assert cli(["embed", "--init", str(model_path), "--input", str(tmp_path / "bad.txt"),
-                "--output", str(tmp_path / "x.npy")]) != 0
+    assert (
+        cli(
+            [
+                "embed",
+                "--init",
+                str(model_path),
+                "--input",
+                str(tmp_path / "bad.txt"),
+                "--output",
+                str(tmp_path / "x.npy"),
+            ]
+        )
+        != 0
+    )
     assert "bad.txt: not UTF-8 text" in capsys.readouterr().err
     assert not (tmp_path / "x.npy").exists()
 
 
-@pytest.mark.parametrize("content, message", [
-    ("anchor\tpositive\nonly one field\n", r"bad.tsv:2: malformed line: 1 tab-separated fields, expected 2"),
-    ("question\tanswer\na\tb\n", r"bad.tsv: header \['question', 'answer'\] lacks column\(s\) \['text_a', 'text_b', 'score'\]"),
-    ("text_a\ttext_b\tscore\na\tb\thigh\n", r"bad.tsv:2: score 'high' is not a number"),
-    ("", r"bad.tsv: empty file"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("anchor\tpositive\nonly one field\n", r"bad.tsv:2: malformed line: 1 tab-separated fields, expected 2"),
+        (
+            "question\tanswer\na\tb\n",
+            r"bad.tsv: header \['question', 'answer'\] lacks column\(s\) \['text_a', 'text_b', 'score'\]",
+        ),
+        ("text_a\ttext_b\tscore\na\tb\thigh\n", r"bad.tsv:2: score 'high' is not a number"),
+        ("", r"bad.tsv: empty file"),
+    ],
+)
 def test_finetune_embedder_names_the_bad_line(content, message, tmp_path, capsys, minilm_dir):
     bad = tmp_path / "bad.tsv"
     bad.write_text(content, encoding="utf-8")
-    assert cli(["finetune", "embedder", "--train", str(bad), "--dev", str(bad), "--output-dir", str(tmp_path / "o"),
-                "--init", str(minilm_dir)]) != 0
+    assert (
+        cli(
+            [
+                "finetune",
+                "embedder",
+                "--train",
+                str(bad),
+                "--dev",
+                str(bad),
+                "--output-dir",
+                str(tmp_path / "o"),
+                "--init",
+                str(minilm_dir),
+            ]
+        )
+        != 0
+    )
 
     assert re.search(message, capsys.readouterr().err)
     assert not (tmp_path / "o").exists()
@@ -116,8 +186,9 @@ def test_exported_embedder_serves_the_model_s_vectors(embedder_run, tmp_path, ca
     predictor.close()
     server = LocalModelServer(path.parent, name="embed", grpc_port=0, rest_port=0).start()
     try:
-        client = ServingClient("127.0.0.1", model="embed", grpc_port=server.grpc_port,
-                               rest_port=server.rest_port, timeout=30)
+        client = ServingClient(
+            "127.0.0.1", model="embed", grpc_port=server.grpc_port, rest_port=server.rest_port, timeout=30
+        )
         # One output: TF Serving's REST rows are the vectors themselves, not {name: value}.
         np.testing.assert_allclose(client.predict_rest(text=texts), expected, atol=1e-5)
         np.testing.assert_allclose(client.predict(text=texts)["embeddings"], expected, atol=1e-5)

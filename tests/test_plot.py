@@ -65,8 +65,7 @@ def fit(model, log_dir, epochs, losses, seed, extra=(), **kwargs):
     x, y = tiny_data(seed)
     tensorboard = keras.callbacks.TensorBoard(str(log_dir), **kwargs)
     callbacks = [
-        keras.callbacks.BackupAndRestore(str(log_dir.parent.parent / "backup" / log_dir.name),
-                                         delete_checkpoint=False),
+        keras.callbacks.BackupAndRestore(str(log_dir.parent.parent / "backup" / log_dir.name), delete_checkpoint=False),
         tensorboard,
         BatchLosses(losses),
         *extra,
@@ -98,11 +97,12 @@ def test_two_phases_steps_and_values_match_what_keras_reported(tmp_path):
     assert set(curves.series) == {"loss", "mae", "learning_rate"}
     loss = curves.series["loss"]
     # Epoch values sit on each epoch's last step; phase 2 continues after phase 1's 12 steps.
-    close(loss[("train", "epoch")],
-          [(4 * (e + 1), v) for e, v in enumerate(history1["loss"])]
-          + [(12 + 4 * (e + 1), v) for e, v in enumerate(history2["loss"])])
-    close(loss[("train", "step")],
-          sorted(losses1.items()) + [(12 + step, v) for step, v in sorted(losses2.items())])
+    close(
+        loss[("train", "epoch")],
+        [(4 * (e + 1), v) for e, v in enumerate(history1["loss"])]
+        + [(12 + 4 * (e + 1), v) for e, v in enumerate(history2["loss"])],
+    )
+    close(loss[("train", "step")], sorted(losses1.items()) + [(12 + step, v) for step, v in sorted(losses2.items())])
     close(curves.series["mae"][("train", "epoch")][:3], [(4 * (e + 1), v) for e, v in enumerate(history1["mae"])])
     close(curves.series["learning_rate"][("train", "epoch")][:3], [(4, 0.05), (8, 0.05), (12, 0.05)])
 
@@ -130,10 +130,19 @@ def test_epoch_level_logs_with_validation_and_the_png(tmp_path, capsys):
     """The `bert-keras finetune` layout: epoch summaries only, train and validation."""
     keras.utils.set_random_seed(0)
     x, y = tiny_data(3)
-    history = tiny_model().fit(
-        x, y, batch_size=BATCH, epochs=3, validation_data=tiny_data(4), verbose=0,
-        callbacks=[keras.callbacks.TensorBoard(str(tmp_path / "logs"))],
-    ).history
+    history = (
+        tiny_model()
+        .fit(
+            x,
+            y,
+            batch_size=BATCH,
+            epochs=3,
+            validation_data=tiny_data(4),
+            verbose=0,
+            callbacks=[keras.callbacks.TensorBoard(str(tmp_path / "logs"))],
+        )
+        .history
+    )
 
     curves = read_curves(tmp_path)
     assert curves.phases == [("", 0, 3, "epoch")]
@@ -149,8 +158,10 @@ def test_epoch_level_logs_with_validation_and_the_png(tmp_path, capsys):
     with Image.open(output) as image:
         panels = 3  # loss, mae, learning_rate
         columns = min(COLUMNS, panels)
-        assert image.size == (round(PANEL_INCHES[0] * columns * DPI),
-                              round(PANEL_INCHES[1] * math.ceil(panels / columns) * DPI))
+        assert image.size == (
+            round(PANEL_INCHES[0] * columns * DPI),
+            round(PANEL_INCHES[1] * math.ceil(panels / columns) * DPI),
+        )
         pixels = np.asarray(image.convert("L"))
     assert (pixels < 128).mean() > 0.01  # curves, axes and text were drawn
 
@@ -161,8 +172,18 @@ def test_step_and_epoch_runs_under_one_folder(tmp_path):
     keras.utils.set_random_seed(0)
     fit(tiny_model(), tmp_path / "pretrain" / "logs" / "phase1", 2, {}, seed=1, update_freq=2)
     x, y = tiny_data(2)
-    history = tiny_model().fit(x, y, batch_size=BATCH, epochs=2, verbose=0,
-                               callbacks=[keras.callbacks.TensorBoard(str(tmp_path / "finetune" / "logs"))]).history
+    history = (
+        tiny_model()
+        .fit(
+            x,
+            y,
+            batch_size=BATCH,
+            epochs=2,
+            verbose=0,
+            callbacks=[keras.callbacks.TensorBoard(str(tmp_path / "finetune" / "logs"))],
+        )
+        .history
+    )
 
     curves = read_curves(tmp_path)
     assert curves.phases == [("pretrain/logs/phase1", 0, 8, "step"), ("finetune/logs", 8, 10, "epoch")]
@@ -172,8 +193,9 @@ def test_step_and_epoch_runs_under_one_folder(tmp_path):
 
 def test_default_output_lands_in_the_run_folder(tmp_path, capsys):
     x, y = tiny_data(5)
-    tiny_model().fit(x, y, batch_size=BATCH, epochs=1, verbose=0,
-                     callbacks=[keras.callbacks.TensorBoard(str(tmp_path / "logs"))])
+    tiny_model().fit(
+        x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[keras.callbacks.TensorBoard(str(tmp_path / "logs"))]
+    )
     assert cli.main(["plot", str(tmp_path)]) == 0
     assert (tmp_path / "training_curves.png").stat().st_size > 0
     assert str(tmp_path / "training_curves.png") in capsys.readouterr().out

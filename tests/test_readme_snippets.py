@@ -5,8 +5,9 @@ import json
 import re
 from pathlib import Path
 
-from bert_keras import BertSpanLabeler
 from harness import tiny_encoder, tiny_preprocessor
+
+from bert_keras import BertSpanLabeler
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -19,10 +20,31 @@ def python_block(containing):
 
 def test_squad_post_processing_snippet(tmp_path, monkeypatch, capsys):
     context = "john lives in paris . the quick brown fox did jump over the lazy dog ."
-    dataset = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": [
-        {"id": "1", "question": "who lives in paris ?", "answers": [{"text": "john", "answer_start": 0}]},
-        {"id": "2", "question": "who did jump ?", "answers": [{"text": "the quick brown fox", "answer_start": 22}]},
-    ]}]}]}
+    dataset = {
+        "version": "1.1",
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": "1",
+                                "question": "who lives in paris ?",
+                                "answers": [{"text": "john", "answer_start": 0}],
+                            },
+                            {
+                                "id": "2",
+                                "question": "who did jump ?",
+                                "answers": [{"text": "the quick brown fox", "answer_start": 22}],
+                            },
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     (tmp_path / "dev-v1.1.json").write_text(json.dumps(dataset), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     model = BertSpanLabeler(tiny_encoder(), preprocessor=tiny_preprocessor())
@@ -38,9 +60,9 @@ def test_squad_post_processing_snippet(tmp_path, monkeypatch, capsys):
 def test_checkpoint_snippet_loads_and_saves(tmp_path, monkeypatch):
     """The load/save snippet, on the tiny original TF1 checkpoint in place of BERT-base."""
     import numpy as np
+    from conftest import REFERENCE, require
 
     from bert_keras.checkpoint import read
-    from conftest import REFERENCE, require
 
     source = require(REFERENCE / "tiny_pretraining_tf1")
     monkeypatch.chdir(tmp_path)
@@ -54,10 +76,17 @@ def test_checkpoint_snippet_loads_and_saves(tmp_path, monkeypatch):
     # No heads in the HF folder: new ones start on the encoder, whose weights are the checkpoint's.
     encoder_weights = {name: value for name, value in original.items() if not name.startswith("cls/")}
     pretrainer = namespace["pretrainer"]
-    loaded = {name: value for name, value in zip(
-        (n for _, names in pretrainer.encoder.original_weight_map() for n in names),
-        (p for variable, names in pretrainer.encoder.original_weight_map()
-         for p in np.split(variable.numpy(), len(names), axis=-1)))}
+    loaded = {
+        name: value
+        for name, value in zip(
+            (n for _, names in pretrainer.encoder.original_weight_map() for n in names),
+            (
+                p
+                for variable, names in pretrainer.encoder.original_weight_map()
+                for p in np.split(variable.numpy(), len(names), axis=-1)
+            ),
+        )
+    }
     assert loaded.keys() == encoder_weights.keys()
     for name, value in encoder_weights.items():
         np.testing.assert_array_equal(loaded[name], value, err_msg=name)
@@ -68,7 +97,7 @@ def test_tokenizer_snippet_gives_the_original_tokenizers_ids(tmp_path, monkeypat
     original FullTokenizer's recorded output for the same words."""
     import shutil
 
-    from conftest import DATA, REFERENCE, require
+    from conftest import DATA, require
 
     shutil.copy(require(DATA / "vocab" / "vocab.txt"), tmp_path / "vocab.txt")
     monkeypatch.chdir(tmp_path)
@@ -76,7 +105,10 @@ def test_tokenizer_snippet_gives_the_original_tokenizers_ids(tmp_path, monkeypat
     exec(python_block("BertPreprocessor(tokenizer, seq_length=128)"), namespace)  # noqa: S102
     packed, pair = namespace["packed"], namespace["pair"]
     assert {key: tuple(value.shape) for key, value in packed.items()} == {
-        "input_word_ids": (2, 128), "input_mask": (2, 128), "input_type_ids": (2, 128)}
+        "input_word_ids": (2, 128),
+        "input_mask": (2, 128),
+        "input_type_ids": (2, 128),
+    }
     assert tuple(pair["input_word_ids"].shape) == (2, 64)
     vocab = (tmp_path / "vocab.txt").read_text(encoding="utf-8").splitlines()
     # "where is paris ? paris is in france ." with [CLS]/[SEP], as FullTokenizer splits it.

@@ -38,7 +38,13 @@ import sys
 import tensorflow as tf
 
 from bert_keras.data.pretraining_data import (
-    ABBREVIATIONS, HEADING_ENDS, HEADING_WORDS, LINE_ENDS, InstanceMaker, check_format, expand_files,
+    ABBREVIATIONS,
+    HEADING_ENDS,
+    HEADING_WORDS,
+    LINE_ENDS,
+    InstanceMaker,
+    check_format,
+    expand_files,
     tokenizer_fingerprint,
 )
 from bert_keras.text.tokenizer import _ragged_cond
@@ -87,15 +93,18 @@ def dynamic_masking_dataset(
     """
     check_format(format)
     files = expand_files(input_files)
-    maker = GraphInstanceMaker(InstanceMaker(
-        tokenizer.vocabulary,
-        max_seq_length=max_seq_length,
-        short_seq_prob=short_seq_prob,
-        masked_lm_prob=masked_lm_prob,
-        max_predictions_per_seq=max_predictions_per_seq,
-        whole_word_mask=whole_word_mask,
-    ))
+    maker = GraphInstanceMaker(
+        InstanceMaker(
+            tokenizer.vocabulary,
+            max_seq_length=max_seq_length,
+            short_seq_prob=short_seq_prob,
+            masked_lm_prob=masked_lm_prob,
+            max_predictions_per_seq=max_predictions_per_seq,
+            whole_word_mask=whole_word_mask,
+        )
+    )
     if token_cache is None:
+
         def read(path):
             return tokenized_documents(tf.io.read_file(path), tokenizer, format)
     else:
@@ -186,13 +195,16 @@ def cache_tokenized_files(files, tokenizer, directory, format="auto", readers=8,
 
     def token_file(path):
         documents = tokenized_documents(tf.io.read_file(path), tokenizer, format)
-        return tf.concat([
-            [_TOKEN_FILE_MAGIC, _TOKEN_FILE_VERSION],
-            tf.cast([documents.nrows(), documents.values.nrows()], tf.int32),
-            tf.cast(documents.row_lengths(), tf.int32),
-            tf.cast(documents.values.row_lengths(), tf.int32),
-            documents.flat_values,
-        ], 0)
+        return tf.concat(
+            [
+                [_TOKEN_FILE_MAGIC, _TOKEN_FILE_VERSION],
+                tf.cast([documents.nrows(), documents.values.nrows()], tf.int32),
+                tf.cast(documents.row_lengths(), tf.int32),
+                tf.cast(documents.values.row_lengths(), tf.int32),
+                documents.flat_values,
+            ],
+            0,
+        )
 
     tokenized = _read_files([file for file, _ in todo], token_file, readers)
     for done, ((_, path), ids) in enumerate(zip(todo, tokenized.as_numpy_iterator()), len(files) - len(todo) + 1):
@@ -209,17 +221,21 @@ def read_token_file(path):
     """A token file -> ragged `[documents, (sentences), (tokens)]` int32 ids."""
     ids = tf.io.decode_raw(tf.io.read_file(path), tf.int32, little_endian=True)
     documents, sentences = ids[2], ids[3]
-    sentence_lengths = ids[4 + documents: 4 + documents + sentences]
-    whole = tf.reduce_all(tf.equal(
-        tf.stack([ids[0], ids[1], tf.size(ids)]),
-        tf.stack([_TOKEN_FILE_MAGIC, _TOKEN_FILE_VERSION, 4 + documents + sentences + tf.reduce_sum(sentence_lengths)]),
-    ))
+    sentence_lengths = ids[4 + documents : 4 + documents + sentences]
+    whole = tf.reduce_all(
+        tf.equal(
+            tf.stack([ids[0], ids[1], tf.size(ids)]),
+            tf.stack(
+                [_TOKEN_FILE_MAGIC, _TOKEN_FILE_VERSION, 4 + documents + sentences + tf.reduce_sum(sentence_lengths)]
+            ),
+        )
+    )
     check = tf.debugging.Assert(whole, ["not a whole bert-keras token file (magic, version, size):", path])
     with tf.control_dependencies([check]):
-        tokens = tf.identity(ids[4 + documents + sentences:])
+        tokens = tf.identity(ids[4 + documents + sentences :])
     return tf.RaggedTensor.from_row_lengths(
         tf.RaggedTensor.from_row_lengths(tokens, sentence_lengths, validate=False),
-        ids[4: 4 + documents],
+        ids[4 : 4 + documents],
         validate=False,
     )
 
@@ -283,8 +299,10 @@ def _line_documents(text):
     lines = _strip(_lines(text))
     blank = tf.equal(tf.strings.length(lines), 0)
     documents = tf.RaggedTensor.from_value_rowids(
-        tf.boolean_mask(lines, ~blank), tf.boolean_mask(tf.cumsum(tf.cast(blank, tf.int64)), ~blank),
-        nrows=tf.reduce_sum(tf.cast(blank, tf.int64)) + 1, validate=False,
+        tf.boolean_mask(lines, ~blank),
+        tf.boolean_mask(tf.cumsum(tf.cast(blank, tf.int64)), ~blank),
+        nrows=tf.reduce_sum(tf.cast(blank, tf.int64)) + 1,
+        validate=False,
     )
     return tf.ragged.boolean_mask(documents, documents.row_lengths() > 0)
 
@@ -331,9 +349,7 @@ def split_sentences(paragraphs):
     flat = pieces.flat_values
     # The word before a candidate end that starts with "." (an end starting with ! or ?
     # leaves the word empty or ending in ! or ?, never an abbreviation or a letter).
-    word = tf.strings.regex_replace(
-        flat, f"(?s)^(?:.* )?(?:(\\S*?)\\.[.!?]*|\\S*?[!?][.!?]*){_CLOSERS}*$", "\\1"
-    )
+    word = tf.strings.regex_replace(flat, f"(?s)^(?:.* )?(?:(\\S*?)\\.[.!?]*|\\S*?[!?][.!?]*){_CLOSERS}*$", "\\1")
     not_an_end = tf.strings.regex_full_match(word, f"(?i){_ABBREVIATIONS}|\\p{{L}}")
     index = tf.range(tf.size(flat, out_type=tf.int64))
     last = tf.equal(index, tf.gather(pieces.row_limits(), pieces.value_rowids()) - 1)
@@ -426,9 +442,7 @@ class GraphInstanceMaker:
             reached = tf.math.unsorted_segment_max(tf.cast(visited, tf.int32), jump, num_sentences + 1) > 0
             return visited | reached, tf.gather(jump, jump)
 
-        visited, _ = tf.while_loop(
-            lambda visited, jump: tf.reduce_any(jump < num_sentences), double, (visited, step)
-        )
+        visited, _ = tf.while_loop(lambda visited, jump: tf.reduce_any(jump < num_sentences), double, (visited, step))
         start = tf.cast(tf.where(visited[:-1])[:, 0], tf.int32)
         end, a_end, random_next, document, target = (
             tf.gather(value, start) for value in (end, a_end, random_next, document, target)
@@ -456,12 +470,8 @@ class GraphInstanceMaker:
         excess = tf.maximum(a_length + b_length - budget, 0)
         difference = a_length - b_length
         balanced = tf.abs(difference) < excess  # both sides are cut, down to half each
-        new_a = tf.where(
-            balanced, (budget + 1) // 2, tf.where(difference > 0, a_length - excess, a_length)
-        )
-        new_b = tf.where(
-            balanced, budget // 2, tf.where(difference > 0, b_length, b_length - excess)
-        )
+        new_a = tf.where(balanced, (budget + 1) // 2, tf.where(difference > 0, a_length - excess, a_length))
+        new_b = tf.where(balanced, budget // 2, tf.where(difference > 0, b_length, b_length - excess))
         new_a = tf.where(excess > 0, new_a, a_length)
         new_b = tf.where(excess > 0, new_b, b_length)
         cut = tf.cast(tf.stack([a_length - new_a, b_length - new_b]), tf.float32)

@@ -24,8 +24,9 @@ def row_predictions(max_predictions_per_seq, max_sequences, seq_length, masked_l
     row (on SQuAD paragraphs and Gutenberg it never did: bench/bench_packing.py). Every
     slot costs a vocabulary-sized projection: more slots than an unpacked row made the
     masked-LM head dearer than packing saved on long documents."""
-    return min(max_sequences * max_predictions_per_seq,
-               max(max_predictions_per_seq, math.ceil(masked_lm_prob * seq_length)))
+    return min(
+        max_sequences * max_predictions_per_seq, max(max_predictions_per_seq, math.ceil(masked_lm_prob * seq_length))
+    )
 
 
 def first_fit_decreasing(lengths, seq_length, max_sequences, predictions=None, max_predictions=None):
@@ -68,18 +69,39 @@ def pack_instances(features, seq_length, max_sequences, rows=None, max_predictio
     if rows is None:
         rows = first_fit_decreasing(lengths, seq_length, max_sequences, counts, max_predictions)
     for members in rows:
-        if (len(members) > max_sequences or sum(int(lengths[i]) for i in members) > seq_length
-                or sum(int(counts[i]) for i in members) > max_predictions):
-            raise ValueError(f"instances {list(members)} do not fit one row of {seq_length} tokens, "
-                             f"{max_sequences} sequences and {max_predictions} predictions")
-    out = {name: np.zeros((len(rows), seq_length), np.int32)
-           for name in ("input_word_ids", "input_mask", "input_type_ids", "packed_sequence_ids")}
-    out.update({name: np.zeros((len(rows), max_predictions), dtype)
-                for name, dtype in (("masked_lm_positions", np.int32), ("masked_lm_ids", np.int32),
-                                    ("masked_lm_weights", np.float32))})
-    out.update({name: np.zeros((len(rows), max_sequences), dtype)
-                for name, dtype in (("next_sentence_positions", np.int32), ("next_sentence_labels", np.int32),
-                                    ("next_sentence_weights", np.float32))})
+        if (
+            len(members) > max_sequences
+            or sum(int(lengths[i]) for i in members) > seq_length
+            or sum(int(counts[i]) for i in members) > max_predictions
+        ):
+            raise ValueError(
+                f"instances {list(members)} do not fit one row of {seq_length} tokens, "
+                f"{max_sequences} sequences and {max_predictions} predictions"
+            )
+    out = {
+        name: np.zeros((len(rows), seq_length), np.int32)
+        for name in ("input_word_ids", "input_mask", "input_type_ids", "packed_sequence_ids")
+    }
+    out.update(
+        {
+            name: np.zeros((len(rows), max_predictions), dtype)
+            for name, dtype in (
+                ("masked_lm_positions", np.int32),
+                ("masked_lm_ids", np.int32),
+                ("masked_lm_weights", np.float32),
+            )
+        }
+    )
+    out.update(
+        {
+            name: np.zeros((len(rows), max_sequences), dtype)
+            for name, dtype in (
+                ("next_sentence_positions", np.int32),
+                ("next_sentence_labels", np.int32),
+                ("next_sentence_weights", np.float32),
+            )
+        }
+    )
     labels = features["next_sentence_labels"].reshape(-1)
     for row, members in enumerate(rows):
         start = slot = 0
@@ -89,7 +111,9 @@ def pack_instances(features, seq_length, max_sequences, rows=None, max_predictio
                 out[name][row, start : start + length] = features[name][index, :length]
             out["packed_sequence_ids"][row, start : start + length] = k + 1
             count = int(counts[index])
-            out["masked_lm_positions"][row, slot : slot + count] = features["masked_lm_positions"][index][real[index]] + start
+            out["masked_lm_positions"][row, slot : slot + count] = (
+                features["masked_lm_positions"][index][real[index]] + start
+            )
             out["masked_lm_ids"][row, slot : slot + count] = features["masked_lm_ids"][index][real[index]]
             out["masked_lm_weights"][row, slot : slot + count] = 1.0
             out["next_sentence_positions"][row, k] = start
@@ -102,14 +126,26 @@ def pack_instances(features, seq_length, max_sequences, rows=None, max_predictio
 
 # --- in tf.data -----------------------------------------------------------------------------
 
-INSTANCE_FEATURES = ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions", "masked_lm_ids",
-                     "masked_lm_weights", "next_sentence_labels")
+INSTANCE_FEATURES = (
+    "input_word_ids",
+    "input_mask",
+    "input_type_ids",
+    "masked_lm_positions",
+    "masked_lm_ids",
+    "masked_lm_weights",
+    "next_sentence_labels",
+)
 # Packed features: (name, dtype, width as a multiple of (seq_length, max_sequences, slots)).
 PACKED_FEATURES = (
-    ("input_word_ids", "int32", "seq"), ("input_mask", "int32", "seq"), ("input_type_ids", "int32", "seq"),
-    ("packed_sequence_ids", "int32", "seq"), ("masked_lm_positions", "int32", "slots"),
-    ("masked_lm_ids", "int32", "slots"), ("masked_lm_weights", "float32", "slots"),
-    ("next_sentence_positions", "int32", "rows"), ("next_sentence_labels", "int32", "rows"),
+    ("input_word_ids", "int32", "seq"),
+    ("input_mask", "int32", "seq"),
+    ("input_type_ids", "int32", "seq"),
+    ("packed_sequence_ids", "int32", "seq"),
+    ("masked_lm_positions", "int32", "slots"),
+    ("masked_lm_ids", "int32", "slots"),
+    ("masked_lm_weights", "float32", "slots"),
+    ("next_sentence_positions", "int32", "rows"),
+    ("next_sentence_labels", "int32", "rows"),
     ("next_sentence_weights", "float32", "rows"),
 )
 
@@ -129,12 +165,17 @@ def pack_dataset(batches, seq_length, max_sequences, rows_per_batch, window=1024
         # First-fit-decreasing lists rows longest first: shuffled, so batches do not go from
         # long instances to short ones within each window (seeded by the window: resumable).
         order = np.random.default_rng(zlib.crc32(features["input_word_ids"].tobytes())).permutation(
-            len(packed["input_word_ids"]))
+            len(packed["input_word_ids"])
+        )
         return [packed[name][order].astype(dtype) for name, dtype, _ in PACKED_FEATURES]
 
     def pack_window(features):
-        outputs = tf.numpy_function(pack, [features[name] for name in INSTANCE_FEATURES],
-                                    [tf.as_dtype(dtype) for _, dtype, _ in PACKED_FEATURES], stateful=False)
+        outputs = tf.numpy_function(
+            pack,
+            [features[name] for name in INSTANCE_FEATURES],
+            [tf.as_dtype(dtype) for _, dtype, _ in PACKED_FEATURES],
+            stateful=False,
+        )
         rows = {}
         for (name, _, width), tensor in zip(PACKED_FEATURES, outputs):
             tensor.set_shape([None, widths[width]])
@@ -156,5 +197,8 @@ def packing_statistics(batches, seq_length, max_sequences, window=1024):
     predictions = (features["masked_lm_weights"].numpy() > 0).sum(axis=1)
     slots = row_predictions(features["masked_lm_positions"].shape[1], max_sequences, seq_length)
     rows = len(first_fit_decreasing(mask.sum(axis=1), seq_length, max_sequences, predictions, slots))
-    return {"sequences_per_row": count / rows, "padding": 1 - tokens / (rows * seq_length),
-            "padding_unpacked": 1 - tokens / (count * seq_length)}
+    return {
+        "sequences_per_row": count / rows,
+        "padding": 1 - tokens / (rows * seq_length),
+        "padding_unpacked": 1 - tokens / (count * seq_length),
+    }

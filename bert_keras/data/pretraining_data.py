@@ -31,7 +31,14 @@ INT_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
 MANIFEST_SUFFIX = ".manifest.json"
 # The tokenizer's constructor arguments besides its vocabulary.
 TOKENIZER_SETTINGS = (
-    "lower_case", "max_chars_per_word", "max_input_bytes", "unk_token", "cls_token", "sep_token", "pad_token", "mask_token",
+    "lower_case",
+    "max_chars_per_word",
+    "max_input_bytes",
+    "unk_token",
+    "cls_token",
+    "sep_token",
+    "pad_token",
+    "mask_token",
 )
 # TFRecord name -> model feature name (the encoder's TF Hub style inputs).
 MODEL_NAMES = {"input_ids": "input_word_ids", "segment_ids": "input_type_ids"}
@@ -45,8 +52,34 @@ FORMATS = ("auto", "lines", "prose")
 HEADING_WORDS = ("CHAPTER", "Chapter", "BOOK", "Book", "VOLUME", "Volume", "PART", "Part")
 HEADING_ENDS = (".", "!", "?", '"')  # a one-line paragraph ending so is a sentence, not a heading
 LINE_ENDS = (".", "!", "?", '"', "'", "\u201d")  # `detect_format`: lines ending so are sentences
-ABBREVIATIONS = ("mr", "mrs", "ms", "dr", "st", "mt", "jr", "sr", "prof", "rev", "gen", "col", "capt", "lt", "sgt",
-                 "hon", "esq", "vs", "etc", "no", "vol", "ch", "fig", "cf", "e.g", "i.e")
+ABBREVIATIONS = (
+    "mr",
+    "mrs",
+    "ms",
+    "dr",
+    "st",
+    "mt",
+    "jr",
+    "sr",
+    "prof",
+    "rev",
+    "gen",
+    "col",
+    "capt",
+    "lt",
+    "sgt",
+    "hon",
+    "esq",
+    "vs",
+    "etc",
+    "no",
+    "vol",
+    "ch",
+    "fig",
+    "cf",
+    "e.g",
+    "i.e",
+)
 _HEADING = re.compile(rf"^(?:(?:{'|'.join(HEADING_WORDS)})\b|[IVXLC]+\.\s|[IVXLC]+$)")
 _TITLE = re.compile(r"^\[.*\]$")
 # A sentence ends at . ! or ? (plus closing quotes/brackets) followed by space and a
@@ -271,9 +304,7 @@ class InstanceMaker:
     def mask(self, input_ids, rng):
         """(masked ids, sorted positions, original ids at those positions)."""
         cls_id, sep_id = self.cls_id, self.sep_id
-        num_to_predict = min(
-            self.max_predictions_per_seq, max(1, int(round(len(input_ids) * self.masked_lm_prob)))
-        )
+        num_to_predict = min(self.max_predictions_per_seq, max(1, int(round(len(input_ids) * self.masked_lm_prob))))
         if self.whole_word_mask:
             candidates = []
             for i, token in enumerate(input_ids):
@@ -316,7 +347,7 @@ def shuffle(items, rng):
     while i > 0:
         bits = (i + 1).bit_length()
         lowest = max((1 << (bits - 1)) - 1, 1)  # the i below this one draw with fewer bits
-        for i in range(i, lowest - 1, -1):
+        for i in range(i, lowest - 1, -1):  # noqa: B020 (i continues below the loop)
             j = getrandbits(bits)
             while j > i:
                 j = getrandbits(bits)
@@ -348,7 +379,9 @@ def _check_fits(instance, max_seq_length, max_predictions_per_seq):
     """(tokens, predictions) of an instance, which must fit the padded features."""
     n, p = len(instance.input_ids), len(instance.masked_lm_positions)
     if n > max_seq_length or p > max_predictions_per_seq:
-        raise ValueError(f"instance of {n} tokens / {p} predictions exceeds {max_seq_length} / {max_predictions_per_seq}")
+        raise ValueError(
+            f"instance of {n} tokens / {p} predictions exceeds {max_seq_length} / {max_predictions_per_seq}"
+        )
     return n, p
 
 
@@ -398,7 +431,7 @@ def _field(number, payload):
     return _VARINTS[number << 3 | 2] + (_VARINTS[size] if size < 65536 else _varint(size)) + payload
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _feature_prefix(name, kind, size):
     """The bytes of Features entry {name: Feature(kind: packed values of `size` bytes)} before the values."""
     entry = _field(1, _field(1, name.encode()) + _field(2, _field(kind, _field(1, bytes(size)))))
@@ -438,9 +471,7 @@ def parse_example(serialized, max_seq_length, max_predictions_per_seq):
     """Serialized original-format examples (any shape) -> the model's feature dict (int32),
     each feature shaped `serialized.shape + [length]`."""
     spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in INT_FEATURES[:3]}
-    spec.update(
-        {name: tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64) for name in INT_FEATURES[3:]}
-    )
+    spec.update({name: tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64) for name in INT_FEATURES[3:]})
     spec["masked_lm_weights"] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32)
     spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
     parsed = tf.io.parse_example(serialized, spec)
@@ -494,8 +525,9 @@ def _records(path, limit=-1):
             yield record.numpy()
             count += 1
     except tf.errors.DataLossError as error:
-        raise ValueError(f"{path}: not a TFRecord file, or truncated or corrupt at record {count} "
-                         f"({tf_error_text(error)})") from None
+        raise ValueError(
+            f"{path}: not a TFRecord file, or truncated or corrupt at record {count} ({tf_error_text(error)})"
+        ) from None
     except tf.errors.NotFoundError:
         raise FileNotFoundError(f"no TFRecord file at {path}") from None
 

@@ -179,7 +179,8 @@ def _drop_long_lines(raw, path, first, warnings):
     line_number = _line_number(path, first)
     for i in long:
         warnings.append(
-            f"{path}:{line_number + i}: a line of {len(lines[i])} bytes (over {MAX_LINE_BYTES}) is not a sentence; skipped"
+            f"{path}:{line_number + i}: a line of {len(lines[i])} bytes (over {MAX_LINE_BYTES}) "
+            "is not a sentence; skipped"
         )
     return b"\n".join(line for i, line in enumerate(lines) if len(line) <= MAX_LINE_BYTES)
 
@@ -330,7 +331,10 @@ def make_shards(shards, directory, tokenizer, recipe, workers=1):
     # Spawned: TensorFlow is not fork-safe. A worker that dies (e.g. out of memory) ends the
     # run with an error instead of leaving it waiting, as multiprocessing.Pool would.
     pool = concurrent.futures.ProcessPoolExecutor(
-        min(workers, len(jobs)), multiprocessing.get_context("spawn"), _worker_init, (tokenizer_config(tokenizer), recipe)
+        min(workers, len(jobs)),
+        multiprocessing.get_context("spawn"),
+        _worker_init,
+        (tokenizer_config(tokenizer), recipe),
     )
     try:
         futures = [pool.submit(_worker_make, job) for job in jobs]
@@ -381,8 +385,10 @@ def create_pretraining_data(
     entries = finished_shards(output, directory, settings)
     done = {entry["index"] for entry in entries}
     todo = [shard for shard in shards if shard.index not in done]
-    log(f"{len(shards)} shard(s) of {sum(i['bytes'] for i in inputs)} bytes from {len(inputs)} file(s); "
-        f"{len(done)} already done")
+    log(
+        f"{len(shards)} shard(s) of {sum(i['bytes'] for i in inputs)} bytes from {len(inputs)} file(s); "
+        f"{len(done)} already done"
+    )
     write_manifest(output, settings, entries, complete=not todo)
     if beam_runner is not None:
         beam_runner(todo, directory, tokenizer, recipe, output, settings, entries)
@@ -413,9 +419,11 @@ def create_pretraining_data(
     count = sum(entry["instances"] for entry in entries)
     empty = [entry["output"] for entry in entries if not entry["instances"]]
     if empty and count:
-        log(f"warning: {len(empty)} of {len(shards)} shard file(s) hold no instances ({', '.join(empty)}; "
+        log(
+            f"warning: {len(empty)} of {len(shards)} shard file(s) hold no instances ({', '.join(empty)}; "
             "listed as empty_shards in the manifest): a worker of `pretrain --strategy multi_worker` given only "
-            "these has no data; make fewer, larger shards")
+            "these has no data; make fewer, larger shards"
+        )
     if count == 0:
         raise ValueError(
             f"no instances from {', '.join(map(str, input_files))}: next-sentence pairs need at least "

@@ -75,8 +75,11 @@ class BertEmbeddings(keras.layers.Layer):
         embeddings = (
             tf.gather(self.word_embeddings, input_word_ids)
             + tf.gather(self.token_type_embeddings, input_type_ids)
-            + (self.position_embeddings[None, :seq_length] if position_ids is None
-               else tf.gather(self.position_embeddings, position_ids))
+            + (
+                self.position_embeddings[None, :seq_length]
+                if position_ids is None
+                else tf.gather(self.position_embeddings, position_ids)
+            )
         )
         return self.dropout(self.layer_norm(embeddings, training=training), training=training)
 
@@ -100,7 +103,5 @@ def check_id_range(ids, size, name, size_name):
     """Assertions 0 <= ids < size (compiled away under XLA, where they cannot run)."""
     return [
         tf.debugging.assert_non_negative(ids, message=f"{name} has negative ids"),
-        tf.debugging.assert_less(
-            ids, tf.cast(size, ids.dtype), message=f"{name} has ids >= {size_name}={size}"
-        ),
+        tf.debugging.assert_less(ids, tf.cast(size, ids.dtype), message=f"{name} has ids >= {size_name}={size}"),
     ]

@@ -32,7 +32,13 @@ class FusedLayerNorm(keras.layers.LayerNormalization):
         count = [tf.reduce_prod(shape[:-1])]
         empty = tf.constant([], tf.float32)
         normalized = tf.raw_ops.FusedBatchNormV3(
-            x=tf.reshape(inputs, [1, -1, shape[-1], 1]), scale=tf.ones(count), offset=tf.zeros(count),
-            mean=empty, variance=empty, epsilon=self.epsilon, data_format="NCHW", is_training=True,
+            x=tf.reshape(inputs, [1, -1, shape[-1], 1]),
+            scale=tf.ones(count),
+            offset=tf.zeros(count),
+            mean=empty,
+            variance=empty,
+            epsilon=self.epsilon,
+            data_format="NCHW",
+            is_training=True,
         )[0]
         return tf.reshape(normalized, shape) * self.gamma + self.beta

@@ -45,9 +45,7 @@ class BertMaskedLMHead(keras.layers.Layer):
     def build(self, input_shape=None):
         self.dense.build((None, self.hidden_size))
         self.layer_norm.build((None, self.hidden_size))
-        self.output_bias = self.add_weight(
-            shape=(self.vocab_size,), initializer="zeros", name="output_bias"
-        )
+        self.output_bias = self.add_weight(shape=(self.vocab_size,), initializer="zeros", name="output_bias")
 
     def call(self, masked_hidden, word_embeddings):
         """masked_hidden [B, P, H] (the encoder at the masked positions), word_embeddings [V, H]
@@ -57,9 +55,7 @@ class BertMaskedLMHead(keras.layers.Layer):
         rows = tf.reshape(masked_hidden, [-1, self.hidden_size])
         rows = self.layer_norm(self.dense(rows))
         table = tf.cast(word_embeddings, rows.dtype)
-        logits = tf.nn.bias_add(
-            tf.matmul(rows, table, transpose_b=True), tf.cast(self.output_bias, rows.dtype)
-        )
+        logits = tf.nn.bias_add(tf.matmul(rows, table, transpose_b=True), tf.cast(self.output_bias, rows.dtype))
         return tf.reshape(logits, tf.concat([tf.shape(masked_hidden)[:2], [self.vocab_size]], 0))
 
     def get_config(self):

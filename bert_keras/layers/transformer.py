@@ -98,8 +98,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         super().__init__(**kwargs)
         if hidden_size % num_attention_heads:
             raise ValueError(
-                f"hidden_size ({hidden_size}) must be divisible by "
-                f"num_attention_heads ({num_attention_heads})"
+                f"hidden_size ({hidden_size}) must be divisible by num_attention_heads ({num_attention_heads})"
             )
         if hidden_act not in ACTIVATIONS:
             raise ValueError(f"hidden_act {hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
@@ -113,9 +112,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.layer_norm_eps = layer_norm_eps
         self.head_size = hidden_size // num_attention_heads
         self.activation = ACTIVATIONS[hidden_act]
-        self.attention_layer_norm = FusedLayerNorm(
-            epsilon=layer_norm_eps, dtype="float32", name="attention_layer_norm"
-        )
+        self.attention_layer_norm = FusedLayerNorm(epsilon=layer_norm_eps, dtype="float32", name="attention_layer_norm")
         self.output_layer_norm = FusedLayerNorm(epsilon=layer_norm_eps, dtype="float32", name="output_layer_norm")
         self._convert_input_args = False  # keep the float32 stream: no autocast of inputs
         self.attention_dropout = PhiloxDropout(attention_probs_dropout_prob, dtype=self.dtype_policy)
@@ -134,18 +131,13 @@ class TransformerEncoderBlock(keras.layers.Layer):
             return kernel, bias
 
         self.qkv_kernel, self.qkv_bias = dense("qkv", hidden, 3 * hidden)
-        self.attention_output_kernel, self.attention_output_bias = dense(
-            "attention_output", hidden, hidden
-        )
-        self.intermediate_kernel, self.intermediate_bias = dense(
-            "intermediate", hidden, intermediate
-        )
+        self.attention_output_kernel, self.attention_output_bias = dense("attention_output", hidden, hidden)
+        self.intermediate_kernel, self.intermediate_bias = dense("intermediate", hidden, intermediate)
         self.output_kernel, self.output_bias = dense("output", intermediate, hidden)
         self.attention_layer_norm.build((None, hidden))
         self.output_layer_norm.build((None, hidden))
 
-    def call(self, hidden_states, attention_bias, training=None, return_attention_probs=False,
-             query_positions=None):
+    def call(self, hidden_states, attention_bias, training=None, return_attention_probs=False, query_positions=None):
         """hidden_states [B, L, H]; attention_bias float32 [B, 1, 1, L] (or [B, 1, L, L]
         for packed rows) from `attention_bias`.
 
@@ -180,9 +172,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
             if attention_bias.shape[2] != 1:  # one bias row per query: keep the queried rows
                 attention_bias = tf.gather(attention_bias, tf.cast(query_positions, tf.int32), axis=2, batch_dims=1)
         query *= 1.0 / math.sqrt(head_size)
-        scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32) + tf.cast(
-            attention_bias, tf.float32
-        )
+        scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32) + tf.cast(attention_bias, tf.float32)
         probs = tf.nn.softmax(scores, axis=-1)
         context = tf.matmul(self.attention_dropout(tf.cast(probs, dtype), training=training), value)
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, hidden])

@@ -22,8 +22,11 @@ def cpu_has_bfloat16(cpuinfo="/proc/cpuinfo"):
 def warn_if_slow_bfloat16(what, cpuinfo="/proc/cpuinfo"):
     """Warns that `what` computes in bfloat16 on this CPU without bfloat16 units."""
     if cpu_has_bfloat16(cpuinfo) is False:
-        warnings.warn(f"{what} computes in bfloat16, but this CPU has no bfloat16 units "
-                      f"({' or '.join(BFLOAT16_CPU_FLAGS)}): expect it to run slower than float32", stacklevel=2)
+        warnings.warn(
+            f"{what} computes in bfloat16, but this CPU has no bfloat16 units "
+            f"({' or '.join(BFLOAT16_CPU_FLAGS)}): expect it to run slower than float32",
+            stacklevel=2,
+        )
 
 
 def with_dtype(model, dtype=None):

@@ -122,9 +122,7 @@ class BertEncoder(keras.Model):
 
     def _checked_inputs(self, inputs):
         if not isinstance(inputs, dict):
-            raise TypeError(
-                f"BertEncoder takes a dict with keys {list(INPUT_NAMES)}, got {type(inputs).__name__}"
-            )
+            raise TypeError(f"BertEncoder takes a dict with keys {list(INPUT_NAMES)}, got {type(inputs).__name__}")
         missing = [name for name in INPUT_NAMES if name not in inputs]
         if missing:
             raise ValueError(f"BertEncoder inputs are missing {missing}; got keys {sorted(inputs)}")

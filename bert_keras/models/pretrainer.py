@@ -6,8 +6,8 @@ import keras
 import tensorflow as tf
 
 from bert_keras.checkpoint import set_original_weights
-from bert_keras.models.encoder import INPUT_NAMES, PACKING_INPUT, BertEncoder
 from bert_keras.layers import BertMaskedLMHead, BertNextSentenceHead
+from bert_keras.models.encoder import INPUT_NAMES, PACKING_INPUT, BertEncoder
 from bert_keras.models.saving import load_checkpoint
 
 LABEL_NAMES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
@@ -79,14 +79,14 @@ class BertPretrainer(keras.Model):
     def call(self, inputs, training=None):
         if not isinstance(inputs, dict) or "masked_lm_positions" not in inputs:
             got = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
-            raise ValueError(
-                f"BertPretrainer takes a dict with {list(INPUT_NAMES)} and masked_lm_positions; got {got}"
-            )
+            raise ValueError(f"BertPretrainer takes a dict with {list(INPUT_NAMES)} and masked_lm_positions; got {got}")
         packed = PACKING_INPUT in inputs
         positions = inputs["masked_lm_positions"]
         if packed and self.next_sentence:
             if "next_sentence_positions" not in inputs:
-                raise ValueError("packed rows (packed_sequence_ids) need next_sentence_positions: each instance's [CLS]")
+                raise ValueError(
+                    "packed rows (packed_sequence_ids) need next_sentence_positions: each instance's [CLS]"
+                )
             cls_positions = tf.cast(inputs["next_sentence_positions"], tf.int32)
             positions = tf.concat([cls_positions, tf.cast(positions, tf.int32)], axis=1)
         # The last layer runs only at the masked positions and [CLS]: the heads read nothing else.
@@ -122,7 +122,8 @@ class BertPretrainer(keras.Model):
         if self.next_sentence:
             labels, weights = _next_sentence_labels(x)
             per_instance = tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels, tf.reshape(tf.cast(y_pred["nsp_logits"], tf.float32), [-1, 2]))
+                labels, tf.reshape(tf.cast(y_pred["nsp_logits"], tf.float32), [-1, 2])
+            )
             nsp_sum, nsp_count = tf.reduce_sum(weights * per_instance), tf.reduce_sum(weights)
         loss = tf.constant(0.0)
         if self.losses:
@@ -132,8 +133,9 @@ class BertPretrainer(keras.Model):
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         context = tf.distribute.get_replica_context()
         if replicas > 1 and context is not None:
-            totals = context.all_reduce("sum", tf.stack([tf.stop_gradient(mlm_sum), mlm_count,
-                                                          tf.stop_gradient(nsp_sum), nsp_count]))
+            totals = context.all_reduce(
+                "sum", tf.stack([tf.stop_gradient(mlm_sum), mlm_count, tf.stop_gradient(nsp_sum), nsp_count])
+            )
             global_mlm_sum, global_mlm_count, global_nsp_sum, global_nsp_count = tf.unstack(totals)
             mlm_loss = global_mlm_sum / (global_mlm_count + 1e-5)
             mlm_share = mlm_sum / (global_mlm_count + 1e-5)
@@ -155,12 +157,16 @@ class BertPretrainer(keras.Model):
         if self.next_sentence:
             labels, weights = _next_sentence_labels(x)
             self.next_sentence_accuracy.update_state(
-                labels, tf.reshape(tf.cast(y_pred["nsp_logits"], tf.float32), [-1, 2]), weights)
+                labels, tf.reshape(tf.cast(y_pred["nsp_logits"], tf.float32), [-1, 2]), weights
+            )
         return self.get_metrics_result()
 
     def get_config(self):
-        return {**super().get_config(), "encoder": keras.saving.serialize_keras_object(self.encoder),
-                "next_sentence": self.next_sentence}
+        return {
+            **super().get_config(),
+            "encoder": keras.saving.serialize_keras_object(self.encoder),
+            "next_sentence": self.next_sentence,
+        }
 
     @classmethod
     def from_config(cls, config):
@@ -203,19 +209,24 @@ class BertPretrainer(keras.Model):
         `from_checkpoint` (None: a next-sentence head when the weights have one)."""
         has_nsp = any(name.startswith("cls/seq_relationship/") for name in weights)
         if new_heads and not any(name.startswith("cls/predictions/") for name in weights):
-            warnings.warn(f"{source} has no masked-LM/next-sentence heads: starting new ones on its encoder")
-            return cls(BertEncoder.from_original_weights(weights, config, source),
-                       next_sentence=next_sentence is not False)
+            warnings.warn(
+                f"{source} has no masked-LM/next-sentence heads: starting new ones on its encoder", stacklevel=2
+            )
+            return cls(
+                BertEncoder.from_original_weights(weights, config, source), next_sentence=next_sentence is not False
+            )
         if next_sentence is None:
             next_sentence = has_nsp
         pretrainer = cls(BertEncoder(config), next_sentence=next_sentence)
         weight_map = pretrainer.original_weight_map()
         if next_sentence and new_heads and not has_nsp:
-            warnings.warn(f"{source} has no next-sentence head: starting a new one")
-            weight_map = [(variable, names) for variable, names in weight_map
-                          if not names[0].startswith("cls/seq_relationship/")]
-        set_original_weights(weight_map, weights, source=source,
-                             ignore=None if next_sentence else "^cls/seq_relationship/")
+            warnings.warn(f"{source} has no next-sentence head: starting a new one", stacklevel=2)
+            weight_map = [
+                (variable, names) for variable, names in weight_map if not names[0].startswith("cls/seq_relationship/")
+            ]
+        set_original_weights(
+            weight_map, weights, source=source, ignore=None if next_sentence else "^cls/seq_relationship/"
+        )
         return pretrainer
 
     def original_weight_map(self):

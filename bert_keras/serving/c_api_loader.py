@@ -27,7 +27,14 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras.serving.ops import SERVING_RELEASE_OF_OP, release_version
-from bert_keras.serving.session import STATUS_CODES, ServingError, checked_request, make_request, serving_signatures, warmup_requests
+from bert_keras.serving.session import (
+    STATUS_CODES,
+    ServingError,
+    checked_request,
+    make_request,
+    serving_signatures,
+    warmup_requests,
+)
 
 SOURCE = Path(__file__).with_name("c_api_predict.c")
 TF_OK = 0
@@ -60,9 +67,18 @@ def build(cache_dir=None):
     binary.parent.mkdir(parents=True, exist_ok=True)
     partial = binary.with_name(f"{binary.name}.{os.getpid()}.tmp")
     command = [
-        compiler, "-O2", "-std=c11", "-Wall", "-o", str(partial), str(SOURCE),
-        f"-I{tf.sysconfig.get_include()}", f"-L{lib}", "-l:libtensorflow_cc.so.2",
-        *tf.sysconfig.get_link_flags(), f"-Wl,-rpath,{lib}",
+        compiler,
+        "-O2",
+        "-std=c11",
+        "-Wall",
+        "-o",
+        str(partial),
+        str(SOURCE),
+        f"-I{tf.sysconfig.get_include()}",
+        f"-L{lib}",
+        "-l:libtensorflow_cc.so.2",
+        *tf.sysconfig.get_link_flags(),
+        f"-Wl,-rpath,{lib}",
     ]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
@@ -121,12 +137,13 @@ class CApiPredictor:
         self.serving_release = serving_release
         libraries = serving_op_libraries(binary, serving_release)
         self._log = tempfile.TemporaryFile()
-        self._process = subprocess.Popen([str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=self._log)
+        self._process = subprocess.Popen([str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
         self._send(
-            _u32(len(libraries)) + b"".join(_str(path.encode()) for path in libraries)
+            _u32(len(libraries))
+            + b"".join(_str(path.encode()) for path in libraries)
             + _str(str(self.export_path).encode())
-            + _u32(len(tags)) + b"".join(_str(tag.encode()) for tag in tags)
+            + _u32(len(tags))
+            + b"".join(_str(tag.encode()) for tag in tags)
         )
         code, message = self._read_status()
         if code != TF_OK:
@@ -138,8 +155,9 @@ class CApiPredictor:
             self.warmup_outputs = self.replay_warmup() if replay_warmup else []
         except ServingError as error:
             self.close()
-            raise CApiError(f"a warm-up request of {self.export_path} failed, so TF Serving would not "
-                            f"load it: {error}") from None
+            raise CApiError(
+                f"a warm-up request of {self.export_path} failed, so TF Serving would not load it: {error}"
+            ) from None
 
     def replay_warmup(self):
         return [self.predict_request(request) for request in warmup_requests(self.export_path)]
@@ -212,8 +230,7 @@ class CApiPredictor:
     def _died(self):
         code = self._process.wait()
         self._log.seek(0)
-        return CApiError(f"the C-API loader of {self.export_path} exited with code {code}: "
-                         f"{_tail(self._log.read())}")
+        return CApiError(f"the C-API loader of {self.export_path} exited with code {code}: {_tail(self._log.read())}")
 
     def _error(self, code, message):
         """`CODE: message`, plus the release that links an op the message says is missing."""
@@ -221,8 +238,10 @@ class CApiPredictor:
         missing = re.search(r"Op type not registered '([^']+)'", message)
         if missing and missing.group(1) in SERVING_RELEASE_OF_OP:
             op = missing.group(1)
-            text += (f"\n{op} is linked by TF Serving >= {SERVING_RELEASE_OF_OP[op]}, "
-                     f"not by the target release {self.serving_release}")
+            text += (
+                f"\n{op} is linked by TF Serving >= {SERVING_RELEASE_OF_OP[op]}, "
+                f"not by the target release {self.serving_release}"
+            )
         return text
 
 
@@ -268,9 +287,14 @@ def check_against_session(export_path, session_predictor, serving_release="2.12"
         for index, (ours, theirs) in enumerate(zip(predictor.warmup_outputs, session_predictor.warmup_responses)):
             for key, expected in decode_response(theirs).items():
                 got = ours[key]
-                same = (np.allclose(got, expected, rtol=0, atol=atol) if expected.dtype.kind == "f"
-                        else np.array_equal(got, expected))
+                same = (
+                    np.allclose(got, expected, rtol=0, atol=atol)
+                    if expected.dtype.kind == "f"
+                    else np.array_equal(got, expected)
+                )
                 if got.shape != expected.shape or not same:
-                    raise CApiError(f"{export_path}: warm-up request {index} output {key!r} differs between "
-                                    f"TF Serving's C++ loader and the TF1 session loader")
+                    raise CApiError(
+                        f"{export_path}: warm-up request {index} output {key!r} differs between "
+                        f"TF Serving's C++ loader and the TF1 session loader"
+                    )
         return len(predictor.warmup_outputs)

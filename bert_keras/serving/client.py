@@ -28,8 +28,18 @@ class ServingClient:
     Calls retry on UNAVAILABLE with exponential back-off.
     """
 
-    def __init__(self, host="localhost", model="bert", grpc_port=8500, rest_port=8501,
-                 timeout=10.0, retries=3, backoff=0.5, version=None, version_label=None):
+    def __init__(
+        self,
+        host="localhost",
+        model="bert",
+        grpc_port=8500,
+        rest_port=8501,
+        timeout=10.0,
+        retries=3,
+        backoff=0.5,
+        version=None,
+        version_label=None,
+    ):
         if version is not None and version_label is not None:
             raise ValueError("give a version or a version_label, not both")
         self.host, self.model, self.version, self.version_label = host, model, version, version_label
@@ -52,8 +62,11 @@ class ServingClient:
 
         if self._channel is None:
             self._channel = grpc.insecure_channel(f"{self.host}:{self.grpc_port}")
-        stub = (model_service_pb2_grpc.ModelServiceStub if method == "GetModelStatus"
-                else prediction_service_pb2_grpc.PredictionServiceStub)(self._channel)
+        stub = (
+            model_service_pb2_grpc.ModelServiceStub
+            if method == "GetModelStatus"
+            else prediction_service_pb2_grpc.PredictionServiceStub
+        )(self._channel)
         try:
             return self._retrying(
                 lambda: getattr(stub, method)(request, timeout=self.timeout),
@@ -67,9 +80,13 @@ class ServingClient:
 
     def _rest(self, suffix="", body=None):
         """GET (no body) or POST a JSON body to the model's REST path + `suffix`; the JSON reply."""
-        version = (f"/versions/{self.version}" if self.version is not None else
-                   f"/labels/{urllib.parse.quote(self.version_label, safe='')}" if self.version_label is not None
-                   else "")
+        version = (
+            f"/versions/{self.version}"
+            if self.version is not None
+            else f"/labels/{urllib.parse.quote(self.version_label, safe='')}"
+            if self.version_label is not None
+            else ""
+        )
         model = urllib.parse.quote(self.model, safe="")
         url = f"http://{self.host}:{self.rest_port}/v1/models/{model}{version}{suffix}"
         data = None if body is None else json.dumps(body).encode("utf-8")
@@ -115,8 +132,10 @@ class ServingClient:
         if format == "row":
             names = list(inputs)
             rows = zip(*(inputs[name] for name in names))
-            body = {"signature_name": signature,
-                    "instances": [{name: rest_json(value) for name, value in zip(names, row)} for row in rows]}
+            body = {
+                "signature_name": signature,
+                "instances": [{name: rest_json(value) for name, value in zip(names, row)} for row in rows],
+            }
             key = "predictions"
         elif format == "columnar":
             body = {"signature_name": signature, "inputs": {k: rest_json(v) for k, v in inputs.items()}}

@@ -128,16 +128,14 @@ def trained_inputs(model, segments=None, labels=None):
     since the export would then answer inputs the model never saw."""
     trained_segments, trained_labels = getattr(model, "segments", None), getattr(model, "labels", None)
     if segments is not None and trained_segments is not None and tuple(segments) != tuple(trained_segments):
-        what = ("a different number of text inputs" if len(segments) != len(trained_segments)
-                else "other input names")
+        what = "a different number of text inputs" if len(segments) != len(trained_segments) else "other input names"
         warnings.warn(
-            f"serving text inputs {list(segments)}: {what} than the model was trained on "
-            f"({list(trained_segments)})", stacklevel=3,
+            f"serving text inputs {list(segments)}: {what} than the model was trained on ({list(trained_segments)})",
+            stacklevel=3,
         )
     if labels is not None and trained_labels is not None and list(labels) != list(trained_labels):
         warnings.warn(f"serving labels {list(labels)} differ from the model's own {trained_labels}", stacklevel=3)
-    return (segments if segments is not None else trained_segments,
-            labels if labels is not None else trained_labels)
+    return (segments if segments is not None else trained_segments, labels if labels is not None else trained_labels)
 
 
 def _bounded(preprocessor):
@@ -165,9 +163,7 @@ def write_warmup_requests(path, model_name, requests):
             )
             for name, strings in inputs.items():
                 request.inputs[name].CopyFrom(tf.make_tensor_proto(strings, dtype=tf.string))
-            log = prediction_log_pb2.PredictionLog(
-                predict_log=prediction_log_pb2.PredictLog(request=request)
-            )
+            log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
             writer.write(log.SerializeToString())
 
 
@@ -180,9 +176,7 @@ def describe(export_path):
     """Signature names -> input and output names, dtypes and shapes (like saved_model_cli)."""
     from tensorflow.core.protobuf import saved_model_pb2
 
-    saved_model = saved_model_pb2.SavedModel.FromString(
-        (Path(export_path) / "saved_model.pb").read_bytes()
-    )
+    saved_model = saved_model_pb2.SavedModel.FromString((Path(export_path) / "saved_model.pb").read_bytes())
     return {
         name: {
             side: {
@@ -193,4 +187,3 @@ def describe(export_path):
         }
         for name, signature in serving_signatures(saved_model.meta_graphs[0]).items()
     }
-

@@ -120,9 +120,7 @@ def save_encoder(model, path):
         root.mlm = _reusable(mlm, MLM_INPUTS)
 
     def serve(input_word_ids, input_mask, input_type_ids):
-        outputs = encode(
-            {"input_word_ids": input_word_ids, "input_mask": input_mask, "input_type_ids": input_type_ids}
-        )
+        outputs = encode({"input_word_ids": input_word_ids, "input_mask": input_mask, "input_type_ids": input_type_ids})
         layers = outputs.pop("encoder_outputs")
         return {**outputs, **{f"encoder_outputs_{index}": layer for index, layer in enumerate(layers)}}
 

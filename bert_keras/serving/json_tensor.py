@@ -36,13 +36,16 @@ _PARSE_ERRORS = {
 _DTYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half"}
 # Integer dtypes: the JSON integers each accepts (rapidjson IsInt/IsInt64/IsUint/IsUint64).
 _INT_RANGES = {
-    tf.int8: (-(2**31), 2**31 - 1), tf.int16: (-(2**31), 2**31 - 1),
-    tf.int32: (-(2**31), 2**31 - 1), tf.uint8: (-(2**31), 2**31 - 1),
-    tf.int64: (-(2**63), 2**63 - 1), tf.uint32: (0, 2**32 - 1), tf.uint64: (0, 2**64 - 1),
+    tf.int8: (-(2**31), 2**31 - 1),
+    tf.int16: (-(2**31), 2**31 - 1),
+    tf.int32: (-(2**31), 2**31 - 1),
+    tf.uint8: (-(2**31), 2**31 - 1),
+    tf.int64: (-(2**63), 2**63 - 1),
+    tf.uint32: (0, 2**32 - 1),
+    tf.uint64: (0, 2**64 - 1),
 }
 # Floats: the largest integer each holds exactly, and the largest finite value.
-_FLOAT_LIMITS = {tf.float32: (2**24 - 1, float(np.finfo(np.float32).max)),
-                 tf.float64: (2**53 - 1, math.inf)}
+_FLOAT_LIMITS = {tf.float32: (2**24 - 1, float(np.finfo(np.float32).max)), tf.float64: (2**53 - 1, math.inf)}
 
 
 def invalid(message):
@@ -96,8 +99,7 @@ def signature_name(doc):
     """The optional `signature_name` of a request object (FillSignature)."""
     name = doc.get("signature_name", "")
     if not isinstance(name, str):
-        raise invalid(f"JSON Value: {show(doc)} not formatted correctly. "
-                      "'signature_name' key must be a string value.")
+        raise invalid(f"JSON Value: {show(doc)} not formatted correctly. 'signature_name' key must be a string value.")
     return proto_text(name)
 
 
@@ -119,8 +121,10 @@ def fill_predict_request(doc, signature_inputs, request):
     dtypes = {name: tf.dtypes.as_dtype(info.dtype) for name, info in infos.items()}
     if "instances" in doc:
         if "inputs" in doc:
-            raise invalid(f"JSON Value: {show(doc)} Not formatted correctly expecting only one of "
-                          "'inputs' or 'instances' keys to exist ")
+            raise invalid(
+                f"JSON Value: {show(doc)} Not formatted correctly expecting only one of "
+                "'inputs' or 'instances' keys to exist "
+            )
         instances = doc["instances"]
         if not isinstance(instances, list):
             raise invalid(f"JSON Value: {show(doc)} Excepting 'instances' to be an list/array")
@@ -147,8 +151,10 @@ def _is_named(value):
 def _from_instances(instances, dtypes):
     """Row format: every item gives one batch entry of each input, of one shape."""
     if not isinstance(instances[0], dict) and len(dtypes) > 1:
-        raise invalid("instances is a plain list, but expecting list of objects as multiple "
-                      "input tensors required as per tensorinfo_map")
+        raise invalid(
+            "instances is a plain list, but expecting list of objects as multiple "
+            "input tensors required as per tensorinfo_map"
+        )
     named = _is_named(instances[0])
     names = sorted(dtypes)
     shapes, values = {}, {}
@@ -160,11 +166,14 @@ def _from_instances(instances, dtypes):
                 try:
                     _add_item(value, name, dtypes, shapes, values)
                 except ServingError as error:
-                    raise invalid(f"Failed to process element: {index} key: {name} of 'instances' list. "
-                                  f"Error: {error}") from None
+                    raise invalid(
+                        f"Failed to process element: {index} key: {name} of 'instances' list. Error: {error}"
+                    ) from None
             if set(item) != set(dtypes):
-                raise invalid(f"Failed to process element: {index} of 'instances' list. JSON object: "
-                              f"{show(item)} keys must be equal to: {','.join(names)}")
+                raise invalid(
+                    f"Failed to process element: {index} of 'instances' list. JSON object: "
+                    f"{show(item)} keys must be equal to: {','.join(names)}"
+                )
         else:
             if _is_named(item):
                 raise invalid(f"Expecting value/list but got object at item {index} of input list")
@@ -192,8 +201,10 @@ def _from_inputs(inputs, dtypes):
     """Columnar format: each input is one whole tensor."""
     if not _is_named(inputs):
         if len(dtypes) > 1:
-            raise invalid("inputs is a plain value/list, but expecting an object as multiple "
-                          "input tensors required as per tensorinfo_map")
+            raise invalid(
+                "inputs is a plain value/list, but expecting an object as multiple "
+                "input tensors required as per tensorinfo_map"
+            )
         inputs = {next(iter(dtypes)): inputs}
     tensors = {}
     for name in sorted(dtypes):
@@ -224,15 +235,18 @@ def _dense(value, dtype):
 def _fill(value, level, shape, dtype, leaves):
     if not isinstance(value, list):
         if level != len(shape):
-            raise invalid(f"JSON Value: {show(value)} found at incorrect level: {level + 1} "
-                          f"in the JSON DOM. Expected at level: {len(shape)}")
+            raise invalid(
+                f"JSON Value: {show(value)} found at incorrect level: {level + 1} "
+                f"in the JSON DOM. Expected at level: {len(shape)}"
+            )
         leaves.append(_leaf(value, dtype))
         return
     if level >= len(shape):
         raise invalid(f"Encountered list at unexpected level: {level} expected < {len(shape)}")
     if len(value) != shape[level]:
-        raise invalid(f"Encountered list at unexpected size: {len(value)} at level: {level} "
-                      f"expected size: {shape[level]}")
+        raise invalid(
+            f"Encountered list at unexpected size: {len(value)} at level: {level} expected size: {shape[level]}"
+        )
     for item in value:
         _fill(item, level + 1, shape, dtype, leaves)
 
@@ -246,8 +260,7 @@ def _json_type(value):
 
 
 def _type_error(value, dtype):
-    return invalid(f"JSON Value: {show(value)} Type: {_json_type(value)} is not of expected type: "
-                   f"{dtype_name(dtype)}")
+    return invalid(f"JSON Value: {show(value)} Type: {_json_type(value)} is not of expected type: {dtype_name(dtype)}")
 
 
 def _leaf(value, dtype):
@@ -271,16 +284,16 @@ def _leaf(value, dtype):
     elif dtype in _FLOAT_LIMITS:
         if number:
             if not _lossless(value, *_FLOAT_LIMITS[dtype]):
-                raise invalid(f"Cannot convert JSON value: {show(value)} to {dtype_name(dtype)} "
-                              "without loss of precision.")
+                raise invalid(
+                    f"Cannot convert JSON value: {show(value)} to {dtype_name(dtype)} without loss of precision."
+                )
             return value
     elif dtype in _INT_RANGES:
         low, high = _INT_RANGES[dtype]
         if number and isinstance(value, int) and low <= value <= high:
             return value
     else:
-        raise ServingError(f"UNIMPLEMENTED: Conversion of JSON Value: {show(value)} "
-                           f"to type: {dtype_name(dtype)}")
+        raise ServingError(f"UNIMPLEMENTED: Conversion of JSON Value: {show(value)} to type: {dtype_name(dtype)}")
     raise _type_error(value, dtype)
 
 
@@ -323,15 +336,17 @@ def json_from_tensors(outputs, format):
     if format == "columnar":
         if len(names) == 1:
             return '{"outputs": ' + _tensor_json(names[0], outputs[names[0]]) + "}"
-        return '{"outputs": {' + ", ".join(
-            f"{show(name)}: {_tensor_json(name, outputs[name])}" for name in names) + "}}"
+        return (
+            '{"outputs": {' + ", ".join(f"{show(name)}: {_tensor_json(name, outputs[name])}" for name in names) + "}}"
+        )
     batch = None
     for name in names:
         if outputs[name].ndim == 0:
             raise invalid(f"Tensor name: {name} has no shape information ")
         if batch is not None and outputs[name].shape[0] != batch:
-            raise invalid(f"Tensor name: {name} has inconsistent batch size: {outputs[name].shape[0]} "
-                          f"expecting: {batch}")
+            raise invalid(
+                f"Tensor name: {name} has inconsistent batch size: {outputs[name].shape[0]} expecting: {batch}"
+            )
         batch = outputs[name].shape[0]
     rows = {name: [_tensor_json(name, row) for row in outputs[name]] for name in names}
     if len(names) == 1:
@@ -352,7 +367,7 @@ def _nest(leaves, shape):
     if not shape:
         return leaves[0]
     step = len(leaves) // shape[0] if shape[0] else 0
-    return "[" + ", ".join(_nest(leaves[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])) + "]"
+    return "[" + ", ".join(_nest(leaves[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])) + "]"
 
 
 def _scalar_json(value, as_bytes):

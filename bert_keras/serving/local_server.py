@@ -36,16 +36,18 @@ from bert_keras.serving import json_tensor
 from bert_keras.serving.session import STATUS_CODES, ServingError, SessionPredictor, proto_json
 
 # ToHTTPStatusCode in tensorflow_serving/model_servers/http_server.cc, in STATUS_CODES order.
-HTTP_STATUS = dict(zip(STATUS_CODES, (200, 499, 500, 400, 504, 404, 409, 403, 429, 400, 409, 400, 501, 500, 503, 500,
-                                      401)))
+HTTP_STATUS = dict(
+    zip(STATUS_CODES, (200, 499, 500, 400, 504, 404, 409, 403, 429, 400, 409, 400, 501, 500, 503, 500, 401))
+)
 # http_rest_api_util.cc: the REST paths (RE2 \d is ASCII, hence re.ASCII).
 _REST_PATH = re.compile(r"/v1/.*", re.IGNORECASE | re.ASCII)
 _PREDICTION_PATH = re.compile(
     r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
-    re.IGNORECASE | re.ASCII)
+    re.IGNORECASE | re.ASCII,
+)
 _STATUS_PATH = re.compile(
-    r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:/(metadata))?",
-    re.IGNORECASE | re.ASCII)
+    r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:/(metadata))?", re.IGNORECASE | re.ASCII
+)
 _READ_CHUNK = 1 << 20
 LISTEN_BACKLOG = 1024  # evhttp listens with the system's maximum (SOMAXCONN, 4096 on Linux)
 # The default of --max-request-bytes: 16 MiB, some 100,000 sentences of JSON (gRPC's own
@@ -84,10 +86,12 @@ def versions_to_load(model_config):
     elif choice == "specific":
         versions = [v for v in found if v in set(policy.specific.versions)]
     else:
-        versions = found[-(policy.latest.num_versions or 1):]
+        versions = found[-(policy.latest.num_versions or 1) :]
     if not versions:
-        raise FileNotFoundError(f"model {model_config.name!r}: no version directories under {base} "
-                                f"match its version policy ({choice or 'latest'})")
+        raise FileNotFoundError(
+            f"model {model_config.name!r}: no version directories under {base} "
+            f"match its version policy ({choice or 'latest'})"
+        )
     return versions
 
 
@@ -96,17 +100,21 @@ class ServedModel:
 
     def __init__(self, model_config):
         if model_config.model_platform not in ("", "tensorflow"):
-            raise ValueError(f"model {model_config.name!r}: platform {model_config.model_platform!r} "
-                             "is not served (only 'tensorflow')")
+            raise ValueError(
+                f"model {model_config.name!r}: platform {model_config.model_platform!r} "
+                "is not served (only 'tensorflow')"
+            )
         self.name = model_config.name
         base = Path(model_config.base_path)
         self.versions = {v: SessionPredictor(base / str(v)) for v in versions_to_load(model_config)}
         self.labels = dict(model_config.version_labels)
-        for label, version in self.labels.items():
+        for version in self.labels.values():
             if version not in self.versions:
                 self.close()
-                raise ValueError(f"FAILED_PRECONDITION: Request to assign label to version {version} of model "
-                                 f"{self.name}, which is not currently available for inference")
+                raise ValueError(
+                    f"FAILED_PRECONDITION: Request to assign label to version {version} of model "
+                    f"{self.name}, which is not currently available for inference"
+                )
 
     def close(self):
         for predictor in self.versions.values():
@@ -120,9 +128,19 @@ class LocalModelServer:
     --model_config_file) serves several models, versions and labels instead of `model_base`.
     """
 
-    def __init__(self, model_base=None, name="bert", host="127.0.0.1", grpc_port=8500, rest_port=8501,
-                 model_config_file=None, max_request_bytes=MAX_REQUEST_BYTES, max_batch_rows=256,
-                 max_connections=512, request_timeout=30.0):
+    def __init__(
+        self,
+        model_base=None,
+        name="bert",
+        host="127.0.0.1",
+        grpc_port=8500,
+        rest_port=8501,
+        model_config_file=None,
+        max_request_bytes=MAX_REQUEST_BYTES,
+        max_batch_rows=256,
+        max_connections=512,
+        request_timeout=30.0,
+    ):
         self.max_request_bytes, self.max_batch_rows = int(max_request_bytes), int(max_batch_rows)
         self.max_connections, self.request_timeout = int(max_connections), float(request_timeout)
         config = model_server_config(model_base, name, model_config_file)
@@ -232,8 +250,10 @@ class LocalModelServer:
         if signature is None:
             raise error("INVALID_ARGUMENT", f"No signature was found with the name: {name}")
         kind = {"classify": "classification", "regress": "regression"}[method]
-        raise error("INVALID_ARGUMENT", f"Expected {kind} signature method_name to be tensorflow/serving/{method}. "
-                                        f"Was: {signature.method_name}")
+        raise error(
+            "INVALID_ARGUMENT",
+            f"Expected {kind} signature method_name to be tensorflow/serving/{method}. Was: {signature.method_name}",
+        )
 
     # --- REST ---
 
@@ -256,7 +276,7 @@ class LocalModelServer:
     def _rest_reply(self, method, path, shown, body):
         from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2, predict_pb2
 
-        match = (_PREDICTION_PATH if method == "POST" else _STATUS_PATH if method == "GET" else None)
+        match = _PREDICTION_PATH if method == "POST" else _STATUS_PATH if method == "GET" else None
         match = match and match.fullmatch(path)
         if not match:
             raise error("INVALID_ARGUMENT", f"Malformed request: {method} {shown}")
@@ -278,15 +298,19 @@ class LocalModelServer:
         elif not spec.name:
             raise error("INVALID_ARGUMENT", "Missing model name in request.")
         elif action == "metadata":
-            response = self.metadata(get_model_metadata_pb2.GetModelMetadataRequest(
-                model_spec=spec, metadata_field=["signature_def"]))
+            response = self.metadata(
+                get_model_metadata_pb2.GetModelMetadataRequest(model_spec=spec, metadata_field=["signature_def"])
+            )
             signatures = get_model_metadata_pb2.SignatureDefMap()
             response.metadata["signature_def"].Unpack(signatures)
-            return json.dumps({"model_spec": proto_json(response.model_spec),
-                               "metadata": {"signature_def": proto_json(signatures)}}, indent=1)
+            return json.dumps(
+                {"model_spec": proto_json(response.model_spec), "metadata": {"signature_def": proto_json(signatures)}},
+                indent=1,
+            )
         else:  # any other subresource spelling, e.g. METADATA, asks for the status, as in TF Serving
-            return json.dumps(proto_json(self.status(get_model_status_pb2.GetModelStatusRequest(model_spec=spec))),
-                              indent=1)
+            return json.dumps(
+                proto_json(self.status(get_model_status_pb2.GetModelStatusRequest(model_spec=spec))), indent=1
+            )
         raise error("INVALID_ARGUMENT", f"Malformed request: {method} {shown}")
 
     def _rest_predict(self, spec, body):
@@ -319,6 +343,7 @@ class LocalModelServer:
 
         def answer(function):
             """A gRPC method from a proto -> proto function: ServingErrors keep their code."""
+
             def method(self, request, context):
                 try:
                     return function(request)
@@ -326,6 +351,7 @@ class LocalModelServer:
                     context.abort(grpc.StatusCode[caught.code], caught.message)
                 except Exception as caught:  # noqa: BLE001  (answer INTERNAL rather than drop the call)
                     context.abort(grpc.StatusCode.INTERNAL, f"{type(caught).__name__}: {caught}")
+
             return method
 
         class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
@@ -340,8 +366,7 @@ class LocalModelServer:
         # Calls beyond the workers wait in gRPC's queue; larger messages get RESOURCE_EXHAUSTED.
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=8),
-            options=[("grpc.max_receive_message_length", self.max_request_bytes),
-                     ("grpc.max_send_message_length", -1)],
+            options=[("grpc.max_receive_message_length", self.max_request_bytes), ("grpc.max_send_message_length", -1)],
         )
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(), self._grpc)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(), self._grpc)
@@ -435,8 +460,10 @@ class LocalModelServer:
 
             def _check_size(self, size):
                 if size > server.max_request_bytes:
-                    raise RequestTooLarge(f"Request body of {size} bytes is larger than the server's limit "
-                                          f"of {server.max_request_bytes} bytes (--max-request-bytes)")
+                    raise RequestTooLarge(
+                        f"Request body of {size} bytes is larger than the server's limit "
+                        f"of {server.max_request_bytes} bytes (--max-request-bytes)"
+                    )
 
             def _read_exactly(self, size):
                 chunks = []

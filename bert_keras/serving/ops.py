@@ -25,9 +25,7 @@ def graph_ops(export_path):
     """Every op type in the exported graph and its function library."""
     from tensorflow.core.protobuf import saved_model_pb2
 
-    saved_model = saved_model_pb2.SavedModel.FromString(
-        (Path(export_path) / "saved_model.pb").read_bytes()
-    )
+    saved_model = saved_model_pb2.SavedModel.FromString((Path(export_path) / "saved_model.pb").read_bytes())
     ops = set()
     for meta_graph in saved_model.meta_graphs:
         ops.update(node.op for node in meta_graph.graph_def.node)
@@ -49,12 +47,10 @@ def check_serving_ops(export_path, serving_release="2.12"):
     target = release_version(serving_release)
     too_new = {op: SERVING_RELEASE_OF_OP[op] for op in extra if release_version(SERVING_RELEASE_OF_OP[op]) > target}
     if too_new:
-        raise ValueError(
-            f"{export_path} needs a newer TF Serving than {serving_release}: {too_new}"
-        )
+        raise ValueError(f"{export_path} needs a newer TF Serving than {serving_release}: {too_new}")
     return {op: SERVING_RELEASE_OF_OP[op] for op in extra}
 
 
 def release_version(text):
-    """"2.12" -> (2, 12), comparable."""
+    """ "2.12" -> (2, 12), comparable."""
     return tuple(int(part) for part in text.split("."))

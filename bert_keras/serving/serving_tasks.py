@@ -91,8 +91,11 @@ def length_sorted(run, packed, token_outputs, micro_batches):
     structure, first = run_slice(0)
     any_rows = [tf.TensorShape([None]).concatenate(tensor.shape[1:]) for tensor in first]
     _, flat = tf.while_loop(
-        lambda index, _: index < count, append_slice, (tf.constant(1), first),
-        shape_invariants=(tf.TensorShape([]), any_rows), parallel_iterations=1,
+        lambda index, _: index < count,
+        append_slice,
+        (tf.constant(1), first),
+        shape_invariants=(tf.TensorShape([]), any_rows),
+        parallel_iterations=1,
     )
     restore = tf.math.invert_permutation(order)
     return tf.nest.pack_sequence_as(structure, [tf.gather(tensor, restore) for tensor in flat])
@@ -153,11 +156,14 @@ def fill_mask_outputs(run, preprocessor, texts, top_k):
     mask = tf.fill([tf.size(parts.flat_values), 1], tf.constant(tokenizer.mask_id, part_ids.dtype))
     with_mask = tf.concat([part_ids, tf.RaggedTensor.from_tensor(mask)], axis=1)
     # Drop the mask after each text's last part.
-    is_last = tf.equal(tf.range(tf.size(parts.flat_values, out_type=tf.int64)) + 1,
-                       tf.gather(parts.row_limits(), parts.value_rowids()))
-    keep = tf.logical_not(tf.logical_and(
-        is_last[:, None], tf.equal(tf.ragged.range(with_mask.row_lengths()), with_mask.row_lengths()[:, None] - 1)
-    ))
+    is_last = tf.equal(
+        tf.range(tf.size(parts.flat_values, out_type=tf.int64)) + 1, tf.gather(parts.row_limits(), parts.value_rowids())
+    )
+    keep = tf.logical_not(
+        tf.logical_and(
+            is_last[:, None], tf.equal(tf.ragged.range(with_mask.row_lengths()), with_mask.row_lengths()[:, None] - 1)
+        )
+    )
     with_mask = tf.ragged.boolean_mask(with_mask, keep)
     ids = parts.with_flat_values(with_mask).merge_dims(1, 2)
     return fill_mask_from_packed(run, tokenizer, preprocessor.packer([ids]), top_k)
@@ -165,9 +171,7 @@ def fill_mask_outputs(run, preprocessor, texts, top_k):
 
 def fill_mask_from_packed(run, tokenizer, packed, top_k):
     is_mask = tf.equal(packed["input_word_ids"], tokenizer.mask_id)
-    positions = tf.ragged.boolean_mask(
-        tf.broadcast_to(tf.range(tf.shape(is_mask)[1]), tf.shape(is_mask)), is_mask
-    )
+    positions = tf.ragged.boolean_mask(tf.broadcast_to(tf.range(tf.shape(is_mask)[1]), tf.shape(is_mask)), is_mask)
     inputs = {**packed, "masked_lm_positions": positions.to_tensor(default_value=0)}
     probabilities = tf.nn.softmax(as_float32(run(inputs)["mlm_logits"]))
     top_probabilities, top_ids = tf.math.top_k(probabilities, k=top_k)

@@ -33,10 +33,25 @@ class ServingError(RuntimeError):
         return str(self).removeprefix(f"{self.code}: ")
 
 
-STATUS_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-                "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-                "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-                "UNAUTHENTICATED")  # tensorflow::error::Code, numbered 0..16 in this order
+STATUS_CODES = (
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+)  # tensorflow::error::Code, numbered 0..16 in this order
 
 
 class SessionPredictor:
@@ -52,9 +67,7 @@ class SessionPredictor:
         logger, level = tf.get_logger(), tf.get_logger().level
         logger.setLevel("ERROR")
         try:
-            self.meta_graph = tf.compat.v1.saved_model.loader.load(
-                self.session, list(tags), str(self.export_path)
-            )
+            self.meta_graph = tf.compat.v1.saved_model.loader.load(self.session, list(tags), str(self.export_path))
         finally:
             logger.setLevel(level)
         self.signatures = serving_signatures(self.meta_graph)
@@ -76,9 +89,12 @@ class SessionPredictor:
         (count,) = rows if len(rows) == 1 else (None,)
         if max_rows is None or count is None or count <= max_rows:
             return name, self._run(fetch, {signature.inputs[key].name: value for key, value in inputs.items()})
-        slices = [self._run(fetch, {signature.inputs[key].name: value[start:start + max_rows]
-                                    for key, value in inputs.items()})
-                  for start in range(0, count, max_rows)]
+        slices = [
+            self._run(
+                fetch, {signature.inputs[key].name: value[start : start + max_rows] for key, value in inputs.items()}
+            )
+            for start in range(0, count, max_rows)
+        ]
         return name, {key: _concatenate_rows([part[key] for part in slices]) for key in fetch}
 
     def _run(self, fetch, feed):
@@ -87,8 +103,9 @@ class SessionPredictor:
         except tf.errors.OpError as error:
             raise ServingError(f"{STATUS_CODES[error.error_code]}: {error.message}") from None
         # A rank-0 output comes back as a scalar: an array, as from a TensorProto.
-        return {key: np.asarray(value, dtype=object if isinstance(value, bytes) else None)
-                for key, value in results.items()}
+        return {
+            key: np.asarray(value, dtype=object if isinstance(value, bytes) else None) for key, value in results.items()
+        }
 
     def predict(self, request):
         """`PredictRequest` -> `PredictResponse`, validated as TF Serving validates it."""
@@ -136,7 +153,7 @@ def checked_request(signatures, request):
     """
     name = request.model_spec.signature_name or "serving_default"
     if name not in signatures:
-        raise ServingError(f"FAILED_PRECONDITION: Serving signature key \"{name}\" not found.")
+        raise ServingError(f'FAILED_PRECONDITION: Serving signature key "{name}" not found.')
     signature = signatures[name]
     missing = sorted(set(signature.inputs) - set(request.inputs))
     extra = sorted(set(request.inputs) - set(signature.inputs))
@@ -161,9 +178,7 @@ def checked_request(signatures, request):
             raise ServingError(f"INVALID_ARGUMENT: tensor parsing error: {key}") from None
         expected_rank = len(info.tensor_shape.dim)
         if not info.tensor_shape.unknown_rank and value.ndim != expected_rank:
-            raise ServingError(
-                f"INVALID_ARGUMENT: input {key} must have rank {expected_rank}, got shape {value.shape}"
-            )
+            raise ServingError(f"INVALID_ARGUMENT: input {key} must have rank {expected_rank}, got shape {value.shape}")
         inputs[key] = value
     outputs = list(request.output_filter) or sorted(signature.outputs)
     unknown = sorted(set(outputs) - set(signature.outputs))
@@ -179,8 +194,10 @@ def warmup_requests(export_path):
         return []
     from tensorflow_serving.apis import prediction_log_pb2
 
-    return [prediction_log_pb2.PredictionLog.FromString(record).predict_log.request
-            for record in tf.data.TFRecordDataset(str(path)).as_numpy_iterator()]
+    return [
+        prediction_log_pb2.PredictionLog.FromString(record).predict_log.request
+        for record in tf.data.TFRecordDataset(str(path)).as_numpy_iterator()
+    ]
 
 
 def make_request(model_name, signature_name, inputs):
@@ -195,8 +212,9 @@ def make_request(model_name, signature_name, inputs):
         if array.dtype.kind == "U":
             array = np.char.encode(array, "utf-8")
         elif array.dtype == object:
-            array = np.array([v.encode("utf-8") if isinstance(v, str) else v for v in array.ravel()],
-                             dtype=object).reshape(array.shape)
+            array = np.array(
+                [v.encode("utf-8") if isinstance(v, str) else v for v in array.ravel()], dtype=object
+            ).reshape(array.shape)
         request.inputs[key].CopyFrom(tf.make_tensor_proto(array))
     return request
 
@@ -209,5 +227,6 @@ def proto_json(message):
     """A proto as TF Serving's REST API writes it: every field, int64 as strings, enums by name."""
     from google.protobuf import json_format
 
-    return json_format.MessageToDict(message, preserving_proto_field_name=True,
-                                     always_print_fields_with_no_presence=True)
+    return json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )

@@ -4,7 +4,12 @@ import keras
 import tensorflow as tf
 
 from bert_keras.tasks.task import (
-    BertTask, ServingSignature, as_float32, default_optimizer, label_table, output_layer,
+    BertTask,
+    ServingSignature,
+    as_float32,
+    default_optimizer,
+    label_table,
+    output_layer,
 )
 
 
@@ -44,8 +49,11 @@ class BertClassifier(BertTask):
         if optimizer == "auto":
             optimizer = default_optimizer()
         if loss == "auto":
-            loss = (keras.losses.MeanSquaredError() if regression
-                    else keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            loss = (
+                keras.losses.MeanSquaredError()
+                if regression
+                else keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+            )
         if metrics == "auto":
             metrics = [] if regression else [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)

@@ -43,8 +43,9 @@ def read_conll(path, scheme="iob2"):
             flush()
             continue
         if len(fields) != 4:
-            raise ValueError(f"{path}:{number}: malformed line: {len(fields)} columns, expected 4 "
-                             "(token POS chunk NER)")
+            raise ValueError(
+                f"{path}:{number}: malformed line: {len(fields)} columns, expected 4 (token POS chunk NER)"
+            )
         tag = fields[3]
         if tag != "O" and (tag[:2] not in ("B-", "I-") or len(tag) < 3):
             raise ValueError(f"{path}:{number}: NER tag {tag!r} is not O, B-TYPE or I-TYPE")

@@ -34,8 +34,7 @@ class BertFeatureExtractor(BertTask):
     `combine`), `sentence_features` (the same without the L axis) and `input_mask`.
     """
 
-    def __init__(self, encoder, layers=(-1, -2, -3, -4), combine="concat", pooling="mean",
-                 preprocessor=None, **kwargs):
+    def __init__(self, encoder, layers=(-1, -2, -3, -4), combine="concat", pooling="mean", preprocessor=None, **kwargs):
         super().__init__(encoder, preprocessor, **kwargs)
         num_layers = encoder.config.num_hidden_layers
         layers = [int(layer) for layer in layers]

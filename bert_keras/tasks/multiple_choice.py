@@ -5,7 +5,13 @@ import tensorflow as tf
 
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.tasks.task import (
-    BertTask, ServingSignature, as_float32, check_no_labels, default_optimizer, is_packed, output_layer,
+    BertTask,
+    ServingSignature,
+    as_float32,
+    check_no_labels,
+    default_optimizer,
+    is_packed,
+    output_layer,
 )
 
 

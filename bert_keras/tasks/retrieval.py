@@ -44,8 +44,13 @@ def top_k(queries, documents, k=10, query_block=1024, document_block=65536):
         best_indices = tf.fill([block.shape[0], k], -1)
         for d in range(0, len(documents), document_block):
             best_scores, best_indices = _merge_top_k(
-                best_scores, best_indices, block, tf.constant(_unit(documents[d : d + document_block])),
-                tf.constant(d, tf.int32), tf.constant(k, tf.int32))
+                best_scores,
+                best_indices,
+                block,
+                tf.constant(_unit(documents[d : d + document_block])),
+                tf.constant(d, tf.int32),
+                tf.constant(k, tf.int32),
+            )
         scores[q : q + query_block], indices[q : q + query_block] = best_scores.numpy(), best_indices.numpy()
     return scores, indices
 

@@ -4,7 +4,12 @@ import keras
 import tensorflow as tf
 
 from bert_keras.tasks.task import (
-    BertTask, ServingSignature, as_float32, check_no_labels, default_optimizer, output_layer,
+    BertTask,
+    ServingSignature,
+    as_float32,
+    check_no_labels,
+    default_optimizer,
+    output_layer,
 )
 
 # Added to the logits of padding positions so that no answer can start or end there.
@@ -49,8 +54,10 @@ class BertSpanLabeler(BertTask):
         if optimizer == "auto":
             optimizer = default_optimizer()
         if loss == "auto":
-            loss = {name: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-                    for name in ("start_logits", "end_logits")}
+            loss = {
+                name: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+                for name in ("start_logits", "end_logits")
+            }
         if loss_weights == "auto":
             loss_weights = {"start_logits": 0.5, "end_logits": 0.5}
         super().compile(optimizer=optimizer, loss=loss, loss_weights=loss_weights, **kwargs)

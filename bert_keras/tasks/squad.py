@@ -54,8 +54,11 @@ class Features:
         return len(self.example_index)
 
     def inputs(self):
-        return {"input_word_ids": self.input_word_ids, "input_mask": self.input_mask,
-                "input_type_ids": self.input_type_ids}
+        return {
+            "input_word_ids": self.input_word_ids,
+            "input_mask": self.input_mask,
+            "input_type_ids": self.input_type_ids,
+        }
 
 
 def read_squad(path, articles=None):
@@ -82,11 +85,15 @@ def read_squad(path, articles=None):
                     where = f"data[{article}].paragraphs[{p}].qas[{q}]"
                     impossible = bool(qa.get("is_impossible", False))
                     answers = [] if impossible else [_answer(answer) for answer in qa["answers"]]
-                    examples.append(Example(_text_field(qa, "id"), _text_field(qa, "question"), context,
-                                            answers, impossible, article))
+                    examples.append(
+                        Example(
+                            _text_field(qa, "id"), _text_field(qa, "question"), context, answers, impossible, article
+                        )
+                    )
         except (KeyError, TypeError, AttributeError, IndexError, ValueError) as error:
-            raise ValueError(f"{path}: {where} is not a SQuAD v1.1/v2.0 entry ({type(error).__name__}: {error})") \
-                from None
+            raise ValueError(
+                f"{path}: {where} is not a SQuAD v1.1/v2.0 entry ({type(error).__name__}: {error})"
+            ) from None
     return examples
 
 
@@ -130,8 +137,10 @@ def make_features(examples, tokenizer, max_seq_length=384, doc_stride=128, max_q
         answer_span = _answer_tokens(example, starts, ends)
         max_tokens = max_seq_length - len(query) - 3
         if max_tokens < 1:
-            raise ValueError(f"max_seq_length {max_seq_length} leaves no room for the context after a "
-                             f"{len(query)}-token question; lower max_query_length")
+            raise ValueError(
+                f"max_seq_length {max_seq_length} leaves no room for the context after a "
+                f"{len(query)}-token question; lower max_query_length"
+            )
         windows = []
         offset = 0
         while True:
@@ -204,8 +213,16 @@ def _max_context_window(windows, num_tokens):
     return best
 
 
-def decode(examples, features, start_logits, end_logits, n_best_size=20, max_answer_length=MAX_ANSWER_TOKENS,
-           version_2=False, null_score_diff_threshold=0.0):
+def decode(
+    examples,
+    features,
+    start_logits,
+    end_logits,
+    n_best_size=20,
+    max_answer_length=MAX_ANSWER_TOKENS,
+    version_2=False,
+    null_score_diff_threshold=0.0,
+):
     """{qas_id: answer text}, {qas_id: n-best list}, {qas_id: null score diff} (v2.0)."""
     import numpy as np
 
@@ -227,15 +244,25 @@ def decode(examples, features, start_logits, end_logits, n_best_size=20, max_ans
             s, e = np.meshgrid(top_starts, top_ends, indexing="ij")
             s, e = s.ravel(), e.ravel()
             valid = (
-                (features.token_start[feature][s] >= 0) & (features.token_start[feature][e] >= 0)
-                & features.max_context[feature][s] & (e >= s) & (e - s + 1 <= max_answer_length)
+                (features.token_start[feature][s] >= 0)
+                & (features.token_start[feature][e] >= 0)
+                & features.max_context[feature][s]
+                & (e >= s)
+                & (e - s + 1 <= max_answer_length)
             )
             for i, j in zip(s[valid], e[valid]):
-                candidates.append((float(starts[i] + ends[j]), float(starts[i]), float(ends[j]),
-                                   int(features.token_start[feature][i]), int(features.token_end[feature][j])))
+                candidates.append(
+                    (
+                        float(starts[i] + ends[j]),
+                        float(starts[i]),
+                        float(ends[j]),
+                        int(features.token_start[feature][i]),
+                        int(features.token_end[feature][j]),
+                    )
+                )
         candidates.sort(key=lambda c: -c[0])
         nbest, seen = [], set()
-        for total, start_logit, end_logit, begin, end in candidates:
+        for _total, start_logit, end_logit, begin, end in candidates:
             text = context[begin:end].decode("utf-8", errors="ignore")
             if text in seen:
                 continue
@@ -262,8 +289,11 @@ def decode(examples, features, start_logits, end_logits, n_best_size=20, max_ans
             continue
         best_score = best_non_null["start_logit"] + best_non_null["end_logit"] if best_non_null else float("-inf")
         null_odds[example.qas_id] = null_score - best_score
-        predictions[example.qas_id] = "" if best_non_null is None or null_score - best_score > \
-            null_score_diff_threshold else best_non_null["text"]
+        predictions[example.qas_id] = (
+            ""
+            if best_non_null is None or null_score - best_score > null_score_diff_threshold
+            else best_non_null["text"]
+        )
     return predictions, nbest_json, null_odds
 
 
@@ -323,8 +353,11 @@ def feature_batches(features, batch_size, shuffle=False, seed=0, labelled=True):
     import tensorflow as tf
 
     inputs = features.inputs()
-    data = (inputs, {"start_logits": features.start_positions, "end_logits": features.end_positions}) \
-        if labelled else (inputs,)
+    data = (
+        (inputs, {"start_logits": features.start_positions, "end_logits": features.end_positions})
+        if labelled
+        else (inputs,)
+    )
     dataset = tf.data.Dataset.from_tensor_slices(data)
     if shuffle:
         dataset = dataset.shuffle(len(features), seed=seed, reshuffle_each_iteration=True)

@@ -209,8 +209,9 @@ class BertTask(keras.Model):
     def _raw(self, x):
         if isinstance(x, tf.distribute.DistributedDataset):
             return False  # distributed datasets are built from packed batches (see `distribute`)
-        if is_packed(x) or (isinstance(x, tf.data.Dataset) and is_packed(
-                keras.utils.unpack_x_y_sample_weight(x.element_spec)[0])):
+        if is_packed(x) or (
+            isinstance(x, tf.data.Dataset) and is_packed(keras.utils.unpack_x_y_sample_weight(x.element_spec)[0])
+        ):
             return False
         if not _holds_strings(x):
             return False
@@ -286,8 +287,13 @@ class BertTask(keras.Model):
         elif validation_data is not None and self._raw(validation_data):
             validation_data = self.preprocessed_dataset(validation_data)
         return super().fit(
-            x, y, batch_size=batch_size, sample_weight=sample_weight,
-            validation_data=validation_data, shuffle=shuffle, **kwargs,
+            x,
+            y,
+            batch_size=batch_size,
+            sample_weight=sample_weight,
+            validation_data=validation_data,
+            shuffle=shuffle,
+            **kwargs,
         )
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
@@ -344,8 +350,9 @@ class BertTask(keras.Model):
             self.optimizer.build(self.trainable_variables)
 
     @classmethod
-    def from_checkpoint(cls, path, preprocessor=True, vocab=None, lower_case=None, seq_length=128,
-                        encoder_config=None, **kwargs):
+    def from_checkpoint(
+        cls, path, preprocessor=True, vocab=None, lower_case=None, seq_length=128, encoder_config=None, **kwargs
+    ):
         """A new head on the encoder of any checkpoint `BertEncoder.from_checkpoint` reads.
 
         `preprocessor=True` builds one from the vocab.txt beside the checkpoint (or

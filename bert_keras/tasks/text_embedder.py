@@ -59,8 +59,16 @@ class BertTextEmbedder(BertTask):
     `CoSENTLoss`.
     """
 
-    def __init__(self, encoder, pooling="mean", normalize=True, query_prefix=None, document_prefix=None,
-                 preprocessor=None, **kwargs):
+    def __init__(
+        self,
+        encoder,
+        pooling="mean",
+        normalize=True,
+        query_prefix=None,
+        document_prefix=None,
+        preprocessor=None,
+        **kwargs,
+    ):
         # One text a vector, whatever the columns it was trained on.
         super().__init__(encoder, preprocessor, segments=("text",), **kwargs)
         if pooling not in POOLING:
@@ -115,8 +123,10 @@ class BertTextEmbedder(BertTask):
         prefixes, and as `y` their `text_fingerprints` unless scores are given."""
         if not isinstance(x, (tuple, list, dict)):
             return keras.utils.pack_x_y_sample_weight(self.preprocessor(x), y, sample_weight)
-        columns = [self._prefixed(column, self.query_prefix if i == 0 else self.document_prefix)
-                   for i, column in enumerate(_column_list(x))]
+        columns = [
+            self._prefixed(column, self.query_prefix if i == 0 else self.document_prefix)
+            for i, column in enumerate(_column_list(x))
+        ]
         if y is None:
             y = text_fingerprints(columns)
         return keras.utils.pack_x_y_sample_weight(tuple(self.preprocessor(c) for c in columns), y, sample_weight)
@@ -138,8 +148,10 @@ class BertTextEmbedder(BertTask):
         if getattr(self, "_embed_function", None) is None:
             # One graph from strings to vectors for every batch (Keras' predict traces again
             # for new lengths, and a tf.data pipeline competes for the cores).
-            self._embed_function = tf.function(lambda strings: self.embed(self.preprocessor(strings), training=False),
-                                               input_signature=[tf.TensorSpec([None], tf.string)])
+            self._embed_function = tf.function(
+                lambda strings: self.embed(self.preprocessor(strings), training=False),
+                input_signature=[tf.TensorSpec([None], tf.string)],
+            )
         progress = keras.utils.Progbar(len(texts), verbose=verbose, unit_name="text") if verbose else None
         parts = []
         for start in range(0, len(texts), batch_size):
@@ -171,13 +183,30 @@ class BertTextEmbedder(BertTask):
     def get_config(self):
         config = super().get_config()
         config.pop("segments")
-        return {**config, "pooling": self.pooling, "normalize": self.normalize,
-                "query_prefix": self.query_prefix, "document_prefix": self.document_prefix}
+        return {
+            **config,
+            "pooling": self.pooling,
+            "normalize": self.normalize,
+            "query_prefix": self.query_prefix,
+            "document_prefix": self.document_prefix,
+        }
 
     @classmethod
-    def from_checkpoint(cls, path, preprocessor=True, vocab=None, lower_case=None, seq_length=None,
-                        max_seq_length=None, encoder_config=None, pooling=None, normalize=None,
-                        query_prefix=None, document_prefix=None, **kwargs):
+    def from_checkpoint(
+        cls,
+        path,
+        preprocessor=True,
+        vocab=None,
+        lower_case=None,
+        seq_length=None,
+        max_seq_length=None,
+        encoder_config=None,
+        pooling=None,
+        normalize=None,
+        query_prefix=None,
+        document_prefix=None,
+        **kwargs,
+    ):
         """An embedder from a sentence-transformers folder (its pooling, normalisation,
         `max_seq_length`, lower-casing and query/document prompts) or from any encoder
         checkpoint (mean pooling and normalisation unless given, up to 512 tokens).
@@ -189,25 +218,34 @@ class BertTextEmbedder(BertTask):
             if not isinstance(model, cls):
                 raise ValueError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
             return model
-        settings = {"encoder": path, "pooling": "mean", "normalize": True, "max_seq_length": None,
-                    "lower_case": None, "prompts": {}}
+        settings = {
+            "encoder": path,
+            "pooling": "mean",
+            "normalize": True,
+            "max_seq_length": None,
+            "lower_case": None,
+            "prompts": {},
+        }
         if checkpoint.is_sentence_transformers(path):
             settings = checkpoint.read_sentence_transformers(path)
         encoder = BertEncoder.from_checkpoint(settings["encoder"], config=encoder_config)
         max_seq_length = max_seq_length or settings["max_seq_length"] or encoder.config.max_position_embeddings
         if preprocessor is True:
             lower_case = settings["lower_case"] if lower_case is None else lower_case
-            preprocessor = preprocessor_for(encoder, vocab, lower_case, checkpoint=path, seq_length=seq_length,
-                                            max_seq_length=max_seq_length)
+            preprocessor = preprocessor_for(
+                encoder, vocab, lower_case, checkpoint=path, seq_length=seq_length, max_seq_length=max_seq_length
+            )
         elif preprocessor is False:
             preprocessor = None
         prompts = settings["prompts"]
         return cls(
-            encoder, pooling=pooling or settings["pooling"],
+            encoder,
+            pooling=pooling or settings["pooling"],
             normalize=settings["normalize"] if normalize is None else normalize,
             query_prefix=query_prefix if query_prefix is not None else prompts.get("query"),
             document_prefix=document_prefix if document_prefix is not None else prompts.get("document"),
-            preprocessor=preprocessor, **kwargs,
+            preprocessor=preprocessor,
+            **kwargs,
         )
 
     def save_checkpoint(self, path):
@@ -215,15 +253,22 @@ class BertTextEmbedder(BertTask):
         normalisation, max length, prompts) that `SentenceTransformer(path)` loads and
         `from_checkpoint` reads back."""
         if self.preprocessor is None:
-            raise ValueError("save_checkpoint writes the tokenizer's vocabulary: build the embedder with a preprocessor")
+            raise ValueError(
+                "save_checkpoint writes the tokenizer's vocabulary: build the embedder with a preprocessor"
+            )
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         tokenizer = self.preprocessor.tokenizer
         (path / checkpoint.VOCAB).write_text("".join(f"{token}\n" for token in tokenizer.vocabulary), encoding="utf-8")
         save_checkpoint(self.encoder, path, "hf", vocab_path=path / checkpoint.VOCAB)
         checkpoint.write_sentence_transformers(
-            path, self.pooling, self.normalize, self.preprocessor.packer.max_seq_length, tokenizer.lower_case,
-            self.encoder.config.hidden_size, {"query": self.query_prefix, "document": self.document_prefix},
+            path,
+            self.pooling,
+            self.normalize,
+            self.preprocessor.packer.max_seq_length,
+            tokenizer.lower_case,
+            self.encoder.config.hidden_size,
+            {"query": self.query_prefix, "document": self.document_prefix},
         )
 
 

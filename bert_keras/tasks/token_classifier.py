@@ -4,7 +4,12 @@ import keras
 import tensorflow as tf
 
 from bert_keras.tasks.task import (
-    BertTask, ServingSignature, as_float32, default_optimizer, label_table, output_layer,
+    BertTask,
+    ServingSignature,
+    as_float32,
+    default_optimizer,
+    label_table,
+    output_layer,
 )
 
 IGNORE_LABEL = -1
@@ -79,11 +84,14 @@ class BertTokenClassifier(BertTask):
         valid = flat >= 0
         indices = tf.stack([tf.cast(positions.value_rowids(), tf.int32), flat], axis=1)
         shape = tf.shape(packed["input_word_ids"])
-        labels = tf.scatter_nd(
-            tf.boolean_mask(indices, valid),
-            tf.boolean_mask(tf.cast(y.flat_values, tf.int32), valid) - IGNORE_LABEL,
-            shape,
-        ) + IGNORE_LABEL
+        labels = (
+            tf.scatter_nd(
+                tf.boolean_mask(indices, valid),
+                tf.boolean_mask(tf.cast(y.flat_values, tf.int32), valid) - IGNORE_LABEL,
+                shape,
+            )
+            + IGNORE_LABEL
+        )
         return keras.utils.pack_x_y_sample_weight(packed, labels, sample_weight)
 
     def serving_signature(self, preprocessor, labels=None):
@@ -142,7 +150,9 @@ def tagger_outputs(run, preprocessor, texts, label_table):
     tag_ids = word_first.with_flat_values(tf.argmax(word_probs, axis=-1, output_type=tf.int32))
     words = word_first.with_flat_values(
         tf.strings.substr(
-            tf.gather(text, rows), word_start, word_end - word_start,
+            tf.gather(text, rows),
+            word_start,
+            word_end - word_start,
             unit="BYTE",
         )
     )

@@ -1,1 +1,2 @@
-"""Text to BERT inputs: the in-graph WordPiece tokenizer, the packer, the preprocessor that chains them, and vocabulary learning."""
+"""Text to BERT inputs: the in-graph WordPiece tokenizer, the packer, the preprocessor that
+chains them, and vocabulary learning."""

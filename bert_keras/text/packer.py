@@ -90,9 +90,7 @@ class BertPacker(keras.layers.Layer):
         if tf.is_tensor(length_limit):
             length_limit = _checked_length(length_limit, num_segments)
         elif length_limit < num_segments + 1:
-            raise ValueError(
-                f"seq_length {length_limit} leaves no room for [CLS] and {num_segments} [SEP] tokens."
-            )
+            raise ValueError(f"seq_length {length_limit} leaves no room for [CLS] and {num_segments} [SEP] tokens.")
         else:
             length_limit = tf.constant(length_limit, tf.int64)
         lengths = tf.stack([segment.row_lengths() for segment in segments], axis=1)

@@ -229,9 +229,7 @@ class BertTokenizer(keras.layers.Layer):
         starts_word = tf.logical_not(tf.gather(self._is_suffix, ids.flat_values))
         word_starts = tf.where(starts_word)[:, 0]
         words = tf.RaggedTensor.from_row_starts(values.flat_values, word_starts, validate=False)
-        words_per_row = tf.math.unsorted_segment_sum(
-            tf.cast(starts_word, tf.int64), ids.value_rowids(), ids.nrows()
-        )
+        words_per_row = tf.math.unsorted_segment_sum(tf.cast(starts_word, tf.int64), ids.value_rowids(), ids.nrows())
         return tf.RaggedTensor.from_row_lengths(words, words_per_row, validate=False)
 
     def detokenize(self, ids):
@@ -280,9 +278,7 @@ class BertTokenizer(keras.layers.Layer):
             return inputs, False
         if shape.rank == 2 and shape[1] == 1:
             return inputs[:, 0], False
-        raise ValueError(
-            f"BertTokenizer expects strings of shape [batch], [batch, 1] or [], got shape {shape}."
-        )
+        raise ValueError(f"BertTokenizer expects strings of shape [batch], [batch, 1] or [], got shape {shape}.")
 
     def _tokenize_mixed(self, text, fast):
         fast_rows = tf.where(fast)[:, 0]

@@ -41,8 +41,11 @@ def check_vocabulary(vocab, vocab_size, checkpoint, checkpoint_vocab=None):
         own = load_vocabulary(checkpoint_vocab)
         if tokens != own:
             line = next((i for i, (a, b) in enumerate(zip(tokens, own)) if a != b), min(len(tokens), len(own)))
-            where = (f"line {line + 1} is {_token(tokens, line)} in one and {_token(own, line)} in the other"
-                     if tokens[: len(own)] != own[: len(tokens)] else "one is a prefix of the other")
+            where = (
+                f"line {line + 1} is {_token(tokens, line)} in one and {_token(own, line)} in the other"
+                if tokens[: len(own)] != own[: len(tokens)]
+                else "one is a prefix of the other"
+            )
             raise VocabularyMismatch(
                 f"{name} ({len(tokens)} tokens) is not the vocabulary of the checkpoint {checkpoint} "
                 f"({_vocabulary_name(checkpoint_vocab, checkpoint)}, {len(own)} tokens): {where}. "
@@ -79,7 +82,7 @@ def count_words(files, lower_case=True, batch_size=1024, progress=None):
     lines_read = 0
     dataset = tf.data.TextLineDataset(list(files)).batch(batch_size)
     dataset = dataset.map(lambda text: split_words(text, lower_case), num_parallel_calls=tf.data.AUTOTUNE)
-    for batch_index, words in enumerate(dataset.prefetch(tf.data.AUTOTUNE)):
+    for words in dataset.prefetch(tf.data.AUTOTUNE):
         counts.update(word.decode("utf-8") for word in words.flat_values.numpy())
         lines_read += int(words.nrows())
         if progress is not None:
@@ -101,13 +104,13 @@ def build_vocabulary(word_counts, size, num_unused=0, max_unique_chars=1000, min
     word_counts = list(word_counts.items())
     # The learner searches a count threshold for `size`; on small corpora even
     # its lowest threshold can overshoot, so raise the floor until it fits.
-    for min_count in range(min_count, min_count + 100):
+    for floor in range(min_count, min_count + 100):
         vocabulary = wordpiece_tokenizer_learner_lib.learn(
             word_counts,
             vocab_size=size,
             reserved_tokens=reserved,
-            lower_thresh=min_count,
-            upper_thresh=max(upper, min_count + 1),
+            lower_thresh=floor,
+            upper_thresh=max(upper, floor + 1),
             max_unique_chars=max_unique_chars,
             include_joiner_token=True,  # i.e. "##" suffix pieces
         )

@@ -39,8 +39,11 @@ def gather_across_replicas(*tensors):
 
 
 def _cosine(a, b):
-    return tf.matmul(tf.math.l2_normalize(a, axis=-1, epsilon=1e-24),
-                     tf.math.l2_normalize(b, axis=-1, epsilon=1e-24), transpose_b=True)
+    return tf.matmul(
+        tf.math.l2_normalize(a, axis=-1, epsilon=1e-24),
+        tf.math.l2_normalize(b, axis=-1, epsilon=1e-24),
+        transpose_b=True,
+    )
 
 
 def _ranking_loss(scores, labels, same_text):
@@ -74,7 +77,7 @@ class MultipleNegativesRankingLoss(keras.losses.Loss):
         fingerprints = tf.broadcast_to(fingerprints, tf.shape(y_pred)[:2])
         anchors, candidates = y_pred[:, 0], y_pred[:, 1:]
         (all_anchors, all_candidates, all_prints), offset = gather_across_replicas(anchors, candidates, fingerprints)
-        batch, global_batch = tf.shape(anchors)[0], tf.shape(all_anchors)[0]
+        batch = tf.shape(anchors)[0]
         labels = offset + tf.range(batch)
         # Candidates in sentence-transformers' order: all positives, then each negative column.
         flat_candidates = tf.reshape(tf.transpose(all_candidates, [1, 0, 2]), [-1, tf.shape(y_pred)[2]])
@@ -86,12 +89,12 @@ class MultipleNegativesRankingLoss(keras.losses.Loss):
             known = columns[None, :] > 0
             return known & ((columns[None, :] == rows[:, 0:1]) | (columns[None, :] == rows[:, 1:2]))
 
-        forward = _ranking_loss(self.scale * _cosine(anchors, flat_candidates), labels,
-                                same(own, candidate_prints))
+        forward = _ranking_loss(self.scale * _cosine(anchors, flat_candidates), labels, same(own, candidate_prints))
         if not self.symmetric:
             return forward
-        backward = _ranking_loss(self.scale * _cosine(candidates[:, 0], all_anchors), labels,
-                                 same(own, all_prints[:, 0]))
+        backward = _ranking_loss(
+            self.scale * _cosine(candidates[:, 0], all_anchors), labels, same(own, all_prints[:, 0])
+        )
         return (forward + backward) / 2
 
     def get_config(self):

@@ -160,8 +160,12 @@ def check_shares(files, num_input_pipelines, is_empty, what):
             who = f"worker {index} of {num_input_pipelines}" if num_input_pipelines > 1 else "training"
             raise ValueError(
                 f"{who} would get no data: its share of {what} ({', '.join(map(str, share))}) is empty"
-                + ("; use fewer workers or more shards with data in each (create-pretraining-data's manifest "
-                   "lists empty shards)" if num_input_pipelines > 1 else "")
+                + (
+                    "; use fewer workers or more shards with data in each (create-pretraining-data's manifest "
+                    "lists empty shards)"
+                    if num_input_pipelines > 1
+                    else ""
+                )
             )
 
 

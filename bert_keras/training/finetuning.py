@@ -60,10 +60,15 @@ def fitting_batch_size(num_examples, batch_size, replicas=1):
         return batch_size
     shrunk = num_examples // replicas * replicas
     if not shrunk:
-        raise ValueError(f"{num_examples} training example(s) cannot fill one batch for the {replicas} replicas "
-                         "in sync (each needs at least one example)")
-    warnings.warn(f"{num_examples} training example(s) are fewer than the batch size {batch_size}: "
-                  f"training with batches of {shrunk}", stacklevel=2)
+        raise ValueError(
+            f"{num_examples} training example(s) cannot fill one batch for the {replicas} replicas "
+            "in sync (each needs at least one example)"
+        )
+    warnings.warn(
+        f"{num_examples} training example(s) are fewer than the batch size {batch_size}: "
+        f"training with batches of {shrunk}",
+        stacklevel=2,
+    )
     return shrunk
 
 
@@ -131,8 +136,12 @@ class EvaluateAndKeepBest(keras.callbacks.Callback):
             logs.update({f"val_{name}": value for name, value in metrics.items()})
         metrics = {"epoch": epoch + 1, **metrics}
         self.history.append(metrics)
-        print(" - ".join(f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {value}"
-                         for name, value in metrics.items()))
+        print(
+            " - ".join(
+                f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {value}"
+                for name, value in metrics.items()
+            )
+        )
         if self.best is None or metrics[self.main_metric] > self.best[self.main_metric]:
             self.best = metrics
             self.best_weights = self.model.get_weights()

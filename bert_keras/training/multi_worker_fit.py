@@ -44,8 +44,11 @@ def apply():
 
     missing = [
         name
-        for name, owner in (("_maybe_symbolic_build", trainer.TensorFlowTrainer), ("reduce_per_replica", trainer),
-                            ("_collective_all_reduce_multi_worker", trainer))
+        for name, owner in (
+            ("_maybe_symbolic_build", trainer.TensorFlowTrainer),
+            ("reduce_per_replica", trainer),
+            ("_collective_all_reduce_multi_worker", trainer),
+        )
         if not hasattr(owner, name)
     ]
     if missing:
@@ -66,8 +69,10 @@ def apply():
                 try:
                     batch = next(steps)
                 except StopIteration:
-                    raise ValueError("this worker's input pipeline gave no batch: its share of the data is "
-                                     "empty (too few records or files for the batch size and workers)") from None
+                    raise ValueError(
+                        "this worker's input pipeline gave no batch: its share of the data is "
+                        "empty (too few records or files for the batch size and workers)"
+                    ) from None
                 break
             data_batch = tf.nest.map_structure(lambda value: strategy.experimental_local_results(value)[0], batch)
             iterator = None

@@ -28,9 +28,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     optimizer's iteration count, which Keras advances on every accumulated micro-batch.
     """
 
-    def __init__(
-        self, learning_rate, decay_steps, warmup_steps=0, end_learning_rate=0.0, steps_per_update=1
-    ):
+    def __init__(self, learning_rate, decay_steps, warmup_steps=0, end_learning_rate=0.0, steps_per_update=1):
         if decay_steps <= 0:
             raise ValueError(f"decay_steps must be positive, got {decay_steps}")
         if warmup_steps < 0:
@@ -99,9 +97,7 @@ class _DecoupledDecay(keras.optimizers.Optimizer):
         if self.built:
             return
         super().build(var_list)
-        self._momentums, self._velocities = self.add_optimizer_variables(
-            var_list, ["momentum", "velocity"]
-        )
+        self._momentums, self._velocities = self.add_optimizer_variables(var_list, ["momentum", "velocity"])
         # update_step receives backend variables without a Keras path, so decide here.
         self._decays = [self.uses_weight_decay(variable) for variable in var_list]
 

@@ -7,12 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import DATA, require
 
 from bert_keras import BertTokenizer
 from bert_keras.data import dynamic_masking as dm
 from bert_keras.data import pretraining_data as data
-
-from conftest import DATA, require
 
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
 GUTENBERG = DATA / "pretraining" / "gutenberg"
@@ -33,9 +32,7 @@ def as_ragged(documents):
     """Tokenized documents (lists of lists of ids) -> ragged `[documents, (sentences), (tokens)]`."""
     sentences = [sentence for document in documents for sentence in document]
     return tf.RaggedTensor.from_row_lengths(
-        tf.RaggedTensor.from_row_lengths(
-            np.concatenate(sentences).astype("int32"), [len(s) for s in sentences]
-        ),
+        tf.RaggedTensor.from_row_lengths(np.concatenate(sentences).astype("int32"), [len(s) for s in sentences]),
         [len(d) for d in documents],
     )
 
@@ -59,7 +56,7 @@ def test_documents_equal_the_python_reader(tmp_path, books):
     """Both formats, format detection, headings, titles, CRLF, odd whitespace, invalid UTF-8."""
     tricky = tmp_path / "tricky.txt"
     tricky.write_bytes(
-        b"[A Title 1900]\r\n\r\nCHAPTER I\r\n\r\nMr. Smith came at 4 A. M.  \"Was it you?\" said\r\nshe."
+        b'[A Title 1900]\r\n\r\nCHAPTER I\r\n\r\nMr. Smith came at 4 A. M.  "Was it you?" said\r\nshe.'
         b"  Then he left!  It was e.g. over.\r\n\r\nII. Another Part\r\n\r\nBad \xff\xfe bytes here.  "
         b"And \xc3\xa9t\xc3\xa9.\xe2\x80\x9d\xc2\xa0Next one.\n \t\n\nIV\n\nThe end... Really?! Yes.\n"
     )
@@ -130,7 +127,7 @@ def test_layout(gutenberg_batches):
         assert original[sep] == tokenizer.sep_id and sep >= 2 and n - sep >= 3
         assert (segments[: sep + 1] == 0).all() and (segments[sep + 1 : n] == 1).all()
         assert (segments[n:] == 0).all() and (ids[n:] == 0).all()
-        assert np.isin(original[1:n - 1], [tokenizer.cls_id, tokenizer.sep_id]).sum() == 1
+        assert np.isin(original[1 : n - 1], [tokenizer.cls_id, tokenizer.sep_id]).sum() == 1
         assert (np.diff(positions) > 0).all() and 1 <= len(positions) <= 20 and positions.max() < n
 
 
@@ -163,9 +160,9 @@ def recipe_and_graph(tokenizer, books, seeds=4, **settings):
     maker = dm.GraphInstanceMaker(recipe)
     make = tf.function(maker.instances)
     ragged = as_ragged(documents)
-    ours = stacked([
-        {k: v.numpy() for k, v in make(ragged, tf.constant([s, 0], tf.int64)).items()} for s in range(seeds)
-    ])
+    ours = stacked(
+        [{k: v.numpy() for k, v in make(ragged, tf.constant([s, 0], tf.int64)).items()} for s in range(seeds)]
+    )
     return expected, ours
 
 
@@ -240,10 +237,12 @@ def test_whole_word_masking_skips_words_that_do_not_fit_as_the_recipe():
     recipe = data.InstanceMaker(vocabulary, short_seq_prob=0.0, whole_word_mask=True)
     expected = [len(i.masked_lm_positions) for s in range(4) for i in recipe.instances(documents, 1, random.Random(s))]
     make = tf.function(dm.GraphInstanceMaker(recipe).instances)
-    ours = np.concatenate([
-        (make(as_ragged(documents), tf.constant([s, 0], tf.int64))["masked_lm_weights"].numpy() > 0).sum(1)
-        for s in range(4)
-    ])
+    ours = np.concatenate(
+        [
+            (make(as_ragged(documents), tf.constant([s, 0], tf.int64))["masked_lm_weights"].numpy() > 0).sum(1)
+            for s in range(4)
+        ]
+    )
     assert np.mean(expected) < 18.5  # words did not fit
     assert abs(np.mean(ours) - np.mean(expected)) < 0.15, (np.mean(ours), np.mean(expected))
 
@@ -254,7 +253,12 @@ def test_whole_word_masking_skips_words_that_do_not_fit_as_the_recipe():
 def test_reproducible_resumable_and_new_every_epoch(tmp_path, tokenizer):
     def batches(seed=3, skip=0, parallel_calls=None, token_cache=None):
         dataset = dm.dynamic_masking_dataset(
-            [require(SAMPLE)], tokenizer, batch_size=4, seed=seed, skip_batches=skip, token_cache=token_cache,
+            [require(SAMPLE)],
+            tokenizer,
+            batch_size=4,
+            seed=seed,
+            skip_batches=skip,
+            token_cache=token_cache,
             parallel_calls=parallel_calls,
         )
         return take(dataset, 20)
@@ -342,8 +346,9 @@ def test_workers_read_disjoint_files(tmp_path, tokenizer):
         path = tmp_path / f"{word}.txt"
         path.write_text("".join(f"The {word} is here.\nA {word} again.\n\n" for _ in range(6)))
         files.append(str(path))
-    args = argparse.Namespace(seed=0, corpus=files, whole_word_mask=False, token_cache=str(tmp_path / "cache"),
-                              packing=0)
+    args = argparse.Namespace(
+        seed=0, corpus=files, whole_word_mask=False, token_cache=str(tmp_path / "cache"), packing=0
+    )
     seen = []
     for index in range(2):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=index, num_replicas_in_sync=2)

@@ -8,12 +8,11 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REFERENCE, require
 
 from bert_keras import BertConfig
 from bert_keras.data.packing import first_fit_decreasing, pack_instances
 from bert_keras.models.pretrainer import BertPretrainer
-
-from conftest import REFERENCE, require
 
 TRAJECTORY = REFERENCE / "pretraining_trajectory"
 
@@ -85,25 +84,33 @@ def test_without_the_block_diagonal_mask_the_losses_differ():
     packed = pack_instances(features, seq_length=128, max_sequences=4)
     loss, *_ = losses_and_gradients(model, features)
     leaky = {name: value for name, value in packed.items() if name != "packed_sequence_ids"}
-    leaky_loss, *_ = losses_and_gradients(model, {**leaky, "packed_sequence_ids": (packed["input_mask"] > 0)
-                                                  .astype(np.int32)})
+    leaky_loss, *_ = losses_and_gradients(
+        model, {**leaky, "packed_sequence_ids": (packed["input_mask"] > 0).astype(np.int32)}
+    )
     assert abs(leaky_loss - loss) > 1e-3
 
 
 def test_each_packed_sequence_encodes_as_if_alone():
     model = reference_pretrainer()
     features = real_instances(6)
-    packed = pack_instances(features, seq_length=256, max_sequences=3, rows=[[0, 1, 2], [3, 4], [5]],
-                            max_predictions=60)
+    packed = pack_instances(
+        features, seq_length=256, max_sequences=3, rows=[[0, 1, 2], [3, 4], [5]], max_predictions=60
+    )
     names = ("input_word_ids", "input_mask", "input_type_ids")
     alone = model.encoder({name: features[name] for name in names})["sequence_output"].numpy()
-    together = model.encoder({name: packed[name] for name in (*names, "packed_sequence_ids")})["sequence_output"].numpy()
+    together = model.encoder({name: packed[name] for name in (*names, "packed_sequence_ids")})[
+        "sequence_output"
+    ].numpy()
     lengths = features["input_mask"].sum(axis=1)
     for row, members in enumerate([[0, 1, 2], [3, 4], [5]]):
         start = 0
         for index in members:
-            np.testing.assert_allclose(together[row, start : start + lengths[index]], alone[index, : lengths[index]],
-                                       atol=1e-5, err_msg=f"instance {index}")
+            np.testing.assert_allclose(
+                together[row, start : start + lengths[index]],
+                alone[index, : lengths[index]],
+                atol=1e-5,
+                err_msg=f"instance {index}",
+            )
             start += lengths[index]
 
 
@@ -133,17 +140,19 @@ def short_documents(path, count=200):
 
     articles = json.loads(require(DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
     paragraphs = [p["context"] for a in articles for p in a["paragraphs"]][:count]
-    path.write_text("\n\n".join("\n".join(s.strip() + "." for s in p.split(". ") if s.strip()) for p in paragraphs)
-                    + "\n", encoding="utf-8")
+    path.write_text(
+        "\n\n".join("\n".join(s.strip() + "." for s in p.split(". ") if s.strip()) for p in paragraphs) + "\n",
+        encoding="utf-8",
+    )
     return path
 
 
 def test_pack_dataset_keeps_every_instance_of_the_stream(tmp_path):
+    from conftest import DATA
+
     from bert_keras import BertTokenizer
     from bert_keras.data.dynamic_masking import dynamic_masking_dataset
     from bert_keras.data.packing import pack_dataset
-
-    from conftest import DATA
 
     corpus = short_documents(tmp_path / "squad.txt", 60)
     tokenizer = BertTokenizer(str(require(DATA / "vocab" / "vocab.txt")))
@@ -157,17 +166,26 @@ def test_pack_dataset_keeps_every_instance_of_the_stream(tmp_path):
         found = []
         for row in range(len(features["input_word_ids"])):
             ids = features["input_word_ids"][row].numpy()
-            spans = ([(0, int(features["input_mask"][row].numpy().sum()), 0)] if sequence_ids is None else
-                     [(int(np.argmax(sequence_ids[row] == k)), int((sequence_ids[row] == k).sum()), k - 1)
-                      for k in range(1, int(sequence_ids[row].max()) + 1)])
+            spans = (
+                [(0, int(features["input_mask"][row].numpy().sum()), 0)]
+                if sequence_ids is None
+                else [
+                    (int(np.argmax(sequence_ids[row] == k)), int((sequence_ids[row] == k).sum()), k - 1)
+                    for k in range(1, int(sequence_ids[row].max()) + 1)
+                ]
+            )
             for start, length, slot in spans:
                 weights = features["masked_lm_weights"][row].numpy() > 0
                 positions = features["masked_lm_positions"][row].numpy()[weights]
                 inside = (positions >= start) & (positions < start + length)
                 label = features["next_sentence_labels"][row].numpy().reshape(-1)[slot]
-                found.append((tuple(ids[start : start + length]),
-                              tuple(zip(positions[inside] - start, features["masked_lm_ids"][row].numpy()[weights][inside])),
-                              int(label)))
+                found.append(
+                    (
+                        tuple(ids[start : start + length]),
+                        tuple(zip(positions[inside] - start, features["masked_lm_ids"][row].numpy()[weights][inside])),
+                        int(label),
+                    )
+                )
         return sorted(found)
 
     assert unpacked(rows, rows["packed_sequence_ids"].numpy()) == unpacked(window)
@@ -177,21 +195,41 @@ def test_pack_dataset_keeps_every_instance_of_the_stream(tmp_path):
 def test_pretrain_with_packing(tmp_path):
     """`pretrain --corpus ... --packing 4`: rows of several instances, the report of the
     packing, the usual metrics, and a resumed run that goes on where it stopped."""
+    from conftest import DATA
+
     from pipelines.cli import main
     from pipelines.plot import read_curves
 
-    from conftest import DATA
-
     corpus = short_documents(tmp_path / "squad.txt")
     output = tmp_path / "run"
-    argv = ["pretrain", "--config", "tiny", "--vocab", str(require(DATA / "vocab" / "vocab.txt")),
-            "--corpus", str(corpus), "--output", str(output), "--batch-size", "16", "--steps", "4",
-            "--checkpoint-every", "2", "--warmup-steps", "1", "--seq-length", "256", "--packing", "4"]
+    argv = [
+        "pretrain",
+        "--config",
+        "tiny",
+        "--vocab",
+        str(require(DATA / "vocab" / "vocab.txt")),
+        "--corpus",
+        str(corpus),
+        "--output",
+        str(output),
+        "--batch-size",
+        "16",
+        "--steps",
+        "4",
+        "--checkpoint-every",
+        "2",
+        "--warmup-steps",
+        "1",
+        "--seq-length",
+        "256",
+        "--packing",
+        "4",
+    ]
     assert main(argv) == 0
     report = json.loads((output / "packing_phase1.json").read_text())
     assert report["sequences_per_row"] > 1.8 and report["padding"] < report["padding_unpacked"] / 2
     assert report["rows_per_step"] == round(16 / report["sequences_per_row"])
     curves = read_curves(output)
     assert {"masked_lm_accuracy", "next_sentence_accuracy"} <= set(curves.series)
-    assert main(argv[:argv.index("--steps") + 1] + ["6"] + argv[argv.index("--steps") + 2 :]) == 0  # resumes
+    assert main(argv[: argv.index("--steps") + 1] + ["6"] + argv[argv.index("--steps") + 2 :]) == 0  # resumes
     assert json.loads((output / "checkpoints" / "phase1" / "training_metadata.json").read_text())["epoch"] == 3

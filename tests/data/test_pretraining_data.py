@@ -6,12 +6,11 @@ import random
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import DATA, require
 
 from bert_keras import BertTokenizer
 from bert_keras.data import pretraining_data as data
 from bert_keras.data import pretraining_shards as shards
-
-from conftest import DATA, require
 
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
 GUTENBERG = DATA / "pretraining" / "gutenberg"
@@ -39,7 +38,9 @@ def original_truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
             trunc_tokens.pop()
 
 
-def original_create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq, vocab_words, rng, do_whole_word_mask):
+def original_create_masked_lm_predictions(
+    tokens, masked_lm_prob, max_predictions_per_seq, vocab_words, rng, do_whole_word_mask
+):
     cand_indexes = []
     for i, token in enumerate(tokens):
         if token == "[CLS]" or token == "[SEP]":
@@ -81,8 +82,15 @@ def original_create_masked_lm_predictions(tokens, masked_lm_prob, max_prediction
 
 
 def original_create_instances_from_document(
-    all_documents, document_index, max_seq_length, short_seq_prob, masked_lm_prob,
-    max_predictions_per_seq, vocab_words, rng, do_whole_word_mask,
+    all_documents,
+    document_index,
+    max_seq_length,
+    short_seq_prob,
+    masked_lm_prob,
+    max_predictions_per_seq,
+    vocab_words,
+    rng,
+    do_whole_word_mask,
 ):
     document = all_documents[document_index]
     max_num_tokens = max_seq_length - 3
@@ -255,8 +263,13 @@ def test_tfrecords_round_trip_in_the_original_layout(tmp_path, tokenizer):
     # One shard: the records are the instances in order, in the original layout.
     example = tf.train.Example.FromString(records[0]).features.feature
     assert set(example) == {
-        "input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
-        "masked_lm_weights", "next_sentence_labels",
+        "input_ids",
+        "input_mask",
+        "segment_ids",
+        "masked_lm_positions",
+        "masked_lm_ids",
+        "masked_lm_weights",
+        "next_sentence_labels",
     }
     assert example["masked_lm_weights"].WhichOneof("kind") == "float_list"
     assert all(example[k].WhichOneof("kind") == "int64_list" for k in example if k != "masked_lm_weights")
@@ -278,6 +291,7 @@ def test_tfrecords_round_trip_in_the_original_layout(tmp_path, tokenizer):
 
 def test_reads_records_written_as_the_original_writes_them(tmp_path):
     """write_instance_to_example_files: an OrderedDict of int64 / float features."""
+
     def ints(values):
         return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
 
@@ -308,10 +322,12 @@ def test_a_wrong_length_is_a_clear_error(tmp_path, tokenizer):
 
 def test_sentence_splitter():
     assert data.split_sentences(
-        'Mr. Knightley, a sensible man, came in at 4 A. M.  "Was it you?" said she.  Then he\nleft! '
-        "It was over."
-    ) == ['Mr. Knightley, a sensible man, came in at 4 A. M.  "Was it you?" said she.'.replace("  ", " "),
-          "Then he left!", "It was over."]
+        'Mr. Knightley, a sensible man, came in at 4 A. M.  "Was it you?" said she.  Then he\nleft! It was over.'
+    ) == [
+        'Mr. Knightley, a sensible man, came in at 4 A. M.  "Was it you?" said she.'.replace("  ", " "),
+        "Then he left!",
+        "It was over.",
+    ]
 
 
 def test_prose_headings_start_documents(tmp_path):

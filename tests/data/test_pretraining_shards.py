@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
+from conftest import DATA, require
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bert_keras import BertTokenizer
 from bert_keras.data import pretraining_data as data
 from bert_keras.data import pretraining_shards as shards
-
-from conftest import DATA, require
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
@@ -51,9 +50,25 @@ def output_bytes(folder):
 
 # ---------------------------------------------------------------- cut points
 
-LINES = [b"", b"  ", b"\t \r", b"CHAPTER I", b"  CHAPTER II  ", b"IV. The End", b"IV. The End.", b"Chapter 3",
-         b"[A Title]", b"It was late.", b"Mr. Smith came. He left!", b"wrapped text and", b"more words",
-         b"caf\xc3\xa9 \xe2\x80\x9cquoted\xe2\x80\x9d", b"bad \xff\xfe bytes", b"x\x0cy", b"\x0c"]
+LINES = [
+    b"",
+    b"  ",
+    b"\t \r",
+    b"CHAPTER I",
+    b"  CHAPTER II  ",
+    b"IV. The End",
+    b"IV. The End.",
+    b"Chapter 3",
+    b"[A Title]",
+    b"It was late.",
+    b"Mr. Smith came. He left!",
+    b"wrapped text and",
+    b"more words",
+    b"caf\xc3\xa9 \xe2\x80\x9cquoted\xe2\x80\x9d",
+    b"bad \xff\xfe bytes",
+    b"x\x0cy",
+    b"\x0c",
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -75,7 +90,9 @@ def test_cutting_at_document_starts_splits_no_document(lines, newline, format, o
     assert pieces == data.parse_documents(raw.decode("utf-8", errors="ignore"), format)
 
 
-@pytest.mark.parametrize("shard_bytes, num_shards", [(1, None), (4, None), (7, None), (100, None), (0, 1), (0, 3), (0, 40)])
+@pytest.mark.parametrize(
+    "shard_bytes, num_shards", [(1, None), (4, None), (7, None), (100, None), (0, 1), (0, 3), (0, 40)]
+)
 def test_shards_cut_the_input_stream_into_consecutive_slices(tmp_path, shard_bytes, num_shards):
     sizes = [5, 1, 12, 3]
     files = []
@@ -173,8 +190,12 @@ def test_a_killed_run_resumes_to_the_same_bytes(tmp_path, two_books):
     args = ["--input", *two_books, "--shard-size", "0.05", "--dupe-factor", "3"]
     subprocess.run(cli(*args, "--output", tmp_path / "straight" / "d"), cwd=ROOT, check=True, capture_output=True)
     manifest = tmp_path / "killed" / "d.manifest.json"
-    process = subprocess.Popen(cli(*args, "--output", tmp_path / "killed" / "d"), cwd=ROOT,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        cli(*args, "--output", tmp_path / "killed" / "d"),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and process.poll() is None:
         if manifest.exists() and json.loads(manifest.read_text())["shards"]:
@@ -184,13 +205,15 @@ def test_a_killed_run_resumes_to_the_same_bytes(tmp_path, two_books):
     process.wait()
     state = json.loads(manifest.read_text())
     assert 0 < len(state["shards"]) < len(state["plan"]) and state["status"] == "incomplete"
-    rerun = subprocess.run(cli(*args, "--output", tmp_path / "killed" / "d"), cwd=ROOT, check=True,
-                           capture_output=True, text=True)
+    rerun = subprocess.run(
+        cli(*args, "--output", tmp_path / "killed" / "d"), cwd=ROOT, check=True, capture_output=True, text=True
+    )
     assert f"{len(state['shards'])} already done" in rerun.stderr
     killed = output_bytes(tmp_path / "killed")
     assert killed == output_bytes(tmp_path / "straight")  # no .partial file left either
-    changed = subprocess.run(cli(*args, "--seed", "1", "--output", tmp_path / "killed" / "d"), cwd=ROOT,
-                             capture_output=True, text=True)
+    changed = subprocess.run(
+        cli(*args, "--seed", "1", "--output", tmp_path / "killed" / "d"), cwd=ROOT, capture_output=True, text=True
+    )
     assert changed.returncode == 2 and "made with other settings (they differ in recipe)" in changed.stderr
 
 
@@ -202,7 +225,12 @@ def test_beam_direct_runner_writes_the_local_runners_bytes(tmp_path, tokenizer, 
         files, tmp_path / "local" / "d", tokenizer, SMALL, shard_bytes=300_000, progress=False
     )
     beam = shards.create_pretraining_data(
-        files, tmp_path / "beam" / "d", tokenizer, SMALL, shard_bytes=300_000, progress=False,
+        files,
+        tmp_path / "beam" / "d",
+        tokenizer,
+        SMALL,
+        shard_bytes=300_000,
+        progress=False,
         beam_runner=runner(["--runner=DirectRunner"]),
     )
     assert local == beam > 1000
@@ -224,7 +252,9 @@ def test_empty_and_binary_files_are_skipped_by_name(tmp_path, tokenizer):
         {"path": str(tmp_path / "image.png"), "reason": "binary file (NUL byte at offset 8)"},
     ]
     assert count == len(expected_records(data.read_documents(SAMPLE), tokenizer, SMALL, 0))
-    with pytest.raises(ValueError, match=r"no instances .*skipped .*empty\.txt: empty file; skipped .*image\.png: binary"):
+    with pytest.raises(
+        ValueError, match=r"no instances .*skipped .*empty\.txt: empty file; skipped .*image\.png: binary"
+    ):
         shards.create_pretraining_data(files[:2], tmp_path / "none" / "d", tokenizer, SMALL, progress=False)
 
 
@@ -253,10 +283,13 @@ def test_a_50_mb_line_is_skipped_by_file_and_line(tmp_path, tokenizer):
     sample = require(SAMPLE).read_bytes()
     with open(tmp_path / "long.txt", "wb") as file:
         file.write(sample + b"\n\nA short document.\n" + b"word " * 10_000_000 + b"\nIts last sentence.\n")
-    shards.create_pretraining_data([tmp_path / "long.txt"], tmp_path / "d", tokenizer, SMALL,
-                                   shard_bytes=100 << 20, progress=False)
+    shards.create_pretraining_data(
+        [tmp_path / "long.txt"], tmp_path / "d", tokenizer, SMALL, shard_bytes=100 << 20, progress=False
+    )
     warnings = json.loads((tmp_path / "d.manifest.json").read_text())["shards"][0]["warnings"]
     line = sample.count(b"\n") + 4
-    assert warnings == [f"{tmp_path / 'long.txt'}:{line}: a line of 50000000 bytes (over 1048576) is not a sentence; skipped"]
+    assert warnings == [
+        f"{tmp_path / 'long.txt'}:{line}: a line of 50000000 bytes (over 1048576) is not a sentence; skipped"
+    ]
     documents = data.parse_documents(sample.decode() + "\n\nA short document.\nIts last sentence.\n", "lines")
     assert records(tmp_path / "d") == expected_records(documents, tokenizer, SMALL, 0)

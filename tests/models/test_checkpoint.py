@@ -1,13 +1,12 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from bert_keras import BertConfig, BertEncoder
-from bert_keras import checkpoint
-from bert_keras.models.saving import save_checkpoint
 from conftest import DATA, REFERENCE, require
-from pipelines.cli import main as cli
 from test_encoder import TINY, random_inputs
+
+from bert_keras import BertConfig, BertEncoder, checkpoint
+from bert_keras.models.saving import save_checkpoint
+from pipelines.cli import main as cli
 
 
 def weights_of(encoder):
@@ -40,9 +39,7 @@ def test_round_trips_are_exact(tmp_path, format):
     for name in expected:
         np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
     inputs = random_inputs()
-    np.testing.assert_array_equal(
-        restored(inputs)["sequence_output"], encoder(inputs)["sequence_output"]
-    )
+    np.testing.assert_array_equal(restored(inputs)["sequence_output"], encoder(inputs)["sequence_output"])
 
 
 def test_hugging_face_export_uses_hugging_face_names_and_layout(tmp_path, minilm_dir):
@@ -90,8 +87,7 @@ def test_wrong_config_for_weights_is_a_clear_error():
     with pytest.raises(ValueError, match="shape mismatch"):
         BertEncoder.from_checkpoint(
             require(REFERENCE / "tiny_pretraining_hf"),
-            config=BertConfig(hidden_size=64, num_attention_heads=4, intermediate_size=128,
-                              num_hidden_layers=2),
+            config=BertConfig(hidden_size=64, num_attention_heads=4, intermediate_size=128, num_hidden_layers=2),
         )
 
 
@@ -107,8 +103,7 @@ def test_missing_and_unreadable_checkpoints(tmp_path):
 
 def test_convert_command_chain(tmp_path, minilm_dir):
     assert cli(["convert", str(minilm_dir), "--to", "tf1", str(tmp_path / "tf1")]) == 0
-    assert cli(["convert", "--from", "tf1", str(tmp_path / "tf1"), "--to", "keras",
-                str(tmp_path / "m.keras")]) == 0
+    assert cli(["convert", "--from", "tf1", str(tmp_path / "tf1"), "--to", "keras", str(tmp_path / "m.keras")]) == 0
     assert cli(["convert", str(tmp_path / "m.keras"), "--to", "hf", str(tmp_path / "hf")]) == 0
     ref = np.load(require(REFERENCE / "minilm_l6_encoder.npz"))
     inputs = {k: ref[k].astype("int32") for k in ("input_word_ids", "input_mask", "input_type_ids")}

@@ -4,11 +4,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REFERENCE, require
 
 from bert_keras import BertConfig, BertEncoder
 from bert_keras.layers import BertEmbeddings, BertPooler, TransformerEncoderBlock
 from bert_keras.layers.transformer import ACTIVATIONS, PhiloxDropout
-from conftest import REFERENCE, require
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 TINY = BertConfig(
@@ -76,9 +76,7 @@ def test_sequence_length_varies_between_calls_without_changing_results():
         outputs = encoder(short)
         assert outputs["sequence_output"].shape == (1, seq, 64)
         real = int(lengths[row])
-        assert max_diff(
-            outputs["sequence_output"][0, :real], ref["sequence_output"][row, :real]
-        ) <= 1e-5
+        assert max_diff(outputs["sequence_output"][0, :real], ref["sequence_output"][row, :real]) <= 1e-5
         assert max_diff(outputs["pooled_output"][0], ref["pooled_output"][row]) <= 1e-5
 
 
@@ -181,12 +179,14 @@ def test_get_config_and_keras_file_round_trip(tmp_path):
         np.testing.assert_array_equal(actual[key], expected[key])
 
 
-@pytest.mark.parametrize("layer", [
-    BertEmbeddings(vocab_size=10, hidden_size=8, max_position_embeddings=6, dropout_rate=0.2),
-    TransformerEncoderBlock(hidden_size=8, num_attention_heads=2, intermediate_size=16,
-                            hidden_act="gelu_tanh"),
-    BertPooler(hidden_size=8),
-])
+@pytest.mark.parametrize(
+    "layer",
+    [
+        BertEmbeddings(vocab_size=10, hidden_size=8, max_position_embeddings=6, dropout_rate=0.2),
+        TransformerEncoderBlock(hidden_size=8, num_attention_heads=2, intermediate_size=16, hidden_act="gelu_tanh"),
+        BertPooler(hidden_size=8),
+    ],
+)
 def test_layers_serialise_through_get_config(layer):
     restored = keras.layers.deserialize(keras.layers.serialize(layer))
     assert type(restored) is type(layer)

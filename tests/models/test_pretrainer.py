@@ -3,15 +3,13 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REFERENCE, require
 
-from bert_keras import BertConfig, BertEncoder
-from bert_keras import checkpoint
+from bert_keras import BertConfig, BertEncoder, checkpoint
 from bert_keras.checkpoint import read
-from bert_keras.training.optimization import create_optimizer
 from bert_keras.models.pretrainer import BertPretrainer
 from bert_keras.models.saving import save_checkpoint
-
-from conftest import REFERENCE, require
+from bert_keras.training.optimization import create_optimizer
 
 
 @pytest.fixture(scope="module")
@@ -20,24 +18,20 @@ def reference():
 
 
 def features(reference):
-    return {
-        name: reference[name]
-        for name in ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions")
-    }
+    return {name: reference[name] for name in ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions")}
 
 
 @pytest.mark.parametrize("folder", ["tiny_pretraining_tf1", "tiny_pretraining_hf"])
 def test_reference_logits(reference, folder):
     pretrainer = BertPretrainer.from_checkpoint(require(REFERENCE / folder))
     outputs = pretrainer(features(reference), training=False)
-    np.testing.assert_allclose(
-        outputs["mlm_logits"].numpy(), reference["mlm_logits_at_positions"], atol=1e-5, rtol=0
-    )
+    np.testing.assert_allclose(outputs["mlm_logits"].numpy(), reference["mlm_logits_at_positions"], atol=1e-5, rtol=0)
     np.testing.assert_allclose(outputs["nsp_logits"].numpy(), reference["nsp_logits"], atol=1e-5, rtol=0)
 
 
 def numpy_losses(mlm_logits, nsp_logits, ids, weights, labels):
     """The original get_masked_lm_output / get_next_sentence_output losses, in numpy."""
+
     def log_softmax(logits):
         logits = logits.astype(np.float64)
         shifted = logits - logits.max(-1, keepdims=True)
@@ -60,13 +54,14 @@ def test_loss_and_metrics_match_the_original_definition(reference):
     best = reference["mlm_logits_at_positions"].argmax(-1)
     x["masked_lm_ids"][:, :3] = best[:, :3]
     mlm_loss, nsp_loss = numpy_losses(
-        reference["mlm_logits_at_positions"], reference["nsp_logits"],
-        x["masked_lm_ids"], x["masked_lm_weights"], x["next_sentence_labels"][:, 0],
+        reference["mlm_logits_at_positions"],
+        reference["nsp_logits"],
+        x["masked_lm_ids"],
+        x["masked_lm_weights"],
+        x["next_sentence_labels"][:, 0],
     )
     pretrainer.compile(optimizer="sgd")
-    result = pretrainer.evaluate(
-        tf.data.Dataset.from_tensor_slices(x).batch(12), return_dict=True, verbose=0
-    )
+    result = pretrainer.evaluate(tf.data.Dataset.from_tensor_slices(x).batch(12), return_dict=True, verbose=0)
     np.testing.assert_allclose(result["masked_lm_loss"], mlm_loss, rtol=1e-5)
     np.testing.assert_allclose(result["next_sentence_loss"], nsp_loss, rtol=1e-5)
     np.testing.assert_allclose(result["loss"], mlm_loss + nsp_loss, rtol=1e-5)
@@ -93,7 +88,11 @@ def test_fit_on_a_fixed_batch_lowers_the_loss():
     pretrainer.compile(optimizer=create_optimizer(1e-3, 30, 0))
     history = pretrainer.fit(tf.data.Dataset.from_tensors(x).repeat(30), verbose=0)
     assert set(history.history) >= {
-        "loss", "masked_lm_loss", "next_sentence_loss", "masked_lm_accuracy", "next_sentence_accuracy"
+        "loss",
+        "masked_lm_loss",
+        "next_sentence_loss",
+        "masked_lm_accuracy",
+        "next_sentence_accuracy",
     }
     # Chance level is log(100) + log(2); after 30 steps on one batch it must be well below.
     after = pretrainer.evaluate(tf.data.Dataset.from_tensors(x), return_dict=True, verbose=0)
@@ -164,8 +163,13 @@ def test_without_next_sentence_the_loss_is_the_original_masked_lm_loss(reference
     x = features(reference)
     x["masked_lm_ids"] = rng.integers(0, 30522, size=(12, 8)).astype("int32")
     x["masked_lm_weights"] = (rng.random((12, 8)) < 0.7).astype("float32")  # no NSP labels at all
-    mlm_loss, _ = numpy_losses(reference["mlm_logits_at_positions"], reference["nsp_logits"],
-                               x["masked_lm_ids"], x["masked_lm_weights"], np.zeros(12, int))
+    mlm_loss, _ = numpy_losses(
+        reference["mlm_logits_at_positions"],
+        reference["nsp_logits"],
+        x["masked_lm_ids"],
+        x["masked_lm_weights"],
+        np.zeros(12, int),
+    )
     pretrainer.compile(optimizer="sgd")
     result = pretrainer.evaluate(tf.data.Dataset.from_tensor_slices(x).batch(12), return_dict=True, verbose=0)
     assert "next_sentence_loss" not in result and "next_sentence_accuracy" not in result
@@ -181,5 +185,6 @@ def test_without_next_sentence_the_loss_is_the_original_masked_lm_loss(reference
         BertPretrainer.from_checkpoint(tmp_path / "no_nsp.keras", next_sentence=True)
     with pytest.warns(UserWarning, match="no next-sentence head: starting a new one"):
         with_nsp = BertPretrainer.from_checkpoint(tmp_path / "tf1", new_heads=True, next_sentence=True)
-    np.testing.assert_allclose(with_nsp(features(reference))["mlm_logits"].numpy(),
-                               reference["mlm_logits_at_positions"], atol=1e-5)
+    np.testing.assert_allclose(
+        with_nsp(features(reference))["mlm_logits"].numpy(), reference["mlm_logits_at_positions"], atol=1e-5
+    )

@@ -71,9 +71,7 @@ def bert_glue(preprocess_path, encoder_path):
     ]
     tokenizer = hub.KerasLayer(preprocess.tokenize, name="tokenizer")
     segments = [tokenizer(segment) for segment in input_segments]
-    packer = hub.KerasLayer(
-        preprocess.bert_pack_inputs, arguments=dict(seq_length=GLUE_SEQ_LENGTH), name="packer"
-    )
+    packer = hub.KerasLayer(preprocess.bert_pack_inputs, arguments=dict(seq_length=GLUE_SEQ_LENGTH), name="packer")
     preprocess_model = tf.keras.Model(input_segments, packer(segments))
     packed = preprocess_model([tf.constant(PAIRS[0]), tf.constant(PAIRS[1])])
     encoder = hub.KerasLayer(encoder_path, trainable=True, name="encoder")

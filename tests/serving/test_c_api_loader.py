@@ -14,27 +14,44 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from bert_keras import (BertClassifier, BertConfig, BertEncoder, BertFeatureExtractor, BertMultipleChoice,
-                        BertPreprocessor, BertPretrainer, BertSpanLabeler, BertTokenClassifier, BertTokenizer)
-from bert_keras.serving import c_api_loader, export
-from bert_keras.serving.ops import check_serving_ops
-from bert_keras.serving.c_api_loader import CApiError, CApiPredictor, build, serving_op_libraries
-from bert_keras.serving.hub_export import export_hub_style
-from bert_keras.serving.session import ServingError, SessionPredictor
-from bert_keras.tasks.multiple_choice import pack_choices
 from test_export import BAD_TEXTS, VARIED_TEXTS, VOCAB
 
-needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None,
-                               reason="gcc is not on PATH: the C-API loader cannot be compiled")
+from bert_keras import (
+    BertClassifier,
+    BertConfig,
+    BertEncoder,
+    BertFeatureExtractor,
+    BertMultipleChoice,
+    BertPreprocessor,
+    BertPretrainer,
+    BertSpanLabeler,
+    BertTokenClassifier,
+    BertTokenizer,
+)
+from bert_keras.serving import c_api_loader, export
+from bert_keras.serving.c_api_loader import CApiError, CApiPredictor, build, serving_op_libraries
+from bert_keras.serving.hub_export import export_hub_style
+from bert_keras.serving.ops import check_serving_ops
+from bert_keras.serving.session import ServingError, SessionPredictor
+from bert_keras.tasks.multiple_choice import pack_choices
+
+needs_gcc = pytest.mark.skipif(
+    shutil.which("gcc") is None, reason="gcc is not on PATH: the C-API loader cannot be compiled"
+)
 
 MAX_SEQ_LENGTH = 64
 # Empty, blank, 1 MB, invalid UTF-8, NUL, emoji/CJK/RTL and special-token texts, then enough
 # texts of varied lengths for several length-sorted micro-batches.
 TEXTS = [t if isinstance(t, bytes) else t.encode() for t in BAD_TEXTS + ["the [MASK] fox!", "中 [MASK] 文"]]
 TEXTS += [t.encode() for t in VARIED_TEXTS]
-CONFIG = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=32, max_position_embeddings=MAX_SEQ_LENGTH)
+CONFIG = BertConfig(
+    vocab_size=len(VOCAB),
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=32,
+    max_position_embeddings=MAX_SEQ_LENGTH,
+)
 
 
 def fill_mask_outputs(model, packed):
@@ -49,21 +66,49 @@ def fill_mask_outputs(model, packed):
 
 # kind -> (model builder, string inputs, labels, the Keras model's outputs for packed ids)
 KINDS = {
-    "encoder": (lambda: BertEncoder(CONFIG), ("text",), None,
-                lambda model, packed: {k: model(packed)[k] for k in ("pooled_output", "sequence_output")}),
-    "classifier": (lambda: BertClassifier(BertEncoder(CONFIG), num_classes=3), ("text_a", "text_b"),
-                   ["negative", "neutral", "positive"], lambda model, packed: {"logits": model(packed)}),
-    "regression": (lambda: BertClassifier(BertEncoder(CONFIG), num_classes=1), ("text",), None,
-                   lambda model, packed: {"score": model(packed)[:, 0]}),
-    "tagger": (lambda: BertTokenClassifier(BertEncoder(CONFIG), num_classes=3), ("text",), ["O", "B-PER", "B-LOC"],
-               lambda model, packed: {"logits": model(packed)}),
-    "span": (lambda: BertSpanLabeler(BertEncoder(CONFIG)), ("question", "context"), None,
-             lambda model, packed: model(packed)),
+    "encoder": (
+        lambda: BertEncoder(CONFIG),
+        ("text",),
+        None,
+        lambda model, packed: {k: model(packed)[k] for k in ("pooled_output", "sequence_output")},
+    ),
+    "classifier": (
+        lambda: BertClassifier(BertEncoder(CONFIG), num_classes=3),
+        ("text_a", "text_b"),
+        ["negative", "neutral", "positive"],
+        lambda model, packed: {"logits": model(packed)},
+    ),
+    "regression": (
+        lambda: BertClassifier(BertEncoder(CONFIG), num_classes=1),
+        ("text",),
+        None,
+        lambda model, packed: {"score": model(packed)[:, 0]},
+    ),
+    "tagger": (
+        lambda: BertTokenClassifier(BertEncoder(CONFIG), num_classes=3),
+        ("text",),
+        ["O", "B-PER", "B-LOC"],
+        lambda model, packed: {"logits": model(packed)},
+    ),
+    "span": (
+        lambda: BertSpanLabeler(BertEncoder(CONFIG)),
+        ("question", "context"),
+        None,
+        lambda model, packed: model(packed),
+    ),
     "fill_mask": (lambda: BertPretrainer(BertEncoder(CONFIG)), ("text",), None, fill_mask_outputs),
-    "features": (lambda: BertFeatureExtractor(BertEncoder(CONFIG), layers=(-1, -2)), ("text",), None,
-                 lambda model, packed: model(packed)),
-    "multiple_choice": (lambda: BertMultipleChoice(BertEncoder(CONFIG)), ("question", "choices"), None,
-                        lambda model, packed: {"scores": model(packed)}),
+    "features": (
+        lambda: BertFeatureExtractor(BertEncoder(CONFIG), layers=(-1, -2)),
+        ("text",),
+        None,
+        lambda model, packed: model(packed),
+    ),
+    "multiple_choice": (
+        lambda: BertMultipleChoice(BertEncoder(CONFIG)),
+        ("question", "choices"),
+        None,
+        lambda model, packed: {"scores": model(packed)},
+    ),
 }
 # Kinds whose text signature returns the model's outputs on the packed text unchanged.
 PLAIN_KINDS = ("encoder", "classifier", "regression", "features", "multiple_choice")
@@ -85,8 +130,10 @@ def text_inputs(segments, texts):
     """Each segment gets the texts in a different order, so pairs mix lengths and kinds;
     multiple choice gets two `choices` per row."""
     rotated = [np.array(texts[i:] + texts[:i], dtype=object if texts else bytes) for i in range(len(segments) + 1)]
-    return {name: np.stack(rotated[i:i + 2], axis=1) if name == "choices" else rotated[i]
-            for i, name in enumerate(segments)}
+    return {
+        name: np.stack(rotated[i : i + 2], axis=1) if name == "choices" else rotated[i]
+        for i, name in enumerate(segments)
+    }
 
 
 def pack(kind, packer, inputs):
@@ -102,8 +149,9 @@ def served(request, tmp_path_factory):
     """(kind, Keras model, preprocessor, TF1-loader predictor, C-API predictor) of one export kind."""
     build, segments, labels, _ = KINDS[request.param]
     model, packer = visible_weights(build()), preprocessor()
-    path = export.export_for_serving(model, packer, tmp_path_factory.mktemp(request.param), segments=segments,
-                                     labels=labels, top_k=3)
+    path = export.export_for_serving(
+        model, packer, tmp_path_factory.mktemp(request.param), segments=segments, labels=labels, top_k=3
+    )
     session = SessionPredictor(path, replay_warmup=False)
     with CApiPredictor(path, serving_release="2.12") as predictor:
         yield request.param, model, packer, session, predictor
@@ -183,14 +231,19 @@ def test_export_needing_a_newer_op_fails_to_load(served):
     """TF Serving 2.9 links no FastWordpiece (tf.text 2.10): the warm-up fails, so the load does."""
     *_, predictor = served
     path = predictor.export_path
-    libraries = {release: {Path(library).name for library in serving_op_libraries(build(), release)}
-                 for release in ("2.9", "2.12", "2.20")}
+    libraries = {
+        release: {Path(library).name for library in serving_op_libraries(build(), release)}
+        for release in ("2.9", "2.12", "2.20")
+    }
     assert "_fast_wordpiece_tokenizer.so" in libraries["2.12"] - libraries["2.9"]
     assert "_trimmer_ops.so" in libraries["2.20"] - libraries["2.12"], "RoundRobinTrim is linked only from 2.20"
     with pytest.raises(ValueError, match="FastWordpieceTokenizeWithOffsets"):
         check_serving_ops(path, "2.9")
-    with pytest.raises(CApiError, match="(?s)warm-up.*Op type not registered 'FastWordpieceTokenizeWithOffsets'"
-                                        ".*linked by TF Serving >= 2.10, not by the target release 2.9"):
+    with pytest.raises(
+        CApiError,
+        match="(?s)warm-up.*Op type not registered 'FastWordpieceTokenizeWithOffsets'"
+        ".*linked by TF Serving >= 2.10, not by the target release 2.9",
+    ):
         CApiPredictor(path, serving_release="2.9")
 
 
@@ -203,9 +256,12 @@ def test_tf_hub_style_pair_equals_keras(tmp_path):
     with CApiPredictor(preprocess_path) as predictor:
         assert_outputs_equal(predictor.predict(text=np.array(TEXTS, dtype=object)), expected)
     reference = encoder(expected)
-    reference = {"pooled_output": reference["pooled_output"], "default": reference["pooled_output"],
-                 "sequence_output": reference["sequence_output"],
-                 **{f"encoder_outputs_{i}": layer for i, layer in enumerate(reference["encoder_outputs"])}}
+    reference = {
+        "pooled_output": reference["pooled_output"],
+        "default": reference["pooled_output"],
+        "sequence_output": reference["sequence_output"],
+        **{f"encoder_outputs_{i}": layer for i, layer in enumerate(reference["encoder_outputs"])},
+    }
     with CApiPredictor(encoder_path) as predictor:
         assert_outputs_equal(predictor.predict(**{key: value.numpy() for key, value in expected.items()}), reference)
 

@@ -8,18 +8,38 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REFERENCE, require
 
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
 from bert_keras.models.dtype import with_dtype
 from bert_keras.serving import export
-from bert_keras.serving.ops import check_serving_ops
 from bert_keras.serving.client import ServingClient
-from bert_keras.serving.session import ServingError, SessionPredictor, make_request
+from bert_keras.serving.ops import check_serving_ops
 from bert_keras.serving.serving_tasks import MIN_MICRO_BATCH
-from conftest import REFERENCE, require
+from bert_keras.serving.session import ServingError, SessionPredictor, make_request
 
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "quick", "brown", "fox", "##es",
-         "jump", "##s", ",", ".", "!", "a", "b", "c", "中", "文"]
+VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "##es",
+    "jump",
+    "##s",
+    ",",
+    ".",
+    "!",
+    "a",
+    "b",
+    "c",
+    "中",
+    "文",
+]
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +51,20 @@ def minilm_exports(tmp_path_factory, minilm_dir):
     # The reference packed to 128 with longest_first truncation; pad dynamically up to that.
     preprocessor = BertPreprocessor(tokenizer, seq_length=None, max_seq_length=128)
     single = export.export_for_serving(encoder, preprocessor, base / "single", version=1)
-    pair = export.export_for_serving(encoder, preprocessor, base / "pair", version=1,
-                                     segments=("text_a", "text_b"))
+    pair = export.export_for_serving(encoder, preprocessor, base / "pair", version=1, segments=("text_a", "text_b"))
     return encoder, preprocessor, single, pair
 
 
 @pytest.fixture(scope="module")
 def tiny_export(tmp_path_factory):
-    config = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
     encoder = BertEncoder(config)
     preprocessor = BertPreprocessor(BertTokenizer(VOCAB), seq_length=None, max_seq_length=64)
     path = export.export_for_serving(encoder, preprocessor, tmp_path_factory.mktemp("tiny"), version=3)
@@ -56,8 +81,11 @@ def test_raw_text_through_tf_serving_loader_matches_hugging_face(minilm_exports)
     pairs = [i for i, t in enumerate(texts) if t["text_b"] is not None]
     for path, rows, inputs in (
         (single, singles, lambda rows: {"text": [texts[i]["text_a"] for i in rows]}),
-        (pair, pairs, lambda rows: {"text_a": [texts[i]["text_a"] for i in rows],
-                                    "text_b": [texts[i]["text_b"] for i in rows]}),
+        (
+            pair,
+            pairs,
+            lambda rows: {"text_a": [texts[i]["text_a"] for i in rows], "text_b": [texts[i]["text_b"] for i in rows]},
+        ),
     ):
         predictor = SessionPredictor(path)
         out = predictor.predict_texts(**inputs(rows))
@@ -65,8 +93,7 @@ def test_raw_text_through_tf_serving_loader_matches_hugging_face(minilm_exports)
         np.testing.assert_allclose(out["pooled_output"], ref["pooled_output"][rows], atol=1e-4)
         for j, row in enumerate(rows):
             n = lengths[row]
-            np.testing.assert_allclose(out["sequence_output"][j, :n],
-                                       ref["sequence_output"][row, :n], atol=1e-4)
+            np.testing.assert_allclose(out["sequence_output"][j, :n], ref["sequence_output"][row, :n], atol=1e-4)
         predictor.close()
 
 
@@ -97,18 +124,38 @@ def test_op_gate(tiny_export):
 
 def test_saved_model_cli_show_and_run(tiny_export, tmp_path):
     _, _, path = tiny_export
-    cli = ("import sys, tensorflow_text; from tensorflow.python.tools import saved_model_cli; "
-           "sys.argv = ['saved_model_cli'] + sys.argv[1:]; saved_model_cli.main()")
-    show = subprocess.run([sys.executable, "-c", cli, "show", "--dir", str(path), "--all"],
-                          capture_output=True, text=True, timeout=120)
+    cli = (
+        "import sys, tensorflow_text; from tensorflow.python.tools import saved_model_cli; "
+        "sys.argv = ['saved_model_cli'] + sys.argv[1:]; saved_model_cli.main()"
+    )
+    show = subprocess.run(
+        [sys.executable, "-c", cli, "show", "--dir", str(path), "--all"], capture_output=True, text=True, timeout=120
+    )
     assert show.returncode == 0, show.stderr
     assert "signature_def['serving_default']" in show.stdout
     assert "inputs['text'] tensor_info" in show.stdout
     run = subprocess.run(
-        [sys.executable, "-c", cli, "run", "--dir", str(path), "--tag_set", "serve",
-         "--signature_def", "serving_default", "--input_exprs", "text=['the quick fox!']",
-         "--outdir", str(tmp_path), "--overwrite"],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-c",
+            cli,
+            "run",
+            "--dir",
+            str(path),
+            "--tag_set",
+            "serve",
+            "--signature_def",
+            "serving_default",
+            "--input_exprs",
+            "text=['the quick fox!']",
+            "--outdir",
+            str(tmp_path),
+            "--overwrite",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     pooled = np.load(tmp_path / "pooled_output.npy")
     encoder, preprocessor, _ = tiny_export
@@ -117,16 +164,22 @@ def test_saved_model_cli_show_and_run(tiny_export, tmp_path):
 
 
 BAD_TEXTS = [
-    "", "     ", "x" * (1 << 20), b"\xff\xfe invalid \xc3\x28 utf-8", "nul\x00bytes\x00",
-    "emoji 🙂🙃 中文 עברית العربية", "[MASK] [CLS] [SEP]",
+    "",
+    "     ",
+    "x" * (1 << 20),
+    b"\xff\xfe invalid \xc3\x28 utf-8",
+    "nul\x00bytes\x00",
+    "emoji 🙂🙃 中文 עברית العربية",
+    "[MASK] [CLS] [SEP]",
 ]
 
 
 def test_bad_text_gives_valid_outputs(tiny_export):
     encoder, preprocessor, path = tiny_export
     predictor = SessionPredictor(path)
-    out = predictor.predict_texts(text=np.array([t if isinstance(t, bytes) else t.encode() for t in BAD_TEXTS],
-                                                dtype=object))
+    out = predictor.predict_texts(
+        text=np.array([t if isinstance(t, bytes) else t.encode() for t in BAD_TEXTS], dtype=object)
+    )
     assert np.isfinite(out["pooled_output"]).all() and np.isfinite(out["sequence_output"]).all()
     assert out["pooled_output"].shape == (len(BAD_TEXTS), 16)
     assert out["input_mask"].shape[1] <= 64, "the 1 MB text must be truncated to max_seq_length"
@@ -140,8 +193,9 @@ def test_bad_text_gives_valid_outputs(tiny_export):
 
 # Texts of many lengths, more than MIN_MICRO_BATCH of them, so that a request splits
 # into several length-sorted micro-batches of different padded lengths.
-VARIED_TEXTS = [" ".join(["the quick brown fox", "jumps !", "a b c", "中文"][: 1 + i % 4] * (1 + i % 7))
-                for i in range(37)]
+VARIED_TEXTS = [
+    " ".join(["the quick brown fox", "jumps !", "a b c", "中文"][: 1 + i % 4] * (1 + i % 7)) for i in range(37)
+]
 
 
 def test_micro_batches_equal_one_padded_batch(tiny_export):
@@ -154,13 +208,14 @@ def test_micro_batches_equal_one_padded_batch(tiny_export):
     mask = packed["input_mask"].numpy()
     np.testing.assert_array_equal(out["input_mask"], mask)
     np.testing.assert_allclose(out["pooled_output"], expected["pooled_output"], atol=1e-5)
-    np.testing.assert_allclose(out["sequence_output"] * mask[..., None],
-                               expected["sequence_output"] * mask[..., None], atol=1e-5)
+    np.testing.assert_allclose(
+        out["sequence_output"] * mask[..., None], expected["sequence_output"] * mask[..., None], atol=1e-5
+    )
     lengths = mask.sum(axis=1)
     size = max(MIN_MICRO_BATCH, -(-len(VARIED_TEXTS) // 4))
     shortest = np.argsort(lengths, kind="stable")[:size]  # the first micro-batch
     assert lengths[shortest].max() < mask.shape[1], "the shortest micro-batch must be cut"
-    assert (out["sequence_output"][shortest][:, lengths[shortest].max():] == 0).all()
+    assert (out["sequence_output"][shortest][:, lengths[shortest].max() :] == 0).all()
 
 
 def test_bfloat16_stays_close_to_float32_on_real_weights(minilm_exports):
@@ -184,8 +239,15 @@ def test_bfloat16_stays_close_to_float32_on_real_weights(minilm_exports):
         ({"text": np.array([1, 2], np.int32)}, "serving_default", "must be string"),
         ({"text": [["a"]]}, "serving_default", "rank 1"),
         ({"text": ["a"]}, "nope", None),
-        ({"input_word_ids": np.array([[2, 99, 3]], np.int32), "input_mask": np.ones((1, 3), np.int32),
-          "input_type_ids": np.zeros((1, 3), np.int32)}, "serve_ids", "vocab_size"),
+        (
+            {
+                "input_word_ids": np.array([[2, 99, 3]], np.int32),
+                "input_mask": np.ones((1, 3), np.int32),
+                "input_type_ids": np.zeros((1, 3), np.int32),
+            },
+            "serve_ids",
+            "vocab_size",
+        ),
     ],
 )
 def test_bad_requests_are_invalid_argument(tiny_export, inputs, signature, message):
@@ -248,7 +310,10 @@ def test_rest_status_and_errors(local_server):
     base = f"http://127.0.0.1:{local_server.rest_port}/v1/models/tiny"
     status = json.loads(urllib.request.urlopen(base).read())
     assert status["model_version_status"][0] == {
-        "version": "3", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        "version": "3",
+        "state": "AVAILABLE",
+        "status": {"error_code": "OK", "error_message": ""},
+    }
     assert local_server.rest("POST", "/v1/models/tiny:predict", b"{not json")[0] == 400
     assert local_server.rest("POST", "/v1/models/tiny:predict", b'{"instances": []}')[0] == 400
     assert local_server.rest("POST", "/v1/models/tiny/versions/9:predict", b'{"instances": ["a"]}')[0] == 404
@@ -263,8 +328,7 @@ def base_vocab_preprocessor():
 
 
 def small_encoder():
-    return BertEncoder(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                  intermediate_size=64))
+    return BertEncoder(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64))
 
 
 def softmax(x):
@@ -277,8 +341,9 @@ def test_classifier_export_probabilities_and_labels(tmp_path, base_vocab_preproc
 
     model = BertClassifier(small_encoder(), num_classes=3)
     texts = ["a gripping, funny film", "dull"], ["it was fine", ""]
-    path = export.export_for_serving(model, base_vocab_preprocessor, tmp_path, segments=("text_a", "text_b"),
-                                     labels=["neg", "neutral", "pos"])
+    path = export.export_for_serving(
+        model, base_vocab_preprocessor, tmp_path, segments=("text_a", "text_b"), labels=["neg", "neutral", "pos"]
+    )
     out = SessionPredictor(path).predict_texts(text_a=texts[0], text_b=texts[1])
     logits = model(base_vocab_preprocessor(tuple(tf.constant(t) for t in texts))).numpy()
     np.testing.assert_allclose(out["probabilities"], softmax(logits), atol=1e-5)
@@ -304,9 +369,8 @@ def test_tagger_export_tags_words_of_the_original_tokenizer(tmp_path, base_vocab
         pieces = [base_vocab_preprocessor.tokenizer.id_to_token(int(i)) for i in packed["input_word_ids"][row]]
         first_pieces = [p for p in range(1, length - 1) if not pieces[p].startswith("##")]
         probabilities = softmax(logits[row, first_pieces])
-        assert out["tag_ids"][row, :len(first_pieces)].tolist() == probabilities.argmax(-1).tolist()
-        np.testing.assert_allclose(out["tag_probabilities"][row, :len(first_pieces)], probabilities.max(-1),
-                                   atol=1e-5)
+        assert out["tag_ids"][row, : len(first_pieces)].tolist() == probabilities.argmax(-1).tolist()
+        np.testing.assert_allclose(out["tag_probabilities"][row, : len(first_pieces)], probabilities.max(-1), atol=1e-5)
 
 
 def test_span_export_answer_is_the_best_span_of_the_context(tmp_path, base_vocab_preprocessor):
@@ -324,8 +388,11 @@ def test_span_export_answer_is_the_best_span_of_the_context(tmp_path, base_vocab
     _, starts, ends = tokenizer.tokenize_with_offsets(tf.constant([context]))
     first = n_question + 2
     n_context = len(starts[0])
-    best = max(((start[s] + end[e], s, e) for s in range(first, first + n_context)
-                for e in range(s, min(s + 30, first + n_context))))
+    best = max(
+        (start[s] + end[e], s, e)
+        for s in range(first, first + n_context)
+        for e in range(s, min(s + 30, first + n_context))
+    )
     s_byte, e_byte = int(starts[0][best[1] - first]), int(ends[0][best[2] - first])
     assert out["answer"][0].decode() == context.encode()[s_byte:e_byte].decode()
     assert (out["answer_start_byte"][0], out["answer_end_byte"][0]) == (s_byte, e_byte)
@@ -354,14 +421,18 @@ def test_fill_mask_export_on_reference_pretraining_model(tmp_path, base_vocab_pr
     assert out["mask_positions"].tolist() == [[2, 6], [-1, -1]]
     tokenizer = base_vocab_preprocessor.tokenizer
     pieces = ["[CLS]", "the", "[MASK]", "sat", "on", "the", "[MASK]", ".", "[SEP]"]
-    inputs = {"input_word_ids": np.array([[tokenizer.token_to_id(p) for p in pieces]], np.int32),
-              "input_mask": np.ones((1, 9), np.int32), "input_type_ids": np.zeros((1, 9), np.int32),
-              "masked_lm_positions": np.array([[2, 6]], np.int32)}
+    inputs = {
+        "input_word_ids": np.array([[tokenizer.token_to_id(p) for p in pieces]], np.int32),
+        "input_mask": np.ones((1, 9), np.int32),
+        "input_type_ids": np.zeros((1, 9), np.int32),
+        "masked_lm_positions": np.array([[2, 6]], np.int32),
+    }
     probabilities = softmax(model(inputs)["mlm_logits"].numpy()[0])
     expected = np.argsort(-probabilities, axis=-1)[:, :3]
     assert out["top_ids"][0].tolist() == expected.tolist()
     assert [[t.decode() for t in row] for row in out["top_tokens"][0]] == [
-        [tokenizer.id_to_token(int(i)) for i in row] for row in expected]
+        [tokenizer.id_to_token(int(i)) for i in row] for row in expected
+    ]
     np.testing.assert_allclose(out["top_probabilities"][0], np.sort(probabilities, -1)[:, ::-1][:, :3], atol=1e-5)
     assert (out["top_ids"][1] == -1).all()
 
@@ -373,15 +444,31 @@ def test_smoke_script_against_local_server(local_server, protocol, capsys):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "serving"))
     import smoke
 
-    code = smoke.main(["--model", "tiny", "--protocol", protocol, "--grpc-port", str(local_server.grpc_port),
-                       "--rest-port", str(local_server.rest_port), "--requests", "6", "--concurrency", "2"])
+    code = smoke.main(
+        [
+            "--model",
+            "tiny",
+            "--protocol",
+            protocol,
+            "--grpc-port",
+            str(local_server.grpc_port),
+            "--rest-port",
+            str(local_server.rest_port),
+            "--requests",
+            "6",
+            "--concurrency",
+            "2",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "6 ok, 0 failed" in out
 
 
-@pytest.mark.skipif(not __import__("shutil").which("tensorflow_model_server"),
-                    reason="tensorflow_model_server is not on PATH (no package or Docker engine here)")
+@pytest.mark.skipif(
+    not __import__("shutil").which("tensorflow_model_server"),
+    reason="tensorflow_model_server is not on PATH (no package or Docker engine here)",
+)
 def test_real_tensorflow_model_server(tiny_export, tmp_path):
     import socket
     import time
@@ -392,8 +479,15 @@ def test_real_tensorflow_model_server(tiny_export, tmp_path):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             ports.append(probe.getsockname()[1])
-    server = subprocess.Popen(["tensorflow_model_server", f"--port={ports[0]}", f"--rest_api_port={ports[1]}",
-                               "--model_name=tiny", f"--model_base_path={path.parent}"])
+    server = subprocess.Popen(
+        [
+            "tensorflow_model_server",
+            f"--port={ports[0]}",
+            f"--rest_api_port={ports[1]}",
+            "--model_name=tiny",
+            f"--model_base_path={path.parent}",
+        ]
+    )
     try:
         client = ServingClient("127.0.0.1", "tiny", ports[0], ports[1], retries=10, backoff=0.5)
         expected = encoder(preprocessor(tf.constant(["the quick fox"])))["pooled_output"]
@@ -463,8 +557,12 @@ def test_fused_layer_norm_becomes_one_onednn_kernel():
         session = tf.compat.v1.Session(graph=graph)
         session.run(tf.compat.v1.global_variables_initializer())
     metadata = tf.compat.v1.RunMetadata()
-    session.run(y, {x: np.ones((4, 32), np.float32)}, run_metadata=metadata,
-                options=tf.compat.v1.RunOptions(output_partition_graphs=True))
+    session.run(
+        y,
+        {x: np.ones((4, 32), np.float32)},
+        run_metadata=metadata,
+        options=tf.compat.v1.RunOptions(output_partition_graphs=True),
+    )
     ops = {node.op for partition in metadata.partition_graphs for node in partition.node}
     assert "_MklLayerNorm" in ops and "FusedBatchNormV3" not in ops, sorted(ops)
 
@@ -478,11 +576,21 @@ def test_cli_export_compute_dtype(tiny_export, tmp_path):
     (tmp_path / "vocab.txt").write_text("".join(f"{token}\n" for token in VOCAB), encoding="utf-8")
     pooled = {}
     for dtype in ("float32", "bfloat16"):
-        argv = ["export", str(tmp_path / "encoder.keras"), "--out", str(tmp_path / dtype),
-                "--vocab", str(tmp_path / "vocab.txt"), "--compute-dtype", dtype]
+        argv = [
+            "export",
+            str(tmp_path / "encoder.keras"),
+            "--out",
+            str(tmp_path / dtype),
+            "--vocab",
+            str(tmp_path / "vocab.txt"),
+            "--compute-dtype",
+            dtype,
+        ]
         assert main(argv) == 0
         predictor = SessionPredictor(tmp_path / dtype / "1")
-        response = predictor.predict(make_request("bert", "serving_default", {"text": ["the quick brown fox jumps", "a b c"]}))
+        response = predictor.predict(
+            make_request("bert", "serving_default", {"text": ["the quick brown fox jumps", "a b c"]})
+        )
         pooled[dtype] = tf.make_ndarray(response.outputs["pooled_output"])
         assert response.outputs["pooled_output"].dtype == tf.float32.as_datatype_enum
         variables = tf.train.load_checkpoint(str(tmp_path / dtype / "1" / "variables" / "variables"))
@@ -496,6 +604,9 @@ def test_each_weight_is_stored_once(tiny_export):
     """keras-team/keras#23553: tracking the model in ExportArchive stores every weight twice."""
     encoder, _, path = tiny_export
     reader = tf.train.load_checkpoint(str(path / "variables" / "variables"))
-    stored = sum(int(np.prod(shape)) for name, shape in reader.get_variable_to_shape_map().items()
-                 if name.endswith("VARIABLE_VALUE"))
+    stored = sum(
+        int(np.prod(shape))
+        for name, shape in reader.get_variable_to_shape_map().items()
+        if name.endswith("VARIABLE_VALUE")
+    )
     assert stored == encoder.count_params()

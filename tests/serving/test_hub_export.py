@@ -18,28 +18,52 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import DATA, REFERENCE, require
 
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
-from bert_keras.serving.ops import check_serving_ops
 from bert_keras.models.encoder import INPUT_NAMES
-from bert_keras.serving.hub_export import export_hub_style, save_preprocess
 from bert_keras.models.pretrainer import BertPretrainer
+from bert_keras.serving.hub_export import export_hub_style, save_preprocess
+from bert_keras.serving.ops import check_serving_ops
 from bert_keras.serving.session import SessionPredictor
 from pipelines.cli import main as cli
-
-from conftest import DATA, REFERENCE, require
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = Path(__file__).resolve().parent / "hub_tutorial_runs.py"
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-TUTORIAL_VOCAB = SPECIAL + ["the", "quick", "brown", "fox", "##es", "jump", "##s", ",", ".", "!", "a", "b", "c",
-                            "good", "bad", "over"]
+TUTORIAL_VOCAB = SPECIAL + [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "##es",
+    "jump",
+    "##s",
+    ",",
+    ".",
+    "!",
+    "a",
+    "b",
+    "c",
+    "good",
+    "bad",
+    "over",
+]
 
 
 def tiny_encoder(vocab_size, dropout=0.1):
-    return BertEncoder(BertConfig(vocab_size=vocab_size, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=32, max_position_embeddings=64,
-                                  hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout))
+    return BertEncoder(
+        BertConfig(
+            vocab_size=vocab_size,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=64,
+            hidden_dropout_prob=dropout,
+            attention_probs_dropout_prob=dropout,
+        )
+    )
 
 
 def export_preprocess(folder, vocab, lower_case=True, seq_length=128):
@@ -65,8 +89,11 @@ def tutorial_pair(tmp_path_factory):
 
 def mask_inputs(word_ids):
     word_ids = np.asarray(word_ids, np.int32)
-    return {"input_word_ids": word_ids, "input_mask": (word_ids > 0).astype(np.int32),
-            "input_type_ids": np.zeros_like(word_ids)}
+    return {
+        "input_word_ids": word_ids,
+        "input_mask": (word_ids > 0).astype(np.int32),
+        "input_type_ids": np.zeros_like(word_ids),
+    }
 
 
 def test_preprocess_model_garden_callables(garden_preprocess):
@@ -87,10 +114,12 @@ def test_preprocess_model_garden_callables(garden_preprocess):
 
     bert_inputs = preprocess(inputs)
     assert bert_inputs["input_word_ids"].shape == (2, 128)
-    np.testing.assert_array_equal(bert_inputs["input_word_ids"][:, :10],
-                                  [[2, 7, 5, 6, 3, 0, 0, 0, 0, 0], [2, 7, 5, 6, 5, 3, 0, 0, 0, 0]])
-    np.testing.assert_array_equal(bert_inputs["input_mask"][:, :10],
-                                  [[1, 1, 1, 1, 1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 0, 0, 0, 0]])
+    np.testing.assert_array_equal(
+        bert_inputs["input_word_ids"][:, :10], [[2, 7, 5, 6, 3, 0, 0, 0, 0, 0], [2, 7, 5, 6, 5, 3, 0, 0, 0, 0]]
+    )
+    np.testing.assert_array_equal(
+        bert_inputs["input_mask"][:, :10], [[1, 1, 1, 1, 1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 0, 0, 0, 0]]
+    )
     np.testing.assert_array_equal(bert_inputs["input_type_ids"], np.zeros((2, 128)))
 
     token_ids_2 = preprocess.tokenize(tf.constant(["d xy", "xy abc"]))
@@ -116,20 +145,25 @@ def test_preprocess_model_garden_cased_length10_and_reexport(tmp_path):
     inputs = tf.constant(["abc def", "ABC DEF"])
     token_ids = preprocess.tokenize(inputs)
     assert token_ids.to_list() == [[[7], [5, 6]], [[8], [1]]]
-    np.testing.assert_array_equal(preprocess(inputs)["input_word_ids"],
-                                  [[2, 7, 5, 6, 3, 0, 0, 0, 0, 0], [2, 8, 1, 3, 0, 0, 0, 0, 0, 0]])
+    np.testing.assert_array_equal(
+        preprocess(inputs)["input_word_ids"], [[2, 7, 5, 6, 3, 0, 0, 0, 0, 0], [2, 8, 1, 3, 0, 0, 0, 0, 0, 0]]
+    )
     token_ids_2 = preprocess.tokenize(tf.constant(["d ABC", "ABC abc"]))
     bert_inputs = preprocess.bert_pack_inputs([token_ids, token_ids_2])  # the default seq_length=10
-    np.testing.assert_array_equal(bert_inputs["input_word_ids"],
-                                  [[2, 7, 5, 6, 3, 5, 8, 3, 0, 0], [2, 8, 1, 3, 8, 7, 3, 0, 0, 0]])
-    np.testing.assert_array_equal(bert_inputs["input_type_ids"],
-                                  [[0, 0, 0, 0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1, 1, 0, 0, 0]])
+    np.testing.assert_array_equal(
+        bert_inputs["input_word_ids"], [[2, 7, 5, 6, 3, 5, 8, 3, 0, 0], [2, 8, 1, 3, 8, 7, 3, 0, 0, 0]]
+    )
+    np.testing.assert_array_equal(
+        bert_inputs["input_type_ids"], [[0, 0, 0, 0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1, 1, 0, 0, 0]]
+    )
 
     again = tmp_path / "reexport"
     tf.saved_model.save(preprocess, str(again))
     del preprocess
-    np.testing.assert_array_equal(tf.saved_model.load(str(again))(inputs)["input_word_ids"],
-                                  [[2, 7, 5, 6, 3, 0, 0, 0, 0, 0], [2, 8, 1, 3, 0, 0, 0, 0, 0, 0]])
+    np.testing.assert_array_equal(
+        tf.saved_model.load(str(again))(inputs)["input_word_ids"],
+        [[2, 7, 5, 6, 3, 0, 0, 0, 0, 0], [2, 8, 1, 3, 0, 0, 0, 0, 0, 0]],
+    )
 
 
 def test_bert_pack_inputs_segments_lengths_and_errors(garden_preprocess):
@@ -155,8 +189,10 @@ def test_preprocess_ids_equal_the_original_tokenizer(tmp_path):
     tokenizer = BertTokenizer(str(require(DATA / "vocab" / "vocab.txt")), lower_case=True)
     preprocess_path = tmp_path / "preprocess"
     save_preprocess(BertPreprocessor(tokenizer, seq_length=512), preprocess_path)
-    rows = [json.loads(line) for line in
-            require(REFERENCE / "tokenization_uncased.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [
+        json.loads(line)
+        for line in require(REFERENCE / "tokenization_uncased.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     preprocess = tf.saved_model.load(str(preprocess_path))
     words = preprocess.tokenize(tf.constant([row["text"] for row in rows]))
     assert words.merge_dims(1, 2).to_list() == [row["ids"] for row in rows]
@@ -222,12 +258,26 @@ def test_pretraining_export_has_the_mlm_object(tmp_path):
     equal Hugging Face BertForPreTraining's; the root keeps only the encoder's variables."""
     checkpoint = require(REFERENCE / "tiny_pretraining_tf1")
     reference = dict(np.load(require(REFERENCE / "tiny_pretraining_outputs.npz")))
-    assert cli(["export", str(checkpoint), "--pretrainer", "--hub-style", "--vocab", str(DATA / "vocab" / "vocab.txt"),
-                "--seq-length", "128", "--out", str(tmp_path)]) == 0
+    assert (
+        cli(
+            [
+                "export",
+                str(checkpoint),
+                "--pretrainer",
+                "--hub-style",
+                "--vocab",
+                str(DATA / "vocab" / "vocab.txt"),
+                "--seq-length",
+                "128",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     encoder = tf.saved_model.load(str(tmp_path / "encoder"))
     pretrainer = BertPretrainer.from_checkpoint(checkpoint)
-    features = {name: reference[name].astype(np.int32)
-                for name in (*INPUT_NAMES, "masked_lm_positions")}
+    features = {name: reference[name].astype(np.int32) for name in (*INPUT_NAMES, "masked_lm_positions")}
     outputs = encoder.mlm(features)
     np.testing.assert_allclose(outputs["mlm_logits"], reference["mlm_logits_at_positions"], atol=1e-5, rtol=0)
     np.testing.assert_allclose(outputs["pooled_output"], reference["pooled_output"], atol=1e-5, rtol=0)
@@ -250,13 +300,22 @@ def test_hub_tutorials_fine_tune_save_reload_and_serve(tmp_path, tutorial_pair):
     """TensorFlow's two BERT tutorials, run by tf-keras + tensorflow_hub in a subprocess."""
     encoder, preprocessor, preprocess_path, encoder_path = tutorial_pair
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    run = subprocess.run([sys.executable, str(RUNS), str(preprocess_path), str(encoder_path), str(tmp_path)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, str(RUNS), str(preprocess_path), str(encoder_path), str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     results = np.load(tmp_path / "results.npz")
 
-    assert int(results["trainable_weights"]) == int(results["loaded_trainable_variables"]) == len(
-        encoder.trainable_weights)
+    assert (
+        int(results["trainable_weights"])
+        == int(results["loaded_trainable_variables"])
+        == len(encoder.trainable_weights)
+    )
     assert np.abs(results["encoder_after"] - results["encoder_before"]).max() > 1e-3, "fit did not train the encoder"
     assert float(results["difference_training_True"]) > 1e-3 and float(results["difference_training_False"]) == 0.0
     np.testing.assert_allclose(results["reloaded"], results["predictions"], atol=1e-6)
@@ -268,7 +327,8 @@ def test_hub_tutorials_fine_tune_save_reload_and_serve(tmp_path, tutorial_pair):
     np.testing.assert_allclose(served["classifier"], results["predictions"], atol=1e-5)
 
     packed = preprocessor.bert_pack_inputs(
-        [preprocessor.tokenize(tf.constant(segment)) for segment in PAIRS], seq_length=64)
+        [preprocessor.tokenize(tf.constant(segment)) for segment in PAIRS], seq_length=64
+    )
     np.testing.assert_array_equal(results["glue_word_ids"], packed["input_word_ids"])
     np.testing.assert_array_equal(results["glue_type_ids"], packed["input_type_ids"])
     np.testing.assert_array_equal(results["glue_mask"], packed["input_mask"])
@@ -295,8 +355,9 @@ def test_minilm_hub_pair_matches_hugging_face(tmp_path, minilm_dir):
         outputs = encoder(packed)
         np.testing.assert_allclose(outputs["pooled_output"], ref["pooled_output"][rows], atol=1e-5)
         mask = ref["input_mask"][rows].astype(bool)
-        np.testing.assert_allclose(outputs["sequence_output"].numpy()[mask], ref["sequence_output"][rows][mask],
-                                   atol=2e-5)
+        np.testing.assert_allclose(
+            outputs["sequence_output"].numpy()[mask], ref["sequence_output"][rows][mask], atol=2e-5
+        )
 
 
 def test_keras3_tfsm_layer_runs_the_encoder_for_inference(tutorial_pair):
@@ -307,10 +368,12 @@ def test_keras3_tfsm_layer_runs_the_encoder_for_inference(tutorial_pair):
     assert len(layer.trainable_weights) == len(encoder.trainable_weights)
     inputs = preprocessor(tf.constant(["the quick brown fox", "bad"]))
     np.testing.assert_allclose(layer(inputs)["pooled_output"], encoder(inputs)["pooled_output"], atol=1e-5)
-    np.testing.assert_array_equal(layer(inputs, training=True)["pooled_output"],
-                                  layer(inputs, training=True)["pooled_output"])
+    np.testing.assert_array_equal(
+        layer(inputs, training=True)["pooled_output"], layer(inputs, training=True)["pooled_output"]
+    )
     with pytest.raises(TypeError, match="positional"):  # signatures take keyword arguments only
         keras.layers.TFSMLayer(str(path), call_endpoint="serving_default")(inputs)
     preprocess = keras.layers.TFSMLayer(str(preprocess_path), call_endpoint="__call__")
-    np.testing.assert_array_equal(preprocess(tf.constant(["the quick brown fox", "bad"]))["input_word_ids"],
-                                  inputs["input_word_ids"])
+    np.testing.assert_array_equal(
+        preprocess(tf.constant(["the quick brown fox", "bad"]))["input_word_ids"], inputs["input_word_ids"]
+    )

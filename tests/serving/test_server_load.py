@@ -9,15 +9,32 @@ import time
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
 from bert_keras.serving import export
 from bert_keras.serving.client import ServingClient
-from bert_keras.serving.session import ServingError, SessionPredictor, make_request
+from bert_keras.serving.session import ServingError, make_request
 
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "quick", "brown", "fox", "##es",
-         "jump", "##s", ",", ".", "!", "a", "b", "c"]
+VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "##es",
+    "jump",
+    "##s",
+    ",",
+    ".",
+    "!",
+    "a",
+    "b",
+    "c",
+]
 LIMIT = 1 << 20  # max_request_bytes of the server under test
 BODY = json.dumps({"instances": [{"text": "the quick brown fox"}, {"text": "a b c!"}]}).encode()
 
@@ -26,13 +43,20 @@ BODY = json.dumps({"instances": [{"text": "the quick brown fox"}, {"text": "a b 
 def server(tmp_path_factory):
     from bert_keras.serving.local_server import LocalModelServer
 
-    config = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
     preprocessor = BertPreprocessor(BertTokenizer(VOCAB), seq_length=None, max_seq_length=64)
     base = tmp_path_factory.mktemp("load")
     export.export_for_serving(BertEncoder(config), preprocessor, base, version=1)
-    server = LocalModelServer(base, name="tiny", grpc_port=0, rest_port=0, max_request_bytes=LIMIT,
-                              max_batch_rows=64, request_timeout=2.0).start()
+    server = LocalModelServer(
+        base, name="tiny", grpc_port=0, rest_port=0, max_request_bytes=LIMIT, max_batch_rows=64, request_timeout=2.0
+    ).start()
     yield server
     server.stop()
 
@@ -75,16 +99,19 @@ def test_an_oversized_body_is_refused_unread(server):
     size = 50 * LIMIT
     with socket.create_connection(("127.0.0.1", server.rest_port), timeout=30) as sock:
         began = time.monotonic()
-        sock.sendall(b"POST /v1/models/tiny:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n" % size + b"{" * 1000)
+        sock.sendall(
+            b"POST /v1/models/tiny:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % size + b"{" * 1000
+        )
         reply = sock.recv(65536)
         elapsed = time.monotonic() - began
         while chunk := sock.recv(65536):  # the rest of the answer, until the server closes
             reply += chunk
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 413"), reply[:200]
-    assert f"Request body of {size} bytes is larger than the server's limit of {LIMIT} bytes" in \
-        json.loads(body)["error"]
+    assert (
+        f"Request body of {size} bytes is larger than the server's limit of {LIMIT} bytes" in json.loads(body)["error"]
+    )
     assert elapsed < 5
     # A whole oversized body sent by a normal client: it gets the answer too, not a reset.
     status, document = post(server.rest_port, b" " * (3 * LIMIT))
@@ -95,8 +122,9 @@ def test_an_oversized_body_is_refused_unread(server):
 def test_an_oversized_chunked_body_is_cut_off(server):
     connection = http.client.HTTPConnection("127.0.0.1", server.rest_port, timeout=30)
     chunks = (b" " * (256 << 10) for _ in range(16))  # 4 MiB in 256 KiB chunks
-    connection.request("POST", "/v1/models/tiny:predict", body=chunks, encode_chunked=True,
-                       headers={"Transfer-Encoding": "chunked"})
+    connection.request(
+        "POST", "/v1/models/tiny:predict", body=chunks, encode_chunked=True, headers={"Transfer-Encoding": "chunked"}
+    )
     reply = connection.getresponse()
     assert reply.status == 413 and "larger than the server's limit" in json.loads(reply.read())["error"]
 
@@ -110,7 +138,7 @@ def test_grpc_oversized_request_is_resource_exhausted(server):
 
 def test_a_stalled_request_is_dropped_and_others_are_served(server):
     with socket.create_connection(("127.0.0.1", server.rest_port), timeout=30) as stalled:
-        stalled.sendall(b"POST /v1/models/tiny:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"in")
+        stalled.sendall(b'POST /v1/models/tiny:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"in')
         began = time.monotonic()
         assert post(server.rest_port, BODY)[0] == 200  # served meanwhile
         reply = stalled.recv(65536)
@@ -136,8 +164,12 @@ def test_a_large_batch_runs_in_slices_with_the_same_answers(server):
     for key in whole:
         assert sliced[key].shape == whole[key].shape, key
         tokens = whole[key].ndim > 1 and whole[key].shape[1] == mask.shape[1]
-        np.testing.assert_allclose(sliced[key][mask] if tokens else sliced[key],
-                                   whole[key][mask] if tokens else whole[key], atol=1e-5, err_msg=key)
+        np.testing.assert_allclose(
+            sliced[key][mask] if tokens else sliced[key],
+            whole[key][mask] if tokens else whole[key],
+            atol=1e-5,
+            err_msg=key,
+        )
     # ...and the served answer is that one.
     rows = ServingClient("127.0.0.1", model="tiny", rest_port=server.rest_port, timeout=120).predict_rest(text=texts)
     np.testing.assert_allclose([row["pooled_output"] for row in rows], whole["pooled_output"], atol=1e-5)

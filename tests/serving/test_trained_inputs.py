@@ -7,14 +7,12 @@ import json
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from conftest import DATA, require
 
 from bert_keras import BertConfig, BertEncoder
 from bert_keras.serving.client import ServingClient
 from bert_keras.serving.session import ServingError, SessionPredictor, make_request
 from pipelines.cli import main as cli
-
-from conftest import DATA, require
 
 MRPC = DATA / "glue" / "MRPC"
 FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures"
@@ -32,15 +30,42 @@ def mrpc_run(tmp_path_factory):
     init = base / "encoder.keras"
     BertEncoder(BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1)).save(init)
     out = base / "run"
-    assert cli(["finetune", "glue", "--task", "mrpc", "--data-dir", str(data), "--output-dir", str(out),
-                "--init", str(init), "--vocab", str(require(DATA / "vocab" / "vocab.txt")),
-                "--batch-size", "8", "--epochs", "1", "--max-train-steps", "2", "--verbose", "0",
-                "--max-seq-length", "64"]) == 0
+    assert (
+        cli(
+            [
+                "finetune",
+                "glue",
+                "--task",
+                "mrpc",
+                "--data-dir",
+                str(data),
+                "--output-dir",
+                str(out),
+                "--init",
+                str(init),
+                "--vocab",
+                str(require(DATA / "vocab" / "vocab.txt")),
+                "--batch-size",
+                "8",
+                "--epochs",
+                "1",
+                "--max-train-steps",
+                "2",
+                "--verbose",
+                "0",
+                "--max-seq-length",
+                "64",
+            ]
+        )
+        == 0
+    )
     return out / "best.keras"
 
 
-PAIRS = {"text_a": ["The cat sat on the mat.", "Stocks fell sharply on Monday."],
-         "text_b": ["A cat was sitting on the mat.", "Shares rose on Tuesday."]}
+PAIRS = {
+    "text_a": ["The cat sat on the mat.", "Stocks fell sharply on Monday."],
+    "text_b": ["A cat was sitting on the mat.", "Shares rose on Tuesday."],
+}
 
 
 def test_pair_model_records_exports_and_serves_its_text_inputs(mrpc_run, tmp_path, capsys):
@@ -51,8 +76,9 @@ def test_pair_model_records_exports_and_serves_its_text_inputs(mrpc_run, tmp_pat
     assert model.preprocessor.packer.max_seq_length == 64
     with pytest.raises(ValueError, match=r"trained on 2 text input\(s\) \['text_a', 'text_b'\]; got 1"):
         model.predict(np.array(PAIRS["text_a"], dtype=object), verbose=0)
-    expected = model.predict((np.array(PAIRS["text_a"], dtype=object), np.array(PAIRS["text_b"], dtype=object)),
-                             verbose=0)
+    expected = model.predict(
+        (np.array(PAIRS["text_a"], dtype=object), np.array(PAIRS["text_b"], dtype=object)), verbose=0
+    )
 
     assert cli(["export", str(mrpc_run), "--out", str(tmp_path / "mrpc")]) == 0  # no --segments, no --labels
     printed = capsys.readouterr()
@@ -69,12 +95,14 @@ def test_pair_model_records_exports_and_serves_its_text_inputs(mrpc_run, tmp_pat
 
     server = LocalModelServer(path.parent, name="mrpc", grpc_port=0, rest_port=0).start()
     try:
-        client = ServingClient("127.0.0.1", model="mrpc", grpc_port=server.grpc_port,
-                               rest_port=server.rest_port, timeout=30)
+        client = ServingClient(
+            "127.0.0.1", model="mrpc", grpc_port=server.grpc_port, rest_port=server.rest_port, timeout=30
+        )
         rows = client.predict_rest(**PAIRS)
         np.testing.assert_allclose([row["logits"] for row in rows], expected, atol=1e-5)
-        status, body = server.rest("POST", "/v1/models/mrpc:predict",
-                                   json.dumps({"instances": [{"text": "a single sentence"}]}).encode())
+        status, body = server.rest(
+            "POST", "/v1/models/mrpc:predict", json.dumps({"instances": [{"text": "a single sentence"}]}).encode()
+        )
         assert status == 400 and "error" in json.loads(body), body
         with pytest.raises(ServingError, match="INVALID_ARGUMENT"):
             client.predict(text=PAIRS["text_a"])
@@ -86,8 +114,25 @@ def test_pair_model_records_exports_and_serves_its_text_inputs(mrpc_run, tmp_pat
         import smoke
 
         for protocol in ("grpc", "rest"):
-            assert smoke.main(["--model", "mrpc", "--protocol", protocol, "--grpc-port", str(server.grpc_port),
-                               "--rest-port", str(server.rest_port), "--requests", "2", "--concurrency", "1"]) == 0
+            assert (
+                smoke.main(
+                    [
+                        "--model",
+                        "mrpc",
+                        "--protocol",
+                        protocol,
+                        "--grpc-port",
+                        str(server.grpc_port),
+                        "--rest-port",
+                        str(server.rest_port),
+                        "--requests",
+                        "2",
+                        "--concurrency",
+                        "1",
+                    ]
+                )
+                == 0
+            )
         printed = capsys.readouterr().out
         assert printed.count("serving_default inputs: text_a, text_b") == 2 and " 0 failed" in printed
     finally:
@@ -102,7 +147,8 @@ def test_segments_that_contradict_the_training_are_warned_about(mrpc_run, tmp_pa
     (warning,) = [w for w in caught if "text inputs" in str(w.message)]
     assert warning_line(warning.message, warning.category, warning.filename, warning.lineno) == (
         "bert-keras: warning: serving text inputs ['text']: a different number of text inputs than the "
-        "model was trained on (['text_a', 'text_b'])\n")
+        "model was trained on (['text_a', 'text_b'])\n"
+    )
 
 
 def test_models_saved_before_the_record_export_as_before(tmp_path):
@@ -119,12 +165,19 @@ def test_fit_records_the_segments_and_the_config_keeps_them():
     from bert_keras import BertClassifier, BertPreprocessor, BertTokenizer
 
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]
-    config = BertConfig(vocab_size=len(vocab), hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=16, max_position_embeddings=16)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        max_position_embeddings=16,
+    )
     model = BertClassifier(BertEncoder(config), 2, preprocessor=BertPreprocessor(BertTokenizer(vocab), seq_length=8))
     model.compile()
-    model.fit({"question": np.array(["a b", "b"]), "answer": np.array(["a", "b a"])}, np.array([0, 1]),
-              epochs=1, verbose=0)
+    model.fit(
+        {"question": np.array(["a b", "b"]), "answer": np.array(["a", "b a"])}, np.array([0, 1]), epochs=1, verbose=0
+    )
     assert model.segments == ("question", "answer")
     restored = BertClassifier.from_config(model.get_config())
     assert restored.segments == ("question", "answer")
@@ -169,11 +222,30 @@ def test_check_vocabulary_names_both_files(vocabularies, minilm_dir):
 def test_commands_refuse_a_vocab_that_is_not_the_checkpoint_s(command, vocabularies, minilm_dir, tmp_path, capsys):
     if command == "finetune":
         (tmp_path / "train.tsv").write_text("text\tlabel\na\t0\nb\t1\n")
-        argv = ["finetune", "tsv", "--train", str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "train.tsv"),
-                "--output-dir", str(tmp_path / "out")]
+        argv = [
+            "finetune",
+            "tsv",
+            "--train",
+            str(tmp_path / "train.tsv"),
+            "--dev",
+            str(tmp_path / "train.tsv"),
+            "--output-dir",
+            str(tmp_path / "out"),
+        ]
     elif command == "pretrain":
-        argv = ["pretrain", "--config", "tiny", "--corpus", str(require(DATA / "pretraining" / "sample_text.txt")),
-                "--output", str(tmp_path / "out"), "--steps", "2", "--checkpoint-every", "1"]
+        argv = [
+            "pretrain",
+            "--config",
+            "tiny",
+            "--corpus",
+            str(require(DATA / "pretraining" / "sample_text.txt")),
+            "--output",
+            str(tmp_path / "out"),
+            "--steps",
+            "2",
+            "--checkpoint-every",
+            "1",
+        ]
     else:
         (tmp_path / "lines.txt").write_text("a line\n")
         argv = ["extract-features", "--input", str(tmp_path / "lines.txt"), "--output", str(tmp_path / "f.jsonl")]

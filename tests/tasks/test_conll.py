@@ -4,11 +4,10 @@ hand-computed cases, first-piece labels, and a tiny `finetune conll` run."""
 import json
 
 import pytest
+from conftest import DATA, require
 
 from bert_keras.tasks.conll import LABELS, conlleval, iob1_to_iob2, read_conll
 from pipelines.cli import main as cli
-
-from conftest import DATA, require
 
 CONLL = DATA / "conll2003"
 
@@ -35,7 +34,14 @@ def test_first_sentences_and_iob2_conversion_on_the_real_file():
 def test_iob1_to_iob2():
     # IOB1 uses B- only where an entity directly follows one of the same type.
     assert iob1_to_iob2(["I-PER", "I-PER", "B-PER", "O", "I-LOC", "I-ORG", "I-ORG"]) == [
-        "B-PER", "I-PER", "B-PER", "O", "B-LOC", "B-ORG", "I-ORG"]
+        "B-PER",
+        "I-PER",
+        "B-PER",
+        "O",
+        "B-LOC",
+        "B-ORG",
+        "I-ORG",
+    ]
 
 
 def test_reader_reports_malformed_lines(tmp_path):
@@ -99,19 +105,42 @@ def test_finetune_conll_end_to_end_tiny(tmp_path, capsys):
     init = tmp_path / "encoder.keras"
     BertEncoder(BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1)).save(init)
     out = tmp_path / "run"
-    assert cli(["finetune", "conll", "--data-dir", str(data), "--output-dir", str(out), "--init", str(init),
-                "--vocab", str(vocab), "--batch-size", "4", "--epochs", "1", "--verbose", "0"]) == 0
+    assert (
+        cli(
+            [
+                "finetune",
+                "conll",
+                "--data-dir",
+                str(data),
+                "--output-dir",
+                str(out),
+                "--init",
+                str(init),
+                "--vocab",
+                str(vocab),
+                "--batch-size",
+                "4",
+                "--epochs",
+                "1",
+                "--verbose",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert "CoNLL-2003: " in capsys.readouterr().out
     history = json.loads((out / "eval_results.json").read_text())
     gold = read_conll(data / "eng.testa")
     # predictions.txt is `word gold predicted` of the kept model, a blank line after each sentence.
     model = keras.saving.load_model(out / "best.keras")
     predicted = predict_tags(model, gold, 64)
-    expected = "".join("".join(f"{w} {g} {p}\n" for w, g, p in zip(s.words, s.tags, tags)) + "\n"
-                       for s, tags in zip(gold, predicted))
+    expected = "".join(
+        "".join(f"{w} {g} {p}\n" for w, g, p in zip(s.words, s.tags, tags)) + "\n" for s, tags in zip(gold, predicted)
+    )
     assert (out / "predictions.txt").read_text() == expected
     assert all(tag in LABELS for tags in predicted for tag in tags)
     # The reported scores are conlleval's on those predictions.
     scores = conlleval([s.tags for s in gold], predicted)
     assert {k: history[0][k] for k in ("precision", "recall", "f1", "accuracy")} == pytest.approx(
-        {k: scores[k] for k in ("precision", "recall", "f1", "accuracy")})
+        {k: scores[k] for k in ("precision", "recall", "f1", "accuracy")}
+    )

@@ -6,12 +6,11 @@ import json
 
 import numpy as np
 import pytest
+from conftest import DATA, REFERENCE, require
 
 from bert_keras import BertEncoder
 from bert_keras.tasks.feature_extractor import BertFeatureExtractor
 from pipelines.cli import main as cli
-
-from conftest import DATA, REFERENCE, require
 
 ATOL = 2e-4
 
@@ -40,8 +39,25 @@ def test_extract_features_writes_the_original_json_lines(minilm_dir, reference, 
     source = tmp_path / "input.txt"
     source.write_text("".join(t["text_a"] + (f" ||| {t['text_b']}" if t["text_b"] else "") + "\n" for t in texts))
     output = tmp_path / "features.jsonl"
-    assert cli(["extract-features", "--input", str(source), "--output", str(output), "--layers=-1,-3",
-                "--max-seq-length", "128", "--batch-size", "5", "--pooling", "mean"]) == 0
+    assert (
+        cli(
+            [
+                "extract-features",
+                "--input",
+                str(source),
+                "--output",
+                str(output),
+                "--layers=-1,-3",
+                "--max-seq-length",
+                "128",
+                "--batch-size",
+                "5",
+                "--pooling",
+                "mean",
+            ]
+        )
+        == 0
+    )
     assert "wrote features of 12 inputs (2 layers)" in capsys.readouterr().out
     lines = [json.loads(line) for line in output.read_text().splitlines()]
     assert [line["linex_index"] for line in lines] == list(range(12))
@@ -53,10 +69,12 @@ def test_extract_features_writes_the_original_json_lines(minilm_dir, reference, 
         assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
         for feature, position in zip(line["features"], range(length)):
             assert [layer["index"] for layer in feature["layers"]] == [-1, -3]
-            np.testing.assert_allclose(feature["layers"][0]["values"], reference["sequence_output"][index, position],
-                                       atol=ATOL)
-            np.testing.assert_allclose(feature["layers"][1]["values"],
-                                       reference["encoder_outputs"][3, index, position], atol=ATOL)
+            np.testing.assert_allclose(
+                feature["layers"][0]["values"], reference["sequence_output"][index, position], atol=ATOL
+            )
+            np.testing.assert_allclose(
+                feature["layers"][1]["values"], reference["encoder_outputs"][3, index, position], atol=ATOL
+            )
         # Values are rounded to 6 decimals, as the original writes them.
         assert all(round(v, 6) == v for v in line["features"][0]["layers"][0]["values"])
         mean = reference["sequence_output"][index, :length].mean(0)
@@ -66,8 +84,21 @@ def test_extract_features_writes_the_original_json_lines(minilm_dir, reference, 
 def test_extract_features_reports_bad_arguments(tmp_path, capsys):
     source = tmp_path / "input.txt"
     source.write_text("a ||| b ||| c\n")
-    assert cli(["extract-features", "--input", str(source), "--output", str(tmp_path / "o"),
-                "--init", "random-nonexistent", "--layers=-1"]) == 2
+    assert (
+        cli(
+            [
+                "extract-features",
+                "--input",
+                str(source),
+                "--output",
+                str(tmp_path / "o"),
+                "--init",
+                "random-nonexistent",
+                "--layers=-1",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "input.txt:1: more than one ' ||| ' separator" in err
     source.write_text("a\n")

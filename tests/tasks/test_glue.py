@@ -6,14 +6,21 @@ import json
 import keras
 import numpy as np
 import pytest
+from conftest import DATA, require
 
 from bert_keras.tasks.glue import (
-    TASKS, accuracy, average_ranks, f1, glue_metrics, matthews_corrcoef, pearson, read_split, spearman,
+    TASKS,
+    accuracy,
+    average_ranks,
+    f1,
+    glue_metrics,
+    matthews_corrcoef,
+    pearson,
+    read_split,
+    spearman,
     write_submission,
 )
 from pipelines.cli import main as cli
-
-from conftest import DATA, require
 
 GLUE = DATA / "glue"
 
@@ -26,12 +33,31 @@ GLUE = DATA / "glue"
         ("cola", "CoLA", "train", 8551, "Our friends won't buy this analysis, let alone the next one we propose.", 1),
         ("cola", "CoLA", "dev", 1043, "The sailors rode the breeze clear of the rocks.", 1),
         ("rte", "RTE", "train", 2490, "No Weapons of Mass Destruction Found in Iraq Yet.", 1),
-        ("rte", "RTE", "dev", 277, "Dana Reeve, the widow of the actor Christopher Reeve, has died of lung cancer "
-         "at age 44, according to the Christopher Reeve Foundation.", 1),
-        ("mrpc", "MRPC", "train", 3668, 'Amrozi accused his brother, whom he called "the witness", of deliberately '
-         "distorting his evidence.", 1),
-        ("mrpc", "MRPC", "dev", 408, "He said the foodservice pie business doesn't fit the company's long-term "
-         "growth strategy.", 1),
+        (
+            "rte",
+            "RTE",
+            "dev",
+            277,
+            "Dana Reeve, the widow of the actor Christopher Reeve, has died of lung cancer "
+            "at age 44, according to the Christopher Reeve Foundation.",
+            1,
+        ),
+        (
+            "mrpc",
+            "MRPC",
+            "train",
+            3668,
+            'Amrozi accused his brother, whom he called "the witness", of deliberately distorting his evidence.',
+            1,
+        ),
+        (
+            "mrpc",
+            "MRPC",
+            "dev",
+            408,
+            "He said the foodservice pie business doesn't fit the company's long-term growth strategy.",
+            1,
+        ),
     ],
 )
 def test_reader_parses_every_row_of_the_real_files(task, folder, split, rows, first, label):
@@ -45,31 +71,49 @@ def test_reader_parses_every_row_of_the_real_files(task, folder, split, rows, fi
 def test_real_mrpc_keeps_bare_quotes_and_reads_the_test_file():
     dev = read_split(require(GLUE / "MRPC" / "dev.tsv"), "mrpc")
     # The BOM is gone from the header and a leading '"' is text, not CSV quoting.
-    assert dev.texts[1][0] == "\"The foodservice pie business does not fit our long-term growth strategy."
+    assert dev.texts[1][0] == '"The foodservice pie business does not fit our long-term growth strategy.'
     test = read_split(GLUE / "MRPC" / "test.tsv", "mrpc", test=True)
     assert len(test) == 1725 and test.labels is None and test.guids[:2] == ["0", "1"]
     assert test.texts[0][0].startswith("PCCW's chief operating officer")
 
 
 LAYOUTS = {
-    "sts-b": ("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore",
-              "0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\tA plane is taking off.\tAn air plane is taking off.\t5.000",
-              ("A plane is taking off.", "An air plane is taking off."), 5.0),
-    "qqp": ("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
-            "133273\t213221\t213222\tHow is the life of a math student?\tWhich level of prepration is enough?\t0",
-            ("How is the life of a math student?", "Which level of prepration is enough?"), 0),
-    "mnli": ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse"
-             "\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label",
-             "0\t31193\t31193n\tgovernment\t( ( x ) )\t( y )\t(ROOT x)\t(ROOT y)\tConceptually cream skimming has "
-             "two basic dimensions.\tProduct and geography are what make cream skimming work. \tneutral\tneutral",
-             ("Conceptually cream skimming has two basic dimensions.",
-              "Product and geography are what make cream skimming work. "), 2),
-    "qnli": ("index\tquestion\tsentence\tlabel",
-             "0\tWhen did the third Digimon series begin?\tUnlike the two seasons before it, ...\tnot_entailment",
-             ("When did the third Digimon series begin?", "Unlike the two seasons before it, ..."), 1),
-    "wnli": ("index\tsentence1\tsentence2\tlabel",
-             "0\tI stuck a pin through a carrot.\tThe carrot has a hole.\t1",
-             ("I stuck a pin through a carrot.", "The carrot has a hole."), 1),
+    "sts-b": (
+        "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore",
+        "0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\t"
+        "A plane is taking off.\tAn air plane is taking off.\t5.000",
+        ("A plane is taking off.", "An air plane is taking off."),
+        5.0,
+    ),
+    "qqp": (
+        "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
+        "133273\t213221\t213222\tHow is the life of a math student?\tWhich level of prepration is enough?\t0",
+        ("How is the life of a math student?", "Which level of prepration is enough?"),
+        0,
+    ),
+    "mnli": (
+        "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse"
+        "\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label",
+        "0\t31193\t31193n\tgovernment\t( ( x ) )\t( y )\t(ROOT x)\t(ROOT y)\tConceptually cream skimming has "
+        "two basic dimensions.\tProduct and geography are what make cream skimming work. \tneutral\tneutral",
+        (
+            "Conceptually cream skimming has two basic dimensions.",
+            "Product and geography are what make cream skimming work. ",
+        ),
+        2,
+    ),
+    "qnli": (
+        "index\tquestion\tsentence\tlabel",
+        "0\tWhen did the third Digimon series begin?\tUnlike the two seasons before it, ...\tnot_entailment",
+        ("When did the third Digimon series begin?", "Unlike the two seasons before it, ..."),
+        1,
+    ),
+    "wnli": (
+        "index\tsentence1\tsentence2\tlabel",
+        "0\tI stuck a pin through a carrot.\tThe carrot has a hole.\t1",
+        ("I stuck a pin through a carrot.", "The carrot has a hole."),
+        1,
+    ),
 }
 
 
@@ -92,8 +136,10 @@ def test_malformed_lines_name_the_file_and_line(tmp_path):
     path.write_text("sentence\tlabel\ngood\t1\nbad\tnegative\n")
     with pytest.raises(ValueError, match=r"train.tsv:3: label 'negative' is not one of \['0', '1'\]"):
         read_split(path, "sst-2")
-    path.write_text("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
-                    "0\tg\tf\ty\t1\tn\tn\ta\tb\tfive\n")
+    path.write_text(
+        "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+        "0\tg\tf\ty\t1\tn\tn\ta\tb\tfive\n"
+    )
     with pytest.raises(ValueError, match=r"train.tsv:2: score 'five' is not a number"):
         read_split(path, "sts-b")
     with pytest.raises(FileNotFoundError, match="no TSV file"):
@@ -108,14 +154,14 @@ def test_metrics_on_hand_computed_cases():
     # tp 3, fn 1, fp 2, tn 2.
     assert accuracy(labels, predictions) == pytest.approx(5 / 8)
     assert f1(labels, predictions) == pytest.approx(6 / 9)
-    assert matthews_corrcoef(labels, predictions) == pytest.approx(4 / 240 ** 0.5)
+    assert matthews_corrcoef(labels, predictions) == pytest.approx(4 / 240**0.5)
     assert matthews_corrcoef(labels, [1] * 8) == 0.0
     assert f1([0, 0], [0, 0]) == 0.0
     x, y = [1, 2, 3, 4, 5], [2, 4, 5, 4, 5]
-    assert pearson(x, y) == pytest.approx(6 / 60 ** 0.5)
+    assert pearson(x, y) == pytest.approx(6 / 60**0.5)
     np.testing.assert_array_equal(average_ranks(y), [1, 2.5, 4.5, 2.5, 4.5])
-    assert spearman(x, y) == pytest.approx(7 / 90 ** 0.5)
-    assert glue_metrics("cola", labels, predictions)["mcc"] == pytest.approx(4 / 240 ** 0.5)
+    assert spearman(x, y) == pytest.approx(7 / 90**0.5)
+    assert glue_metrics("cola", labels, predictions)["mcc"] == pytest.approx(4 / 240**0.5)
     assert set(glue_metrics("mrpc", labels, predictions)) == {"accuracy", "f1"}
     assert set(glue_metrics("sts-b", x, y)) == {"pearson", "spearman"}
     with pytest.raises(ValueError, match="non-empty 1-D"):
@@ -135,8 +181,17 @@ def test_submission_format(tmp_path):
     assert (tmp_path / "MNLI-m.tsv").read_text() == "index\tprediction\n0\tneutral\n1\tcontradiction\n2\tentailment\n"
     write_submission(tmp_path / "STS-B.tsv", "sts-b", ["0"], [3.14159])
     assert (tmp_path / "STS-B.tsv").read_text() == "index\tprediction\n0\t3.142\n"
-    assert {task.name for task in TASKS.values()} >= {"CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI",
-                                                       "RTE", "WNLI"}
+    assert {task.name for task in TASKS.values()} >= {
+        "CoLA",
+        "SST-2",
+        "MRPC",
+        "STS-B",
+        "QQP",
+        "MNLI",
+        "QNLI",
+        "RTE",
+        "WNLI",
+    }
 
 
 def test_finetune_glue_end_to_end_on_a_few_sst2_rows(tmp_path, capsys):
@@ -149,14 +204,40 @@ def test_finetune_glue_end_to_end_on_a_few_sst2_rows(tmp_path, capsys):
     data.mkdir()
     (data / "train.tsv").write_text("\n".join(lines[:25]) + "\n")
     (data / "dev.tsv").write_text("\n".join(lines[:1] + lines[25:37]) + "\n")
-    (data / "test.tsv").write_text("index\tsentence\n" + "".join(f"{i}\t{lines[40 + i].split(chr(9))[0]}\n"
-                                                                     for i in range(5)))
+    (data / "test.tsv").write_text(
+        "index\tsentence\n" + "".join(f"{i}\t{lines[40 + i].split(chr(9))[0]}\n" for i in range(5))
+    )
     init = tmp_path / "encoder.keras"
     BertEncoder(BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1)).save(init)
     out = tmp_path / "run"
-    assert cli(["finetune", "glue", "--task", "sst-2", "--data-dir", str(data), "--output-dir", str(out),
-                "--init", str(init), "--vocab", str(vocab), "--batch-size", "8", "--epochs", "2",
-                "--max-train-steps", "4", "--verbose", "0", "--predict-test"]) == 0
+    assert (
+        cli(
+            [
+                "finetune",
+                "glue",
+                "--task",
+                "sst-2",
+                "--data-dir",
+                str(data),
+                "--output-dir",
+                str(out),
+                "--init",
+                str(init),
+                "--vocab",
+                str(vocab),
+                "--batch-size",
+                "8",
+                "--epochs",
+                "2",
+                "--max-train-steps",
+                "4",
+                "--verbose",
+                "0",
+                "--predict-test",
+            ]
+        )
+        == 0
+    )
     stdout = capsys.readouterr().out
     assert "SST-2: 24 training examples, 12 in dev.tsv" in stdout
     assert "training 4 steps (2 epoch(s) of 2)" in stdout
@@ -175,10 +256,13 @@ def test_finetune_glue_end_to_end_on_a_few_sst2_rows(tmp_path, capsys):
     test = read_split(data / "test.tsv", "sst-2", test=True)
     expected = model.predict(np.array(test.texts[0], dtype=object), verbose=0).argmax(-1)
     assert (out / "SST-2.tsv").read_text().splitlines() == ["index\tprediction"] + [
-        f"{guid}\t{label}" for guid, label in zip(test.guids, expected)]
+        f"{guid}\t{label}" for guid, label in zip(test.guids, expected)
+    ]
 
 
 def test_finetune_glue_reports_bad_input_clearly(tmp_path, capsys):
-    assert cli(["finetune", "glue", "--task", "nope", "--data-dir", str(tmp_path),
-                "--output-dir", str(tmp_path / "o")]) == 2
+    assert (
+        cli(["finetune", "glue", "--task", "nope", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "o")])
+        == 2
+    )
     assert "unknown GLUE task 'nope'" in capsys.readouterr().err

@@ -5,6 +5,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import DATA, require
+from harness import run_serialization_test
 
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
 from bert_keras.tasks.classifier import BertClassifier
@@ -13,12 +15,13 @@ from bert_keras.tasks.multiple_choice import BertMultipleChoice
 from bert_keras.tasks.span_labeler import BertSpanLabeler
 from bert_keras.tasks.token_classifier import IGNORE_LABEL, BertTokenClassifier
 
-from conftest import DATA, require
-from harness import run_serialization_test
-
 TINY = BertConfig(
-    vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-    intermediate_size=64, max_position_embeddings=64,
+    vocab_size=30522,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
 )
 
 
@@ -124,9 +127,7 @@ def test_token_classifier_labels_the_first_piece_of_each_word(preprocessor):
         inputs["input_word_ids"].numpy(),
         [[101, 7327, 19164, 14477, 20961, 3468, 2655, 102], [101, 7592, 2088, 102, 0, 0, 0, 0]],
     )
-    np.testing.assert_array_equal(
-        targets.numpy(), [[-1, 1, 0, 2, -1, -1, 0, -1], [-1, 3, 4, -1, -1, -1, -1, -1]]
-    )
+    np.testing.assert_array_equal(targets.numpy(), [[-1, 1, 0, 2, -1, -1, 0, -1], [-1, 3, 4, -1, -1, -1, -1, -1]])
     _, positions = model.word_start_positions(words)
     assert positions.to_list() == [[1, 2, 3, 6], [1, 2]]
     logits = model(inputs)

@@ -34,8 +34,10 @@ def test_conlleval_equals_the_perl_script_on_a_crafted_file():
     assert result["precision"] == pytest.approx(5 / 13) and result["recall"] == pytest.approx(5 / 12)
     # perl: "accuracy:  71.43%; precision:  38.46%; recall:  41.67%; FB1:  40.00"
     assert round(100 * result["accuracy"], 2) == 71.43 and round(100 * result["f1"], 2) == 40.00
-    per_type = {kind: tuple(round(100 * s[m], 2) for m in ("precision", "recall", "f1"))
-                for kind, s in result["per_type"].items()}
+    per_type = {
+        kind: tuple(round(100 * s[m], 2) for m in ("precision", "recall", "f1"))
+        for kind, s in result["per_type"].items()
+    }
     assert per_type == {  # perl's per-type lines
         "LOC": (20.00, 20.00, 20.00),
         "MISC": (33.33, 33.33, 33.33),
@@ -44,20 +46,55 @@ def test_conlleval_equals_the_perl_script_on_a_crafted_file():
     }
 
 
-SQUAD_DATASET = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "x", "qas": [
-    {"id": "a", "question": "q", "answers": [{"text": "the Denver Broncos", "answer_start": 0},
-                                             {"text": "Denver Broncos", "answer_start": 0}]},
-    {"id": "b", "question": "q", "answers": [{"text": "Santa Clara, California", "answer_start": 0}]},
-    {"id": "c", "question": "q", "answers": [{"text": "gold coin", "answer_start": 0},
-                                             {"text": "a gold coin!", "answer_start": 0}]},
-    {"id": "d", "question": "q", "answers": [{"text": "Über café", "answer_start": 0}]},
-    {"id": "e", "question": "q", "answers": [{"text": "the the the", "answer_start": 0}]},
-    {"id": "f", "question": "q", "answers": [{"text": "Levi's Stadium", "answer_start": 0}]},
-    {"id": "g", "question": "q", "answers": [{"text": "1 2 2 3", "answer_start": 0}]},
-]}]}]}
+SQUAD_DATASET = {
+    "version": "1.1",
+    "data": [
+        {
+            "title": "t",
+            "paragraphs": [
+                {
+                    "context": "x",
+                    "qas": [
+                        {
+                            "id": "a",
+                            "question": "q",
+                            "answers": [
+                                {"text": "the Denver Broncos", "answer_start": 0},
+                                {"text": "Denver Broncos", "answer_start": 0},
+                            ],
+                        },
+                        {
+                            "id": "b",
+                            "question": "q",
+                            "answers": [{"text": "Santa Clara, California", "answer_start": 0}],
+                        },
+                        {
+                            "id": "c",
+                            "question": "q",
+                            "answers": [
+                                {"text": "gold coin", "answer_start": 0},
+                                {"text": "a gold coin!", "answer_start": 0},
+                            ],
+                        },
+                        {"id": "d", "question": "q", "answers": [{"text": "Über café", "answer_start": 0}]},
+                        {"id": "e", "question": "q", "answers": [{"text": "the the the", "answer_start": 0}]},
+                        {"id": "f", "question": "q", "answers": [{"text": "Levi's Stadium", "answer_start": 0}]},
+                        {"id": "g", "question": "q", "answers": [{"text": "1 2 2 3", "answer_start": 0}]},
+                    ],
+                }
+            ],
+        }
+    ],
+}
 # "f" is unanswered (scores 0, still counted); "e" normalises to "" on both sides.
-SQUAD_PREDICTIONS = {"a": "Denver Broncos.", "b": "Clara California in the bay", "c": "the gold",
-                     "d": "über CAFÉ", "e": "", "g": "2 2 2 1"}
+SQUAD_PREDICTIONS = {
+    "a": "Denver Broncos.",
+    "b": "Clara California in the bay",
+    "c": "the gold",
+    "d": "über CAFÉ",
+    "e": "",
+    "g": "2 2 2 1",
+}
 
 
 def test_squad_em_f1_equal_the_official_v1_1_script(tmp_path):
@@ -74,12 +111,15 @@ def test_glue_classification_metrics_against_scipy():
     rng = np.random.default_rng(1)
     labels = rng.integers(0, 2, 300)
     predictions = np.where(rng.random(300) < 0.7, labels, 1 - labels)
-    assert matthews_corrcoef(labels, predictions) == pytest.approx(stats.pearsonr(labels, predictions).statistic,
-                                                                   abs=1e-12)
+    assert matthews_corrcoef(labels, predictions) == pytest.approx(
+        stats.pearsonr(labels, predictions).statistic, abs=1e-12
+    )
     assert accuracy(labels, predictions) == pytest.approx(np.mean(labels == predictions))
     # F1 of class 1: the harmonic mean of precision and recall (scipy.stats.hmean).
     tp = np.sum((labels == 1) & (predictions == 1))
     expected = stats.hmean([tp / np.sum(predictions == 1), tp / np.sum(labels == 1)])
     assert f1(labels, predictions) == pytest.approx(expected, abs=1e-12)
-    assert glue_metrics("mrpc", labels, predictions) == {"accuracy": pytest.approx(accuracy(labels, predictions)),
-                                                         "f1": pytest.approx(expected, abs=1e-12)}
+    assert glue_metrics("mrpc", labels, predictions) == {
+        "accuracy": pytest.approx(accuracy(labels, predictions)),
+        "f1": pytest.approx(expected, abs=1e-12),
+    }

@@ -12,9 +12,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from fixture_models import TEXTS, fixture_weights, tiny_classifier, tiny_pretrainer
 
 from bert_keras import BertClassifier, BertPretrainer
-from fixture_models import TEXTS, fixture_weights, tiny_classifier, tiny_pretrainer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -28,8 +28,9 @@ def without_names(config):
     return config
 
 
-@pytest.mark.parametrize("name, build", [("classifier_v0.keras", tiny_classifier),
-                                         ("pretrainer_v0.keras", tiny_pretrainer)])
+@pytest.mark.parametrize(
+    "name, build", [("classifier_v0.keras", tiny_classifier), ("pretrainer_v0.keras", tiny_pretrainer)]
+)
 def test_old_keras_file_equals_the_same_model_built_today(name, build):
     loaded = keras.saving.load_model(FIXTURES / name)
     fresh = build()
@@ -40,8 +41,9 @@ def test_old_keras_file_equals_the_same_model_built_today(name, build):
         np.testing.assert_array_equal(stored, value)
     if isinstance(fresh, BertClassifier):
         inputs = loaded.preprocessor(tf.constant(TEXTS))
-        np.testing.assert_array_equal(inputs["input_word_ids"],
-                                      fresh.preprocessor(tf.constant(TEXTS))["input_word_ids"])
+        np.testing.assert_array_equal(
+            inputs["input_word_ids"], fresh.preprocessor(tf.constant(TEXTS))["input_word_ids"]
+        )
         texts = np.array(TEXTS)
         np.testing.assert_array_equal(loaded.predict(texts, verbose=0), fresh.predict(texts, verbose=0))
     else:

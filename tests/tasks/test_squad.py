@@ -4,15 +4,21 @@ cases; EM/F1 as the official scripts define them, on hand-computed cases."""
 
 import numpy as np
 import pytest
+from conftest import DATA, require
 
 from bert_keras import BertTokenizer
 from bert_keras.tasks.squad import (
-    Example, _max_context_window, decode, evaluate, exact_match, f1_score, make_features, normalize_answer,
+    Example,
+    _max_context_window,
+    decode,
+    evaluate,
+    exact_match,
+    f1_score,
+    make_features,
+    normalize_answer,
     read_squad,
 )
 from pipelines.squad import parse_slice
-
-from conftest import DATA, require
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +46,11 @@ def test_gold_positions_recover_the_gold_answers_of_the_whole_dev_file(tokenizer
     # answer that starts inside a word: "four" marked inside "fourth" by all three annotators,
     # which no WordPiece-level model can output.
     predictions, _, _ = decode(examples, features, starts, ends, max_answer_length=64)
-    missed = {e.qas_id: predictions[e.qas_id] for e in examples
-              if not max(exact_match(predictions[e.qas_id], a["text"]) for a in e.answers)}
+    missed = {
+        e.qas_id: predictions[e.qas_id]
+        for e in examples
+        if not max(exact_match(predictions[e.qas_id], a["text"]) for a in e.answers)
+    }
     assert list(missed.values()) == ["fourth"]
     assert evaluate(examples, predictions)["exact_match"] == pytest.approx(100 * 10569 / 10570)
     # The original's max_answer_length of 30 also drops the one longer (36-token) answer.
@@ -61,8 +70,7 @@ def test_articles_slice_for_the_benchmark_split():
 def test_max_context_window_by_hand():
     # 10 tokens, windows (start, length) (0,6) (3,6) (6,4); score min(left, right) + 0.01 * length.
     # Token 4: 1.06 in both of the first two windows, the first wins the tie.
-    np.testing.assert_array_equal(_max_context_window([(0, 6), (3, 6), (6, 4)], 10),
-                                  [0, 0, 0, 0, 0, 1, 1, 1, 2, 2])
+    np.testing.assert_array_equal(_max_context_window([(0, 6), (3, 6), (6, 4)], 10), [0, 0, 0, 0, 0, 1, 1, 1, 2, 2])
 
 
 def crafted(tokenizer, **options):
@@ -155,8 +163,10 @@ def test_evaluate_by_hand():
     result = evaluate(examples, {"a": "Denver", "b": "in Paris"})
     # a: F1 with "Denver Broncos" = 2 * 1 * 0.5 / 1.5 = 2/3; b: P 1/2, R 1 = 2/3.
     assert result["exact_match"] == 0.0 and result["f1"] == pytest.approx(100 * 2 / 3)
-    v2 = [Example("n", "q", "c", [], is_impossible=True),
-          Example("m", "q", "c", [{"text": "the", "answer_start": 0}, {"text": "Paris", "answer_start": 4}])]
+    v2 = [
+        Example("n", "q", "c", [], is_impossible=True),
+        Example("m", "q", "c", [{"text": "the", "answer_start": 0}, {"text": "Paris", "answer_start": 4}]),
+    ]
     # Gold answers that normalise to "" are dropped (for "m": only "Paris" counts).
     result = evaluate(v2, {"n": "", "m": ""}, version_2=True)
     assert result == {"exact_match": 50.0, "f1": 50.0}
@@ -175,10 +185,39 @@ def test_finetune_squad_end_to_end_tiny(tmp_path, capsys):
     init = tmp_path / "encoder.keras"
     BertEncoder(BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1)).save(init)
     out = tmp_path / "run"
-    assert cli(["finetune", "squad", "--train-file", dev, "--train-articles", "0:1", "--predict-file", dev,
-                "--predict-articles", "47:48", "--max-examples", "6", "--output-dir", str(out),
-                "--init", str(init), "--vocab", str(DATA / "vocab" / "vocab.txt"), "--max-seq-length", "128",
-                "--batch-size", "4", "--epochs", "1", "--verbose", "0"]) == 0
+    assert (
+        cli(
+            [
+                "finetune",
+                "squad",
+                "--train-file",
+                dev,
+                "--train-articles",
+                "0:1",
+                "--predict-file",
+                dev,
+                "--predict-articles",
+                "47:48",
+                "--max-examples",
+                "6",
+                "--output-dir",
+                str(out),
+                "--init",
+                str(init),
+                "--vocab",
+                str(DATA / "vocab" / "vocab.txt"),
+                "--max-seq-length",
+                "128",
+                "--batch-size",
+                "4",
+                "--epochs",
+                "1",
+                "--verbose",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert "SQuAD v1.1: 6 training questions" in capsys.readouterr().out
     # predictions.json is the kept model's n-best decoding; the reported EM/F1 score it.
     model = keras.saving.load_model(out / "best.keras")

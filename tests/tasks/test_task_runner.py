@@ -5,13 +5,17 @@ session loader equal to the Keras model within 1e-5, behind the TF Serving op ga
 import numpy as np
 import pytest
 import tensorflow as tf
+from harness import TOLERANCE, assert_outputs_close, run_task_test, tiny_encoder, tiny_preprocessor
 
 from bert_keras import (
-    BertClassifier, BertFeatureExtractor, BertMultipleChoice, BertSpanLabeler, BertTokenClassifier,
+    BertClassifier,
+    BertFeatureExtractor,
+    BertMultipleChoice,
+    BertSpanLabeler,
+    BertTokenClassifier,
 )
 from bert_keras.serving.session import ServingError, SessionPredictor
 from bert_keras.tasks.multiple_choice import pack_choices
-from harness import TOLERANCE, assert_outputs_close, run_task_test, tiny_encoder, tiny_preprocessor
 
 TEXTS = ["the quick brown fox jumps over the lazy dog", "a good film", "", "who did go home ?", "中文 , paris !"]
 
@@ -32,8 +36,15 @@ def test_classifier(tmp_path):
         assert out["label_ids"].tolist() == logits.argmax(-1).tolist()
         assert [label.decode() for label in out["labels"]] == [labels[i] for i in logits.argmax(-1)]
 
-    run_task_test(model, tmp_path, np.array(TEXTS), {"text": TEXTS}, check,
-                  fit_data=(np.array(TEXTS), np.array([0, 1, 2, 1, 0])), export_kwargs={"labels": labels})
+    run_task_test(
+        model,
+        tmp_path,
+        np.array(TEXTS),
+        {"text": TEXTS},
+        check,
+        fit_data=(np.array(TEXTS), np.array([0, 1, 2, 1, 0])),
+        export_kwargs={"labels": labels},
+    )
 
 
 def test_token_classifier(tmp_path):
@@ -49,14 +60,16 @@ def test_token_classifier(tmp_path):
         packed = model.preprocessor(tf.constant(texts))
         logits = model(packed).numpy()
         for row, row_words in enumerate(expected_words):
-            assert [w.decode() for w in out["words"][row, :len(row_words)]] == row_words
+            assert [w.decode() for w in out["words"][row, : len(row_words)]] == row_words
             pieces = [model.preprocessor.tokenizer.id_to_token(int(i)) for i in packed["input_word_ids"][row]]
-            first = [p for p in range(1, int(packed["input_mask"][row].numpy().sum()) - 1)
-                     if not pieces[p].startswith("##")]
+            first = [
+                p for p in range(1, int(packed["input_mask"][row].numpy().sum()) - 1) if not pieces[p].startswith("##")
+            ]
             probabilities = softmax(logits[row, first])
-            assert out["tag_ids"][row, :len(first)].tolist() == probabilities.argmax(-1).tolist()
-            np.testing.assert_allclose(out["tag_probabilities"][row, :len(first)], probabilities.max(-1),
-                                       atol=TOLERANCE)
+            assert out["tag_ids"][row, : len(first)].tolist() == probabilities.argmax(-1).tolist()
+            np.testing.assert_allclose(
+                out["tag_probabilities"][row, : len(first)], probabilities.max(-1), atol=TOLERANCE
+            )
 
     run_task_test(model, tmp_path, words, {"text": texts}, check, fit_data=(words, tags))
 
@@ -75,12 +88,17 @@ def test_span_labeler(tmp_path):
             context = np.flatnonzero(packed["input_type_ids"][row].numpy())[:-1]  # without the last [SEP]
             best = max(start[row, s] + end[row, e] for s in context for e in context if 0 <= e - s < 30)
             np.testing.assert_allclose(out["score"][row], best, atol=TOLERANCE)
-            answer = contexts[row].encode()[out["answer_start_byte"][row]:out["answer_end_byte"][row]]
+            answer = contexts[row].encode()[out["answer_start_byte"][row] : out["answer_end_byte"][row]]
             assert out["answer"][row] == answer and answer
 
-    run_task_test(model, tmp_path, (np.array(questions), np.array(contexts)),
-                  {"question": questions, "context": contexts}, check,
-                  fit_data=((np.array(questions), np.array(contexts)), targets))
+    run_task_test(
+        model,
+        tmp_path,
+        (np.array(questions), np.array(contexts)),
+        {"question": questions, "context": contexts},
+        check,
+        fit_data=((np.array(questions), np.array(contexts)), targets),
+    )
 
 
 def test_multiple_choice(tmp_path):
@@ -97,8 +115,14 @@ def test_multiple_choice(tmp_path):
         np.testing.assert_allclose(out["probabilities"], softmax(scores), atol=TOLERANCE)
         assert out["choice"].tolist() == scores.argmax(-1).tolist()
 
-    path = run_task_test(model, tmp_path, (questions, choices), {"question": questions, "choices": choices}, check,
-                         fit_data=((questions, choices), np.array([0, 2])))
+    path = run_task_test(
+        model,
+        tmp_path,
+        (questions, choices),
+        {"question": questions, "choices": choices},
+        check,
+        fit_data=((questions, choices), np.array([0, 2])),
+    )
     from bert_keras.serving.export import describe
 
     inputs = describe(path)["serving_default"]["inputs"]
@@ -116,8 +140,9 @@ def test_multiple_choice(tmp_path):
 @pytest.mark.parametrize("combine, pooling", [("concat", "mean"), ("stack", "cls")])
 def test_feature_extractor(tmp_path, combine, pooling):
     """Strings in; the chosen layers' token features and the sentence vectors out."""
-    model = BertFeatureExtractor(tiny_encoder(), layers=(-1, 0), combine=combine, pooling=pooling,
-                                 preprocessor=tiny_preprocessor())
+    model = BertFeatureExtractor(
+        tiny_encoder(), layers=(-1, 0), combine=combine, pooling=pooling, preprocessor=tiny_preprocessor()
+    )
 
     def check(model, out):
         expected = model(model.preprocessor(tf.constant(TEXTS)))

@@ -12,13 +12,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import DATA, REFERENCE, require
+from harness import VOCAB, run_task_test, tiny_encoder, tiny_preprocessor
 
 from bert_keras import BertTextEmbedder, CoSENTLoss, MultipleNegativesRankingLoss
 from bert_keras.tasks import retrieval
 from bert_keras.training.contrastive import text_fingerprints
-
-from conftest import DATA, REFERENCE, require
-from harness import VOCAB, run_task_test, tiny_encoder, tiny_preprocessor
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 sys.path.insert(0, str(FIXTURES))
@@ -101,12 +100,22 @@ def test_save_checkpoint_writes_a_folder_that_reads_back(minilm, minilm_dir, tmp
     # "A man is playing a guitar." is the reference's fourth text from the end.
     np.testing.assert_allclose(reloaded.encode(texts)[0], st_reference["vectors"][-4], atol=ST_TOLERANCE)
 
-    other = BertTextEmbedder(minilm.encoder, pooling="cls", normalize=False, query_prefix="query: ",
-                             document_prefix="passage: ", preprocessor=minilm.preprocessor)
+    other = BertTextEmbedder(
+        minilm.encoder,
+        pooling="cls",
+        normalize=False,
+        query_prefix="query: ",
+        document_prefix="passage: ",
+        preprocessor=minilm.preprocessor,
+    )
     other.save_checkpoint(tmp_path / "cls")
     again = BertTextEmbedder.from_checkpoint(tmp_path / "cls")
     assert (again.pooling, again.normalize, again.query_prefix, again.document_prefix) == (
-        "cls", False, "query: ", "passage: ")
+        "cls",
+        False,
+        "query: ",
+        "passage: ",
+    )
     assert not (tmp_path / "cls" / "2_Normalize").exists()
     np.testing.assert_allclose(again.encode_queries(texts), other.encode(["query: " + t for t in texts]), atol=1e-6)
 
@@ -114,23 +123,32 @@ def test_save_checkpoint_writes_a_folder_that_reads_back(minilm, minilm_dir, tmp
 def test_unsupported_sentence_transformers_folders_are_errors(minilm_dir, tmp_path):
     folder = tmp_path / "dense"
     folder.mkdir()
-    (folder / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
-    ]))
+    (folder / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+            ]
+        )
+    )
     with pytest.raises(ValueError, match=r"modules.json: modules .*Dense"):
         BertTextEmbedder.from_checkpoint(folder)
     (folder / "modules.json").write_text("[{")
     with pytest.raises(ValueError, match="modules.json: not a sentence-transformers modules list"):
         BertTextEmbedder.from_checkpoint(folder)
-    (folder / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-    ]))
+    (folder / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            ]
+        )
+    )
     (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
-        {"pooling_mode_mean_tokens": True, "pooling_mode_weightedmean_tokens": True}))
+    (folder / "1_Pooling" / "config.json").write_text(
+        json.dumps({"pooling_mode_mean_tokens": True, "pooling_mode_weightedmean_tokens": True})
+    )
     with pytest.raises(ValueError, match=r"1_Pooling/config.json: pooling \['mean', 'pooling_mode_weightedmean"):
         BertTextEmbedder.from_checkpoint(folder)
 
@@ -161,7 +179,8 @@ def test_duplicate_texts_are_not_negatives():
     texts = [["a0", "a1", "a2", "a3", "a4", "a5"], ["p0", "p1", "p0", "a1", "p4", "p5"]]
     fingerprints = text_fingerprints([tf.constant(column) for column in texts]).numpy()
     loss = MultipleNegativesRankingLoss(scale=20.0, reduction=None)(
-        fingerprints, np.stack([anchors, positives], axis=1)).numpy()
+        fingerprints, np.stack([anchors, positives], axis=1)
+    ).numpy()
     unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
     scores = 20.0 * unit(anchors) @ unit(positives).T
     for row in range(6):
@@ -198,9 +217,14 @@ def test_embedder_fits_pairs_predicts_saves_and_exports(tmp_path):
         np.testing.assert_allclose(outputs["embeddings"], expected, atol=1e-5)
         np.testing.assert_allclose(np.linalg.norm(outputs["embeddings"], axis=1), 1.0, atol=1e-5)
 
-    run_task_test(embedder, tmp_path, predict_x=["the quick fox jumps", "where was paris"],
-                  request={"text": ["the quick fox jumps", "where was paris"]}, check_export=check_export,
-                  fit_data=((anchors, positives), None))
+    run_task_test(
+        embedder,
+        tmp_path,
+        predict_x=["the quick fox jumps", "where was paris"],
+        request={"text": ["the quick fox jumps", "where was paris"]},
+        check_export=check_export,
+        fit_data=((anchors, positives), None),
+    )
 
 
 def test_fit_with_in_batch_negatives_learns_to_retrieve():
@@ -216,8 +240,9 @@ def test_fit_with_in_batch_negatives_learns_to_retrieve():
     embedder = BertTextEmbedder(tiny_encoder(), preprocessor=tiny_preprocessor())
 
     def recall_at_1():
-        return retrieval.evaluate_retrieval(embedder.encode(anchors), embedder.encode(positives),
-                                            [[i] for i in range(len(pairs))])["recall@1"]
+        return retrieval.evaluate_retrieval(
+            embedder.encode(anchors), embedder.encode(positives), [[i] for i in range(len(pairs))]
+        )["recall@1"]
 
     before = recall_at_1()
     embedder.compile(optimizer=keras.optimizers.Adam(3e-3))

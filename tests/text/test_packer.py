@@ -85,8 +85,7 @@ def test_truncation_matches_rule(truncation, rule, data):
     batch = data.draw(st.integers(1, 4))
     seq_length = data.draw(st.integers(num_segments + 1, 24))
     segments = [
-        [data.draw(st.lists(st.integers(1000, 2000), max_size=30)) for _ in range(batch)]
-        for _ in range(num_segments)
+        [data.draw(st.lists(st.integers(1000, 2000), max_size=30)) for _ in range(batch)] for _ in range(num_segments)
     ]
     packed = BertPacker(seq_length=seq_length, truncation=truncation)([ragged(s) for s in segments])
     for row in range(batch):

@@ -72,9 +72,7 @@ def _is_cjk(cp):
 def original_ids(text, vocab_index, lower_case):
     if isinstance(text, bytes):
         text = text.decode("utf-8", "ignore")
-    text = "".join(
-        " " if _is_whitespace(c) else c for c in text if not (ord(c) in (0, 0xFFFD) or _is_control(c))
-    )
+    text = "".join(" " if _is_whitespace(c) else c for c in text if not (ord(c) in (0, 0xFFFD) or _is_control(c)))
     text = "".join(f" {c} " if _is_cjk(ord(c)) else c for c in text)
     words = []
     for token in text.strip().split():
@@ -301,9 +299,7 @@ def test_export_archive_serves_raw_strings_with_listed_ops_only(uncased, tmp_pat
     preprocessor = BertPreprocessor(uncased, seq_length=24)
     archive = keras.export.ExportArchive()
     archive.track(preprocessor)
-    archive.add_endpoint(
-        "serve", lambda text: preprocessor(text), input_signature=[tf.TensorSpec([None], tf.string)]
-    )
+    archive.add_endpoint("serve", lambda text: preprocessor(text), input_signature=[tf.TensorSpec([None], tf.string)])
     archive.write_out(str(tmp_path / "export"), verbose=False)
     lines = read_reference("uncased")[-12:]
     served = tf.saved_model.load(str(tmp_path / "export")).serve(tf.constant([line["text"] for line in lines]))
@@ -320,5 +316,7 @@ def test_export_archive_serves_raw_strings_with_listed_ops_only(uncased, tmp_pat
     graph_ops.update(node.op for node in graph.node)
     for function in graph.library.function:
         graph_ops.update(node.op for node in function.node_def)
-    non_core = {op for op in graph_ops if not hasattr(tf.raw_ops, op)} - {f.signature.name for f in graph.library.function}
+    non_core = {op for op in graph_ops if not hasattr(tf.raw_ops, op)} - {
+        f.signature.name for f in graph.library.function
+    }
     assert non_core <= set(NON_CORE_OPS), non_core

@@ -29,7 +29,11 @@ def test_split_words_is_the_original_basic_tokenizer(name, lower_case):
 def test_learned_vocabulary_layout_and_coverage(tmp_path):
     counts = count_words([str(SAMPLE_TEXT)])
     vocabulary = build_vocabulary(counts, size=400, num_unused=3)
-    assert vocabulary[:8] == reserved_tokens(3) == ["[PAD]", "[unused0]", "[unused1]", "[unused2]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert (
+        vocabulary[:8]
+        == reserved_tokens(3)
+        == ["[PAD]", "[unused0]", "[unused1]", "[unused2]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    )
     assert 100 < len(vocabulary) <= 400 and len(set(vocabulary)) == len(vocabulary)
     tokenizer = BertTokenizer(vocabulary)
     assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.mask_id) == (0, 4, 7)
@@ -45,7 +49,9 @@ def test_cli_writes_vocab_file(tmp_path):
     parser = argparse.ArgumentParser()
     vocab_pipeline.register(parser.add_subparsers(dest="command"))
     out = tmp_path / "vocab.txt"
-    args = parser.parse_args(["vocab", "--corpus", str(SAMPLE_TEXT), "--size", "300", "--out", str(out), "--no-lower-case"])
+    args = parser.parse_args(
+        ["vocab", "--corpus", str(SAMPLE_TEXT), "--size", "300", "--out", str(out), "--no-lower-case"]
+    )
     assert args.lower_case is False
     args.func(args)
     tokens = out.read_text(encoding="utf-8").splitlines()

@@ -27,8 +27,11 @@ def tiny_config(vocab_size):
     from bert_keras import BertConfig
 
     return BertConfig.preset(
-        "tiny", vocab_size=vocab_size, max_position_embeddings=64,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        "tiny",
+        vocab_size=vocab_size,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
     )
 
 
@@ -43,10 +46,9 @@ def pretrain(strategy, files, initial_weights, vocab_size, packing=0):
     import keras
 
     from bert_keras import BertEncoder
-
+    from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.training import distribute
     from bert_keras.training.optimization import create_optimizer
-    from bert_keras.models.pretrainer import BertPretrainer
     from pipelines.pretrain import training_data
 
     with strategy.scope():
@@ -83,8 +85,16 @@ def finetune(strategy, initial_weights, vocab, sentences, output_dir):
     labels = np.array([len(s) % 3 for s in sentences], "int32")
     batches = tf.data.Dataset.from_tensor_slices((np.array(sentences, object), labels)).batch(GLOBAL_BATCH)
     args = argparse.Namespace(
-        batch_size=GLOBAL_BATCH, epochs=1, max_train_steps=STEPS, learning_rate=1e-3, warmup_proportion=0.1,
-        weight_decay=0.01, jit_compile=False, output_dir=str(output_dir), max_train_minutes=None, verbose=0,
+        batch_size=GLOBAL_BATCH,
+        epochs=1,
+        max_train_steps=STEPS,
+        learning_rate=1e-3,
+        warmup_proportion=0.1,
+        weight_decay=0.01,
+        jit_compile=False,
+        output_dir=str(output_dir),
+        max_train_minutes=None,
+        verbose=0,
         max_seq_length=SEQ_LENGTH,
     )
     train(model, args, batches, STEPS * GLOBAL_BATCH, lambda model: {"score": 0.0}, "score", strategy)
@@ -109,8 +119,16 @@ def embed(strategy, initial_weights, vocab, sentences, output_dir):
     columns = (np.array(sentences[:-1], object), np.array(sentences[1:], object))
     batches = tf.data.Dataset.from_tensor_slices((columns,)).batch(GLOBAL_BATCH)
     args = argparse.Namespace(
-        batch_size=GLOBAL_BATCH, epochs=1, max_train_steps=STEPS, learning_rate=1e-3, warmup_proportion=0.1,
-        weight_decay=0.01, jit_compile=False, output_dir=str(output_dir), max_train_minutes=None, verbose=0,
+        batch_size=GLOBAL_BATCH,
+        epochs=1,
+        max_train_steps=STEPS,
+        learning_rate=1e-3,
+        warmup_proportion=0.1,
+        weight_decay=0.01,
+        jit_compile=False,
+        output_dir=str(output_dir),
+        max_train_minutes=None,
+        verbose=0,
         max_seq_length=SEQ_LENGTH,
     )
     train(model, args, batches, len(sentences) - 1, lambda model: {"score": 0.0}, "score", strategy)
@@ -120,7 +138,6 @@ def embed(strategy, initial_weights, vocab, sentences, output_dir):
 def mirrored(out):
     """Pre-training, fine-tuning and embedder training on one device and mirrored over
     2 logical CPUs."""
-    import numpy as np
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -128,10 +145,9 @@ def mirrored(out):
     import keras
 
     from bert_keras import BertEncoder
-
-    from bert_keras.training import distribute
-    from bert_keras.tasks.classifier import BertClassifier
     from bert_keras.models.pretrainer import BertPretrainer
+    from bert_keras.tasks.classifier import BertClassifier
+    from bert_keras.training import distribute
 
     out = Path(out)
     inputs = json.loads((out / "inputs.json").read_text())
@@ -147,8 +163,9 @@ def mirrored(out):
         results[f"pretrain_{name}"] = pretrain(strategy, inputs["files"], initial, inputs["vocab_size"])
 
     for name, strategy in (("one_device", one_device), ("mirrored", two_cpus)):
-        results[f"packed_{name}"] = pretrain(strategy, inputs["files"], results["pretrain_initial"],
-                                             inputs["vocab_size"], packing=3)
+        results[f"packed_{name}"] = pretrain(
+            strategy, inputs["files"], results["pretrain_initial"], inputs["vocab_size"], packing=3
+        )
     results["packed_initial"] = results["pretrain_initial"]
 
     initial = BertClassifier(BertEncoder(tiny_config(30522)), 3, dropout=0.0).get_weights()
@@ -205,15 +222,15 @@ def keras_20585_error(strategy):
 
 def worker(index, ports, data, out):
     """One of two MultiWorkerMirrored workers: the upstream probe, then pre-training."""
-    os.environ["TF_CONFIG"] = json.dumps({
-        "cluster": {"worker": [f"127.0.0.1:{port}" for port in ports.split(",")]},
-        "task": {"type": "worker", "index": int(index)},
-    })
+    os.environ["TF_CONFIG"] = json.dumps(
+        {
+            "cluster": {"worker": [f"127.0.0.1:{port}" for port in ports.split(",")]},
+            "task": {"type": "worker", "index": int(index)},
+        }
+    )
     import tensorflow as tf
 
-    from bert_keras.training import distribute
-
-    from bert_keras.training import multi_worker_fit
+    from bert_keras.training import distribute, multi_worker_fit
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # before the patch, for the probe
     upstream_error = keras_20585_error(strategy)
@@ -223,11 +240,15 @@ def worker(index, ports, data, out):
     initial = load_weights(data / "initial.npz")["initial"]
     weights = pretrain(strategy, inputs["files"], initial, inputs["vocab_size"])
     save_weights(out / f"worker{index}.npz", {"final": weights})
-    (out / f"worker{index}.json").write_text(json.dumps({
-        "upstream_error": upstream_error,
-        "replicas": strategy.num_replicas_in_sync,
-        "chief": distribute.is_chief(strategy),
-    }))
+    (out / f"worker{index}.json").write_text(
+        json.dumps(
+            {
+                "upstream_error": upstream_error,
+                "replicas": strategy.num_replicas_in_sync,
+                "chief": distribute.is_chief(strategy),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

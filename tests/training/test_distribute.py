@@ -14,13 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from bert_keras.training import distribute
-from bert_keras.data import pretraining_data as data
-from bert_keras.data import pretraining_shards
-
 from conftest import DATA, require
 from distribute_runs import GLOBAL_BATCH, PREDICTIONS, SEQ_LENGTH, load_weights
+
+from bert_keras.data import pretraining_data as data
+from bert_keras.data import pretraining_shards
+from bert_keras.training import distribute
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = Path(__file__).resolve().parent / "distribute_runs.py"
@@ -54,8 +53,15 @@ def synthetic_records(folder, shards=2, per_shard=48, seed=0):
 
 def run(args, timeout=600, **kwargs):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run([sys.executable, str(RUNS), *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout, **kwargs)
+    return subprocess.run(
+        [sys.executable, str(RUNS), *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,
+    )
 
 
 def max_difference(a, b):
@@ -66,8 +72,10 @@ def max_difference(a, b):
 def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
     sentences = [line.strip() for line in require(SAMPLE).read_text().splitlines() if line.strip()]
     inputs = {
-        "files": synthetic_records(tmp_path), "vocab_size": SYNTHETIC_VOCAB,
-        "vocab": str(require(VOCAB)), "sentences": (sentences * 3)[: 10 * GLOBAL_BATCH],
+        "files": synthetic_records(tmp_path),
+        "vocab_size": SYNTHETIC_VOCAB,
+        "vocab": str(require(VOCAB)),
+        "sentences": (sentences * 3)[: 10 * GLOBAL_BATCH],
     }
     (tmp_path / "inputs.json").write_text(json.dumps(inputs))
     result = run(["mirrored", tmp_path])
@@ -92,11 +100,11 @@ def free_ports(count):
 
 def tiny_pretrainer(seed):
     import keras
+    from distribute_runs import tiny_config
 
     from bert_keras import BertEncoder
-    from bert_keras.training.optimization import create_optimizer
     from bert_keras.models.pretrainer import BertPretrainer
-    from distribute_runs import tiny_config
+    from bert_keras.training.optimization import create_optimizer
 
     keras.utils.set_random_seed(seed)
     model = BertPretrainer(BertEncoder(tiny_config(SYNTHETIC_VOCAB)))
@@ -118,8 +126,14 @@ def two_workers(tmp_path_factory):
     ports = ",".join(map(str, free_ports(2)))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
     workers = [
-        subprocess.Popen([sys.executable, str(RUNS), "worker", str(i), ports, str(folder), str(folder)],
-                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        subprocess.Popen(
+            [sys.executable, str(RUNS), "worker", str(i), ports, str(folder), str(folder)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for i in range(2)
     ]
     try:
@@ -164,8 +178,9 @@ def test_two_workers_match_one_process(two_workers):
     model = tiny_pretrainer(seed=3)
     model.set_weights(two_workers["initial"])
     keras.utils.set_random_seed(0)  # as distribute_runs.pretrain, before its dataset
-    shards = [data.pretraining_dataset([f], GLOBAL_BATCH // 2, SEQ_LENGTH, PREDICTIONS, seed=0)
-              for f in two_workers["files"]]
+    shards = [
+        data.pretraining_dataset([f], GLOBAL_BATCH // 2, SEQ_LENGTH, PREDICTIONS, seed=0) for f in two_workers["files"]
+    ]
     batches = tf.data.Dataset.zip(tuple(shards)).map(
         lambda a, b: tf.nest.map_structure(lambda x, y: tf.concat([x, y], 0), a, b)
     )
@@ -183,17 +198,48 @@ RUN_PRETRAIN = (
 def start_pretraining_workers(files, output, ports, temp_dirs):
     """Two `bert-keras pretrain --strategy multi_worker` processes (TF_CONFIG on 127.0.0.1)."""
     command = [
-        sys.executable, "-c", RUN_PRETRAIN, "pretrain", "--config", "tiny", "--vocab", str(VOCAB),
-        "--data", *map(str, files), "--output", str(output), "--strategy", "multi_worker",
-        "--batch-size", "8", "--seq-length", "64", "--max-predictions-per-seq", "10",
-        "--steps", "30", "--checkpoint-every", "5", "--warmup-steps", "3", "--learning-rate", "1e-3",
+        sys.executable,
+        "-c",
+        RUN_PRETRAIN,
+        "pretrain",
+        "--config",
+        "tiny",
+        "--vocab",
+        str(VOCAB),
+        "--data",
+        *map(str, files),
+        "--output",
+        str(output),
+        "--strategy",
+        "multi_worker",
+        "--batch-size",
+        "8",
+        "--seq-length",
+        "64",
+        "--max-predictions-per-seq",
+        "10",
+        "--steps",
+        "30",
+        "--checkpoint-every",
+        "5",
+        "--warmup-steps",
+        "3",
+        "--learning-rate",
+        "1e-3",
     ]
     workers = []
     for index in range(2):
-        tf_config = {"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
-                     "task": {"type": "worker", "index": index}}
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CONFIG": json.dumps(tf_config),
-               "TMPDIR": str(temp_dirs[index]), "TF_CPP_MIN_LOG_LEVEL": "2"}
+        tf_config = {
+            "cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
+            "task": {"type": "worker", "index": index},
+        }
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "TF_CONFIG": json.dumps(tf_config),
+            "TMPDIR": str(temp_dirs[index]),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+        }
         log = open(Path(temp_dirs[index]).parent / f"worker{index}-{ports[0]}.log", "w")
         workers.append((subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
     return workers
@@ -215,8 +261,9 @@ def test_multi_worker_pretraining_resumes_after_a_worker_dies(tmp_path):
     tokenizer = BertTokenizer(str(require(VOCAB)))
     # The sample twice, as two input shards: the same text with two seeds.
     recipe = pretraining_shards.Recipe(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3)
-    pretraining_shards.create_pretraining_data([require(SAMPLE)] * 2, tmp_path / "shard", tokenizer, recipe,
-                                               num_shards=2, progress=False)
+    pretraining_shards.create_pretraining_data(
+        [require(SAMPLE)] * 2, tmp_path / "shard", tokenizer, recipe, num_shards=2, progress=False
+    )
     files = data.shard_names(tmp_path / "shard", 2)
     output = tmp_path / "run"
     temp_dirs = [tmp_path / "tmp0", tmp_path / "tmp1"]
@@ -274,8 +321,9 @@ def test_resolve_strategy_rejects_bad_requests(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {}}')
     with pytest.raises(ValueError, match="TF_CONFIG must hold cluster.worker"):
         distribute.resolve_strategy("multi_worker")
-    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["a:1", "b:2"]},
-                                                "task": {"type": "worker", "index": 2}}))
+    monkeypatch.setenv(
+        "TF_CONFIG", json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 2}})
+    )
     with pytest.raises(ValueError, match="task index 2 is not one of the 2 workers"):
         distribute.resolve_strategy("multi_worker")
     mirrored = distribute.resolve_strategy("mirrored", devices=["/cpu:0"])
@@ -297,8 +345,7 @@ def test_split_global_batches_gives_each_replica_its_slice():
     # Worker 1 of 2, with 2 replicas each: global batch 8 -> rows 4:6 and 6:8 of each batch.
     rows = np.arange(20, dtype="int32")
     widths = [5, 3, 4]  # dynamic padding: each global batch has its own length
-    batches = [(np.tile(rows[i * 8 : i * 8 + 8, None], (1, widths[i])), rows[i * 8 : i * 8 + 8])
-               for i in range(3)]
+    batches = [(np.tile(rows[i * 8 : i * 8 + 8, None], (1, widths[i])), rows[i * 8 : i * 8 + 8]) for i in range(3)]
     dataset = tf.data.Dataset.from_generator(
         lambda: iter(batches[:2] + [(batches[2][0][:4], batches[2][1][:4])]),  # the last one is partial
         output_signature=(tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int32)),
@@ -356,13 +403,14 @@ def fully_defined(spec):
 
 def test_training_datasets_have_fully_defined_shapes(tmp_path):
     """What a TPU needs: every batch of every training dataset has one static shape."""
+    from distribute_runs import tiny_config
+
     from bert_keras import BertEncoder, BertTokenizer
     from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+    from bert_keras.tasks import squad
     from bert_keras.tasks.classifier import BertClassifier
     from bert_keras.tasks.task import preprocessor_for
     from bert_keras.tasks.token_classifier import BertTokenClassifier
-    from distribute_runs import tiny_config
-    from bert_keras.tasks import squad
 
     tokenizer = BertTokenizer(str(require(VOCAB)))
     pretraining = [
@@ -382,8 +430,9 @@ def test_training_datasets_have_fully_defined_shapes(tmp_path):
     glue = classifier.preprocessed_dataset(sentences, np.zeros(16, "int32"), batch_size=16)
     tagger = BertTokenClassifier(encoder, 9, preprocessor=preprocessor)
     words = tf.ragged.constant([s.split() for s in sentences])
-    conll = tagger.preprocessed_dataset(words, tf.ragged.map_flat_values(tf.zeros_like, words, dtype=tf.int32),
-                                        batch_size=16)
+    conll = tagger.preprocessed_dataset(
+        words, tf.ragged.map_flat_values(tf.zeros_like, words, dtype=tf.int32), batch_size=16
+    )
 
     class Windows:  # packed SQuAD windows, trimmed per batch by squad.feature_batches
         input_word_ids = np.ones((16, 32), "int32")
@@ -393,8 +442,11 @@ def test_training_datasets_have_fully_defined_shapes(tmp_path):
             return 16
 
         def inputs(self):
-            return {"input_word_ids": self.input_word_ids, "input_mask": self.input_word_ids,
-                    "input_type_ids": 0 * self.input_word_ids}
+            return {
+                "input_word_ids": self.input_word_ids,
+                "input_mask": self.input_word_ids,
+                "input_type_ids": 0 * self.input_word_ids,
+            }
 
     windows = squad.feature_batches(Windows(), 16)
     assert not fully_defined(windows.element_spec)  # dynamic padding, as on GPUs
@@ -408,16 +460,21 @@ def test_training_datasets_have_fully_defined_shapes(tmp_path):
 def test_xla_train_steps_run_with_tokenization_in_tf_data(tmp_path):
     """jit_compile=True train steps (as on TPUs). Raw text is tokenized in tf.data: string
     ops have no XLA kernels (inside the step, TensorFlow 2.21 aborts the process)."""
+    from distribute_runs import tiny_config
+
     from bert_keras import BertEncoder
     from bert_keras.tasks.classifier import BertClassifier
     from bert_keras.tasks.task import preprocessor_for
-    from distribute_runs import tiny_config
 
     pretrainer = tiny_pretrainer(seed=0)
     pretrainer.compile(optimizer=pretrainer.optimizer, jit_compile=True)
     before = [w.copy() for w in pretrainer.get_weights()]
-    pretrainer.fit(data.pretraining_dataset(synthetic_records(tmp_path), 4, SEQ_LENGTH, PREDICTIONS),
-                   steps_per_epoch=3, epochs=1, verbose=0)
+    pretrainer.fit(
+        data.pretraining_dataset(synthetic_records(tmp_path), 4, SEQ_LENGTH, PREDICTIONS),
+        steps_per_epoch=3,
+        epochs=1,
+        verbose=0,
+    )
     assert pretrainer.jit_compile is True
     assert max_difference(pretrainer.get_weights(), before) > 0
 
@@ -444,8 +501,8 @@ def mixed_precision():
 def test_mixed_bfloat16_pretraining(tmp_path, mixed_precision):
     import h5py
 
-    from bert_keras.text.preprocessor import BertPreprocessor
     from bert_keras.serving.serving_tasks import serving_signature
+    from bert_keras.text.preprocessor import BertPreprocessor
     from bert_keras.text.tokenizer import BertTokenizer
 
     if not tf.config.list_physical_devices("GPU"):
@@ -465,8 +522,9 @@ def test_mixed_bfloat16_pretraining(tmp_path, mixed_precision):
     assert {np.dtype(d).name for d in dtypes} <= {"float32", "int64"} and np.dtype("float32") in dtypes
     preprocessor = BertPreprocessor(BertTokenizer(str(require(VOCAB))), seq_length=SEQ_LENGTH)
     signature = serving_signature(model.encoder, preprocessor)
-    outputs = signature.from_ids({name: batch[name] for name in ("input_word_ids", "input_mask", "input_type_ids")},
-                                 signature.run)
+    outputs = signature.from_ids(
+        {name: batch[name] for name in ("input_word_ids", "input_mask", "input_type_ids")}, signature.run
+    )
     assert {tensor.dtype for tensor in tf.nest.flatten(outputs) if tensor.dtype.is_floating} == {tf.float32}
 
 
@@ -505,15 +563,42 @@ def test_multi_worker_with_an_empty_shard_stops_both_workers_clearly(tmp_path, c
     for index in range(2):
         temp_dir = tmp_path / f"tmp{index}"
         temp_dir.mkdir()
-        tf_config = {"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
-                     "task": {"type": "worker", "index": index}}
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CONFIG": json.dumps(tf_config),
-               "TMPDIR": str(temp_dir), "TF_CPP_MIN_LOG_LEVEL": "2"}
-        command = [sys.executable, "-m", "pipelines.cli", "pretrain", "--config", "tiny", "--vocab", str(VOCAB),
-                   "--data", *files, "--output", str(tmp_path / "run"), "--strategy", "multi_worker",
-                   "--batch-size", "8", "--steps", "4", "--checkpoint-every", "2"]
-        workers.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True))
+        tf_config = {
+            "cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
+            "task": {"type": "worker", "index": index},
+        }
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "TF_CONFIG": json.dumps(tf_config),
+            "TMPDIR": str(temp_dir),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+        }
+        command = [
+            sys.executable,
+            "-m",
+            "pipelines.cli",
+            "pretrain",
+            "--config",
+            "tiny",
+            "--vocab",
+            str(VOCAB),
+            "--data",
+            *files,
+            "--output",
+            str(tmp_path / "run"),
+            "--strategy",
+            "multi_worker",
+            "--batch-size",
+            "8",
+            "--steps",
+            "4",
+            "--checkpoint-every",
+            "2",
+        ]
+        workers.append(
+            subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
     started = time.monotonic()
     for worker in workers:
         try:

@@ -20,8 +20,9 @@ def test_length_grouped_batches_cover_every_example_once_with_little_padding():
     random_order = rng.permutation(ids).reshape(-1, 10)
     padded_random = sum(10 * lengths[batch].max() for batch in random_order)
     assert padded < 0.7 * padded_random, (padded, padded_random)
-    again = np.concatenate([batch.numpy() for batch in length_grouped_batches(
-        ids, lengths, batch_size=10, shuffle=True, seed=1, group=20)])
+    again = np.concatenate(
+        [batch.numpy() for batch in length_grouped_batches(ids, lengths, batch_size=10, shuffle=True, seed=1, group=20)]
+    )
     np.testing.assert_array_equal(again, seen)  # a seed fixes the order
 
 
@@ -30,8 +31,10 @@ def test_length_grouped_batches_keep_order_without_shuffle():
     assert [batch.numpy().tolist() for batch in batches] == [[0, 1, 2], [3, 4, 5], [6]]
 
 
-@pytest.mark.parametrize("examples, batch, epochs, cap", [(100, 32, 3, None), (100, 32, 2.5, None),
-                                                          (1000, 8, 3, 50), (5, 32, 1, None), (640, 32, 0.01, None)])
+@pytest.mark.parametrize(
+    "examples, batch, epochs, cap",
+    [(100, 32, 3, None), (100, 32, 2.5, None), (1000, 8, 3, 50), (5, 32, 1, None), (640, 32, 0.01, None)],
+)
 def test_schedule(examples, batch, epochs, cap):
     steps_per_epoch, num_epochs, total = schedule(examples, batch, epochs, cap)
     wanted = max(1, round(epochs * math.ceil(examples / batch)))

@@ -6,11 +6,10 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REFERENCE, require
 
 from bert_keras import BertConfig, BertEncoder
 from bert_keras.training.optimization import LAMB, AdamWeightDecay, WarmupLinearDecay, create_optimizer
-
-from conftest import REFERENCE, require
 
 # optimization.py of google-research/bert: exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]
 ORIGINAL_NO_DECAY = re.compile("LayerNorm|layer_norm|bias")
@@ -73,9 +72,7 @@ def small_model():
 def test_schedule_matches_original(warmup):
     schedule = WarmupLinearDecay(1e-3, decay_steps=100, warmup_steps=warmup)
     for step in [0, 1, 5, 9, 10, 11, 50, 99, 100, 150]:
-        np.testing.assert_allclose(
-            float(schedule(step)), original_lr(step, 1e-3, 100, warmup), rtol=1e-6, atol=1e-12
-        )
+        np.testing.assert_allclose(float(schedule(step)), original_lr(step, 1e-3, 100, warmup), rtol=1e-6, atol=1e-12)
     restored = WarmupLinearDecay.from_config(schedule.get_config())
     assert float(restored(7)) == float(schedule(7))
 
@@ -122,9 +119,7 @@ def test_gradient_accumulation_averages_micro_batches():
     model = small_model()
     variables = model.trainable_variables
     params = [v.numpy().copy() for v in variables]
-    optimizer = create_optimizer(
-        1e-2, num_train_steps=10, num_warmup_steps=0, gradient_accumulation_steps=2
-    )
+    optimizer = create_optimizer(1e-2, num_train_steps=10, num_warmup_steps=0, gradient_accumulation_steps=2)
     rng = np.random.default_rng(3)
     grads = [[rng.normal(scale=0.1, size=p.shape).astype("float32") for p in params] for _ in range(4)]
     ms = [np.zeros_like(p) for p in params]
@@ -183,8 +178,9 @@ def test_clipping_sums_the_repeated_rows_of_sparse_gradients(cls, accumulation):
         dense = np.zeros((3, 2), "float32")
         np.add.at(dense, ids, values)
         micro_batches.append((ids, values, dense))
-    optimizer = cls(learning_rate=0.1, weight_decay_rate=0.0, global_clipnorm=1.0,
-                    gradient_accumulation_steps=accumulation)
+    optimizer = cls(
+        learning_rate=0.1, weight_decay_rate=0.0, global_clipnorm=1.0, gradient_accumulation_steps=accumulation
+    )
     for ids, values, _ in micro_batches:
         sparse = tf.IndexedSlices(tf.constant(values), tf.constant(ids), tf.constant([3, 2]))
         optimizer.apply([sparse], [table])
@@ -236,8 +232,7 @@ def test_clipping_norm_is_the_dense_gradient_norm(batch_size):
     # After one update m = (1 - beta_1) * clipped gradient = 0.1 * gradient / norm.
     for variable, gradient in zip(variables, dense):
         momentum = optimizer._momentums[optimizer._get_variable_index(variable)].numpy()
-        np.testing.assert_allclose(momentum / 0.1, gradient / norm, rtol=2e-5, atol=1e-9,
-                                   err_msg=variable.path)
+        np.testing.assert_allclose(momentum / 0.1, gradient / norm, rtol=2e-5, atol=1e-9, err_msg=variable.path)
 
 
 @pytest.mark.parametrize("learning_rate, key", [(1e-3, "losses_lr1e3"), (1e-4, "losses_lr1e4")])
