@@ -120,7 +120,7 @@ def per_record_reader(records):
     """Model Garden's BertPretrainDataLoader steps: parse_single_example, int64 -> int32, batch."""
     import tensorflow as tf
 
-    from bert_keras.data import pretraining_data as data
+    from bert_keras.data.tfrecords import MODEL_NAMES
 
     spec = {name: tf.io.FixedLenFeature([SEQ], tf.int64) for name in ("input_ids", "input_mask", "segment_ids")}
     spec.update(
@@ -131,9 +131,7 @@ def per_record_reader(records):
 
     def decode(record):
         example = tf.io.parse_single_example(record, spec)
-        return {
-            data.MODEL_NAMES.get(k, k): tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()
-        }
+        return {MODEL_NAMES.get(k, k): tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()}
 
     dataset = tf.data.TFRecordDataset(records).repeat().shuffle(10000, seed=0)
     dataset = dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(BATCH, drop_remainder=True)
@@ -174,8 +172,8 @@ def make_records(files, vocab, directory):
 def measure(peer, files, vocab, records, warmup, batches):
     """In a pinned child process: {"rate": instances/s, "first": seconds} or None."""
     from bert_keras import BertTokenizer
-    from bert_keras.data import pretraining_data as data
     from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+    from bert_keras.data.tfrecords import pretraining_dataset
 
     start = time.perf_counter()
     tokenizer = BertTokenizer(vocab)
@@ -186,7 +184,7 @@ def measure(peer, files, vocab, records, warmup, batches):
         ),
         "previous": lambda: previous_dynamic_masking(files, tokenizer),
         "keras_hub": lambda: keras_hub_masking(files, tokenizer),
-        "records": lambda: data.pretraining_dataset(records, BATCH, SEQ, PREDICTIONS),
+        "records": lambda: pretraining_dataset(records, BATCH, SEQ, PREDICTIONS),
         "per_record": lambda: per_record_reader(records),
     }[peer]()
     if dataset is None:

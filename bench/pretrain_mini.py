@@ -47,8 +47,10 @@ def main():
     import tensorflow as tf
 
     from bert_keras import BertConfig, BertEncoder, BertTokenizer
-    from bert_keras.data import pretraining_data as data
+    from bert_keras.data.documents import read_documents, tokenize_documents
     from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+    from bert_keras.data.instances import InstanceMaker, instance_features
+    from bert_keras.data.tfrecords import MODEL_NAMES
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.training.optimization import create_optimizer
 
@@ -60,12 +62,12 @@ def main():
     if not held_out:
         raise SystemExit(f"{args.held_out} is not in {args.corpus}")
 
-    documents = data.tokenize_documents(data.read_documents(held_out[0]), tokenizer)
-    maker = data.InstanceMaker(tokenizer.vocabulary, max_seq_length=args.seq_length)
+    documents = tokenize_documents(read_documents(held_out[0]), tokenizer)
+    maker = InstanceMaker(tokenizer.vocabulary, max_seq_length=args.seq_length)
     instances = maker.instances(documents, 1, random.Random(0))
-    features = [data.instance_features(i, args.seq_length, 20) for i in instances]
+    features = [instance_features(i, args.seq_length, 20) for i in instances]
     held = {
-        data.MODEL_NAMES.get(k, k): np.stack([f[k] for f in features]).astype(
+        MODEL_NAMES.get(k, k): np.stack([f[k] for f in features]).astype(
             "float32" if k == "masked_lm_weights" else "int32"
         )
         for k in features[0]

@@ -440,7 +440,7 @@ def _docstrings(path):
 def _sentences(text):
     """Prose sentences of reStructuredText-like docs: code blocks, grammar rules,
     doctests and heading underlines left out."""
-    from bert_keras.data.pretraining_data import split_sentences
+    from bert_keras.data.documents import split_sentences
 
     sentences = []
     for paragraph in re.split(r"\n\s*\n", text):

@@ -75,7 +75,7 @@ def serving_preprocessor(model, source, vocab, cased, max_seq_length):
     vocabulary), in dynamic-length mode, up to the length it was trained at unless
     `max_seq_length` is given."""
     from bert_keras import BertPreprocessor, BertTokenizer
-    from bert_keras.tasks.task import preprocessor_for
+    from bert_keras.tasks.preprocessing import preprocessor_for
     from bert_keras.text.vocab import check_vocabulary
 
     preprocessor = getattr(model, "preprocessor", None)

@@ -56,7 +56,7 @@ def run(args):
 
     from bert_keras.models.encoder import BertEncoder
     from bert_keras.tasks.feature_extractor import BertFeatureExtractor
-    from bert_keras.tasks.task import preprocessor_for
+    from bert_keras.tasks.preprocessing import preprocessor_for
 
     layers = parse_layers(args.layers)
     examples = read_examples(args.input)

@@ -127,7 +127,7 @@ def build_head(args, make_head, seq_length=None):
     `--max-seq-length`), and `make_head(encoder, preprocessor)`, inside the
     `--strategy` scope. Returns (strategy, model)."""
     from bert_keras.models.encoder import BertEncoder
-    from bert_keras.tasks.task import preprocessor_for
+    from bert_keras.tasks.preprocessing import preprocessor_for
 
     source = checkpoint_source(args.init)
     strategy, seq_length = training_setup(args, seq_length)

@@ -142,7 +142,11 @@ def run(args):
     import tensorflow as tf
 
     from bert_keras import BertConfig, BertEncoder, BertTokenizer
-    from bert_keras.data import pretraining_data as data
+    from bert_keras.data.tfrecords import (
+        expand_files,
+        find_corrupt_tfrecord,
+        tf_error_text,
+    )
     from bert_keras.models.dtype import with_dtype
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.models.saving import save_checkpoint
@@ -269,9 +273,9 @@ def run(args):
                 if not files:
                     raise
                 # TensorFlow's message names no file: find the broken one (this raises its error).
-                data.find_corrupt_tfrecord(data.expand_files(files))
+                find_corrupt_tfrecord(expand_files(files))
                 raise ValueError(
-                    f"{name}: a TFRecord of {' '.join(files)} is corrupt: {data.tf_error_text(error)}"
+                    f"{name}: a TFRecord of {' '.join(files)} is corrupt: {tf_error_text(error)}"
                 ) from None
 
     with distribute.chief_path(output / "final", strategy) as final:
@@ -295,15 +299,18 @@ def check_data(args, phase, files, seq_length, max_predictions, workers):
     the `--corpus` files' sizes, and every worker's share non-empty."""
     import tensorflow as tf
 
-    from bert_keras.data import pretraining_data as data
+    from bert_keras.data.tfrecords import (
+        check_tfrecords,
+        expand_files,
+    )
     from bert_keras.training import distribute
 
     if files:
-        files = data.expand_files(files)
-        counts = dict(zip(files, data.check_tfrecords(files, seq_length, max_predictions)))
+        files = expand_files(files)
+        counts = dict(zip(files, check_tfrecords(files, seq_length, max_predictions)))
         distribute.check_shares(files, workers, lambda path: not counts[path], f"{phase}'s --data")
     else:
-        corpus = data.expand_files(args.corpus)
+        corpus = expand_files(args.corpus)
         distribute.check_shares(corpus, workers, lambda path: not tf.io.gfile.stat(path).length, "--corpus")
 
 
@@ -350,16 +357,17 @@ def training_data(args, tokenizer, files, batch_size, seq_length, max_prediction
 def instance_batches(args, tokenizer, files, batch_size, seq_length, max_predictions, skip, context):
     """Batches of unpacked instances from this input pipeline's share of the data, the
     first `skip` left out."""
-    from bert_keras.data import pretraining_data as data
     from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+    from bert_keras.data.tfrecords import (
+        expand_files,
+        pretraining_dataset,
+    )
     from bert_keras.training import distribute
 
     if files:
-        files = distribute.shard_files(data.expand_files(files), context)
-        return data.pretraining_dataset(
-            files, batch_size, seq_length, max_predictions, seed=args.seed, skip_batches=skip
-        )
-    corpus = distribute.shard_files(data.expand_files(args.corpus), context)
+        files = distribute.shard_files(expand_files(files), context)
+        return pretraining_dataset(files, batch_size, seq_length, max_predictions, seed=args.seed, skip_batches=skip)
+    corpus = distribute.shard_files(expand_files(args.corpus), context)
     return dynamic_masking_dataset(
         corpus,
         tokenizer,
@@ -380,9 +388,11 @@ def held_out_batches(args, batch_size):
         return args.eval_steps  # --eval-corpus: an endless stream, masked once
     import tensorflow as tf
 
-    from bert_keras.data import pretraining_data as data
+    from bert_keras.data.tfrecords import (
+        expand_files,
+    )
 
-    files = data.expand_files(args.eval_data)
+    files = expand_files(args.eval_data)
     records = sum(1 for _ in tf.data.TFRecordDataset(files))
     if records < batch_size:
         raise ValueError(f"--eval-data {' '.join(files)}: {records} records, fewer than one batch of {batch_size}")
@@ -392,18 +402,19 @@ def held_out_batches(args, batch_size):
 def held_out_data(args, tokenizer, batch_size, seq_length, max_predictions, context):
     """This input pipeline's share of the held-out batches: the same records, masks and
     order at every evaluation (`--eval-corpus` is masked once, with a fixed seed)."""
-    from bert_keras.data import pretraining_data as data
     from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+    from bert_keras.data.tfrecords import (
+        expand_files,
+        pretraining_dataset,
+    )
     from bert_keras.training import distribute
 
     if args.eval_data:
-        records = data.expand_files(args.eval_data)
-        dataset = data.pretraining_dataset(
-            records, batch_size, seq_length, max_predictions, shuffle_buffer=0, repeat=False
-        )
+        records = expand_files(args.eval_data)
+        dataset = pretraining_dataset(records, batch_size, seq_length, max_predictions, shuffle_buffer=0, repeat=False)
     else:
         dataset = dynamic_masking_dataset(
-            data.expand_files(args.eval_corpus),
+            expand_files(args.eval_corpus),
             tokenizer,
             batch_size,
             seq_length,

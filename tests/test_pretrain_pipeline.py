@@ -17,9 +17,9 @@ import tensorflow as tf
 from conftest import DATA, require
 
 from bert_keras import BertConfig, BertEncoder, BertTokenizer
-from bert_keras.data import pretraining_data as data
 from bert_keras.data import pretraining_shards
 from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+from bert_keras.data.tfrecords import pretraining_dataset
 from bert_keras.models.pretrainer import BertPretrainer
 from bert_keras.training.optimization import create_optimizer
 
@@ -35,7 +35,7 @@ def test_loss_decreases_on_sample_text(tmp_path):
         [require(SAMPLE)], records, tokenizer, pretraining_shards.Recipe(dupe_factor=5), progress=False
     )
     # A fixed evaluation set (static masks) measured before and after training.
-    held = data.pretraining_dataset(str(records), 8, shuffle_buffer=0, repeat=False).take(4).cache()
+    held = pretraining_dataset(str(records), 8, shuffle_buffer=0, repeat=False).take(4).cache()
     pretrainer = BertPretrainer(BertEncoder(BertConfig.preset("tiny")))
     pretrainer.compile(optimizer=create_optimizer(1e-3, 60, 6))
     before = pretrainer.evaluate(held, return_dict=True, verbose=0)

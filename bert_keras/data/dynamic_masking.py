@@ -1,13 +1,13 @@
 """Dynamic masking as a `tf.data` pipeline: raw text in, new pre-training batches every epoch.
 
-The original create_pretraining_data.py recipe (`pretraining_data.InstanceMaker`) with
+The original create_pretraining_data.py recipe (`instances.InstanceMaker`) with
 every step in the graph, so tf.data runs it on all cores and no Python runs per element:
 
 1. Files are dealt to `cycle_length` readers, which read them in parallel, each in a new
    order every epoch (seeded), a whole file at a time (shard a large corpus into files of
    tens of MB). Each reader has its own map function: TensorFlow's regex kernels
    serialize the threads that share one.
-2. A file -> documents of sentences, as `pretraining_data.read_documents` reads it
+2. A file -> documents of sentences, as `documents.read_documents` reads it
    ("lines", "prose" or "auto" per file), then the in-graph `BertTokenizer` on all of
    its sentences at once. With a token cache this runs once per file, before the first
    epoch, and every epoch reads the token ids it wrote.
@@ -37,16 +37,16 @@ import sys
 
 import tensorflow as tf
 
-from bert_keras.data.pretraining_data import (
+from bert_keras.data.documents import (
     ABBREVIATIONS,
     HEADING_ENDS,
     HEADING_WORDS,
     LINE_ENDS,
-    InstanceMaker,
     check_format,
-    expand_files,
     tokenizer_fingerprint,
 )
+from bert_keras.data.instances import InstanceMaker
+from bert_keras.data.tfrecords import expand_files
 from bert_keras.text.tokenizer import _ragged_cond
 
 _ABBREVIATIONS = "|".join(re.escape(abbreviation) for abbreviation in ABBREVIATIONS)
@@ -334,7 +334,7 @@ def _prose_documents(text):
 
 
 def split_sentences(paragraphs):
-    """`pretraining_data.split_sentences` on a batch: strings -> ragged `[batch, (sentences)]`.
+    """`documents.split_sentences` on a batch: strings -> ragged `[batch, (sentences)]`.
 
     RE2 has no look-around, so every candidate end is marked, then the pieces whose
     end is an abbreviation or an initial ("Mr.", "A.") are joined to the next one.

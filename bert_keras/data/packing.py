@@ -54,7 +54,7 @@ def first_fit_decreasing(lengths, seq_length, max_sequences, predictions=None, m
 
 
 def pack_instances(features, seq_length, max_sequences, rows=None, max_predictions=None):
-    """Unpacked pre-training features (numpy, as `pretraining_data` parses them:
+    """Unpacked pre-training features (numpy, as `tfrecords` parses them:
     `input_word_ids`, `input_mask`, `input_type_ids` [N, L], `masked_lm_positions`,
     `masked_lm_ids`, `masked_lm_weights` [N, P], `next_sentence_labels` [N] or [N, 1])
     -> packed features of `len(rows)` rows (default `first_fit_decreasing`), with

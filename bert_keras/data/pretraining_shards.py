@@ -4,7 +4,7 @@ The unit of work is an input shard: the documents that start in one slice of the
 bytes (the input files in order, read as one stream; `shard_bytes` per slice, or
 `num_shards` equal slices). A document starts at the beginning of a file, at a blank
 line in "lines" files and at the blank line before a chapter heading in "prose" files
-(see `pretraining_data`), so a shard's documents are exactly those a whole-file read
+(see `documents`), so a shard's documents are exactly those a whole-file read
 gives. Each shard is made on its own, as google-research/bert's README tells users of the
 original tool to do by hand (shard the input, run the tool on each shard): next-sentence
 "random" segments come from other documents of the same shard, and shard k's instances
@@ -31,7 +31,16 @@ import time
 
 import tensorflow as tf
 
-from bert_keras.data import pretraining_data as data
+from bert_keras.data.documents import (
+    detect_format,
+    is_heading,
+    parse_documents,
+    tokenize_documents,
+    tokenizer_fingerprint,
+)
+from bert_keras.data.example_encoder import serialize_instance
+from bert_keras.data.instances import InstanceMaker
+from bert_keras.data.tfrecords import MANIFEST_SUFFIX, shard_names
 
 # ~40 MB of records held per worker at dupe factor 10, ~250 documents of a novel's chapter size;
 # small enough that N workers share out even a few shards evenly.
@@ -56,7 +65,7 @@ class Recipe:
     random_seed: int = 12345
 
     def maker(self, vocabulary):
-        return data.InstanceMaker(
+        return InstanceMaker(
             vocabulary,
             max_seq_length=self.max_seq_length,
             short_seq_prob=self.short_seq_prob,
@@ -97,7 +106,7 @@ def plan_shards(input_files, output, shard_bytes=DEFAULT_SHARD_BYTES, num_shards
             if format == "auto":
                 file.seek(0)
                 lines = [file.readline() for _ in range(2000)]  # what detect_format looks at
-                file_format = data.detect_format(b"".join(lines).decode("utf-8", errors="ignore"))
+                file_format = detect_format(b"".join(lines).decode("utf-8", errors="ignore"))
         inputs.append({"path": path, "bytes": size, "format": file_format})
     total = sum(item["bytes"] for item in inputs)
     if num_shards is not None:
@@ -108,7 +117,7 @@ def plan_shards(input_files, output, shard_bytes=DEFAULT_SHARD_BYTES, num_shards
         if shard_bytes < 1:
             raise ValueError(f"shard_bytes must be >= 1, got {shard_bytes}")
         cuts = [*range(0, total, shard_bytes), total] if total else [0, 0]
-    names = [os.path.basename(name) for name in data.shard_names(output, len(cuts) - 1)]
+    names = [os.path.basename(name) for name in shard_names(output, len(cuts) - 1)]
     spans = [[] for _ in names]
     base = 0  # of the file in the input stream
     for item in inputs:
@@ -128,7 +137,7 @@ def _is_blank(line):
 
 
 def _is_heading(line):
-    return data.is_heading(line.decode("utf-8", errors="ignore").strip())
+    return is_heading(line.decode("utf-8", errors="ignore").strip())
 
 
 def document_start(file, offset, format, size):
@@ -210,7 +219,7 @@ def read_shard(shard):
                 raw, text = kept, None
         if text is None:
             text = raw.decode("utf-8", errors="ignore")
-        documents.extend(data.parse_documents(text, format))
+        documents.extend(parse_documents(text, format))
     return documents, warnings
 
 
@@ -237,7 +246,7 @@ class ShardMaker:
         """Writes `directory/shard.output` (atomically) and returns the shard's manifest entry."""
         recipe = self.recipe
         documents, warnings = read_shard(shard)
-        tokenized = data.tokenize_documents(documents, self.tokenizer)
+        tokenized = tokenize_documents(documents, self.tokenizer)
         records = []
         if len(tokenized) == 1:
             warnings.append(
@@ -251,7 +260,7 @@ class ShardMaker:
                 tokenized,
                 recipe.dupe_factor,
                 random.Random(recipe.random_seed + shard.index),
-                encode=lambda instance: data.serialize_instance(
+                encode=lambda instance: serialize_instance(
                     instance, recipe.max_seq_length, recipe.max_predictions_per_seq
                 ),
             )
@@ -271,7 +280,7 @@ class ShardMaker:
 
 
 def manifest_path(output):
-    return f"{output}{data.MANIFEST_SUFFIX}"
+    return f"{output}{MANIFEST_SUFFIX}"
 
 
 def write_manifest(output, settings, entries, complete):
@@ -377,7 +386,7 @@ def create_pretraining_data(
     settings = {
         "version": MANIFEST_VERSION,
         "recipe": dataclasses.asdict(recipe),
-        "tokenizer": data.tokenizer_fingerprint(tokenizer),
+        "tokenizer": tokenizer_fingerprint(tokenizer),
         "inputs": inputs,
         "skipped_inputs": skipped,
         "plan": [{"output": shard.output, "spans": [list(span) for span in shard.spans]} for shard in shards],

@@ -3,8 +3,8 @@
 import keras
 import tensorflow as tf
 
+from bert_keras.layers.dropout import PhiloxDropout
 from bert_keras.layers.layer_norm import FusedLayerNorm
-from bert_keras.layers.transformer import PhiloxDropout
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from bert_keras.layers.transformer import ACTIVATIONS
+from bert_keras.layers.activations import ACTIVATIONS
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")

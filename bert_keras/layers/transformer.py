@@ -5,69 +5,9 @@ import math
 import keras
 import tensorflow as tf
 
+from bert_keras.layers.activations import ACTIVATIONS
+from bert_keras.layers.dropout import PhiloxDropout
 from bert_keras.layers.layer_norm import FusedLayerNorm
-
-ACTIVATIONS = {
-    "gelu": lambda x: tf.nn.gelu(x, approximate=False),
-    "gelu_tanh": lambda x: tf.nn.gelu(x, approximate=True),
-    "relu": tf.nn.relu,
-    "tanh": tf.math.tanh,
-}
-
-
-def attention_bias(input_mask, packed_sequence_ids=None):
-    """[B, L] 0/1 padding mask -> float32 [B, 1, 1, L] bias added to attention scores.
-
-    With `packed_sequence_ids` (int [B, L]: k >= 1 on the tokens of a row's k-th packed
-    sequence, 0 on padding), [B, 1, L, L]: each token attends only to the tokens of its
-    own sequence, so sequences packed in one row do not see each other."""
-    keep = tf.cast(input_mask, tf.float32)[:, None, None, :]
-    if packed_sequence_ids is None:
-        return (1.0 - keep) * -1e9
-    ids = tf.cast(packed_sequence_ids, tf.int32)
-    same = tf.cast(tf.equal(ids[:, :, None], ids[:, None, :]), tf.float32)[:, None]
-    return (1.0 - same * keep) * -1e9
-
-
-def packed_position_ids(packed_sequence_ids):
-    """int [B, L] -> each token's position within its own packed sequence (0 at its
-    [CLS]); padding keeps its index. Sequence k must fill one span, after sequence k-1."""
-    ids = tf.cast(packed_sequence_ids, tf.int32)
-    earlier = (ids[:, None, :] > 0) & (ids[:, None, :] < ids[:, :, None])  # [B, i, j]: j in an earlier sequence
-    return tf.range(tf.shape(ids)[1])[None, :] - tf.reduce_sum(tf.cast(earlier, tf.int32), axis=2)
-
-
-@keras.saving.register_keras_serializable(package="bert_keras")
-class PhiloxDropout(keras.layers.Dropout):
-    """`keras.layers.Dropout` with its mask drawn by the Philox algorithm, named explicitly.
-
-    Keras leaves the algorithm to TensorFlow ("auto_select"), which XLA on CPU lowers
-    to a generic RngBitGenerator expansion about 100x slower than its Philox kernel:
-    each hidden-size mask cost more than a Transformer block's matmuls under
-    `jit_compile`. Random bits are most of dropout's cost on CPU, so each 32-bit
-    Philox word gives two 16-bit draws: the drop rate is exact to 2^-16 (0.1 ->
-    0.100006). Same per-layer `SeedGenerator` as Keras.
-    """
-
-    def __init__(self, rate, **kwargs):
-        if kwargs.get("noise_shape") is not None:
-            raise ValueError("PhiloxDropout draws one mask value per element; noise_shape is not supported")
-        if not 0 <= rate < 1:
-            raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
-        super().__init__(rate, **kwargs)
-
-    def call(self, inputs, training=False):
-        if not training or self.rate == 0:
-            return inputs
-        # As Keras' TensorFlow backend: stateless ops take an int32 seed.
-        seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1), tf.int32)
-        size = tf.size(inputs)
-        words = tf.random.stateless_uniform(
-            [(size + 1) // 2], seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
-        )
-        draws = tf.concat([tf.bitwise.bitwise_and(words, 0xFFFF), tf.bitwise.right_shift(words, 16)], 0)
-        keep = tf.reshape(draws[:size], tf.shape(inputs)) >= round(self.rate * 65536)
-        return inputs * tf.cast(keep, inputs.dtype) * tf.cast(1.0 / (1.0 - self.rate), inputs.dtype)
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")

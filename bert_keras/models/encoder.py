@@ -6,7 +6,7 @@ import tensorflow as tf
 from bert_keras.checkpoint import set_original_weights
 from bert_keras.config import BertConfig
 from bert_keras.layers import BertEmbeddings, BertPooler, TransformerEncoderBlock
-from bert_keras.layers.transformer import attention_bias, packed_position_ids
+from bert_keras.layers.attention_mask import attention_bias, packed_position_ids
 from bert_keras.models.saving import load_checkpoint
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")

@@ -17,7 +17,7 @@ LABEL_NAMES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "nex
 class BertPretrainer(keras.Model):
     """A `BertEncoder` with the masked-LM and next-sentence-prediction heads.
 
-    Call on the feature dict of `bert_keras.data.pretraining_data` (`input_word_ids`,
+    Call on the feature dict of `bert_keras.data.tfrecords` (`input_word_ids`,
     `input_mask`, `input_type_ids`, `masked_lm_positions` [B, P], and for training
     `masked_lm_ids`, `masked_lm_weights`, `next_sentence_labels`) -> `mlm_logits`
     [B, P, V] and `nsp_logits` [B, 2]. The labels travel inside the dict, so

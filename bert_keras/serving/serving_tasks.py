@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
 from bert_keras.models.pretrainer import BertPretrainer
-from bert_keras.tasks.task import ServingSignature, as_float32, check_no_labels
+from bert_keras.tasks.serving_signature import ServingSignature, as_float32, check_no_labels
 
 MIN_MICRO_BATCH = 8  # rows; smaller matmuls lose more speed than padding costs
 

@@ -3,14 +3,8 @@
 import keras
 import tensorflow as tf
 
-from bert_keras.tasks.task import (
-    BertTask,
-    ServingSignature,
-    as_float32,
-    default_optimizer,
-    label_table,
-    output_layer,
-)
+from bert_keras.tasks.serving_signature import ServingSignature, as_float32, label_table
+from bert_keras.tasks.task import BertTask, default_optimizer, output_layer
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")

@@ -9,7 +9,8 @@ all-MiniLM-L6-v2 are trained to use).
 import keras
 import tensorflow as tf
 
-from bert_keras.tasks.task import BertTask, ServingSignature, check_no_labels
+from bert_keras.tasks.serving_signature import ServingSignature, check_no_labels
+from bert_keras.tasks.task import BertTask
 
 COMBINE = ("concat", "sum", "mean", "stack")
 POOLING = ("cls", "mean", "pooler")

@@ -4,15 +4,9 @@ import keras
 import tensorflow as tf
 
 from bert_keras.models.encoder import INPUT_NAMES
-from bert_keras.tasks.task import (
-    BertTask,
-    ServingSignature,
-    as_float32,
-    check_no_labels,
-    default_optimizer,
-    is_packed,
-    output_layer,
-)
+from bert_keras.tasks.preprocessing import is_packed
+from bert_keras.tasks.serving_signature import ServingSignature, as_float32, check_no_labels
+from bert_keras.tasks.task import BertTask, default_optimizer, output_layer
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")

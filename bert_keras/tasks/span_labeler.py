@@ -3,14 +3,8 @@
 import keras
 import tensorflow as tf
 
-from bert_keras.tasks.task import (
-    BertTask,
-    ServingSignature,
-    as_float32,
-    check_no_labels,
-    default_optimizer,
-    output_layer,
-)
+from bert_keras.tasks.serving_signature import ServingSignature, as_float32, check_no_labels
+from bert_keras.tasks.task import BertTask, default_optimizer, output_layer
 
 # Added to the logits of padding positions so that no answer can start or end there.
 PADDING_LOGIT = -10000.0

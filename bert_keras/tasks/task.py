@@ -8,18 +8,12 @@ them. The model's own `call` only ever takes packed int inputs, which is what an
 exported serving signature wraps.
 """
 
-import json
-from pathlib import Path
-
 import keras
-import numpy as np
 import tensorflow as tf
 
-from bert_keras.files import read_text
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
+from bert_keras.tasks.preprocessing import holds_strings, is_packed, preprocessor_for, segments_to_tensors, to_tensors
 from bert_keras.text.preprocessor import BertPreprocessor
-from bert_keras.text.tokenizer import BertTokenizer
-from bert_keras.text.vocab import check_vocabulary
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -44,136 +38,6 @@ def default_optimizer(learning_rate=5e-5):
     from bert_keras.training.optimization import AdamWeightDecay
 
     return AdamWeightDecay(learning_rate=learning_rate, weight_decay_rate=0.01, global_clipnorm=1.0)
-
-
-def infer_lower_case(vocab_path):
-    """Uncased unless `tokenizer_config.json` beside the vocab says otherwise or the
-    vocabulary holds upper-case word pieces (cased vocabularies hold thousands)."""
-    vocab_path = Path(vocab_path)
-    tokenizer_config = vocab_path.parent / "tokenizer_config.json"
-    if tokenizer_config.exists():
-        values = json.loads(tokenizer_config.read_text(encoding="utf-8"))
-        if "do_lower_case" in values:
-            return bool(values["do_lower_case"])
-    lines = read_text(vocab_path, "vocab").split("\n")
-    upper = sum(1 for line in lines if not line.startswith("[") and line.strip().lower() != line.strip())
-    return upper < 100
-
-
-def preprocessor_for(encoder, vocab=None, lower_case=None, checkpoint=None, **preprocessor_kwargs):
-    """A `BertPreprocessor` for `encoder`'s vocabulary (the vocab.txt found beside its
-    checkpoint unless `vocab` is given), checked against the checkpoint (named
-    `checkpoint` in errors): `check_vocabulary`."""
-    checkpoint = checkpoint or (Path(encoder.vocab_path).parent if encoder.vocab_path else "being used")
-    vocab = vocab or encoder.vocab_path
-    if vocab is None:
-        raise ValueError(f"no vocab.txt beside the checkpoint {checkpoint}; pass vocab= (--vocab)")
-    check_vocabulary(vocab, encoder.config.vocab_size, checkpoint, encoder.vocab_path)
-    if lower_case is None:
-        lower_case = infer_lower_case(vocab)
-    return BertPreprocessor(BertTokenizer(vocab, lower_case=lower_case), **preprocessor_kwargs)
-
-
-def is_packed(x):
-    """Whether `x` (inputs, or a dataset element's inputs) is already a packed dict."""
-    return isinstance(x, dict) and "input_word_ids" in x
-
-
-def _holds_strings(x):
-    if isinstance(x, tf.data.Dataset):
-        x = keras.utils.unpack_x_y_sample_weight(x.element_spec)[0]
-    for leaf in tf.nest.flatten(x):
-        if isinstance(leaf, (str, bytes)):
-            return True
-        if isinstance(leaf, (tf.TensorSpec, tf.RaggedTensorSpec, tf.Tensor, tf.RaggedTensor)):
-            if leaf.dtype == tf.string:
-                return True
-        elif isinstance(leaf, np.ndarray) and leaf.dtype.kind in "USO":
-            return True
-    return False
-
-
-def _to_tensors(value):
-    """Lists of strings / of lists become dense or ragged tensors that tf.data can slice."""
-    if value is None or isinstance(value, (tf.Tensor, tf.RaggedTensor, np.ndarray)):
-        return value
-    if isinstance(value, (list, tuple)) and value and isinstance(value[0], (list, tuple)):
-        lengths = {len(row) for row in value}
-        return tf.constant(value) if len(lengths) == 1 else tf.ragged.constant(value)
-    return np.asarray(value)
-
-
-def _segments_to_tensors(x):
-    if isinstance(x, tuple):
-        return tuple(_to_tensors(segment) for segment in x)
-    if isinstance(x, dict):
-        return {key: _to_tensors(value) for key, value in x.items()}
-    return _to_tensors(x)
-
-
-def as_float32(tensor):
-    """Floating outputs as float32 (REST JSON has no bfloat16); others unchanged."""
-    return tf.cast(tensor, tf.float32) if tensor.dtype.is_floating else tensor
-
-
-class ServingSignature:
-    """What an export of `model` answers: `serving_default` on raw strings (`from_text`)
-    and `serve_ids` on packed int32 ids (`from_ids`), both graph functions returning a
-    dict of named outputs, floats as float32.
-
-    `run(packed)` is the model at inference; the exporter passes `from_text` a `run`
-    that may compute length-sorted micro-batches (unless `micro_batching` is False, for
-    inputs that are not `[batch, seq]`), which needs `token_outputs`: the keys of
-    per-token outputs (None when the model's output is itself one per-token tensor).
-    `segments` are the default string input names; `label_table` holds class names (a
-    string tensor) for heads that have them. By default `from_ids` returns the model's
-    dict of outputs as float32; subclasses override it for other outputs, and `from_text`
-    when text needs more than packing (e.g. answers mapped back to it).
-    """
-
-    segments = ("text",)
-    token_outputs = ()
-    micro_batching = True
-
-    def __init__(self, model, preprocessor, label_table=None):
-        self.model = model
-        self.preprocessor = preprocessor
-        self.label_table = label_table
-
-    def run(self, packed):
-        return self.model(packed, training=False)
-
-    def text_inputs(self, segments):
-        """`serving_default`'s inputs: one `[batch]` string tensor per segment."""
-        return [tf.TensorSpec([None], tf.string, name=name) for name in segments]
-
-    def ids_inputs(self):
-        """`serve_ids`' inputs: the packed int32 `[batch, seq]` tensors."""
-        return [tf.TensorSpec([None, None], tf.int32, name=name) for name in INPUT_NAMES]
-
-    def warmup_inputs(self, segments, texts):
-        """A warm-up request's inputs for these texts (TF Serving replays them at load)."""
-        return {name: list(texts) for name in segments}
-
-    def from_text(self, texts, run):
-        return self.from_ids(self.preprocessor(list(texts)), run)
-
-    def from_ids(self, packed, run):
-        return {key: as_float32(value) for key, value in run(packed).items()}
-
-
-def label_table(labels, count, model):
-    """`labels` as a string constant (None stays None); there must be `count` of them."""
-    if labels is None:
-        return None
-    if len(labels) != count:
-        raise ValueError(f"{len(labels)} labels for {model}")
-    return tf.constant(list(labels))
-
-
-def check_no_labels(model, labels):
-    if labels is not None:
-        raise ValueError(f"{type(model).__name__} has no classes to name; labels are for classifiers and taggers")
 
 
 class BertTask(keras.Model):
@@ -213,7 +77,7 @@ class BertTask(keras.Model):
             isinstance(x, tf.data.Dataset) and is_packed(keras.utils.unpack_x_y_sample_weight(x.element_spec)[0])
         ):
             return False
-        if not _holds_strings(x):
+        if not holds_strings(x):
             return False
         if self.preprocessor is None:
             raise ValueError(
@@ -258,9 +122,9 @@ class BertTask(keras.Model):
             dataset = x
         else:
             # A 1-tuple keeps inputs that are themselves a tuple of segments apart from (x, y).
-            data = (_segments_to_tensors(x),)
+            data = (segments_to_tensors(x),)
             if y is not None or sample_weight is not None:
-                data = keras.utils.pack_x_y_sample_weight(data[0], _segments_to_tensors(y), _to_tensors(sample_weight))
+                data = keras.utils.pack_x_y_sample_weight(data[0], segments_to_tensors(y), to_tensors(sample_weight))
             dataset = tf.data.Dataset.from_tensor_slices(data)
             if shuffle:
                 dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)

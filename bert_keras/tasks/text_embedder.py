@@ -17,7 +17,9 @@ import tensorflow as tf
 from bert_keras import checkpoint
 from bert_keras.models.encoder import BertEncoder
 from bert_keras.models.saving import load_keras_file, save_checkpoint
-from bert_keras.tasks.task import BertTask, ServingSignature, check_no_labels, is_packed, preprocessor_for
+from bert_keras.tasks.preprocessing import is_packed, preprocessor_for
+from bert_keras.tasks.serving_signature import ServingSignature, check_no_labels
+from bert_keras.tasks.task import BertTask
 from bert_keras.training.contrastive import MultipleNegativesRankingLoss, text_fingerprints
 
 POOLING = tuple(checkpoint.ST_POOLING_MODES)

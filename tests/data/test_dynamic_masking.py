@@ -1,4 +1,4 @@
-"""Dynamic masking in tf.data against the recipe (`pretraining_data`, itself checked
+"""Dynamic masking in tf.data against the recipe (`instances`, itself checked
 against a transcription of google-research/bert create_pretraining_data.py)."""
 
 import random
@@ -11,7 +11,8 @@ from conftest import DATA, require
 
 from bert_keras import BertTokenizer
 from bert_keras.data import dynamic_masking as dm
-from bert_keras.data import pretraining_data as data
+from bert_keras.data.documents import detect_format, read_documents, split_sentences, tokenize_documents
+from bert_keras.data.instances import InstanceMaker, truncate_seq_pair
 
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
 GUTENBERG = DATA / "pretraining" / "gutenberg"
@@ -66,12 +67,12 @@ def test_documents_equal_the_python_reader(tmp_path, books):
     long = tmp_path / "long.txt"
     long.write_text("wrapped prose line\r\n" * 1999 + "ends here.\r\n\r\n" + "A sentence.\r\n" * 3000, newline="")
     for path in [require(SAMPLE), *books, tricky, lines, long]:
-        expected = data.read_documents(path)
+        expected = read_documents(path)
         documents = dm.file_documents(tf.io.read_file(str(path))).to_list()
         assert [[s.decode() for s in d] for d in documents] == expected, path
-    assert data.detect_format(tricky.read_text(errors="ignore")) == "prose"
+    assert detect_format(tricky.read_text(errors="ignore")) == "prose"
     forced = dm.file_documents(tf.io.read_file(str(lines)), "prose").to_list()
-    assert [[s.decode() for s in d] for d in forced] == data.read_documents(lines, "prose")
+    assert [[s.decode() for s in d] for d in forced] == read_documents(lines, "prose")
 
 
 def test_sentence_splitting_equals_the_python_splitter():
@@ -85,7 +86,7 @@ def test_sentence_splitting_equals_the_python_splitter():
         "One sentence only",
     ]
     ours = dm.split_sentences(tf.constant(paragraphs)).to_list()
-    assert [[s.decode() for s in row] for row in ours] == [data.split_sentences(p) for p in paragraphs]
+    assert [[s.decode() for s in row] for row in ours] == [split_sentences(p) for p in paragraphs]
 
 
 # ---------------------------------------------------------------- instances against the recipe
@@ -154,8 +155,8 @@ def test_masked_positions_are_a_uniform_sample(limit, slots):
 
 def recipe_and_graph(tokenizer, books, seeds=4, **settings):
     """Instances of the recipe and of the graph version on the same documents, all in one group."""
-    documents = data.tokenize_documents([d for f in books for d in data.read_documents(f)], tokenizer)
-    recipe = data.InstanceMaker(tokenizer.vocabulary, **settings)
+    documents = tokenize_documents([d for f in books for d in read_documents(f)], tokenizer)
+    recipe = InstanceMaker(tokenizer.vocabulary, **settings)
     expected = [i for s in range(seeds) for i in recipe.instances(documents, 1, random.Random(s))]
     maker = dm.GraphInstanceMaker(recipe)
     make = tf.function(maker.instances)
@@ -191,7 +192,7 @@ def test_pairs_have_the_recipes_statistics(tokenizer, books, short_seq_prob, tol
 
 def test_truncation_keeps_the_recipes_lengths():
     """`truncate_seq_pair` cuts the same number of tokens from each side (which end is random)."""
-    maker = dm.GraphInstanceMaker(data.InstanceMaker(["[CLS]", "[SEP]", "[MASK]", "a"], max_seq_length=13))
+    maker = dm.GraphInstanceMaker(InstanceMaker(["[CLS]", "[SEP]", "[MASK]", "a"], max_seq_length=13))
     rng = random.Random(0)
     pairs = [(rng.randint(1, 20), rng.randint(0, 20)) for _ in range(400)]
     a_length, b_length = (tf.constant(x, tf.int32) for x in zip(*pairs))
@@ -200,7 +201,7 @@ def test_truncation_keeps_the_recipes_lengths():
     )
     for i, (la, lb) in enumerate(pairs):
         tokens_a, tokens_b = list(range(la)), list(range(lb))
-        data.truncate_seq_pair(tokens_a, tokens_b, 10, rng)
+        truncate_seq_pair(tokens_a, tokens_b, 10, rng)
         assert (new_a[i], new_b[i]) == (len(tokens_a), len(tokens_b))
         assert 1000 <= a_start[i] <= 1000 + la - len(tokens_a) and 5000 <= b_start[i] <= 5000 + lb - len(tokens_b)
     cut = (a_length - new_a).numpy()
@@ -234,7 +235,7 @@ def test_whole_word_masking_skips_words_that_do_not_fit_as_the_recipe():
     vocabulary = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "w", "##x"]
     rng = random.Random(0)
     documents = [[[4] + [5] * rng.randint(0, 5) for _ in range(400)] for _ in range(20)]
-    recipe = data.InstanceMaker(vocabulary, short_seq_prob=0.0, whole_word_mask=True)
+    recipe = InstanceMaker(vocabulary, short_seq_prob=0.0, whole_word_mask=True)
     expected = [len(i.masked_lm_positions) for s in range(4) for i in recipe.instances(documents, 1, random.Random(s))]
     make = tf.function(dm.GraphInstanceMaker(recipe).instances)
     ours = np.concatenate(
@@ -296,7 +297,7 @@ def test_token_cache_holds_the_tokenized_documents_and_resumes(tmp_path, tokeniz
     assert [Path(path).parent for path in paths] == [cache, cache] and len(set(paths)) == 2
     for file, path in zip(files, paths):
         documents = dm.read_token_file(path)
-        expected = data.tokenize_documents(data.read_documents(file), tokenizer)
+        expected = tokenize_documents(read_documents(file), tokenizer)
         assert documents.to_list() == expected
     # A run killed after the first file: the next run keeps it and makes only the second.
     first_written = Path(paths[0]).stat().st_mtime_ns

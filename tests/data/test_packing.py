@@ -25,7 +25,7 @@ def reference_pretrainer():
 def real_instances(count, shorten=True):
     """`count` instances of the reference TFRecords; with `shorten`, each cut to a varied
     length (its [SEP] kept last, its predictions kept inside), as short documents give."""
-    from bert_keras.data.pretraining_data import pretraining_dataset
+    from bert_keras.data.tfrecords import pretraining_dataset
 
     batch = next(iter(pretraining_dataset(str(TRAJECTORY / "train.tfrecord"), count, shuffle_buffer=0)))
     features = {name: value.numpy() for name, value in batch.items()}

@@ -9,8 +9,10 @@ import tensorflow as tf
 from conftest import DATA, require
 
 from bert_keras import BertTokenizer
-from bert_keras.data import pretraining_data as data
 from bert_keras.data import pretraining_shards as shards
+from bert_keras.data.documents import detect_format, read_documents, split_sentences, tokenize_documents
+from bert_keras.data.instances import InstanceMaker
+from bert_keras.data.tfrecords import pretraining_dataset
 
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
 GUTENBERG = DATA / "pretraining" / "gutenberg"
@@ -166,11 +168,11 @@ def original_create_training_instances(all_documents, vocab_words, rng, dupe_fac
 
 @pytest.mark.parametrize("whole_word", [False, True])
 def test_instances_equal_the_original_tool(tokenizer, whole_word):
-    documents = data.tokenize_documents(data.read_documents(require(SAMPLE), "lines"), tokenizer)
+    documents = tokenize_documents(read_documents(require(SAMPLE), "lines"), tokenizer)
     vocab = tokenizer.vocabulary
     as_tokens = [[[vocab[i] for i in sentence] for sentence in doc] for doc in documents]
     expected = original_create_training_instances(as_tokens, vocab, random.Random(12345), 10, whole_word)
-    maker = data.InstanceMaker(vocab, whole_word_mask=whole_word)
+    maker = InstanceMaker(vocab, whole_word_mask=whole_word)
     ours = maker.instances(documents, 10, random.Random(12345))
     assert len(ours) == len(expected) > 100
     for instance, (tokens, segment_ids, positions, labels, is_random_next) in zip(ours, expected):
@@ -184,8 +186,8 @@ def test_instances_equal_the_original_tool(tokenizer, whole_word):
 @pytest.fixture(scope="module")
 def gutenberg_instances(tokenizer):
     files = [require(GUTENBERG / "austen-persuasion.txt"), require(GUTENBERG / "chesterton-brown.txt")]
-    documents = data.tokenize_documents([d for f in files for d in data.read_documents(f)], tokenizer)
-    maker = data.InstanceMaker(tokenizer.vocabulary)
+    documents = tokenize_documents([d for f in files for d in read_documents(f)], tokenizer)
+    maker = InstanceMaker(tokenizer.vocabulary)
     return maker.instances(documents, 2, random.Random(1)), tokenizer
 
 
@@ -216,8 +218,8 @@ def test_next_sentence_balance_and_layout(gutenberg_instances, tokenizer):
     random_next = np.mean([instance.is_random_next for instance in instances])
     assert 0.5 < random_next < 0.6, random_next
     files = [GUTENBERG / "austen-persuasion.txt", GUTENBERG / "chesterton-brown.txt"]
-    documents = data.tokenize_documents([d for f in files for d in data.read_documents(f)], tokenizer)
-    long_only = data.InstanceMaker(tokenizer.vocabulary, short_seq_prob=0.0)
+    documents = tokenize_documents([d for f in files for d in read_documents(f)], tokenizer)
+    long_only = InstanceMaker(tokenizer.vocabulary, short_seq_prob=0.0)
     random_next = np.mean([i.is_random_next for i in long_only.instances(documents, 2, random.Random(2))])
     assert abs(random_next - 0.5) < 0.03, random_next
     for instance in instances:
@@ -231,8 +233,8 @@ def test_next_sentence_balance_and_layout(gutenberg_instances, tokenizer):
 
 
 def test_whole_word_masking_masks_every_piece(tokenizer):
-    documents = data.tokenize_documents(data.read_documents(require(SAMPLE), "lines"), tokenizer)
-    maker = data.InstanceMaker(tokenizer.vocabulary, whole_word_mask=True)
+    documents = tokenize_documents(read_documents(require(SAMPLE), "lines"), tokenizer)
+    maker = InstanceMaker(tokenizer.vocabulary, whole_word_mask=True)
     is_piece = [token.startswith("##") for token in tokenizer.vocabulary]
     split_words = 0
     for instance in maker.instances(documents, 5, random.Random(0)):
@@ -255,8 +257,8 @@ def test_tfrecords_round_trip_in_the_original_layout(tmp_path, tokenizer):
     count = shards.create_pretraining_data(
         [require(SAMPLE)], output, tokenizer, shards.Recipe(dupe_factor=2, random_seed=7), progress=False
     )
-    documents = data.tokenize_documents(data.read_documents(SAMPLE), tokenizer)
-    expected = data.InstanceMaker(tokenizer.vocabulary).instances(documents, 2, random.Random(7))
+    documents = tokenize_documents(read_documents(SAMPLE), tokenizer)
+    expected = InstanceMaker(tokenizer.vocabulary).instances(documents, 2, random.Random(7))
     assert count == len(expected)
     records = list(tf.data.TFRecordDataset(output).as_numpy_iterator())
     assert len(records) == count
@@ -280,7 +282,7 @@ def test_tfrecords_round_trip_in_the_original_layout(tmp_path, tokenizer):
     assert list(example["masked_lm_weights"].float_list.value) == [1.0] * p + [0.0] * (20 - p)
     assert list(example["next_sentence_labels"].int64_list.value) == [int(first.is_random_next)]
     # And our reader gives the model's feature dict back.
-    batch = next(iter(data.pretraining_dataset(output, 2, shuffle_buffer=0, repeat=False)))
+    batch = next(iter(pretraining_dataset(output, 2, shuffle_buffer=0, repeat=False)))
     assert batch["input_word_ids"].dtype == tf.int32 and batch["input_word_ids"].shape == (2, 128)
     np.testing.assert_array_equal(batch["input_word_ids"][0, :n], first.input_ids)
     np.testing.assert_array_equal(batch["input_type_ids"][0, :n], first.segment_ids)
@@ -306,7 +308,7 @@ def test_reads_records_written_as_the_original_writes_them(tmp_path):
     path = tmp_path / "original.tfrecord"
     with tf.io.TFRecordWriter(str(path)) as writer:
         writer.write(tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString())
-    batch = next(iter(data.pretraining_dataset(str(path), 1, 16, 3, shuffle_buffer=0, repeat=False)))
+    batch = next(iter(pretraining_dataset(str(path), 1, 16, 3, shuffle_buffer=0, repeat=False)))
     assert batch["input_word_ids"].numpy()[0, :6].tolist() == [101, 7592, 103, 102, 2088, 102]
     assert batch["input_type_ids"].numpy()[0, :6].tolist() == [0, 0, 0, 0, 1, 1]
     assert batch["masked_lm_weights"].numpy().tolist() == [[1.0, 0.0, 0.0]]
@@ -317,11 +319,11 @@ def test_a_wrong_length_is_a_clear_error(tmp_path, tokenizer):
     path = tmp_path / "x.tfrecord"
     shards.create_pretraining_data([require(SAMPLE)], path, tokenizer, shards.Recipe(dupe_factor=1), progress=False)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"Key: (input_ids|input_mask|segment_ids)[.,]"):
-        next(iter(data.pretraining_dataset(str(path), 1, max_seq_length=64, shuffle_buffer=0)))
+        next(iter(pretraining_dataset(str(path), 1, max_seq_length=64, shuffle_buffer=0)))
 
 
 def test_sentence_splitter():
-    assert data.split_sentences(
+    assert split_sentences(
         'Mr. Knightley, a sensible man, came in at 4 A. M.  "Was it you?" said she.  Then he\nleft! It was over.'
     ) == [
         'Mr. Knightley, a sensible man, came in at 4 A. M.  "Was it you?" said she.'.replace("  ", " "),
@@ -336,9 +338,9 @@ def test_prose_headings_start_documents(tmp_path):
         "[A Book by Someone 1900]\n\nCHAPTER I\n\nIt was a dark night.  The rain\nfell.\n\n"
         "She left.\n\nII. The Second Part\n\nMorning came.  Birds sang.\n"
     )
-    assert data.read_documents(path, "prose") == [
+    assert read_documents(path, "prose") == [
         ["It was a dark night.", "The rain fell.", "She left."],
         ["Morning came.", "Birds sang."],
     ]
-    assert data.detect_format(path.read_text()) == "prose"
-    assert data.detect_format(require(SAMPLE).read_text()) == "lines"
+    assert detect_format(path.read_text()) == "prose"
+    assert detect_format(require(SAMPLE).read_text()) == "lines"

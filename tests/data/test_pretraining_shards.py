@@ -16,8 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bert_keras import BertTokenizer
-from bert_keras.data import pretraining_data as data
 from bert_keras.data import pretraining_shards as shards
+from bert_keras.data.documents import parse_documents, read_documents, tokenize_documents
+from bert_keras.data.example_encoder import serialize_instance
+from bert_keras.data.instances import Instance, instance_features
+from bert_keras.data.tfrecords import expand_files
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
@@ -37,11 +40,11 @@ def records(path):
 
 def expected_records(documents, tokenizer, recipe, index):
     """What the original recipe (InstanceMaker, held to a transcription of the original) makes of a shard."""
-    tokenized = data.tokenize_documents(documents, tokenizer)
+    tokenized = tokenize_documents(documents, tokenizer)
     instances = recipe.maker(tokenizer.vocabulary).instances(
         tokenized, recipe.dupe_factor, random.Random(recipe.random_seed + index)
     )
-    return [data.serialize_instance(i, recipe.max_seq_length, recipe.max_predictions_per_seq) for i in instances]
+    return [serialize_instance(i, recipe.max_seq_length, recipe.max_predictions_per_seq) for i in instances]
 
 
 def output_bytes(folder):
@@ -85,9 +88,9 @@ def test_cutting_at_document_starts_splits_no_document(lines, newline, format, o
     pieces = [
         document
         for low, high in zip(cuts[:-1], cuts[1:])
-        for document in data.parse_documents(raw[low:high].decode("utf-8", errors="ignore"), format)
+        for document in parse_documents(raw[low:high].decode("utf-8", errors="ignore"), format)
     ]
-    assert pieces == data.parse_documents(raw.decode("utf-8", errors="ignore"), format)
+    assert pieces == parse_documents(raw.decode("utf-8", errors="ignore"), format)
 
 
 @pytest.mark.parametrize(
@@ -121,14 +124,14 @@ def test_serialized_records_equal_protobuf_serialization():
     rng = random.Random(0)
     for _ in range(200):
         n, p = rng.randint(5, 128), rng.randint(1, 20)
-        instance = data.Instance(
+        instance = Instance(
             [rng.choice([0, 5, 127, 128, 16383, 16384, 65535, 65536, 200000]) for _ in range(n)],
             [rng.randint(0, 1) for _ in range(n)],
             sorted(rng.sample(range(n), min(p, n))),
             [rng.randint(0, 120000) for _ in range(min(p, n))],
             rng.random() < 0.5,
         )
-        features = data.instance_features(instance, 128, 20)
+        features = instance_features(instance, 128, 20)
         feature = {
             name: tf.train.Feature(float_list=tf.train.FloatList(value=value))
             if name == "masked_lm_weights"
@@ -136,7 +139,7 @@ def test_serialized_records_equal_protobuf_serialization():
             for name, value in features.items()
         }
         example = tf.train.Example(features=tf.train.Features(feature=feature))
-        assert data.serialize_instance(instance, 128, 20) == example.SerializeToString(deterministic=True)
+        assert serialize_instance(instance, 128, 20) == example.SerializeToString(deterministic=True)
 
 
 # ---------------------------------------------------------------- shards
@@ -144,7 +147,7 @@ def test_serialized_records_equal_protobuf_serialization():
 
 def test_one_shard_is_the_original_recipe_and_manifest(tmp_path, tokenizer):
     count = shards.create_pretraining_data([require(SAMPLE)], tmp_path / "s.tfrecord", tokenizer, SMALL, progress=False)
-    expected = expected_records(data.read_documents(SAMPLE), tokenizer, SMALL, 0)
+    expected = expected_records(read_documents(SAMPLE), tokenizer, SMALL, 0)
     assert count == len(expected) > 20
     assert records(tmp_path / "s.tfrecord") == expected
     manifest = json.loads((tmp_path / "s.tfrecord.manifest.json").read_text())
@@ -154,7 +157,7 @@ def test_one_shard_is_the_original_recipe_and_manifest(tmp_path, tokenizer):
     assert manifest["shards"] == [
         {"index": 0, "output": "s.tfrecord", "documents": 3, "instances": count, "warnings": []}
     ]
-    assert data.expand_files(f"{tmp_path}/s.tfrecord*") == [str(tmp_path / "s.tfrecord")]  # not the manifest
+    assert expand_files(f"{tmp_path}/s.tfrecord*") == [str(tmp_path / "s.tfrecord")]  # not the manifest
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +178,7 @@ def test_shards_are_the_recipe_on_their_documents_whatever_the_workers(tmp_path,
     assert output_bytes(tmp_path / "w1") == output_bytes(tmp_path / "w2")
     _, _, plan = shards.plan_shards(files, tmp_path / "w1" / "d", 150_000)
     assert [len(shard.spans) for shard in plan] == [1, 1, 1, 2, 1, 1]  # shard 3: one book's end, the other's start
-    whole = [d for f in files for d in data.read_documents(f)]
+    whole = [d for f in files for d in read_documents(f)]
     read = [shards.read_shard(shard)[0] for shard in plan]
     assert [d for documents in read for d in documents] == whole  # every document in exactly one shard
     for shard, documents in zip(plan, read):
@@ -251,7 +254,7 @@ def test_empty_and_binary_files_are_skipped_by_name(tmp_path, tokenizer):
         {"path": str(tmp_path / "empty.txt"), "reason": "empty file"},
         {"path": str(tmp_path / "image.png"), "reason": "binary file (NUL byte at offset 8)"},
     ]
-    assert count == len(expected_records(data.read_documents(SAMPLE), tokenizer, SMALL, 0))
+    assert count == len(expected_records(read_documents(SAMPLE), tokenizer, SMALL, 0))
     with pytest.raises(
         ValueError, match=r"no instances .*skipped .*empty\.txt: empty file; skipped .*image\.png: binary"
     ):
@@ -265,7 +268,7 @@ def test_invalid_utf8_is_dropped_with_a_warning_naming_file_and_line(tmp_path, t
     count = shards.create_pretraining_data([tmp_path / "bad.txt"], tmp_path / "d", tokenizer, SMALL, progress=False)
     warnings = json.loads((tmp_path / "d.manifest.json").read_text())["shards"][0]["warnings"]
     assert len(warnings) == 1 and warnings[0].startswith(f"{tmp_path / 'bad.txt'}:7: invalid UTF-8")
-    assert count == len(expected_records(data.read_documents(SAMPLE), tokenizer, SMALL, 0))  # as the original
+    assert count == len(expected_records(read_documents(SAMPLE), tokenizer, SMALL, 0))  # as the original
 
 
 def test_a_single_document_is_a_clear_error_and_one_sentence_documents_are_kept(tmp_path, tokenizer):
@@ -273,7 +276,7 @@ def test_a_single_document_is_a_clear_error_and_one_sentence_documents_are_kept(
     with pytest.raises(ValueError, match=r"one\.txt bytes 0-24: only 1 document, and next-sentence pairs need 2"):
         shards.create_pretraining_data([tmp_path / "one.txt"], tmp_path / "d", tokenizer, SMALL, progress=False)
     (tmp_path / "mixed.txt").write_text(require(SAMPLE).read_text() + "\n\nA one-sentence document.\n")
-    documents = data.read_documents(tmp_path / "mixed.txt")
+    documents = read_documents(tmp_path / "mixed.txt")
     assert documents[-1] == ["A one-sentence document."]
     shards.create_pretraining_data([tmp_path / "mixed.txt"], tmp_path / "m", tokenizer, SMALL, progress=False)
     assert records(tmp_path / "m") == expected_records(documents, tokenizer, SMALL, 0)
@@ -291,5 +294,5 @@ def test_a_50_mb_line_is_skipped_by_file_and_line(tmp_path, tokenizer):
     assert warnings == [
         f"{tmp_path / 'long.txt'}:{line}: a line of 50000000 bytes (over 1048576) is not a sentence; skipped"
     ]
-    documents = data.parse_documents(sample.decode() + "\n\nA short document.\nIts last sentence.\n", "lines")
+    documents = parse_documents(sample.decode() + "\n\nA short document.\nIts last sentence.\n", "lines")
     assert records(tmp_path / "d") == expected_records(documents, tokenizer, SMALL, 0)

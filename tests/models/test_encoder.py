@@ -8,7 +8,8 @@ from conftest import REFERENCE, require
 
 from bert_keras import BertConfig, BertEncoder
 from bert_keras.layers import BertEmbeddings, BertPooler, TransformerEncoderBlock
-from bert_keras.layers.transformer import ACTIVATIONS, PhiloxDropout
+from bert_keras.layers.activations import ACTIVATIONS
+from bert_keras.layers.dropout import PhiloxDropout
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 TINY = BertConfig(

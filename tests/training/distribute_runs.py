@@ -74,7 +74,7 @@ def finetune(strategy, initial_weights, vocab, sentences, output_dir):
 
     from bert_keras import BertEncoder
     from bert_keras.tasks.classifier import BertClassifier
-    from bert_keras.tasks.task import preprocessor_for
+    from bert_keras.tasks.preprocessing import preprocessor_for
     from pipelines.finetune import train
 
     with strategy.scope():
@@ -108,7 +108,7 @@ def embed(strategy, initial_weights, vocab, sentences, output_dir):
     import tensorflow as tf
 
     from bert_keras import BertEncoder, BertTextEmbedder
-    from bert_keras.tasks.task import preprocessor_for
+    from bert_keras.tasks.preprocessing import preprocessor_for
     from pipelines.finetune import train
 
     with strategy.scope():

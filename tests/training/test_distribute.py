@@ -17,8 +17,10 @@ import tensorflow as tf
 from conftest import DATA, require
 from distribute_runs import GLOBAL_BATCH, PREDICTIONS, SEQ_LENGTH, load_weights
 
-from bert_keras.data import pretraining_data as data
 from bert_keras.data import pretraining_shards
+from bert_keras.data.example_encoder import serialize_instance
+from bert_keras.data.instances import Instance
+from bert_keras.data.tfrecords import pretraining_dataset, shard_names
 from bert_keras.training import distribute
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,8 +47,8 @@ def synthetic_records(folder, shards=2, per_shard=48, seed=0):
                 for p in positions:
                     ids[p] = 3
                 segments = [0] * split + [1] * (length - split)
-                instance = data.Instance(ids, segments, positions, labels, rng.random() < 0.5)
-                writer.write(data.serialize_instance(instance, SEQ_LENGTH, PREDICTIONS))
+                instance = Instance(ids, segments, positions, labels, rng.random() < 0.5)
+                writer.write(serialize_instance(instance, SEQ_LENGTH, PREDICTIONS))
         files.append(str(path))
     return files
 
@@ -179,7 +181,7 @@ def test_two_workers_match_one_process(two_workers):
     model.set_weights(two_workers["initial"])
     keras.utils.set_random_seed(0)  # as distribute_runs.pretrain, before its dataset
     shards = [
-        data.pretraining_dataset([f], GLOBAL_BATCH // 2, SEQ_LENGTH, PREDICTIONS, seed=0) for f in two_workers["files"]
+        pretraining_dataset([f], GLOBAL_BATCH // 2, SEQ_LENGTH, PREDICTIONS, seed=0) for f in two_workers["files"]
     ]
     batches = tf.data.Dataset.zip(tuple(shards)).map(
         lambda a, b: tf.nest.map_structure(lambda x, y: tf.concat([x, y], 0), a, b)
@@ -264,7 +266,7 @@ def test_multi_worker_pretraining_resumes_after_a_worker_dies(tmp_path):
     pretraining_shards.create_pretraining_data(
         [require(SAMPLE)] * 2, tmp_path / "shard", tokenizer, recipe, num_shards=2, progress=False
     )
-    files = data.shard_names(tmp_path / "shard", 2)
+    files = shard_names(tmp_path / "shard", 2)
     output = tmp_path / "run"
     temp_dirs = [tmp_path / "tmp0", tmp_path / "tmp1"]
     for folder in temp_dirs:
@@ -409,12 +411,12 @@ def test_training_datasets_have_fully_defined_shapes(tmp_path):
     from bert_keras.data.dynamic_masking import dynamic_masking_dataset
     from bert_keras.tasks import squad
     from bert_keras.tasks.classifier import BertClassifier
-    from bert_keras.tasks.task import preprocessor_for
+    from bert_keras.tasks.preprocessing import preprocessor_for
     from bert_keras.tasks.token_classifier import BertTokenClassifier
 
     tokenizer = BertTokenizer(str(require(VOCAB)))
     pretraining = [
-        data.pretraining_dataset(synthetic_records(tmp_path), 4, SEQ_LENGTH, PREDICTIONS),
+        pretraining_dataset(synthetic_records(tmp_path), 4, SEQ_LENGTH, PREDICTIONS),
         dynamic_masking_dataset([require(SAMPLE)], tokenizer, 4, 64, 10),
     ]
     for dataset in pretraining:
@@ -464,13 +466,13 @@ def test_xla_train_steps_run_with_tokenization_in_tf_data(tmp_path):
 
     from bert_keras import BertEncoder
     from bert_keras.tasks.classifier import BertClassifier
-    from bert_keras.tasks.task import preprocessor_for
+    from bert_keras.tasks.preprocessing import preprocessor_for
 
     pretrainer = tiny_pretrainer(seed=0)
     pretrainer.compile(optimizer=pretrainer.optimizer, jit_compile=True)
     before = [w.copy() for w in pretrainer.get_weights()]
     pretrainer.fit(
-        data.pretraining_dataset(synthetic_records(tmp_path), 4, SEQ_LENGTH, PREDICTIONS),
+        pretraining_dataset(synthetic_records(tmp_path), 4, SEQ_LENGTH, PREDICTIONS),
         steps_per_epoch=3,
         epochs=1,
         verbose=0,
@@ -509,7 +511,7 @@ def test_mixed_bfloat16_pretraining(tmp_path, mixed_precision):
         assert distribute.mixed_precision_policy() == "mixed_bfloat16"  # what --mixed-precision picks here
     mixed_precision("mixed_bfloat16")
     model = tiny_pretrainer(seed=0)
-    fixed = data.pretraining_dataset(synthetic_records(tmp_path), 8, SEQ_LENGTH, PREDICTIONS).take(2).cache().repeat()
+    fixed = pretraining_dataset(synthetic_records(tmp_path), 8, SEQ_LENGTH, PREDICTIONS).take(2).cache().repeat()
     history = model.fit(fixed, steps_per_epoch=10, epochs=3, verbose=0).history["loss"]
     assert np.all(np.isfinite(history)) and history[-1] < history[0] - 0.5, history
     batch = next(iter(fixed))
@@ -535,7 +537,7 @@ def test_mixed_float16_uses_loss_scaling(tmp_path, mixed_precision):
     model = tiny_pretrainer(seed=0)
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     before = [w.copy() for w in model.get_weights()]
-    dataset = data.pretraining_dataset(synthetic_records(tmp_path), 4, SEQ_LENGTH, PREDICTIONS)
+    dataset = pretraining_dataset(synthetic_records(tmp_path), 4, SEQ_LENGTH, PREDICTIONS)
     history = model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0).history["loss"]
     assert np.isfinite(history[0])
     assert {v.dtype for v in model.weights} == {"float32"}
@@ -553,7 +555,7 @@ def test_multi_worker_with_an_empty_shard_stops_both_workers_clearly(tmp_path, c
     assert corpus.read_text().count("\n\n") == 2
     prefix = tmp_path / "shard"
     pretraining_shards.create_pretraining_data([corpus], prefix, BertTokenizer(str(require(VOCAB))), num_shards=2)
-    files = data.shard_names(prefix, 2)
+    files = shard_names(prefix, 2)
     manifest = json.loads(Path(pretraining_shards.manifest_path(prefix)).read_text())
     assert manifest["empty_shards"] == [Path(files[1]).name]
     assert "1 of 2 shard file(s) hold no instances" in capsys.readouterr().err

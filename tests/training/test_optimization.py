@@ -206,7 +206,7 @@ def reference_pretrainer():
 
 
 def reference_batches(batch_size):
-    from bert_keras.data.pretraining_data import pretraining_dataset
+    from bert_keras.data.tfrecords import pretraining_dataset
 
     # In file order, repeated, as the original's input_fn read it (215 instances, no shuffle).
     return pretraining_dataset(str(TRAJECTORY / "train.tfrecord"), batch_size, shuffle_buffer=0)

@@ -1,0 +1,79 @@
+"""Raw text for the heads: a preprocessor matched to an encoder's vocabulary, and raw
+inputs (strings, lists, arrays) told apart from packed ones and made into tensors."""
+
+import json
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from bert_keras.files import read_text
+from bert_keras.text.preprocessor import BertPreprocessor
+from bert_keras.text.tokenizer import BertTokenizer
+from bert_keras.text.vocab import check_vocabulary
+
+
+def infer_lower_case(vocab_path):
+    """Uncased unless `tokenizer_config.json` beside the vocab says otherwise or the
+    vocabulary holds upper-case word pieces (cased vocabularies hold thousands)."""
+    vocab_path = Path(vocab_path)
+    tokenizer_config = vocab_path.parent / "tokenizer_config.json"
+    if tokenizer_config.exists():
+        values = json.loads(tokenizer_config.read_text(encoding="utf-8"))
+        if "do_lower_case" in values:
+            return bool(values["do_lower_case"])
+    lines = read_text(vocab_path, "vocab").split("\n")
+    upper = sum(1 for line in lines if not line.startswith("[") and line.strip().lower() != line.strip())
+    return upper < 100
+
+
+def preprocessor_for(encoder, vocab=None, lower_case=None, checkpoint=None, **preprocessor_kwargs):
+    """A `BertPreprocessor` for `encoder`'s vocabulary (the vocab.txt found beside its
+    checkpoint unless `vocab` is given), checked against the checkpoint (named
+    `checkpoint` in errors): `check_vocabulary`."""
+    checkpoint = checkpoint or (Path(encoder.vocab_path).parent if encoder.vocab_path else "being used")
+    vocab = vocab or encoder.vocab_path
+    if vocab is None:
+        raise ValueError(f"no vocab.txt beside the checkpoint {checkpoint}; pass vocab= (--vocab)")
+    check_vocabulary(vocab, encoder.config.vocab_size, checkpoint, encoder.vocab_path)
+    if lower_case is None:
+        lower_case = infer_lower_case(vocab)
+    return BertPreprocessor(BertTokenizer(vocab, lower_case=lower_case), **preprocessor_kwargs)
+
+
+def is_packed(x):
+    """Whether `x` (inputs, or a dataset element's inputs) is already a packed dict."""
+    return isinstance(x, dict) and "input_word_ids" in x
+
+
+def holds_strings(x):
+    if isinstance(x, tf.data.Dataset):
+        x = keras.utils.unpack_x_y_sample_weight(x.element_spec)[0]
+    for leaf in tf.nest.flatten(x):
+        if isinstance(leaf, (str, bytes)):
+            return True
+        if isinstance(leaf, (tf.TensorSpec, tf.RaggedTensorSpec, tf.Tensor, tf.RaggedTensor)):
+            if leaf.dtype == tf.string:
+                return True
+        elif isinstance(leaf, np.ndarray) and leaf.dtype.kind in "USO":
+            return True
+    return False
+
+
+def to_tensors(value):
+    """Lists of strings / of lists become dense or ragged tensors that tf.data can slice."""
+    if value is None or isinstance(value, (tf.Tensor, tf.RaggedTensor, np.ndarray)):
+        return value
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], (list, tuple)):
+        lengths = {len(row) for row in value}
+        return tf.constant(value) if len(lengths) == 1 else tf.ragged.constant(value)
+    return np.asarray(value)
+
+
+def segments_to_tensors(x):
+    if isinstance(x, tuple):
+        return tuple(to_tensors(segment) for segment in x)
+    if isinstance(x, dict):
+        return {key: to_tensors(value) for key, value in x.items()}
+    return to_tensors(x)

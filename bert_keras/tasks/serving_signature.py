@@ -1,0 +1,70 @@
+"""What a head's export answers: `ServingSignature` and the helpers heads build theirs with."""
+
+import tensorflow as tf
+
+from bert_keras.models.encoder import INPUT_NAMES
+
+
+def as_float32(tensor):
+    """Floating outputs as float32 (REST JSON has no bfloat16); others unchanged."""
+    return tf.cast(tensor, tf.float32) if tensor.dtype.is_floating else tensor
+
+
+class ServingSignature:
+    """What an export of `model` answers: `serving_default` on raw strings (`from_text`)
+    and `serve_ids` on packed int32 ids (`from_ids`), both graph functions returning a
+    dict of named outputs, floats as float32.
+
+    `run(packed)` is the model at inference; the exporter passes `from_text` a `run`
+    that may compute length-sorted micro-batches (unless `micro_batching` is False, for
+    inputs that are not `[batch, seq]`), which needs `token_outputs`: the keys of
+    per-token outputs (None when the model's output is itself one per-token tensor).
+    `segments` are the default string input names; `label_table` holds class names (a
+    string tensor) for heads that have them. By default `from_ids` returns the model's
+    dict of outputs as float32; subclasses override it for other outputs, and `from_text`
+    when text needs more than packing (e.g. answers mapped back to it).
+    """
+
+    segments = ("text",)
+    token_outputs = ()
+    micro_batching = True
+
+    def __init__(self, model, preprocessor, label_table=None):
+        self.model = model
+        self.preprocessor = preprocessor
+        self.label_table = label_table
+
+    def run(self, packed):
+        return self.model(packed, training=False)
+
+    def text_inputs(self, segments):
+        """`serving_default`'s inputs: one `[batch]` string tensor per segment."""
+        return [tf.TensorSpec([None], tf.string, name=name) for name in segments]
+
+    def ids_inputs(self):
+        """`serve_ids`' inputs: the packed int32 `[batch, seq]` tensors."""
+        return [tf.TensorSpec([None, None], tf.int32, name=name) for name in INPUT_NAMES]
+
+    def warmup_inputs(self, segments, texts):
+        """A warm-up request's inputs for these texts (TF Serving replays them at load)."""
+        return {name: list(texts) for name in segments}
+
+    def from_text(self, texts, run):
+        return self.from_ids(self.preprocessor(list(texts)), run)
+
+    def from_ids(self, packed, run):
+        return {key: as_float32(value) for key, value in run(packed).items()}
+
+
+def label_table(labels, count, model):
+    """`labels` as a string constant (None stays None); there must be `count` of them."""
+    if labels is None:
+        return None
+    if len(labels) != count:
+        raise ValueError(f"{len(labels)} labels for {model}")
+    return tf.constant(list(labels))
+
+
+def check_no_labels(model, labels):
+    if labels is not None:
+        raise ValueError(f"{type(model).__name__} has no classes to name; labels are for classifiers and taggers")
