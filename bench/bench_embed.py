@@ -77,7 +77,7 @@ def worker_served(model, texts):
     from bert_keras import BertTextEmbedder
     from bert_keras.serving import export
     from bert_keras.serving.client import ServingClient
-    from bert_keras.serving.local_server import LocalModelServer
+    from bert_keras.serving.tfserving.local_server import LocalModelServer
 
     embedder = BertTextEmbedder.from_checkpoint(model)
     folder = Path(tempfile.mkdtemp(prefix="bench_embed_"))

@@ -55,7 +55,7 @@ def export_random_encoder(config, compute_dtype=None):
 
 def served_runner(path):
     """The export loaded by the TF1 session loader and run by tensor name, as TF Serving does."""
-    from bert_keras.serving.session import SessionPredictor
+    from bert_keras.serving.tfserving.session import SessionPredictor
 
     predictor = SessionPredictor(path)
     signature = predictor.signatures["serve_ids"]
@@ -174,7 +174,7 @@ def sst2_padding_comparison(rounds):
 
     from bert_keras import BertPreprocessor
     from bert_keras.serving import export
-    from bert_keras.serving.session import SessionPredictor
+    from bert_keras.serving.tfserving.session import SessionPredictor
     from bert_keras.tasks.classifier import BertClassifier
 
     sentences, _ = sst2_dev()
@@ -213,7 +213,7 @@ def bf16_sst2_accuracy(model_path, rounds):
     import bert_keras  # noqa: F401  (registers the classes the .keras file names)
     from bert_keras import BertPreprocessor
     from bert_keras.serving import export
-    from bert_keras.serving.session import SessionPredictor
+    from bert_keras.serving.tfserving.session import SessionPredictor
 
     sentences, labels = sst2_dev()
     model = keras.saving.load_model(model_path, compile=False)

@@ -116,7 +116,7 @@ def rest_client(port, requests, body):
 
 def grpc_client(port, requests, texts):
     from bert_keras.serving.client import ServingClient  # imported before the clock starts, in main
-    from bert_keras.serving.session import ServingError
+    from bert_keras.serving.tfserving.session import ServingError
 
     latencies, failures = [], []
     client = ServingClient("127.0.0.1", "bert", grpc_port=port, timeout=300, retries=0)

@@ -51,7 +51,7 @@ def export_profile(config, inputs, runs, compute_dtype):
     """(untraced wall ms per run, [{group: kernel ms} per traced run], {group: kernels per run})."""
     import tensorflow as tf
 
-    from bert_keras.serving.session import SessionPredictor
+    from bert_keras.serving.tfserving.session import SessionPredictor
 
     predictor = SessionPredictor(export_random_encoder(config, compute_dtype))
     signature = predictor.signatures["serve_ids"]

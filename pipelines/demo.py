@@ -297,7 +297,7 @@ def run(args):
 def _answer(serving, task_dir):
     import numpy as np
 
-    from bert_keras.serving.session import SessionPredictor
+    from bert_keras.serving.tfserving.session import SessionPredictor
 
     fill_mask = SessionPredictor(serving / "fill_mask" / "1")
     answers = fill_mask.predict_texts(text=list(FILL_MASK_REQUESTS))

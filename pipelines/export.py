@@ -97,9 +97,10 @@ def serving_preprocessor(model, source, vocab, cased, max_seq_length):
 
 def run(args):
     from bert_keras.models.pretrainer import BertPretrainer
-    from bert_keras.serving import c_api_loader, export
+    from bert_keras.serving import export
     from bert_keras.serving.ops import check_serving_ops
-    from bert_keras.serving.session import SessionPredictor
+    from bert_keras.serving.tfserving import c_api_loader
+    from bert_keras.serving.tfserving.session import SessionPredictor
 
     model = load_model(args.model, args.pretrainer)
     preprocessor = serving_preprocessor(model, args.model, args.vocab, args.cased, args.max_seq_length)

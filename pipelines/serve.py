@@ -41,7 +41,7 @@ def register(subparsers):
 
 
 def run(args):
-    from bert_keras.serving.local_server import LocalModelServer
+    from bert_keras.serving.tfserving.local_server import LocalModelServer
 
     if (args.model_base is None) == (args.model_config_file is None):
         raise SystemExit("serve: give MODEL_BASE or --model-config-file (one of them)")

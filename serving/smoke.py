@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from bert_keras.serving.client import ServingClient
-from bert_keras.serving.session import ServingError
+from bert_keras.serving.tfserving.session import ServingError
 
 TEXTS = [
     "a gripping, beautifully acted film",

@@ -14,7 +14,7 @@ import tensorflow as tf
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
 from bert_keras.serving import export
 from bert_keras.serving.ops import check_serving_ops
-from bert_keras.serving.session import SessionPredictor
+from bert_keras.serving.tfserving.session import SessionPredictor
 
 VOCAB = [
     "[PAD]",

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from bert_keras.data.tfrecords import parse_example
-from bert_keras.serving.session import SessionPredictor
+from bert_keras.serving.tfserving.session import SessionPredictor
 from pipelines.cli import main as cli
 from pipelines.demo import CLASSIFY_REQUESTS, FILL_MASK_REQUESTS, TASK_PACKAGES
 

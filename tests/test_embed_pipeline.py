@@ -172,8 +172,8 @@ def test_finetune_embedder_names_the_bad_line(content, message, tmp_path, capsys
 
 def test_exported_embedder_serves_the_model_s_vectors(embedder_run, tmp_path, capsys):
     from bert_keras.serving.client import ServingClient
-    from bert_keras.serving.local_server import LocalModelServer
-    from bert_keras.serving.session import SessionPredictor
+    from bert_keras.serving.tfserving.local_server import LocalModelServer
+    from bert_keras.serving.tfserving.session import SessionPredictor
 
     model = keras.saving.load_model(embedder_run / "best.keras")
     texts = ["Which team won Super Bowl 50?", "The Broncos defeated the Panthers."]

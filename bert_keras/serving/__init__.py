@@ -1,2 +1,3 @@
-"""Serving: SavedModel export (TF Serving and TF Hub styles), the TF1 and C-API loaders, a
-client, and a local stand-in for tensorflow_model_server."""
+"""Serving: SavedModel export (TF Serving and TF Hub styles), the op gate per TF Serving
+release, and a client; `tfserving/` holds the stand-ins for tensorflow_model_server (the TF1
+and C-API loaders, the JSON codec and a local server)."""

@@ -14,7 +14,7 @@ import urllib.request
 
 import numpy as np
 
-from bert_keras.serving.session import ServingError, decode_response, make_request, proto_json
+from bert_keras.serving.tfserving.session import ServingError, decode_response, make_request, proto_json
 
 
 class ServingClient:

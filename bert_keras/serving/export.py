@@ -22,8 +22,8 @@ import keras
 import tensorflow as tf
 
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
+from bert_keras.serving.layout import EXTRA_DIR, WARMUP_PATH, serving_signatures
 from bert_keras.serving.serving_tasks import serving_signature, text_runner
-from bert_keras.serving.session import EXTRA_DIR, WARMUP_PATH, serving_signatures
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
 

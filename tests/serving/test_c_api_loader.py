@@ -28,11 +28,12 @@ from bert_keras import (
     BertTokenClassifier,
     BertTokenizer,
 )
-from bert_keras.serving import c_api_loader, export
-from bert_keras.serving.c_api_loader import CApiError, CApiPredictor, build, serving_op_libraries
+from bert_keras.serving import export
 from bert_keras.serving.hub_export import export_hub_style
 from bert_keras.serving.ops import check_serving_ops
-from bert_keras.serving.session import ServingError, SessionPredictor
+from bert_keras.serving.tfserving import c_api_loader
+from bert_keras.serving.tfserving.c_api_loader import CApiError, CApiPredictor, build, serving_op_libraries
+from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
 from bert_keras.tasks.multiple_choice import pack_choices
 
 needs_gcc = pytest.mark.skipif(

@@ -16,7 +16,7 @@ from bert_keras.serving import export
 from bert_keras.serving.client import ServingClient
 from bert_keras.serving.ops import check_serving_ops
 from bert_keras.serving.serving_tasks import MIN_MICRO_BATCH
-from bert_keras.serving.session import ServingError, SessionPredictor, make_request
+from bert_keras.serving.tfserving.session import ServingError, SessionPredictor, make_request
 
 VOCAB = [
     "[PAD]",
@@ -260,7 +260,7 @@ def test_bad_requests_are_invalid_argument(tiny_export, inputs, signature, messa
 
 @pytest.fixture(scope="module")
 def local_server(tiny_export):
-    from bert_keras.serving.local_server import LocalModelServer
+    from bert_keras.serving.tfserving.local_server import LocalModelServer
 
     _, _, path = tiny_export
     server = LocalModelServer(path.parent, name="tiny", grpc_port=0, rest_port=0).start()

@@ -25,7 +25,7 @@ from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.models.pretrainer import BertPretrainer
 from bert_keras.serving.hub_export import export_hub_style, save_preprocess
 from bert_keras.serving.ops import check_serving_ops
-from bert_keras.serving.session import SessionPredictor
+from bert_keras.serving.tfserving.session import SessionPredictor
 from pipelines.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,9 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bert_keras import BertClassifier, BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
-from bert_keras.serving import export, json_tensor
+from bert_keras.serving import export
 from bert_keras.serving.client import ServingClient
-from bert_keras.serving.session import ServingError, SessionPredictor, decode_response, make_request
+from bert_keras.serving.tfserving import json_tensor
+from bert_keras.serving.tfserving.session import ServingError, SessionPredictor, decode_response, make_request
 
 VOCAB = [
     "[PAD]",
@@ -335,7 +336,7 @@ def test_tensors_to_json_errors(tensors, message):
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """Two versions of a tiny classifier (different weights), config labels stable=1 canary=2."""
-    from bert_keras.serving.local_server import LocalModelServer
+    from bert_keras.serving.tfserving.local_server import LocalModelServer
 
     config = BertConfig(
         vocab_size=len(VOCAB),
@@ -995,7 +996,7 @@ def test_rest_error_replies_are_json_strings(served):  # MakeJsonFromStatus: the
 
 
 def test_model_config_errors(tmp_path, served):
-    from bert_keras.serving.local_server import LocalModelServer
+    from bert_keras.serving.tfserving.local_server import LocalModelServer
 
     server, references = served
     base = references[1].export_path.parent

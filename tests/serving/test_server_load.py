@@ -13,7 +13,7 @@ import pytest
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
 from bert_keras.serving import export
 from bert_keras.serving.client import ServingClient
-from bert_keras.serving.session import ServingError, make_request
+from bert_keras.serving.tfserving.session import ServingError, make_request
 
 VOCAB = [
     "[PAD]",
@@ -41,7 +41,7 @@ BODY = json.dumps({"instances": [{"text": "the quick brown fox"}, {"text": "a b 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from bert_keras.serving.local_server import LocalModelServer
+    from bert_keras.serving.tfserving.local_server import LocalModelServer
 
     config = BertConfig(
         vocab_size=len(VOCAB),

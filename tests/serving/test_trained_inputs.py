@@ -11,7 +11,7 @@ from conftest import DATA, require
 
 from bert_keras import BertConfig, BertEncoder
 from bert_keras.serving.client import ServingClient
-from bert_keras.serving.session import ServingError, SessionPredictor, make_request
+from bert_keras.serving.tfserving.session import ServingError, SessionPredictor, make_request
 from pipelines.cli import main as cli
 
 MRPC = DATA / "glue" / "MRPC"
@@ -69,7 +69,7 @@ PAIRS = {
 
 
 def test_pair_model_records_exports_and_serves_its_text_inputs(mrpc_run, tmp_path, capsys):
-    from bert_keras.serving.local_server import LocalModelServer
+    from bert_keras.serving.tfserving.local_server import LocalModelServer
 
     model = keras.saving.load_model(mrpc_run)
     assert model.segments == ("text_a", "text_b") and model.labels == ["0", "1"]

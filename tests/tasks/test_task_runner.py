@@ -14,7 +14,7 @@ from bert_keras import (
     BertSpanLabeler,
     BertTokenClassifier,
 )
-from bert_keras.serving.session import ServingError, SessionPredictor
+from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
 from bert_keras.tasks.multiple_choice import pack_choices
 
 TEXTS = ["the quick brown fox jumps over the lazy dog", "a good film", "", "who did go home ?", "中文 , paris !"]

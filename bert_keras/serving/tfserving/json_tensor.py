@@ -19,7 +19,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.serving.session import ServingError
+from bert_keras.serving.tfserving.session import ServingError
 
 # rapidjson's wording (GetParseError_En) for the parse errors Python's json reports.
 _PARSE_ERRORS = {

@@ -26,13 +26,13 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from bert_keras.serving.layout import serving_signatures
 from bert_keras.serving.ops import SERVING_RELEASE_OF_OP, release_version
-from bert_keras.serving.session import (
+from bert_keras.serving.tfserving.session import (
     STATUS_CODES,
     ServingError,
     checked_request,
     make_request,
-    serving_signatures,
     warmup_requests,
 )
 
@@ -281,7 +281,7 @@ def check_against_session(export_path, session_predictor, serving_release="2.12"
     TF Serving); each output must equal the TF1 session loader's `warmup_responses`
     (floats within `atol`, everything else exactly). Returns the number of requests.
     """
-    from bert_keras.serving.session import decode_response
+    from bert_keras.serving.tfserving.session import decode_response
 
     with CApiPredictor(export_path, serving_release) as predictor:
         for index, (ours, theirs) in enumerate(zip(predictor.warmup_outputs, session_predictor.warmup_responses)):

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-EXTRA_DIR = "assets.extra"  # beside the SavedModel: files TF Serving reads that are not the graph
-WARMUP_PATH = Path(EXTRA_DIR) / "tf_serving_warmup_requests"
+from bert_keras.serving.layout import WARMUP_PATH, serving_signatures
 
 
 class ServingError(RuntimeError):
@@ -138,11 +137,6 @@ def _concatenate_rows(parts):
         fill = b"" if part.dtype == object else 0
         padded.append(np.pad(part, widths, constant_values=fill) if any(w for _, w in widths) else part)
     return np.concatenate(padded)
-
-
-def serving_signatures(meta_graph):
-    """The SignatureDefs clients can call: all but the internal `__saved_model_init_op`-style ones."""
-    return {name: signature for name, signature in meta_graph.signature_def.items() if not name.startswith("__")}
 
 
 def checked_request(signatures, request):

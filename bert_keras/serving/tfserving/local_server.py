@@ -32,8 +32,8 @@ from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from bert_keras.serving import json_tensor
-from bert_keras.serving.session import STATUS_CODES, ServingError, SessionPredictor, proto_json
+from bert_keras.serving.tfserving import json_tensor
+from bert_keras.serving.tfserving.session import STATUS_CODES, ServingError, SessionPredictor, proto_json
 
 # ToHTTPStatusCode in tensorflow_serving/model_servers/http_server.cc, in STATUS_CODES order.
 HTTP_STATUS = dict(
