@@ -33,6 +33,10 @@ class BertEncoder(keras.Model):
     (`pooled_output` is then the first sequence's).
     """
 
+    # Read by its export (`serving_tasks.EncoderSignature`), as a task head's (`BertTask`).
+    text_input_names = ("text",)
+    token_output_names = ("sequence_output", "encoder_outputs")
+
     def __init__(self, config=None, **kwargs):
         super().__init__(**kwargs)
         if config is None:

@@ -39,6 +39,10 @@ class BertPretrainer(keras.Model):
     instances of the global batch, as the masked-LM loss is over real predictions).
     """
 
+    # Read by its fill-mask export (`serving_tasks.FillMaskSignature`), as a task head's (`BertTask`).
+    text_input_names = ("text",)
+    token_output_names = ()
+
     def __init__(self, encoder, next_sentence=True, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(encoder, BertEncoder):

@@ -110,8 +110,6 @@ def _pad_tokens(tensor, length):
 class EncoderSignature(ServingSignature):
     """`pooled_output`, `sequence_output` and `input_mask`."""
 
-    token_outputs = ("sequence_output", "encoder_outputs")
-
     def from_ids(self, packed, run):
         outputs = run(packed)
         return {

@@ -35,6 +35,8 @@ class BertFeatureExtractor(BertTask):
     `combine`), `sentence_features` (the same without the L axis) and `input_mask`.
     """
 
+    token_output_names = ("token_features", "input_mask")
+
     def __init__(self, encoder, layers=(-1, -2, -3, -4), combine="concat", pooling="mean", preprocessor=None, **kwargs):
         super().__init__(encoder, preprocessor, **kwargs)
         num_layers = encoder.config.num_hidden_layers
@@ -74,11 +76,7 @@ class BertFeatureExtractor(BertTask):
     def serving_signature(self, preprocessor, labels=None):
         """Served: the call's outputs, `token_features`, `sentence_features` and `input_mask`."""
         check_no_labels(self, labels)
-        return FeatureSignature(self, preprocessor)
+        return ServingSignature(self, preprocessor)
 
     def get_config(self):
         return {**super().get_config(), "layers": self.layer_indices, "combine": self.combine, "pooling": self.pooling}
-
-
-class FeatureSignature(ServingSignature):
-    token_outputs = ("token_features", "input_mask")

@@ -24,6 +24,8 @@ class BertMultipleChoice(BertTask):
     Call: packed dict of int `[B, N, L]` -> float32 logits `[B, N]` (softmax over N).
     """
 
+    text_input_names = ("question", "choices")
+
     def __init__(self, encoder, dropout=0.1, preprocessor=None, **kwargs):
         super().__init__(encoder, preprocessor, **kwargs)
         self.dropout_rate = float(dropout)
@@ -91,7 +93,6 @@ class MultipleChoiceSignature(ServingSignature):
     `probabilities` (their softmax) and `choice` `[batch]`, the index of the best.
     `serve_ids` takes the packed ids shaped `[batch, num_choices, seq]`."""
 
-    segments = ("question", "choices")
     micro_batching = False  # rows are [batch, choices, seq]
 
     def text_inputs(self, segments):

@@ -19,18 +19,20 @@ class ServingSignature:
     that may compute length-sorted micro-batches (unless `micro_batching` is False, for
     inputs that are not `[batch, seq]`), which needs `token_outputs`: the keys of
     per-token outputs (None when the model's output is itself one per-token tensor).
-    `segments` are the default string input names; `label_table` holds class names (a
-    string tensor) for heads that have them. By default `from_ids` returns the model's
-    dict of outputs as float32; subclasses override it for other outputs, and `from_text`
-    when text needs more than packing (e.g. answers mapped back to it).
+    `segments` are the default string input names. Both come from the model's own
+    declaration (`text_input_names`, `token_output_names`), which `fit` reads too.
+    `label_table` holds class names (a string tensor) for heads that have them. By
+    default `from_ids` returns the model's dict of outputs as float32; subclasses override
+    it for other outputs, and `from_text` when text needs more than packing (e.g. answers
+    mapped back to it).
     """
 
-    segments = ("text",)
-    token_outputs = ()
     micro_batching = True
 
     def __init__(self, model, preprocessor, label_table=None):
         self.model = model
+        self.segments = tuple(model.text_input_names)
+        self.token_outputs = model.token_output_names
         self.preprocessor = preprocessor
         self.label_table = label_table
 

@@ -31,6 +31,9 @@ class BertSpanLabeler(BertTask):
     `end_logits` `[B, L]`; padding positions get -10000.
     """
 
+    text_input_names = ("question", "context")
+    token_output_names = ("start_logits", "end_logits")
+
     def __init__(self, encoder, preprocessor=None, **kwargs):
         super().__init__(encoder, preprocessor, **kwargs)
         self.span_logits = output_layer(encoder, 2, "span_logits", per_token=True)
@@ -64,9 +67,6 @@ class BertSpanLabeler(BertTask):
 
 
 class SpanSignature(ServingSignature):
-    segments = ("question", "context")
-    token_outputs = ("start_logits", "end_logits")
-
     def from_text(self, texts, run):
         return span_outputs(run, self.preprocessor, texts)
 

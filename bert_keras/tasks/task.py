@@ -49,7 +49,16 @@ class BertTask(keras.Model):
     are saved with the model so that an export serves what was trained. Raw text sets
     `segments` the first time it is seen (see `text_segments`) and is checked against
     them afterwards: a pair model fed single texts is an error, not a wrong answer.
+
+    Each head declares its inputs and outputs once, as class attributes read both by
+    `fit` (the default names of raw text inputs) and by its `ServingSignature`:
+    `text_input_names`, and `token_output_names`, the keys of its per-token outputs
+    (None: its output is itself one per-token tensor), which a batch of several lengths
+    pads.
     """
+
+    text_input_names = ("text",)
+    token_output_names = ()
 
     def __init__(self, encoder, preprocessor=None, segments=None, labels=None, **kwargs):
         super().__init__(**kwargs)
@@ -96,7 +105,7 @@ class BertTask(keras.Model):
         if isinstance(x, dict):
             names = tuple(x)
         else:
-            default = self.serving_signature(self.preprocessor).segments
+            default = self.text_input_names
             if count == len(default):
                 names = tuple(default)
             elif count < len(default):

@@ -28,6 +28,8 @@ class BertTokenClassifier(BertTask):
     for a word is the one at its first piece (`word_start_positions`).
     """
 
+    token_output_names = None  # its output is one per-token tensor
+
     def __init__(self, encoder, num_classes, dropout=0.1, preprocessor=None, **kwargs):
         super().__init__(encoder, preprocessor, **kwargs)
         if num_classes < 1:
@@ -99,8 +101,6 @@ class BertTokenClassifier(BertTask):
 
 
 class TaggerSignature(ServingSignature):
-    token_outputs = None  # the model's output is one per-token tensor
-
     def from_text(self, texts, run):
         return tagger_outputs(run, self.preprocessor, texts, self.label_table)
 

@@ -107,6 +107,26 @@ def test_classifier_fits_raw_strings_and_pairs(preprocessor):
         model.predict(texts[:3], verbose=0)
 
 
+class PremiseHypothesisClassifier(BertClassifier):
+    text_input_names = ("premise", "hypothesis")
+
+
+def test_declared_text_inputs_name_fit_inputs_and_the_export(preprocessor, tmp_path):
+    """One declaration (`text_input_names`) names both what `fit` records and what an
+    export of a model never fit on raw text serves."""
+    from bert_keras.serving import export
+
+    unfit = PremiseHypothesisClassifier(encoder(), num_classes=2, preprocessor=preprocessor)
+    path = export.export_for_serving(unfit, preprocessor, tmp_path / "export", version=1)
+    assert set(export.describe(path)["serving_default"]["inputs"]) == {"premise", "hypothesis"}
+    model = PremiseHypothesisClassifier(encoder(), num_classes=2, preprocessor=preprocessor)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    model.fit((["is it", "was it"], ["good", "bad"]), np.array([1, 0]), verbose=0)
+    assert model.segments == ("premise", "hypothesis")
+    # A span labeler's own declaration: a question and a context.
+    assert BertSpanLabeler(encoder()).serving_signature(preprocessor).segments == ("question", "context")
+
+
 def test_raw_strings_need_a_preprocessor_and_call_needs_packed_inputs(preprocessor):
     model = BertClassifier(encoder())
     with pytest.raises(ValueError, match="has no preprocessor"):
