@@ -74,10 +74,15 @@ def set_original_weights(weight_map, weights, ignore=None, source="checkpoint"):
 # ----------------------------------------------------------------------------- formats
 
 
+def is_keras_file(path):
+    """Whether `path` names a whole saved Keras model (read by `models.saving.load_keras_file`)."""
+    return Path(path).suffix == ".keras"
+
+
 def detect_format(path):
     """'keras', 'hf' or 'tf1' for a checkpoint path, or a clear error."""
     path = Path(path)
-    if path.suffix == ".keras":
+    if is_keras_file(path):
         return "keras"
     if path.is_dir():
         if (path / HF_WEIGHTS).exists():

@@ -59,12 +59,13 @@ def register(subparsers):
 
 def load_model(path, pretrainer=False):
     import bert_keras  # noqa: F401  (registers every serialisable class)
+    from bert_keras.checkpoint import is_keras_file
     from bert_keras.models.encoder import BertEncoder
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.models.saving import load_keras_file
 
-    if str(path).endswith(".keras"):
-        return load_keras_file(path)
+    if is_keras_file(path):
+        return load_keras_file(path)  # any saved model: a task head, an encoder, a pre-training model
     if pretrainer:
         return BertPretrainer.from_checkpoint(path)
     return BertEncoder.from_checkpoint(path)

@@ -14,9 +14,10 @@ import keras
 from bert_keras import checkpoint
 
 
-def load_keras_file(path):
-    """`keras.saving.load_model(path)`, with errors that name a missing, truncated or
-    foreign file (for a truncated one Keras says "File not found")."""
+def load_keras_file(path, cls=keras.Model):
+    """`keras.saving.load_model(path)`, which must hold a `cls`: the one `.keras` loader,
+    with errors that name a missing, truncated or foreign file (for a truncated one Keras
+    says "File not found") or a model of another class."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no .keras file at {path}")
@@ -30,7 +31,10 @@ def load_keras_file(path):
         raise ValueError(f"{path}: not a Keras 3 .keras file (no config.json inside, only {names[:5]})")
     if corrupt:
         raise ValueError(f"{path}: corrupt: {corrupt} inside fails its CRC check")
-    return keras.saving.load_model(path)
+    model = keras.saving.load_model(path)
+    if not isinstance(model, cls):
+        raise ValueError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
+    return model
 
 
 def load_checkpoint(cls, path, format=None, config=None, **kwargs):
@@ -41,10 +45,7 @@ def load_checkpoint(cls, path, format=None, config=None, **kwargs):
     """
     format = format or checkpoint.detect_format(path)
     if format == "keras":
-        model = load_keras_file(path)
-        if not isinstance(model, cls):
-            raise ValueError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
-        return model
+        return load_keras_file(path, cls)
     weights, found_config, vocab_path = checkpoint.read(path, format)
     model = cls.from_original_weights(weights, config or found_config, f"{format} checkpoint {path}", **kwargs)
     model.vocab_path = vocab_path

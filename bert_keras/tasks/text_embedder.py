@@ -215,11 +215,8 @@ class BertTextEmbedder(BertTask):
         Arguments given override the folder's settings. Texts are padded to the longest
         in each batch (`seq_length=None`), as sentence-transformers does. A `.keras`
         file of an embedder is loaded as saved."""
-        if Path(path).suffix == ".keras":
-            model = load_keras_file(path)
-            if not isinstance(model, cls):
-                raise ValueError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
-            return model
+        if checkpoint.is_keras_file(path):
+            return load_keras_file(path, cls)
         settings = {
             "encoder": path,
             "pooling": "mean",

@@ -14,7 +14,8 @@ import pytest
 import tensorflow as tf
 from fixture_models import TEXTS, fixture_weights, tiny_classifier, tiny_pretrainer
 
-from bert_keras import BertClassifier, BertPretrainer
+from bert_keras import BertClassifier, BertEncoder, BertPretrainer, BertTextEmbedder
+from bert_keras.models.saving import load_keras_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -50,3 +51,17 @@ def test_old_keras_file_equals_the_same_model_built_today(name, build):
         inputs = tiny_classifier().preprocessor(tf.constant(TEXTS))
         inputs["masked_lm_positions"] = tf.constant([[1, 2]] * len(TEXTS))
         tf.nest.map_structure(np.testing.assert_array_equal, loaded(inputs), fresh(inputs))
+
+
+def test_the_keras_loader_names_the_file_and_both_classes():
+    """Every entry point that reads a `.keras` file goes through `load_keras_file`, which
+    refuses a model of another class with the file's name instead of a wrong model."""
+    path = FIXTURES / "classifier_v0.keras"
+    assert type(load_keras_file(path, BertClassifier)) is BertClassifier
+    for load, wanted in (
+        (BertEncoder.from_checkpoint, "BertEncoder"),
+        (BertPretrainer.from_checkpoint, "BertPretrainer"),
+        (BertTextEmbedder.from_checkpoint, "BertTextEmbedder"),
+    ):
+        with pytest.raises(ValueError, match=f"classifier_v0.keras holds a BertClassifier, not a {wanted}"):
+            load(path)
