@@ -38,21 +38,22 @@ def run(args):
         ),
     )
     output_dir = Path(args.output_dir)
-    best_f1 = [float("-inf")]
+    tagged = {}  # the last evaluation's predicted tags
 
     def evaluate(model):
-        """conlleval scores; the best epoch's tags are written as `word gold predicted` lines."""
-        predicted = predict_tags(model, eval_sentences, args.eval_batch_size)
-        scores = conlleval([s.tags for s in eval_sentences], predicted)
-        if scores["f1"] > best_f1[0]:
-            best_f1[0] = scores["f1"]
-            write_predictions(output_dir / "predictions.txt", eval_sentences, predicted)
+        """conlleval scores."""
+        tagged["tags"] = predict_tags(model, eval_sentences, args.eval_batch_size)
+        scores = conlleval([s.tags for s in eval_sentences], tagged["tags"])
         return {name: scores[name] for name in ("precision", "recall", "f1", "accuracy")}
+
+    def write_best(metrics):
+        """The best epoch's tags, as `word gold predicted` lines."""
+        write_predictions(output_dir / "predictions.txt", eval_sentences, tagged["tags"])
 
     words = tf.ragged.constant([s.words for s in train_sentences])
     labels = tf.ragged.constant([[LABELS.index(t) for t in s.tags] for s in train_sentences], dtype=tf.int32)
     lengths = np.array([sum(len(w) + 1 for w in s.words) for s in train_sentences])
     batches = length_grouped_batches((words, labels), lengths, args.batch_size, shuffle=True, seed=args.seed)
-    best = train(model, args, batches, len(train_sentences), evaluate, "f1", strategy)
+    best = train(model, args, batches, len(train_sentences), evaluate, "f1", strategy, on_best=write_best)
     (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
     return 0

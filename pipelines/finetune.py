@@ -190,10 +190,22 @@ def train_classifier(args, train_examples, dev_sets, labels, score, main_metric)
     return model, best
 
 
-def train(model, args, train_batches, num_examples, evaluate, main_metric, strategy, preprocessed=False, loss="auto"):
+def train(
+    model,
+    args,
+    train_batches,
+    num_examples,
+    evaluate,
+    main_metric,
+    strategy,
+    preprocessed=False,
+    loss="auto",
+    on_best=None,
+):
     """Fits `model` on `train_batches` (raw and batched at `--batch-size`, or packed
     with `preprocessed=True`), calling `evaluate(model) -> {metric: value}` after every
-    epoch; keeps the best weights by `main_metric` and saves the model with them as
+    epoch (and `on_best(metrics)` when an epoch is the best so far: `EvaluateAndKeepBest`);
+    keeps the best weights by `main_metric` and saves the model with them as
     `output_dir/best.keras`, without optimizer state (on the chief; other workers write
     to a temporary folder).
     Each global batch is split into per-replica batches (the last, smaller batch of an
@@ -232,7 +244,7 @@ def train(model, args, train_batches, num_examples, evaluate, main_metric, strat
     )
     with distribute.chief_path(args.output_dir, strategy) as output_dir:
         output_dir.mkdir(parents=True, exist_ok=True)
-        keeper = EvaluateAndKeepBest(evaluate, main_metric)
+        keeper = EvaluateAndKeepBest(evaluate, main_metric, on_best)
         budget = [TimeBudget(args.max_train_minutes)] if args.max_train_minutes else []
         start = time.perf_counter()
         model.fit(

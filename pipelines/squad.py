@@ -60,10 +60,10 @@ def run(args):
         f"({len(train_features)} windows), {len(eval_examples)} to evaluate ({len(eval_features)} windows)"
     )
     output_dir = Path(args.output_dir)
-    best_f1 = [float("-inf")]
+    decoded = {}  # the last evaluation's predictions, n-best lists and null odds
 
     def evaluate_model(model):
-        """Official EM/F1; the best epoch's predictions are written in the official format."""
+        """Official EM/F1 of the decoded answers."""
         start_logits, end_logits = predict_logits(model, eval_features, args.eval_batch_size)
         predictions, nbest, null_odds = decode(
             eval_examples,
@@ -75,17 +75,30 @@ def run(args):
             version_2,
             args.null_score_diff_threshold,
         )
-        metrics = evaluate(eval_examples, predictions, version_2)
-        if metrics["f1"] <= best_f1[0]:
-            return metrics
-        best_f1[0] = metrics["f1"]
-        (output_dir / "predictions.json").write_text(json.dumps(predictions, indent=2, ensure_ascii=False) + "\n")
-        (output_dir / "nbest_predictions.json").write_text(json.dumps(nbest, indent=2, ensure_ascii=False) + "\n")
+        decoded.update(predictions=predictions, nbest=nbest, null_odds=null_odds)
+        return evaluate(eval_examples, predictions, version_2)
+
+    def write_predictions(metrics):
+        """The best epoch's predictions, in the official formats."""
+        text = json.dumps(decoded["predictions"], indent=2, ensure_ascii=False)
+        (output_dir / "predictions.json").write_text(text + "\n")
+        (output_dir / "nbest_predictions.json").write_text(
+            json.dumps(decoded["nbest"], indent=2, ensure_ascii=False) + "\n"
+        )
         if version_2:
-            (output_dir / "null_odds.json").write_text(json.dumps(null_odds, indent=2) + "\n")
-        return metrics
+            (output_dir / "null_odds.json").write_text(json.dumps(decoded["null_odds"], indent=2) + "\n")
 
     batches = feature_batches(train_features, args.batch_size, shuffle=True, seed=args.seed)
-    best = train(model, args, batches, len(train_features), evaluate_model, "f1", strategy, preprocessed=True)
+    best = train(
+        model,
+        args,
+        batches,
+        len(train_features),
+        evaluate_model,
+        "f1",
+        strategy,
+        preprocessed=True,
+        on_best=write_predictions,
+    )
     (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
     return 0

@@ -121,11 +121,13 @@ class EvaluateAndKeepBest(keras.callbacks.Callback):
     progress bar and TensorBoard show the official metrics) and keeps a copy of the
     weights in `best_weights` when `main_metric` improves (in memory: a run writes its
     model once, at the end, without a second file of the same size). `best` and
-    `history` hold the best epoch's and every epoch's metrics."""
+    `history` hold the best epoch's and every epoch's metrics. `on_best(metrics)`, if
+    given, runs when an epoch becomes the best: the hook that writes that epoch's
+    predictions (SQuAD, CoNLL), so no caller keeps a best score of its own."""
 
-    def __init__(self, evaluate, main_metric):
+    def __init__(self, evaluate, main_metric, on_best=None):
         super().__init__()
-        self.evaluate, self.main_metric = evaluate, main_metric
+        self.evaluate, self.main_metric, self.on_best = evaluate, main_metric, on_best
         self.best = None
         self.best_weights = None
         self.history = []
@@ -145,3 +147,5 @@ class EvaluateAndKeepBest(keras.callbacks.Callback):
         if self.best is None or metrics[self.main_metric] > self.best[self.main_metric]:
             self.best = metrics
             self.best_weights = self.model.get_weights()
+            if self.on_best is not None:
+                self.on_best(metrics)

@@ -55,10 +55,13 @@ def test_evaluate_and_keep_best_keeps_the_best_epochs_weights(tmp_path):
         kernels.append(model.layers[0].kernel.numpy().copy())
         return {"accuracy": next(scores)}
 
-    keeper = EvaluateAndKeepBest(evaluate, "accuracy")
+    best_epochs = []
+    keeper = EvaluateAndKeepBest(evaluate, "accuracy", on_best=best_epochs.append)
     x, y = np.ones((4, 2), "float32"), np.full((4, 1), 3.0, "float32")
     history = model.fit(x, y, epochs=3, verbose=0, callbacks=[keeper])
     assert keeper.best == {"epoch": 2, "accuracy": 0.9}
+    # The hook runs once per new best epoch, with its metrics (SQuAD/CoNLL write predictions then).
+    assert best_epochs == [{"epoch": 1, "accuracy": 0.5}, {"epoch": 2, "accuracy": 0.9}]
     assert [row["epoch"] for row in keeper.history] == [1, 2, 3]
     assert history.history["val_accuracy"] == [0.5, 0.9, 0.7]
     model.set_weights(keeper.best_weights)
