@@ -40,8 +40,8 @@ def register(subparsers):
 
 def run(args):
     from bert_keras import BertTokenizer
-    from bert_keras.data import pretraining_data as data
     from bert_keras.data import pretraining_shards as shards
+    from bert_keras.data.tfrecords import expand_files
 
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
@@ -63,7 +63,7 @@ def run(args):
         random_seed=args.seed,
     )
     count = shards.create_pretraining_data(
-        data.expand_files(args.input),
+        expand_files(args.input),
         args.output,
         tokenizer,
         recipe,
