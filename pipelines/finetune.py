@@ -1,14 +1,12 @@
 """`bert-keras finetune glue|squad|conll|tsv|embedder`: the original fine-tuning recipe through `model.fit`.
 
-Shared here: the common flags, the encoder/preprocessor set-up, a classifier's training
-(GLUE and TSV) and the training run: the optimiser (AdamW, linear warm-up over 10% of
-the steps, then linear decay), length-grouped batches, evaluation with the task's
-official metric after every epoch (`bert_keras.training.finetuning`), the best model
-kept as `best.keras`, progress bars and TensorBoard logs.
+Shared here: the common flags, the encoder/preprocessor set-up, a classifier's data
+(GLUE and TSV: length-grouped batches) and `train`, which calls the library's run,
+`bert_keras.recipes.finetune`: the optimiser (AdamW, linear warm-up over 10% of the
+steps, then linear decay), evaluation with the task's official metric after every
+epoch, the best model kept as `best.keras`, progress bars and TensorBoard logs.
 """
 
-import json
-import time
 from pathlib import Path
 
 from pipelines.arguments import add_checkpoint_arguments, add_distribution_arguments, checkpoint_source
@@ -202,68 +200,29 @@ def train(
     loss="auto",
     on_best=None,
 ):
-    """Fits `model` on `train_batches` (raw and batched at `--batch-size`, or packed
-    with `preprocessed=True`), calling `evaluate(model) -> {metric: value}` after every
-    epoch (and `on_best(metrics)` when an epoch is the best so far: `EvaluateAndKeepBest`);
-    keeps the best weights by `main_metric` and saves the model with them as
-    `output_dir/best.keras`, without optimizer state (on the chief; other workers write
-    to a temporary folder).
-    Each global batch is split into per-replica batches (the last, smaller batch of an
-    epoch is dropped; a set smaller than one batch is one smaller batch). `loss` goes to
-    the head's `compile` ("auto": its default). Returns the best metrics."""
-    from bert_keras.models.dtype import with_dtype
-    from bert_keras.training import distribute
-    from bert_keras.training.finetuning import (
-        EvaluateAndKeepBest,
-        TensorBoard,
-        TimeBudget,
-        fitting_batch_size,
-        schedule,
-    )
-    from bert_keras.training.optimization import create_optimizer
+    """`bert_keras.recipes.finetune` with the command's flags. Returns the best metrics."""
+    from bert_keras.recipes.finetuning import finetune
 
-    batch_size = fitting_batch_size(num_examples, args.batch_size, strategy.num_replicas_in_sync)
-    if batch_size != args.batch_size:  # the set's one batch, cut to the smaller size
-        train_batches = train_batches.unbatch().batch(batch_size)
-    steps_per_epoch, epochs, total = schedule(num_examples, batch_size, args.epochs, args.max_train_steps)
-    with strategy.scope():
-        optimizer = create_optimizer(
-            args.learning_rate, total, int(args.warmup_proportion * total), weight_decay=args.weight_decay
-        )
-        model.compile(optimizer=optimizer, loss=loss, jit_compile=args.jit_compile)
-    batches = (train_batches if preprocessed else model.preprocessed_dataset(train_batches)).repeat()
-    seq_length = args.max_seq_length if distribute.needs_static_shapes(strategy) else None
-    dataset = distribute.distribute_dataset(
-        strategy,
-        lambda _, context: distribute.split_global_batches(batches, batch_size, context, seq_length),
-        batch_size,
+    run = finetune(
+        model,
+        train_batches,
+        num_examples,
+        evaluate,
+        main_metric,
+        output_dir=args.output_dir,
+        on_best=on_best,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        learning_rate=args.learning_rate,
+        warmup_proportion=args.warmup_proportion,
+        weight_decay=args.weight_decay,
+        max_train_steps=args.max_train_steps,
+        max_train_minutes=args.max_train_minutes,
+        max_seq_length=args.max_seq_length,
+        loss=loss,
+        preprocessed=preprocessed,
+        strategy=strategy,
+        jit_compile=args.jit_compile,
+        verbose=args.verbose,
     )
-    print(
-        f"training {total} steps ({epochs} epoch(s) of {steps_per_epoch}), batch {batch_size}, "
-        f"lr {args.learning_rate} with {args.warmup_proportion:.0%} warm-up"
-    )
-    with distribute.chief_path(args.output_dir, strategy) as output_dir:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        keeper = EvaluateAndKeepBest(evaluate, main_metric, on_best)
-        budget = [TimeBudget(args.max_train_minutes)] if args.max_train_minutes else []
-        start = time.perf_counter()
-        model.fit(
-            dataset,
-            epochs=epochs,
-            steps_per_epoch=steps_per_epoch,
-            verbose=args.verbose,
-            callbacks=[
-                *budget,
-                keeper,
-                TensorBoard(str(output_dir / "logs"), update_freq=max(1, steps_per_epoch // 20)),
-            ],
-        )
-        keeper.history.append({"train_seconds": round(time.perf_counter() - start, 1)})
-        (output_dir / "eval_results.json").write_text(json.dumps(keeper.history, indent=2) + "\n")
-        model.set_weights(keeper.best_weights)
-        with_dtype(model).save(output_dir / "best.keras")  # the model alone: no optimizer state
-    print(
-        f"best {main_metric}: {keeper.best[main_metric]:.4f} (epoch {keeper.best['epoch']}); "
-        f"model in {output_dir / 'best.keras'}"
-    )
-    return keeper.best
+    return run.best

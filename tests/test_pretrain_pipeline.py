@@ -162,9 +162,9 @@ def test_held_out_evaluation_at_every_checkpoint_and_no_nsp(tmp_path, no_nsp):
     """`--eval-corpus` is evaluated at each checkpoint with the same masks (the logged
     values are the final model's on those batches); `--no-nsp` trains masked LM alone
     and writes checkpoints without the next-sentence head."""
+    from bert_keras.data.pretraining_inputs import PretrainingInputs
     from pipelines.cli import main
     from pipelines.plot import read_curves
-    from pipelines.pretrain import held_out_data
 
     output = tmp_path / "run"
     held_out = tmp_path / "held_out.txt"
@@ -205,15 +205,8 @@ def test_held_out_evaluation_at_every_checkpoint_and_no_nsp(tmp_path, no_nsp):
     pretrainer = BertPretrainer.from_checkpoint(output / "final" / "pretrainer_tf1")
     assert pretrainer.next_sentence is not no_nsp
     pretrainer.compile()
-    args = argparse.Namespace(
-        eval_data=None,
-        eval_corpus=[str(held_out)],
-        eval_steps=3,
-        whole_word_mask=False,
-        token_cache=None,
-        output=str(output),
-    )
-    batches = held_out_data(args, BertTokenizer(str(VOCAB)), 4, 128, 20, tf.distribute.InputContext())
+    inputs = PretrainingInputs(BertTokenizer(str(VOCAB)), corpus=[str(held_out)], seq_length=128)
+    batches = inputs.held_out(4, 3, tf.distribute.InputContext())
     # steps given: Keras 3.15's evaluate on a dataset of unknown length runs one more,
     # phantom step that our own loss means count (see the pipeline's validation_steps).
     result = pretrainer.evaluate(batches, return_dict=True, verbose=0, steps=3)

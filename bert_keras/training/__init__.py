@@ -1,1 +1,1 @@
-"""Training: optimizers and schedules, tf.distribute strategies, and the reusable fine-tuning pieces."""
+"""Training: optimizers and schedules, tf.distribute strategies, callbacks, and the reusable fine-tuning pieces."""

@@ -1,17 +1,14 @@
-"""The pieces of the original fine-tuning recipe that any `model.fit` script can reuse.
+"""The data pieces of the original fine-tuning recipe that any `model.fit` script can reuse.
 
 Length-grouped batches of raw text (dynamic padding wastes little when a batch holds
-similar lengths), the step schedule behind `--epochs`/`--max-train-steps`, and three
-callbacks: the official metric after every epoch with the best weights kept, a
-wall-clock budget, and a step limit inside the last epoch. `bert-keras finetune` wires
-them to files and flags.
+similar lengths), the step schedule behind `--epochs`/`--max-train-steps`, and the
+batch size a small training set can fill. The callbacks are `training.callbacks`; the
+run that wires them together is `bert_keras.recipes.finetune`.
 """
 
 import math
-import time
 import warnings
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -70,82 +67,3 @@ def fitting_batch_size(num_examples, batch_size, replicas=1):
         stacklevel=2,
     )
     return shrunk
-
-
-class StopAfterSteps(keras.callbacks.Callback):
-    """Ends training after `steps` batches in all when every epoch is `steps_per_epoch`
-    batches: the last epoch is then shorter (a run of 300 steps checkpointed every 1000)."""
-
-    def __init__(self, steps, steps_per_epoch):
-        super().__init__()
-        self.steps, self.steps_per_epoch = steps, steps_per_epoch
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.epoch * self.steps_per_epoch + batch + 1 >= self.steps:
-            self.model.stop_training = True
-
-
-class TensorBoard(keras.callbacks.TensorBoard):
-    """`keras.callbacks.TensorBoard` that records every epoch's metrics, held-out ones
-    included. Keras 3.15 writes them under its batch-level condition (global batch a
-    multiple of `update_freq`), so an epoch ending on any other batch lost them: a run
-    of 2,000 steps checkpointed every 333 with `update_freq` 33 logged no held-out curve."""
-
-    def _log_epoch_metrics(self, epoch, logs):
-        with tf.summary.record_if(True):
-            super()._log_epoch_metrics(epoch, logs)
-
-
-class TimeBudget(keras.callbacks.Callback):
-    """Ends training (the epoch's evaluation still runs) once `minutes` have passed."""
-
-    def __init__(self, minutes):
-        super().__init__()
-        self.minutes = minutes
-
-    def on_train_begin(self, logs=None):
-        self.start = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        if time.perf_counter() - self.start > 60 * self.minutes:
-            # Keras's progress bar then shows the epoch's planned length, not this step.
-            print(f"\ntime budget of {self.minutes} min reached: stopping after step {batch + 1} of this epoch")
-            self.model.stop_training = True
-
-
-class EvaluateAndKeepBest(keras.callbacks.Callback):
-    """After each epoch, puts `evaluate(model) -> {metric: value}` into the logs (so the
-    progress bar and TensorBoard show the official metrics) and keeps a copy of the
-    weights in `best_weights` when `main_metric` improves (in memory: a run writes its
-    model once, at the end, without a second file of the same size). `best` and
-    `history` hold the best epoch's and every epoch's metrics. `on_best(metrics)`, if
-    given, runs when an epoch becomes the best: the hook that writes that epoch's
-    predictions (SQuAD, CoNLL), so no caller keeps a best score of its own."""
-
-    def __init__(self, evaluate, main_metric, on_best=None):
-        super().__init__()
-        self.evaluate, self.main_metric, self.on_best = evaluate, main_metric, on_best
-        self.best = None
-        self.best_weights = None
-        self.history = []
-
-    def on_epoch_end(self, epoch, logs=None):
-        metrics = self.evaluate(self.model)
-        if logs is not None:
-            logs.update({f"val_{name}": value for name, value in metrics.items()})
-        metrics = {"epoch": epoch + 1, **metrics}
-        self.history.append(metrics)
-        print(
-            " - ".join(
-                f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {value}"
-                for name, value in metrics.items()
-            )
-        )
-        if self.best is None or metrics[self.main_metric] > self.best[self.main_metric]:
-            self.best = metrics
-            self.best_weights = self.model.get_weights()
-            if self.on_best is not None:
-                self.on_best(metrics)

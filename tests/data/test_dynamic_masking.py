@@ -337,9 +337,7 @@ def test_no_python_in_the_pipeline(tokenizer):
 def test_workers_read_disjoint_files(tmp_path, tokenizer):
     """`pretrain --corpus` under MultiWorkerMirroredStrategy: each input pipeline reads its
     own files (every other one of 4), and together they read all."""
-    import argparse
-
-    from pipelines.pretrain import training_data
+    from bert_keras.data.pretraining_inputs import PretrainingInputs
 
     words = ["apple", "river", "castle", "garden"]
     files = []
@@ -347,13 +345,13 @@ def test_workers_read_disjoint_files(tmp_path, tokenizer):
         path = tmp_path / f"{word}.txt"
         path.write_text("".join(f"The {word} is here.\nA {word} again.\n\n" for _ in range(6)))
         files.append(str(path))
-    args = argparse.Namespace(
-        seed=0, corpus=files, whole_word_mask=False, token_cache=str(tmp_path / "cache"), packing=0
+    inputs = PretrainingInputs(
+        tokenizer, corpus=files, seq_length=32, max_predictions_per_seq=5, token_cache=str(tmp_path / "cache")
     )
     seen = []
     for index in range(2):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=index, num_replicas_in_sync=2)
-        batches = take(training_data(args, tokenizer, None, 8, 32, 5, 0, context), 8)
+        batches = take(inputs.batches(8, context), 8)
         ids = np.concatenate([np.concatenate([b["input_word_ids"], b["masked_lm_ids"]], 1) for b in batches])
         seen.append({word for word in words if (ids == tokenizer.token_to_id(word)).any()})
     assert seen == [{"apple", "castle"}, {"river", "garden"}]

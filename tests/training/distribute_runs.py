@@ -8,7 +8,6 @@ starts its runtime, hence the separate processes. Results go to OUT as .npz / .j
 files; the test compares them.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -21,6 +20,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 STEPS = 10
 GLOBAL_BATCH = 8
 SEQ_LENGTH, PREDICTIONS = 32, 6
+# The fine-tuning run's settings (`bert_keras.recipes.finetune`): STEPS updates, one epoch.
+RUN = dict(
+    batch_size=GLOBAL_BATCH,
+    epochs=1,
+    max_train_steps=STEPS,
+    learning_rate=1e-3,
+    warmup_proportion=0.1,
+    weight_decay=0.01,
+    max_seq_length=SEQ_LENGTH,
+    verbose=0,
+)
+
+
+def no_score(model):
+    return {"score": 0.0}
 
 
 def tiny_config(vocab_size):
@@ -35,32 +49,26 @@ def tiny_config(vocab_size):
     )
 
 
-def pretraining_args(packing=0):
-    """The `pretrain` pipeline arguments that its `training_data` reads."""
-    return argparse.Namespace(seed=0, corpus=None, whole_word_mask=False, packing=packing, packing_window=64)
-
-
 def pretrain(strategy, files, initial_weights, vocab_size, packing=0):
-    """STEPS of `fit` on the pipeline's data with the pipeline's optimizer (rows of up to
+    """STEPS of `fit` on the pre-training run's data with its optimizer (rows of up to
     `packing` instances, 4 a replica, with `packing`); final weights."""
     import keras
 
     from bert_keras import BertEncoder
+    from bert_keras.data.pretraining_inputs import PretrainingInputs
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.training import distribute
     from bert_keras.training.optimization import create_optimizer
-    from pipelines.pretrain import training_data
 
     with strategy.scope():
         model = BertPretrainer(BertEncoder(tiny_config(vocab_size)))
         model.set_weights(initial_weights)
         model.compile(optimizer=create_optimizer(1e-3, 100, 2))
     keras.utils.set_random_seed(0)  # shuffling depends on the global seed too, as in the pipeline
+    inputs = PretrainingInputs(None, records=files, seq_length=SEQ_LENGTH, max_predictions_per_seq=PREDICTIONS, seed=0)
     dataset = distribute.distribute_dataset(
         strategy,
-        lambda batch, context: training_data(
-            pretraining_args(packing), None, files, batch, SEQ_LENGTH, PREDICTIONS, 0, context
-        ),
+        lambda batch, context: inputs.batches(batch, context, packing=packing, packing_window=64),
         GLOBAL_BATCH,
     )
     model.fit(dataset, steps_per_epoch=STEPS, epochs=1, verbose=0)
@@ -68,14 +76,14 @@ def pretrain(strategy, files, initial_weights, vocab_size, packing=0):
 
 
 def finetune(strategy, initial_weights, vocab, sentences, output_dir):
-    """STEPS of the `finetune` pipeline's `train` on raw sentences; final weights."""
+    """STEPS of the fine-tuning run (`bert_keras.recipes.finetune`) on raw sentences; final weights."""
     import numpy as np
     import tensorflow as tf
 
     from bert_keras import BertEncoder
+    from bert_keras.recipes import finetune as finetune_run
     from bert_keras.tasks.classifier import BertClassifier
     from bert_keras.tasks.preprocessing import preprocessor_for
-    from pipelines.finetune import train
 
     with strategy.scope():
         encoder = BertEncoder(tiny_config(30522))
@@ -84,32 +92,21 @@ def finetune(strategy, initial_weights, vocab, sentences, output_dir):
         model.set_weights(initial_weights)
     labels = np.array([len(s) % 3 for s in sentences], "int32")
     batches = tf.data.Dataset.from_tensor_slices((np.array(sentences, object), labels)).batch(GLOBAL_BATCH)
-    args = argparse.Namespace(
-        batch_size=GLOBAL_BATCH,
-        epochs=1,
-        max_train_steps=STEPS,
-        learning_rate=1e-3,
-        warmup_proportion=0.1,
-        weight_decay=0.01,
-        jit_compile=False,
-        output_dir=str(output_dir),
-        max_train_minutes=None,
-        verbose=0,
-        max_seq_length=SEQ_LENGTH,
+    finetune_run(
+        model, batches, STEPS * GLOBAL_BATCH, no_score, "score", strategy=strategy, **RUN, output_dir=output_dir
     )
-    train(model, args, batches, STEPS * GLOBAL_BATCH, lambda model: {"score": 0.0}, "score", strategy)
     return model.get_weights()
 
 
 def embed(strategy, initial_weights, vocab, sentences, output_dir):
-    """STEPS of the `finetune` pipeline's `train` for a `BertTextEmbedder` on pairs of
+    """STEPS of the fine-tuning run (`bert_keras.recipes.finetune`) for a `BertTextEmbedder` on pairs of
     consecutive sentences (in-batch negatives, gathered across replicas); final weights."""
     import numpy as np
     import tensorflow as tf
 
     from bert_keras import BertEncoder, BertTextEmbedder
+    from bert_keras.recipes import finetune as finetune_run
     from bert_keras.tasks.preprocessing import preprocessor_for
-    from pipelines.finetune import train
 
     with strategy.scope():
         encoder = BertEncoder(tiny_config(30522))
@@ -118,20 +115,7 @@ def embed(strategy, initial_weights, vocab, sentences, output_dir):
         model.set_weights(initial_weights)
     columns = (np.array(sentences[:-1], object), np.array(sentences[1:], object))
     batches = tf.data.Dataset.from_tensor_slices((columns,)).batch(GLOBAL_BATCH)
-    args = argparse.Namespace(
-        batch_size=GLOBAL_BATCH,
-        epochs=1,
-        max_train_steps=STEPS,
-        learning_rate=1e-3,
-        warmup_proportion=0.1,
-        weight_decay=0.01,
-        jit_compile=False,
-        output_dir=str(output_dir),
-        max_train_minutes=None,
-        verbose=0,
-        max_seq_length=SEQ_LENGTH,
-    )
-    train(model, args, batches, len(sentences) - 1, lambda model: {"score": 0.0}, "score", strategy)
+    finetune_run(model, batches, len(sentences) - 1, no_score, "score", strategy=strategy, **RUN, output_dir=output_dir)
     return model.get_weights()
 
 

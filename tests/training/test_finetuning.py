@@ -6,7 +6,8 @@ import keras
 import numpy as np
 import pytest
 
-from bert_keras.training.finetuning import EvaluateAndKeepBest, length_grouped_batches, schedule
+from bert_keras.training.callbacks import EvaluateAndKeepBest
+from bert_keras.training.finetuning import length_grouped_batches, schedule
 
 
 def test_length_grouped_batches_cover_every_example_once_with_little_padding():
