@@ -79,21 +79,68 @@ class _RawDescription(__import__("argparse").RawDescriptionHelpFormatter):
 
 
 def run(args):
-    from pipelines.cli import main as bert_keras
-
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     init = _init_checkpoint(args.init)
     pretrain_steps = args.pretrain_steps or (150 if init else 2000)
     finetune_steps = args.finetune_steps or (150 if init else 300)
-    stages = []
+    stages = _Stages(out)
+    corpus, task_dir = out / "corpus" / "python_docs.txt", out / "task"
+    held_out = out / "corpus" / "held_out.txt"
+    stages.run(
+        "text: Python's language reference and standard-library docstrings",
+        "text",
+        lambda: _write_text(corpus, held_out, task_dir),
+    )
+    vocab = out / "vocab.txt"
+    if init is None:
+        stages.run(
+            f"WordPiece vocabulary of up to {args.vocab_size} tokens",
+            "vocab",
+            lambda: stages.command("vocab", "--corpus", corpus, "--size", args.vocab_size, "--out", vocab),
+        )
+    else:
+        stages.run(f"vocabulary of {init}", "vocab", lambda: _copy_vocab(init, vocab))
+    records = out / "pretraining_data" / "python_docs.tfrecord"
+    stages.run(
+        "pre-training data: masked LM + next sentence instances",
+        "pretraining_data",
+        lambda: stages.command(*_pretraining_data_command(args, corpus, records, vocab)),
+    )
+    pretrain_dir = out / "pretrain"
+    stages.run(
+        f"pre-training {'from ' + str(init) if init else 'a new BERT'}: {pretrain_steps} steps of "
+        f"{args.batch_size} x {args.seq_length} tokens",
+        "pretrain",
+        lambda: stages.command(*_pretrain_command(args, init, out, vocab, records, held_out, pretrain_steps)),
+    )
+    finetune_dir = out / "finetune"
+    _finetune_stages(stages, args, init, vocab, task_dir, pretrain_dir / "final" / "encoder_hf", finetune_steps)
+    serving = out / "serving"
+    stages.run(
+        "export: SavedModels for TensorFlow Serving, tokenizer inside",
+        "export",
+        lambda: _export(stages, args, vocab, pretrain_dir, finetune_dir, serving),
+    )
+    stages.titles.append("serve")
+    print(f"\n[{len(stages.titles)}/{STAGES}] answering raw-text requests the way TF Serving runs the exports")
+    _answer(serving, task_dir)
+    _summary(out, started, finetune_steps, vocab, records, corpus)
+    return 0
 
-    def stage(title, done_marker, action):
-        stages.append(title)
-        number = len(stages)
-        marker = out / ".done" / done_marker
-        print(f"\n[{number}/{STAGES}] {title}", flush=True)
+
+class _Stages:
+    """The demo's numbered stages: each runs once, marked done in OUTPUT/.done/, and runs
+    `bert-keras` commands as a user would type them."""
+
+    def __init__(self, out):
+        self.out, self.titles = out, []
+
+    def run(self, title, done_marker, action):
+        self.titles.append(title)
+        marker = self.out / ".done" / done_marker
+        print(f"\n[{len(self.titles)}/{STAGES}] {title}", flush=True)
         if marker.exists():
             print(f"      done by an earlier run ({marker.parent}/{marker.name}); skipping")
             return
@@ -103,168 +150,148 @@ def run(args):
         marker.write_text("")
         print(f"      ({time.perf_counter() - begun:.0f} s)")
 
-    def command(*argv):
+    def command(self, *argv):
+        from pipelines.cli import main as bert_keras
+
         argv = [str(arg) for arg in argv]
         print("      $ bert-keras " + " ".join(argv), flush=True)
         if bert_keras(argv) != 0:
             raise SystemExit(f"demo: 'bert-keras {' '.join(argv)}' failed; fix the error above and run the demo again")
 
-    corpus, task_dir = out / "corpus" / "python_docs.txt", out / "task"
-    held_out = out / "corpus" / "held_out.txt"
-    stage(
-        "text: Python's language reference and standard-library docstrings",
-        "text",
-        lambda: _write_text(corpus, held_out, task_dir),
+
+def _pretraining_data_command(args, corpus, records, vocab):
+    return (
+        "create-pretraining-data",
+        "--input",
+        corpus,
+        "--output",
+        records,
+        "--vocab",
+        vocab,
+        "--max-seq-length",
+        args.seq_length,
+        "--max-predictions-per-seq",
+        max(1, args.seq_length * 15 // 100 + 1),
+        "--dupe-factor",
+        5,
+        "--num-shards",
+        1,
     )
 
-    vocab = out / "vocab.txt"
-    if init is None:
-        stage(
-            f"WordPiece vocabulary of up to {args.vocab_size} tokens",
-            "vocab",
-            lambda: command("vocab", "--corpus", corpus, "--size", args.vocab_size, "--out", vocab),
-        )
-    else:
-        stage(f"vocabulary of {init}", "vocab", lambda: _copy_vocab(init, vocab))
 
-    records = out / "pretraining_data" / "python_docs.tfrecord"
-    stage(
-        "pre-training data: masked LM + next sentence instances",
-        "pretraining_data",
-        lambda: command(
-            "create-pretraining-data",
-            "--input",
-            corpus,
-            "--output",
-            records,
-            "--vocab",
-            vocab,
-            "--max-seq-length",
-            args.seq_length,
-            "--max-predictions-per-seq",
-            max(1, args.seq_length * 15 // 100 + 1),
-            "--dupe-factor",
-            5,
-            "--num-shards",
-            1,
-        ),
-    )
-
-    pretrain_dir = out / "pretrain"
-    config = out / "bert_config.json"
-    steps = pretrain_steps
+def _pretrain_command(args, init, out, vocab, records, held_out, steps):
     every = max(1, steps // 6)  # the last checkpoint interval may be shorter
-    stage(
-        f"pre-training {'from ' + str(init) if init else 'a new BERT'}: {steps} steps of "
-        f"{args.batch_size} x {args.seq_length} tokens",
+    return (
         "pretrain",
-        lambda: command(
-            "pretrain",
-            *(["--init", init] if init else ["--config", _write_config(config, vocab, args.seq_length)]),
-            "--vocab",
-            vocab,
-            "--data",
-            records,
-            "--output",
-            pretrain_dir,
-            "--steps",
-            steps,
-            "--checkpoint-every",
-            every,
-            "--batch-size",
-            args.batch_size,
-            "--seq-length",
-            args.seq_length,
-            "--max-predictions-per-seq",
-            max(1, args.seq_length * 15 // 100 + 1),
-            "--learning-rate",
-            1e-4 if init else 5e-4,
-            "--warmup-steps",
-            max(1, steps // 10),
-            "--eval-corpus",
-            held_out,
-            "--eval-steps",
-            10,
-        ),
+        *(["--init", init] if init else ["--config", _write_config(out / "bert_config.json", vocab, args.seq_length)]),
+        "--vocab",
+        vocab,
+        "--data",
+        records,
+        "--output",
+        out / "pretrain",
+        "--steps",
+        steps,
+        "--checkpoint-every",
+        every,
+        "--batch-size",
+        args.batch_size,
+        "--seq-length",
+        args.seq_length,
+        "--max-predictions-per-seq",
+        max(1, args.seq_length * 15 // 100 + 1),
+        "--learning-rate",
+        1e-4 if init else 5e-4,
+        "--warmup-steps",
+        max(1, steps // 10),
+        "--eval-corpus",
+        held_out,
+        "--eval-steps",
+        10,
     )
 
-    def finetune(encoder, output_dir):
-        return lambda: command(
-            "finetune",
-            "tsv",
-            "--init",
-            encoder,
-            "--vocab",
-            vocab,
-            "--train",
-            task_dir / "train.tsv",
-            "--dev",
-            task_dir / "dev.tsv",
-            "--output-dir",
-            output_dir,
-            "--max-seq-length",
-            args.seq_length,
-            "--batch-size",
-            args.batch_size,
-            "--learning-rate",
-            5e-5 if init else 3e-4,
-            "--epochs",
-            100,
-            "--max-train-steps",
-            finetune_steps,
-            "--verbose",
-            2,
-            "--overwrite",  # a stage cut short is run again from its start
-        )
 
-    finetune_dir, baseline_dir = out / "finetune", out / "finetune_random"
-    stage(
+def _finetune_command(args, init, vocab, task_dir, encoder, output_dir, steps):
+    return (
+        "finetune",
+        "tsv",
+        "--init",
+        encoder,
+        "--vocab",
+        vocab,
+        "--train",
+        task_dir / "train.tsv",
+        "--dev",
+        task_dir / "dev.tsv",
+        "--output-dir",
+        output_dir,
+        "--max-seq-length",
+        args.seq_length,
+        "--batch-size",
+        args.batch_size,
+        "--learning-rate",
+        5e-5 if init else 3e-4,
+        "--epochs",
+        100,
+        "--max-train-steps",
+        steps,
+        "--verbose",
+        2,
+        "--overwrite",  # a stage cut short is run again from its start
+    )
+
+
+def _finetune_stages(stages, args, init, vocab, task_dir, encoder, steps):
+    """Fine-tuning from `encoder` into OUTPUT/finetune, then from random weights of
+    the same shape into OUTPUT/finetune_random."""
+    out = stages.out
+    stages.run(
         f"fine-tuning a classifier: which package ({', '.join(TASK_PACKAGES)}) a docstring comes from",
         "finetune",
-        finetune(pretrain_dir / "final" / "encoder_hf", finetune_dir),
+        lambda: stages.command(*_finetune_command(args, init, vocab, task_dir, encoder, out / "finetune", steps)),
     )
-    random_encoder = out / "random_encoder"
 
     def finetune_random():
-        _write_random_encoder(pretrain_dir / "final" / "encoder_hf", vocab, random_encoder)
-        finetune(random_encoder, baseline_dir)()
-
-    stage("the same fine-tuning from random weights: what pre-training bought", "finetune_random", finetune_random)
-
-    serving = out / "serving"
-
-    def export():
-        for name in ("fill_mask", "docstring_package"):
-            shutil.rmtree(serving / name / "1", ignore_errors=True)  # left by an interrupted export
-        command(
-            "export",
-            pretrain_dir / "final" / "pretrainer_tf1",
-            "--pretrainer",
-            "--vocab",
-            vocab,
-            "--out",
-            serving / "fill_mask",
-            "--max-seq-length",
-            args.seq_length,
-            "--model-name",
-            "fill_mask",
-        )
-        command(
-            "export",
-            finetune_dir / "best.keras",
-            "--out",
-            serving / "docstring_package",
-            "--max-seq-length",
-            args.seq_length,
-            "--model-name",
-            "docstring_package",
+        _write_random_encoder(encoder, vocab, out / "random_encoder")
+        stages.command(
+            *_finetune_command(args, init, vocab, task_dir, out / "random_encoder", out / "finetune_random", steps)
         )
 
-    stage("export: SavedModels for TensorFlow Serving, tokenizer inside", "export", export)
+    stages.run("the same fine-tuning from random weights: what pre-training bought", "finetune_random", finetune_random)
 
-    stages.append("serve")
-    print(f"\n[{len(stages)}/{STAGES}] answering raw-text requests the way TF Serving runs the exports")
-    _answer(serving, task_dir)
+
+def _export(stages, args, vocab, pretrain_dir, finetune_dir, serving):
+    for name in ("fill_mask", "docstring_package"):
+        shutil.rmtree(serving / name / "1", ignore_errors=True)  # left by an interrupted export
+    stages.command(
+        "export",
+        pretrain_dir / "final" / "pretrainer_tf1",
+        "--pretrainer",
+        "--vocab",
+        vocab,
+        "--out",
+        serving / "fill_mask",
+        "--max-seq-length",
+        args.seq_length,
+        "--model-name",
+        "fill_mask",
+    )
+    stages.command(
+        "export",
+        finetune_dir / "best.keras",
+        "--out",
+        serving / "docstring_package",
+        "--max-seq-length",
+        args.seq_length,
+        "--model-name",
+        "docstring_package",
+    )
+
+
+def _summary(out, started, finetune_steps, vocab, records, corpus):
+    pretrain_dir, finetune_dir, baseline_dir, serving = (
+        out / name for name in ("pretrain", "finetune", "finetune_random", "serving")
+    )
     pretrained, baseline = (
         json.loads((folder / "best_metrics.json").read_text())["accuracy"] for folder in (finetune_dir, baseline_dir)
     )
@@ -291,7 +318,6 @@ def run(args):
         "-e MODEL_NAME=bert tensorflow/serving\n"
         f"or, without Docker, the same APIs on the same loader: bert-keras serve {serving}/docstring_package"
     )
-    return 0
 
 
 def _answer(serving, task_dir):

@@ -78,18 +78,8 @@ def run(args):
     from pipelines.arguments import checkpoint_source
     from pipelines.finetune import train, training_setup
 
-    columns, scores = read_pairs(args.train)
-    dev = read_pairs(args.dev)
-    if list(dev[0]) != list(columns) or (dev[1] is None) != (scores is None):
-        raise ValueError(
-            f"{args.train} has columns {list(columns)}{' + score' if scores else ''} but {args.dev} "
-            f"has {list(dev[0])}{' + score' if dev[1] else ''}"
-        )
+    (columns, scores), dev = read_train_and_dev(args)
     count = len(next(iter(columns.values())))
-    if args.max_examples:
-        count = min(count, args.max_examples)
-        columns = {name: texts[:count] for name, texts in columns.items()}
-        scores = scores[:count] if scores else None
     source = checkpoint_source(args.init)
     strategy, seq_length = training_setup(args)
     with strategy.scope():
@@ -137,3 +127,19 @@ def run(args):
     (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
     print(f"sentence-transformers folder: {output_dir / 'sentence-transformers'}")
     return 0
+
+
+def read_train_and_dev(args):
+    """((columns, scores), (dev columns, dev scores)) of `--train` (its first
+    `--max-examples` pairs) and `--dev`, which must have the same columns."""
+    columns, scores = read_pairs(args.train)
+    dev = read_pairs(args.dev)
+    if list(dev[0]) != list(columns) or (dev[1] is None) != (scores is None):
+        raise ValueError(
+            f"{args.train} has columns {list(columns)}{' + score' if scores else ''} but {args.dev} "
+            f"has {list(dev[0])}{' + score' if dev[1] else ''}"
+        )
+    if args.max_examples:
+        columns = {name: texts[: args.max_examples] for name, texts in columns.items()}
+        scores = scores[: args.max_examples] if scores else None
+    return (columns, scores), dev

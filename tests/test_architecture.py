@@ -2,6 +2,7 @@
 pyproject.toml pass, every module belongs to a tier, and no modules import each other
 in a circle."""
 
+import ast
 import subprocess
 import sys
 import tomllib
@@ -57,3 +58,29 @@ def test_ruff_lint_and_format_are_clean():
     for command in (["check", "--no-cache", "."], ["format", "--check", "--no-cache", "."]):
         result = subprocess.run([str(ruff), *command], cwd=ROOT, capture_output=True, text=True)
         assert result.returncode == 0, f"ruff {' '.join(command)}:\n{result.stdout}{result.stderr}"
+
+
+def pipeline_functions():
+    for path in sorted((ROOT / "pipelines").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield path.name, node
+
+
+def test_pipelines_only_parse_print_and_call_the_library():
+    """The commands hold no recipe of their own: no function over 60 lines, and no
+    `compile`/`fit` (the runs are `bert_keras.recipes`, which Keras scripts call too)."""
+    long = [
+        f"{name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for name, node in pipeline_functions()
+        if node.end_lineno - node.lineno + 1 > 60
+    ]
+    assert not long, f"functions in pipelines/ over 60 lines: {long}"
+    calls = [
+        f"{name}:{call.lineno} .{call.func.attr}()"
+        for name, node in pipeline_functions()
+        for call in ast.walk(node)
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in ("compile", "fit")
+    ]
+    assert not calls, f"pipelines/ compiles or fits models itself: {calls}"
