@@ -193,7 +193,7 @@ def run_phase(
             ),
             jit_compile=jit_compile,
         )
-    done = restored_steps(pretrainer, backup)
+        done = restored_steps(pretrainer, backup)  # optimizer variables are made in the scope
     if done:
         print(f"{phase.name}: resuming after step {min(done, phase.steps)} of {phase.steps}", file=sys.stderr)
     # A finished phase still goes through fit, which restores its final weights.
