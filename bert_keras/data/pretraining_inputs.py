@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from bert_keras.data import tfrecords as data
+from bert_keras.data import tfrecords
 from bert_keras.data.dynamic_masking import dynamic_masking_dataset
 from bert_keras.data.packing import pack_dataset, packing_statistics
 from bert_keras.training import distribute
@@ -46,19 +46,19 @@ class PretrainingInputs:
         names the file), or the text files' sizes, and every input pipeline's share of
         them non-empty (`what` names the files in the error)."""
         if self.records:
-            files = data.expand_files(self.records)
-            counts = dict(zip(files, data.check_tfrecords(files, self.seq_length, self.max_predictions_per_seq)))
+            files = tfrecords.expand_files(self.records)
+            counts = dict(zip(files, tfrecords.check_tfrecords(files, self.seq_length, self.max_predictions_per_seq)))
             distribute.check_shares(files, input_pipelines, lambda path: not counts[path], what)
         else:
-            corpus = data.expand_files(self.corpus)
+            corpus = tfrecords.expand_files(self.corpus)
             distribute.check_shares(corpus, input_pipelines, lambda path: not tf.io.gfile.stat(path).length, what)
 
     def instances(self, batch_size, context, skip=0):
         """Batches of unpacked instances from this input pipeline's share of the files,
         the first `skip` left out."""
         if self.records:
-            files = distribute.shard_files(data.expand_files(self.records), context)
-            return data.pretraining_dataset(
+            files = distribute.shard_files(tfrecords.expand_files(self.records), context)
+            return tfrecords.pretraining_dataset(
                 files,
                 batch_size,
                 self.seq_length,
@@ -67,7 +67,7 @@ class PretrainingInputs:
                 skip_batches=skip,
             )
         return dynamic_masking_dataset(
-            distribute.shard_files(data.expand_files(self.corpus), context),
+            distribute.shard_files(tfrecords.expand_files(self.corpus), context),
             self.tokenizer,
             batch_size,
             self.seq_length,
@@ -102,7 +102,7 @@ class PretrainingInputs:
         TFRecords hold fewer (text is an endless stream)."""
         if not self.records:
             return eval_steps
-        files = data.expand_files(self.records)
+        files = tfrecords.expand_files(self.records)
         records = sum(1 for _ in tf.data.TFRecordDataset(files))
         if records < batch_size:
             raise ValueError(
@@ -114,8 +114,8 @@ class PretrainingInputs:
         """This input pipeline's share of `eval_steps` held-out batches: the same records,
         masks and order at every evaluation (text is masked once, with `EVAL_SEED`)."""
         if self.records:
-            dataset = data.pretraining_dataset(
-                data.expand_files(self.records),
+            dataset = tfrecords.pretraining_dataset(
+                tfrecords.expand_files(self.records),
                 batch_size,
                 self.seq_length,
                 self.max_predictions_per_seq,
@@ -124,7 +124,7 @@ class PretrainingInputs:
             )
         else:
             dataset = dynamic_masking_dataset(
-                data.expand_files(self.corpus),
+                tfrecords.expand_files(self.corpus),
                 self.tokenizer,
                 batch_size,
                 self.seq_length,
@@ -140,7 +140,7 @@ class PretrainingInputs:
         """The error for a `DataLossError` met while training: TensorFlow's message names
         no file, so the files are read again to find the broken one (which raises its own
         error); otherwise a `ValueError` naming the files."""
-        data.find_corrupt_tfrecord(data.expand_files(self.records))
+        tfrecords.find_corrupt_tfrecord(tfrecords.expand_files(self.records))
         return ValueError(
-            f"{phase}: a TFRecord of {' '.join(map(str, self.records))} is corrupt: {data.tf_error_text(error)}"
+            f"{phase}: a TFRecord of {' '.join(map(str, self.records))} is corrupt: {tfrecords.tf_error_text(error)}"
         )

@@ -18,7 +18,7 @@ import numpy as np
 
 from bert_keras import BertClassifier, BertEncoder
 from bert_keras.recipes import finetune
-from bert_keras.tasks.task import preprocessor_for
+from bert_keras.tasks.preprocessing import preprocessor_for
 from bert_keras.training.finetuning import length_grouped_batches
 
 checkpoint, train_tsv, dev_tsv, output_dir = sys.argv[1:5]
