@@ -207,17 +207,7 @@ def run_phase(
         lambda batch, context: inputs.batches(batch, context, skip, packing, packing_window),
         rows,
     )
-    validation = {}
-    if held_out is not None:
-        steps = held_out.held_out_steps(phase.batch_size, eval_steps)
-        validation = dict(
-            validation_data=distribute.distribute_dataset(
-                strategy,
-                lambda batch, context: held_out.held_out(batch, eval_steps, context),
-                phase.batch_size,
-            ),
-            validation_steps=steps,
-        )
+    validation = {} if held_out is None else held_out_validation(held_out, phase.batch_size, eval_steps, strategy)
     with (
         distribute.chief_path(output_dir / "logs" / phase.name, strategy) as logs,
         distribute.backup_and_restore(backup, strategy, double_checkpoint=True, delete_checkpoint=False) as restore,
@@ -241,6 +231,17 @@ def run_phase(
             if not inputs.records:
                 raise
             raise inputs.corrupt_record_error(error, phase.name) from None
+
+
+def held_out_validation(held_out, batch_size, eval_steps, strategy):
+    """`fit`'s `validation_data` and `validation_steps`: the same held-out batches at
+    every checkpoint, at most `eval_steps` of them."""
+    return dict(
+        validation_data=distribute.distribute_dataset(
+            strategy, lambda batch, context: held_out.held_out(batch, eval_steps, context), batch_size
+        ),
+        validation_steps=held_out.held_out_steps(batch_size, eval_steps),
+    )
 
 
 def restored_steps(pretrainer, backup):
