@@ -78,16 +78,6 @@ def run(args):
         decoded.update(predictions=predictions, nbest=nbest, null_odds=null_odds)
         return evaluate(eval_examples, predictions, version_2)
 
-    def write_predictions(metrics):
-        """The best epoch's predictions, in the official formats."""
-        text = json.dumps(decoded["predictions"], indent=2, ensure_ascii=False)
-        (output_dir / "predictions.json").write_text(text + "\n")
-        (output_dir / "nbest_predictions.json").write_text(
-            json.dumps(decoded["nbest"], indent=2, ensure_ascii=False) + "\n"
-        )
-        if version_2:
-            (output_dir / "null_odds.json").write_text(json.dumps(decoded["null_odds"], indent=2) + "\n")
-
     batches = feature_batches(train_features, args.batch_size, shuffle=True, seed=args.seed)
     best = train(
         model,
@@ -98,7 +88,18 @@ def run(args):
         "f1",
         strategy,
         preprocessed=True,
-        on_best=write_predictions,
+        on_best=lambda metrics: write_predictions(output_dir, decoded, version_2),
     )
     (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
     return 0
+
+
+def write_predictions(output_dir, decoded, version_2):
+    """The best epoch's predictions (`decoded`), in the official formats."""
+    text = json.dumps(decoded["predictions"], indent=2, ensure_ascii=False)
+    (output_dir / "predictions.json").write_text(text + "\n")
+    (output_dir / "nbest_predictions.json").write_text(
+        json.dumps(decoded["nbest"], indent=2, ensure_ascii=False) + "\n"
+    )
+    if version_2:
+        (output_dir / "null_odds.json").write_text(json.dumps(decoded["null_odds"], indent=2) + "\n")
