@@ -3,17 +3,17 @@
 Words are counted after exactly the normalisation and splitting that
 `BertTokenizer` applies (`tokenizer.split_words`), so every learned piece is
 one the tokenizer can produce. The piece selection is tf.text's WordPiece
-learner (`wordpiece_tokenizer_learner_lib.learn`), the algorithm behind
-`bert_vocab_from_dataset`.
+learner (`wordpiece_tokenizer_learner_lib.learn`, the algorithm behind
+`bert_vocab_from_dataset`), run by `wordpiece_learner`: the same vocabulary, faster.
 """
 
 import collections
 import os
 
 import tensorflow as tf
-from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
 
 from bert_keras.text.tokenizer import load_vocabulary, split_words
+from bert_keras.text.wordpiece_learner import WordPieceLearner
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # Rows a checkpoint's embedding table may have beyond its vocab.txt: tables padded to a
@@ -101,19 +101,11 @@ def build_vocabulary(word_counts, size, num_unused=0, max_unique_chars=1000, min
     # The learner binary-searches a count threshold up to `upper_thresh` (default 1e7);
     # no threshold above the largest count changes the result, so search only up to it.
     upper = max(word_counts.values()) + 1
-    word_counts = list(word_counts.items())
+    learner = WordPieceLearner(word_counts, reserved, max_unique_chars=max_unique_chars)
     # The learner searches a count threshold for `size`; on small corpora even
     # its lowest threshold can overshoot, so raise the floor until it fits.
     for floor in range(min_count, min_count + 100):
-        vocabulary = wordpiece_tokenizer_learner_lib.learn(
-            word_counts,
-            vocab_size=size,
-            reserved_tokens=reserved,
-            lower_thresh=floor,
-            upper_thresh=max(upper, floor + 1),
-            max_unique_chars=max_unique_chars,
-            include_joiner_token=True,  # i.e. "##" suffix pieces
-        )
+        vocabulary = learner.learn(size, lower_thresh=floor, upper_thresh=max(upper, floor + 1))
         if len(vocabulary) <= size:
             return vocabulary
     raise ValueError(
