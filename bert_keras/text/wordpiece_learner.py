@@ -16,6 +16,8 @@ there). A threshold's iteration is then a few numpy passes over that table, shar
 thresholds the search tries (and by `build_vocabulary`'s floor loop).
 """
 
+from array import array
+
 import numpy as np
 
 JOINER = "##"
@@ -57,10 +59,9 @@ class WordPieceLearner:
     def _build_tables(self, words, counts):
         """Units are (word, start) pairs, numbered word by word. A unit's key is the
         suffix from its start as a token string with its joiner flag (2 * string id +
-        flag: "##x" is both the joiner form of x and a word that starts with ##).
-        Its candidates are the longer tokens a greedy split may take there, longest first."""
+        flag: "##x" is both the joiner form of x and a word that starts with ##)."""
         strings = {}
-        unit_key, unit_count, unit_rest = [], [], []  # rest: characters from the start to the word's end
+        unit_key, unit_count, unit_rest = array("q"), array("q"), array("q")  # rest: characters to the word's end
         chars = set()
         for word, count in zip(words, counts):
             chars.update(word)
@@ -74,28 +75,47 @@ class WordPieceLearner:
             strings.setdefault(char, len(strings))
             strings.setdefault(JOINER + char, len(strings))
         self.strings = list(strings)
-        cand_key, cand_string, cand_step = [], [], []
-        for key in np.unique(unit_key).tolist():
-            token, joiner = self.strings[key // 2], len(JOINER) * (key % 2)
-            for end in range(len(token), joiner + 1, -1):
-                string = strings.get(token[:end])
-                if string is not None:
-                    cand_key.append(key)
-                    cand_string.append(string)
-                    cand_step.append(end - joiner)
+        # Sorted, the strings that start with a string s are a range: from s to prefix_end[s].
+        ordered = sorted(self.strings)
+        self.sorted_ids = np.fromiter((strings[t] for t in ordered), np.int64, len(ordered))
+        self.prefix_end = np.empty(len(ordered), np.int64)
+        self.prefix_end[self.sorted_ids] = _prefix_ends(ordered)
+        self.string_lengths = np.fromiter(map(len, self.strings), np.int64, len(self.strings))
+        self.rank = np.empty(len(ordered), np.int64)
+        self.rank[self.sorted_ids] = np.arange(len(ordered))
+        del ordered
         self.is_char = np.zeros(len(strings), bool)
         self.is_char[[strings[c] for c in self.char_tokens] + [strings[JOINER + c] for c in self.char_tokens]] = True
-        self.unit_key = np.asarray(unit_key, np.int64)
-        self.unit_count = np.asarray(unit_count, np.int64)
-        self.unit_rest = np.asarray(unit_rest, np.int64)
+        self.unit_key = np.frombuffer(unit_key, np.int64)
+        self.unit_count = np.frombuffer(unit_count, np.int64)
+        self.unit_rest = np.frombuffer(unit_rest, np.int64)
         lengths = np.asarray([len(word) for word in words], np.int64)
         self.word_first_unit = (np.cumsum(lengths) - lengths)[lengths > 0]
-        self.cand_key = np.asarray(cand_key, np.int64)
-        self.cand_string = np.asarray(cand_string, np.int64)
-        self.cand_step = np.asarray(cand_step, np.int64)
         self.reserved_strings = np.asarray(sorted({strings.get(t, -1) for t in self.reserved_tokens} - {-1}), np.int64)
         self.reserved_new = len(set(self.reserved_tokens) - set(strings))
         self.suffix_counts = self._counts(np.arange(len(unit_key)))
+        self.candidates_cut = None
+
+    def _make_candidates(self, cut):
+        """For each key, the tokens of at least 2 characters a greedy split may take at
+        its units, longest first, among the strings that may be tokens at thresholds >=
+        `cut` (a key's count in any iteration is at most its suffix count)."""
+        frequent = (self.suffix_counts.reshape(-1, 2) >= cut).any(axis=1) | self.is_char
+        token_ids = np.flatnonzero(frequent & (self.string_lengths >= 2))  # single characters: the fallback
+        token_lengths = self.string_lengths[token_ids]
+        low, high = self.rank[token_ids], self.prefix_end[token_ids]
+        n = high - low
+        owner = np.repeat(np.arange(len(token_ids)), n)
+        strings = self.sorted_ids[np.arange(n.sum()) - np.repeat(np.cumsum(n) - n - low, n)]
+        joined = token_lengths[owner] >= len(JOINER) + 2  # a suffix key (##...) takes tokens of 2+ characters after ##
+        key = np.concatenate([2 * strings, 2 * strings[joined] + 1])
+        step = np.concatenate([token_lengths[owner], token_lengths[owner[joined]] - len(JOINER)])
+        token = np.concatenate([token_ids[owner], token_ids[owner[joined]]])
+        used = self.suffix_counts[key] > 0
+        key, step, token = key[used], step[used], token[used]
+        order = np.lexsort((-step, key))
+        self.cand_key, self.cand_step, self.cand_string = key[order], step[order], token[order]
+        self.candidates_cut = cut
 
     def _counts(self, units):
         """Per key: the summed counts of `units` (the piece starts of an iteration)."""
@@ -129,6 +149,8 @@ class WordPieceLearner:
 
     def _learn_with_thresh(self, thresh):
         """(vocabulary size, token mask, token counts) of tf.text's `learn_with_thresh`."""
+        if self.candidates_cut is None or thresh < self.candidates_cut:
+            self._make_candidates(max(1, thresh // 2))
         selected, values = self._tokens(self.suffix_counts, thresh)
         for _ in range(1, self.num_iterations):
             selected, values = self._tokens(self._counts(self._piece_starts(selected)), thresh)
@@ -168,6 +190,19 @@ def learn(word_counts, vocab_size, reserved_tokens, upper_thresh=int(1e7), lower
     return WordPieceLearner(word_counts, reserved_tokens, **kw).learn(
         vocab_size, lower_thresh, upper_thresh, slack_ratio
     )
+
+
+def _prefix_ends(ordered):
+    """For each of the sorted strings `ordered`, the end of the range after it that starts with it."""
+    ends = array("q", bytes(8 * len(ordered)))
+    stack = []
+    for j, string in enumerate(ordered):
+        while stack and not string.startswith(ordered[stack[-1]]):
+            ends[stack.pop()] = j
+        stack.append(j)
+    for i in stack:
+        ends[i] = len(ordered)
+    return np.frombuffer(ends, np.int64)
 
 
 def _filter_input_words(pairs, max_unique_chars, max_input_tokens):
