@@ -8,6 +8,8 @@ learner (`wordpiece_tokenizer_learner_lib.learn`, the algorithm behind
 """
 
 import collections
+import concurrent.futures
+import multiprocessing
 import os
 
 import tensorflow as tf
@@ -19,6 +21,8 @@ SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # Rows a checkpoint's embedding table may have beyond its vocab.txt: tables padded to a
 # multiple of 8..128 for faster matmuls (NVIDIA's BERT: 30522 tokens, 30528 rows).
 TABLE_PADDING = 128
+# Bytes of corpus per unit of counting work: the parts a --workers pool or Beam shares out.
+PART_BYTES = 16 << 20
 
 
 class VocabularyMismatch(ValueError):
@@ -75,19 +79,90 @@ def reserved_tokens(num_unused=0):
     return ["[PAD]"] + [f"[unused{i}]" for i in range(num_unused)] + list(SPECIAL_TOKENS)
 
 
-def count_words(files, lower_case=True, batch_size=1024, progress=None):
-    """Word counts over the lines of `files` (normalised as the tokenizer
-    does). `progress(lines_read, distinct_words)` is called per batch."""
+def corpus_parts(files, part_bytes=PART_BYTES):
+    """The units of counting work: (path, start, end) byte ranges of `files`; a part
+    counts the lines that start in its range, so the parts count every line once."""
+    parts = []
+    for path in files:
+        size = tf.io.gfile.stat(path).length
+        parts += [(path, start, min(start + part_bytes, size)) for start in range(0, size, part_bytes)]
+    return parts
+
+
+def read_part(path, start, end):
+    """The bytes of the lines of `path` that start in [start, end)."""
+    with tf.io.gfile.GFile(path, "rb") as file:
+        file.seek(max(start - 1, 0))
+        data = file.read(end - start + (start > 0))
+        if start > 0:  # the line begun before `start` is the previous part's
+            first = data.find(b"\n")
+            data = data[first + 1 :] if first >= 0 else b""
+        if data and not data.endswith(b"\n"):
+            data += file.readline()
+    return data
+
+
+class PartCounter:
+    """Word counts of corpus parts, normalised as the tokenizer does (`split_words`)."""
+
+    def __init__(self, lower_case=True, batch_size=1024):
+        self.batch_size = batch_size
+        self.split = tf.function(
+            lambda text: split_words(text, lower_case).flat_values, input_signature=[tf.TensorSpec([None], tf.string)]
+        )
+
+    def __call__(self, part):
+        counts = collections.Counter()
+        lines = read_part(*part).split(b"\n")
+        for begin in range(0, len(lines), self.batch_size):
+            counts.update(self.split(tf.constant(lines[begin : begin + self.batch_size])).numpy().tolist())
+        return {word.decode("utf-8"): count for word, count in counts.items()}
+
+
+def _worker_init(lower_case, batch_size):
+    global _worker_counter
+    _worker_counter = PartCounter(lower_case, batch_size)
+
+
+def _worker_count(part):
+    return _worker_counter(part)
+
+
+def count_words(files, lower_case=True, batch_size=1024, progress=None, workers=1, part_bytes=PART_BYTES):
+    """Word counts over the lines of `files` (normalised as the tokenizer does), by
+    this process or `workers` processes, a part of `part_bytes` at a time: the same
+    counts either way. `progress(bytes_read, total_bytes, distinct_words)` is called
+    per part."""
+    parts = corpus_parts(list(files), part_bytes)
+    total = sum(end - start for _, start, end in parts)
     counts = collections.Counter()
-    lines_read = 0
-    dataset = tf.data.TextLineDataset(list(files)).batch(batch_size)
-    dataset = dataset.map(lambda text: split_words(text, lower_case), num_parallel_calls=tf.data.AUTOTUNE)
-    for words in dataset.prefetch(tf.data.AUTOTUNE):
-        counts.update(word.decode("utf-8") for word in words.flat_values.numpy())
-        lines_read += int(words.nrows())
+    done = 0
+    for part, part_counts in _count_parts(parts, lower_case, batch_size, workers):
+        counts.update(part_counts)
+        done += part[2] - part[1]
         if progress is not None:
-            progress(lines_read, len(counts))
+            progress(done, total, len(counts))
     return counts
+
+
+def _count_parts(parts, lower_case, batch_size, workers):
+    """Yields (part, its counts) as parts are counted."""
+    if workers <= 1 or len(parts) <= 1:
+        counter = PartCounter(lower_case, batch_size)
+        yield from ((part, counter(part)) for part in parts)
+        return
+    # Spawned: TensorFlow is not fork-safe (as in data/pretraining_shards.make_shards).
+    pool = concurrent.futures.ProcessPoolExecutor(
+        min(workers, len(parts)), multiprocessing.get_context("spawn"), _worker_init, (lower_case, batch_size)
+    )
+    try:
+        futures = {pool.submit(_worker_count, part): part for part in parts}
+        for future in concurrent.futures.as_completed(futures):
+            yield futures[future], future.result()
+    except concurrent.futures.BrokenExecutor as error:
+        raise RuntimeError("a word-counting worker process died (killed, or out of memory?)") from error
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def build_vocabulary(word_counts, size, num_unused=0, max_unique_chars=1000, min_count=1):

@@ -1,5 +1,6 @@
 """Vocabulary building: layout, the shared normalisation, and the CLI."""
 
+import collections
 import json
 from pathlib import Path
 
@@ -7,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from bert_keras.text.tokenizer import BertTokenizer, split_words
-from bert_keras.text.vocab import build_vocabulary, count_words, reserved_tokens
+from bert_keras.text.vocab import build_vocabulary, corpus_parts, count_words, read_part, reserved_tokens
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 SAMPLE_TEXT = SHARED / "data" / "pretraining" / "sample_text.txt"
@@ -64,3 +65,35 @@ def test_bad_requests_raise_clear_errors():
         build_vocabulary({"a": 1}, size=5)
     with pytest.raises(ValueError, match="empty"):
         build_vocabulary({}, size=100)
+
+
+def original_counts(files, lower_case=True):
+    """The counts of the first `count_words`: whole files through tf.data, a batch of lines at a time."""
+    counts = collections.Counter()
+    for words in tf.data.TextLineDataset([str(path) for path in files]).batch(512):
+        counts.update(word.decode("utf-8") for word in split_words(words, lower_case).flat_values.numpy())
+    return counts
+
+
+def test_counts_are_the_same_whatever_the_parts_workers_or_runner(tmp_path):
+    from bert_keras.text import vocab_beam  # apache-beam is a dev dependency: CI runs this
+
+    files = [SAMPLE_TEXT, SHARED / "data" / "pretraining" / "gutenberg" / "chesterton-thursday.txt"]
+    expected = original_counts(files, lower_case=False)
+    assert len(expected) > 5000
+    files = [str(path) for path in files]
+    assert count_words(files, lower_case=False) == expected
+    reports = []
+    counts = count_words(files, False, part_bytes=40_000, workers=2, progress=lambda *report: reports.append(report))
+    assert counts == expected
+    assert len(reports) == 1 + 9 and reports[-1][:2] == (reports[-1][1], sum(Path(f).stat().st_size for f in files))
+    prefix = str(tmp_path / "counts")
+    assert vocab_beam.count_words(files, prefix, ["--runner=DirectRunner"], False, part_bytes=100_000) == expected
+    assert not list(tmp_path.iterdir())  # the runner's count files are removed
+
+
+def test_parts_cut_at_line_starts(tmp_path):
+    path = tmp_path / "lines.txt"
+    path.write_bytes(b"ab cd\nef\n\ngh ij kl\nmn")
+    parts = corpus_parts([str(path)], part_bytes=4)
+    assert [read_part(*part) for part in parts] == [b"ab cd\n", b"ef\n", b"\ngh ij kl\n", b"", b"mn", b""]
