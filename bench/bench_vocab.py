@@ -1,0 +1,154 @@
+"""Vocabulary learning: `bert-keras vocab` and its learner against tf.text's learner, as distinct words grow.
+
+For 1, 4 and 7 Gutenberg books (../shared/data/pretraining/gutenberg) and a synthetic
+table of a million distinct words (Zipf counts), in the same run, each measurement in its
+own process (wall time and that process's peak RSS):
+
+- `bert-keras vocab` on the books (count the words, learn, write vocab.txt);
+- the learner alone (`build_vocabulary`) on the saved counts;
+- tf.text's learner (`wordpiece_tokenizer_learner_lib.learn`) on the same counts with the
+  parameters and lower-threshold loop `build_vocabulary` used before (the reference), killed
+  after --reference-cap seconds; and whether its vocab.txt is the same.
+
+    nice -n 10 python bench/bench_vocab.py [--size 8000] [--books 1 4 7] [--synthetic-words 1000000]
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+BOOKS = sorted((SHARED / "data" / "pretraining" / "gutenberg").glob("*.txt"))
+
+
+def synthetic_counts(num_words, seed=0):
+    """`num_words` distinct words of 1-3 syllables and an optional suffix, counts ~ 5e6 / rank^1.1."""
+    rng = np.random.default_rng(seed)
+    onsets = "- b c d f g h k l m n p r s t v w br ch cl dr gr pl sh st th tr qu".split()
+    vowels = "a e i o u ai ea ee ou y".split()
+    codas = "- - n r s t l m nd ng st ck rt".split()
+    suffixes = "- - - s ed ing er ly ness tion able ment é".split()
+    syllables = [(o + v + c).replace("-", "") for o in onsets for v in vowels for c in codas]
+    suffixes = [s.replace("-", "") for s in suffixes]
+    words = {}
+    while len(words) < num_words:
+        n = num_words - len(words)
+        lengths, picks = rng.integers(1, 4, n), rng.integers(0, len(syllables), (n, 4))
+        ends = rng.integers(0, len(suffixes), n)
+        for k in range(n):
+            words.setdefault("".join(syllables[j] for j in picks[k, : lengths[k]]) + suffixes[ends[k]], None)
+    counts = np.maximum(1, 5e6 / np.arange(1, num_words + 1) ** 1.1).astype(np.int64)
+    return dict(zip(list(words)[:num_words], counts.tolist()))
+
+
+def learn(counts_path, size, out, reference):
+    """Child process: one learner on saved counts, writing its vocab.txt."""
+    from bert_keras.text.vocab import build_vocabulary, reserved_tokens, write_vocabulary
+
+    counts = json.loads(Path(counts_path).read_text(encoding="utf-8"))
+    started = time.time()
+    if not reference:
+        vocabulary = build_vocabulary(counts, size)
+    else:  # build_vocabulary before this learner: tf.text's learner under the same lower-threshold loop
+        from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
+
+        upper = max(counts.values()) + 1
+        for floor in range(1, 101):
+            vocabulary = wordpiece_tokenizer_learner_lib.learn(
+                list(counts.items()), size, reserved_tokens(), lower_thresh=floor, upper_thresh=max(upper, floor + 1)
+            )
+            if len(vocabulary) <= size:
+                break
+    print(time.time() - started)  # the learning alone, without the imports (TensorFlow's start)
+    write_vocabulary(vocabulary, out)
+
+
+def measure(command, cap):
+    """(seconds, peak RSS MiB, finished) of `command` in its own process, killed after `cap` seconds;
+    the seconds it prints if it prints them, else its wall time."""
+    started = time.time()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    timer = threading.Timer(cap, process.kill)
+    timer.start()
+    _, status, usage = os.wait4(process.pid, 0)
+    timer.cancel()
+    seconds = time.time() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode not in (0, -9):
+        raise RuntimeError(f"{command} failed: {process.stderr.read().decode()[-2000:]}")
+    printed = process.stdout.read().split()
+    if process.returncode == 0 and printed:
+        seconds = float(printed[-1])
+    return seconds, usage.ru_maxrss / 1024, process.returncode == 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", type=int, default=8000)
+    parser.add_argument("--books", type=int, nargs="*", default=[1, 4, 7])
+    parser.add_argument("--synthetic-words", type=int, default=1_000_000, help="0: none")
+    parser.add_argument("--reference-cap", type=float, default=900, help="seconds before tf.text's learner is killed")
+    parser.add_argument("--synthetic-reference-cap", type=float, default=120, help="the same on the synthetic table")
+    parser.add_argument("--learn", nargs=4, metavar=("COUNTS", "SIZE", "OUT", "REFERENCE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.learn:
+        return learn(args.learn[0], int(args.learn[1]), args.learn[2], args.learn[3] == "1")
+
+    from bert_keras.text.vocab import count_words
+
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
+    print(f"CPU: {cpu or platform.processor()}, {os.cpu_count()} cores; vocab size {args.size}\n")
+    rows = []
+    work = Path(tempfile.mkdtemp(prefix="bench_vocab_"))
+    corpora = [(f"{n} book{'s' * (n > 1)}", BOOKS[:n]) for n in args.books]
+    if args.synthetic_words:
+        corpora.append((f"synthetic {args.synthetic_words:,} words", None))
+    for name, files in corpora:
+        counts_path, tag = work / f"{len(rows)}.json", str(len(rows))
+        if files is None:
+            counts = synthetic_counts(args.synthetic_words)
+            command = None
+        else:
+            counts = count_words([str(f) for f in files])
+            out = work / f"{tag}.cli.txt"
+            command = [str(Path(sys.executable).parent / "bert-keras"), "vocab", "--corpus", *map(str, files)]
+            command += ["--size", str(args.size), "--out", str(out)]
+        counts_path.write_text(json.dumps(counts), encoding="utf-8")
+        learner = [sys.executable, __file__, "--learn", str(counts_path), str(args.size)]
+        cli = measure(command, 3600) if command else None
+        fast = measure(learner + [str(work / f"{tag}.fast.txt"), "0"], 3600)
+        cap = args.reference_cap if files else args.synthetic_reference_cap
+        reference = measure(learner + [str(work / f"{tag}.ref.txt"), "1"], cap)
+        same = (work / f"{tag}.fast.txt").read_text() == (work / f"{tag}.ref.txt").read_text() if reference[2] else None
+        if cli:
+            same = same and (work / f"{tag}.cli.txt").read_text() == (work / f"{tag}.fast.txt").read_text()
+        rows.append((name, len(counts), cli, fast, reference, same))
+        print(f"{name}: done", file=sys.stderr, flush=True)
+
+    def cell(result):
+        if result is None:
+            return "-"
+        return f"{result[0]:.1f} s, {result[1]:.0f} MiB" if result[2] else f"> {result[0]:.0f} s (killed)"
+
+    print("Seconds: `bert-keras vocab`'s whole run (TensorFlow's start included); the learners' learning alone.")
+    print(
+        "| corpus | distinct words | `bert-keras vocab` | learner alone | tf.text's learner | learner speed-up | same vocab.txt |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for name, words, cli, fast, reference, same in rows:
+        speedup = f"{'' if reference[2] else '> '}{reference[0] / fast[0]:.0f}x"
+        same = "yes" if same else ("not compared" if same is None else "NO")
+        print(f"| {name} | {words:,} | {cell(cli)} | {cell(fast)} | {cell(reference)} | {speedup} | {same} |")
+
+
+if __name__ == "__main__":
+    main()
