@@ -141,7 +141,7 @@ def main():
 
     print("Seconds: `bert-keras vocab`'s whole run (TensorFlow's start included); the learners' learning alone.")
     print(
-        "| corpus | distinct words | `bert-keras vocab` | learner alone | tf.text's learner | learner speed-up | same vocab.txt |"
+        "| corpus | distinct words | `bert-keras vocab` | learner alone | tf.text's learner | speed-up | same vocab |"
     )
     print("|---|---:|---:|---:|---:|---:|---|")
     for name, words, cli, fast, reference, same in rows:
