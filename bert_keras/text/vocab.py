@@ -99,6 +99,9 @@ def read_part(path, start, end):
             data = data[first + 1 :] if first >= 0 else b""
         if data and not data.endswith(b"\n"):
             data += file.readline()
+    nul = data.find(b"\0")
+    if nul >= 0:  # text is never NUL; invalid UTF-8 is read as U+FFFD, as the tokenizer does
+        raise ValueError(f"{path}: not a text file: a NUL byte near offset {start + nul}; a binary file?")
     return data
 
 

@@ -97,3 +97,10 @@ def test_parts_cut_at_line_starts(tmp_path):
     path.write_bytes(b"ab cd\nef\n\ngh ij kl\nmn")
     parts = corpus_parts([str(path)], part_bytes=4)
     assert [read_part(*part) for part in parts] == [b"ab cd\n", b"ef\n", b"\ngh ij kl\n", b"", b"mn", b""]
+
+
+def test_a_binary_corpus_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "model.bin"
+    path.write_bytes(b"weights\n" + bytes(range(256)) * 4)
+    with pytest.raises(ValueError, match=f"{path}: not a text file: a NUL byte near offset 8"):
+        count_words([str(path)])

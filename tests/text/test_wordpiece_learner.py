@@ -117,3 +117,19 @@ def test_bad_counts_are_clear_errors():
         wordpiece_learner.WordPieceLearner({"a": 2, "b": 0}, [])
     with pytest.raises(ValueError, match="'a' has count 1.5"):
         wordpiece_learner.WordPieceLearner({"a": 1.5}, [])
+
+
+def test_a_word_under_every_threshold_still_changes_the_vocabulary():
+    """Why word counts are never pruned: a word's suffixes add up with other words' ("##ing"),
+    so a word counted once can lift a suffix over the threshold (in tf.text's learner too)."""
+    params = reference.Params(
+        upper_thresh=None, lower_thresh=None, num_iterations=4, max_input_tokens=-1, max_token_length=50,
+        max_unique_chars=1000, vocab_size=100, slack_ratio=0.05, include_joiner_token=True, joiner="##",
+        reserved_tokens=[],
+    )  # fmt: skip
+    counts = {"sing": 2, "ring": 2}
+    rare = dict(counts, zing=1)
+    assert "##ing" not in reference.learn_with_thresh(list(counts.items()), 5, params)
+    assert "##ing" in reference.learn_with_thresh(list(rare.items()), 5, params)
+    assert "##ing" in wordpiece_learner.WordPieceLearner(rare, []).vocabulary(5)
+    assert "##ing" not in wordpiece_learner.WordPieceLearner(counts, []).vocabulary(5)
