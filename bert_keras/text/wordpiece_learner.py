@@ -54,7 +54,7 @@ class WordPieceLearner:
         pairs = [(word, count) for word, count in pairs if len(word) <= max_token_length and word not in reserved]
         words, counts = _filter_input_words(pairs, max_unique_chars, max_input_tokens)
         self._build_tables(words, counts)
-        self._vocabularies = {}
+        self._sizes = {}
 
     def _build_tables(self, words, counts):
         """Units are (word, start) pairs, numbered word by word. A unit's key is the
@@ -169,14 +169,16 @@ class WordPieceLearner:
     def learn(self, vocab_size, lower_thresh=10, upper_thresh=int(1e7), slack_ratio=0.05):
         """tf.text's `learn_binary_search` over thresholds clipped to the counts as its
         `get_search_threshs` does; each threshold is learned once per learner."""
+        if upper_thresh is not None and upper_thresh < 1:
+            raise ValueError(f"upper_thresh must be at least 1, got {upper_thresh}.")
         upper = self.max_count if upper_thresh is None or self.max_count < upper_thresh else upper_thresh
         lower = self.min_count if lower_thresh is None or self.min_count > lower_thresh else lower_thresh
         slack = max(slack_ratio * vocab_size, 0)
         while True:
             thresh = (upper + lower) // 2
-            if thresh not in self._vocabularies:
-                self._vocabularies[thresh] = self._learn_with_thresh(thresh)[0]
-            size = self._vocabularies[thresh]
+            if thresh not in self._sizes:
+                self._sizes[thresh] = self._learn_with_thresh(thresh)[0]
+            size = self._sizes[thresh]
             if (size <= vocab_size and vocab_size - size <= slack) or lower >= upper or thresh <= 1:
                 return self.vocabulary(thresh)
             if size > vocab_size:

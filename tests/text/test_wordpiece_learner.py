@@ -117,6 +117,8 @@ def test_bad_counts_are_clear_errors():
         wordpiece_learner.WordPieceLearner({"a": 2, "b": 0}, [])
     with pytest.raises(ValueError, match="'a' has count 1.5"):
         wordpiece_learner.WordPieceLearner({"a": 1.5}, [])
+    with pytest.raises(ValueError, match="upper_thresh must be at least 1"):
+        wordpiece_learner.learn({"a": 1}, 10, [], upper_thresh=0)
 
 
 def test_a_word_under_every_threshold_still_changes_the_vocabulary():
