@@ -9,7 +9,8 @@ def attention_bias(input_mask, packed_sequence_ids=None):
     With `packed_sequence_ids` (int [B, L]: k >= 1 on the tokens of a row's k-th packed
     sequence, 0 on padding), [B, 1, L, L]: each token attends only to the tokens of its
     own sequence, so sequences packed in one row do not see each other."""
-    keep = tf.cast(input_mask, tf.float32)[:, None, None, :]
+    # expand_dims, not [:, None, None, :]: LiteRT has no kernel for a strided slice that adds axes.
+    keep = tf.expand_dims(tf.expand_dims(tf.cast(input_mask, tf.float32), 1), 1)
     if packed_sequence_ids is None:
         return (1.0 - keep) * -1e9
     ids = tf.cast(packed_sequence_ids, tf.int32)

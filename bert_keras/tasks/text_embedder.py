@@ -88,7 +88,7 @@ class BertTextEmbedder(BertTask):
     def embed(self, packed, training=None):
         """Packed inputs -> float32 vectors `[B, H]`."""
         tokens = tf.cast(self._encode(packed, training)["sequence_output"], tf.float32)
-        mask = tf.cast(packed["input_mask"], tf.float32)[:, :, None]
+        mask = tf.expand_dims(tf.cast(packed["input_mask"], tf.float32), -1)  # LiteRT: no new-axis slices
         if self.pooling == "cls":
             vectors = tokens[:, 0]
         elif self.pooling == "max":

@@ -1,0 +1,357 @@
+"""LiteRT (`.tflite`) and ONNX exports, for phones and edge devices and for ONNX Runtime on CPU servers.
+
+Both start from what the SavedModel export answers (the model's `ServingSignature`), traced
+with its weights frozen into constants: LiteRT's converter otherwise keeps Keras 3 variables
+as resource variables that its interpreter never initialises (every output NaN).
+
+LiteRT takes raw text where the tokenizer's ops have LiteRT kernels: tf.text's
+`FastBertNormalize` and `FastWordpieceTokenize` (registered by
+`tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS`) and packing written in builtin ops.
+They equal the original tokenizer on printable ASCII text (plus tab, newline, carriage
+return); on other text FastBertNormalize differs from the original's Unicode rules (e.g.
+ligatures, full-width forms, final sigma, control characters), so those rows are refused:
+`tokenized_exactly` is false and their outputs are NaN (integers -1, strings empty), never
+a silently different answer. Heads whose text outputs need byte offsets (spans, word tags)
+and text pairs take the packed int32 ids instead, named as the TF Hub encoder's inputs.
+
+ONNX goes through tf2onnx 1.17, which converts a TF 2.21 graph except `Erfc` (exact GELU);
+`_erfc` writes it as `1 - Erf`. ONNX has no tokenizer that matches WordPiece exactly here,
+so ONNX exports take the packed ids.
+
+`quantize="int8"`: LiteRT's dynamic-range quantization (int8 weights, int8 matmuls on
+activations quantized per batch) or ONNX Runtime's `quantize_dynamic` (the same idea);
+`"float16"` (LiteRT only): float16 weights, computed in float32.
+"""
+
+import importlib
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from bert_keras.models.encoder import INPUT_NAMES
+from bert_keras.serving.serving_tasks import FillMaskSignature, serving_signature
+from bert_keras.tasks.serving_signature import ServingSignature
+
+FORMATS = ("litert", "onnx")
+QUANTIZATIONS = {"litert": ("int8", "float16"), "onnx": ("int8",)}
+TOLERANCE = 1e-4  # float32 exports against Keras
+EXACTNESS_OUTPUT = "tokenized_exactly"
+# The original tokenizer's answers on these equal LiteRT's: the self-check compares on them.
+CHECK_TEXTS = ("The quick brown fox jumps over the lazy dog.", "", "an UNEXPECTEDLY funny, touching film!")
+# Printable ASCII plus tab, newline and carriage return: the rows LiteRT tokenizes exactly.
+EXACT_CHARACTERS = "\t\n\r" + "".join(chr(code) for code in range(0x20, 0x7F))
+# The custom ops of a text-in export, which tf.text's registrar adds to the interpreter.
+TFTEXT_KERNELS = ("FastBertNormalize", "FastWordpieceTokenizeWithOffsets", "RaggedTensorToTensor")
+_NOT_EXACT = "\u2063"
+ONNX_OPSET = 17
+
+
+class MissingRuntime(ImportError):
+    """A converter or runtime of the `[deploy]` extra is not installed."""
+
+
+def require(module, what):
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise MissingRuntime(
+            f"{what} needs the Python module `{module}` ({error}); install it with: pip install 'bert-keras[deploy]'"
+        ) from None
+
+
+def takes_text(signature, segments):
+    """Whether a LiteRT export can take raw text: one text input, and outputs that
+    depend on the packed ids only (no byte offsets back into the text)."""
+    return len(segments) == 1 and type(signature).from_text is ServingSignature.from_text
+
+
+def ids_function(signature):
+    """The signature on packed int32 ids, as a graph function of named inputs. Outputs that
+    are inputs passed through (the encoder's `input_mask`) are left out: the caller has them."""
+    if isinstance(signature, FillMaskSignature):
+        raise ValueError(
+            "fill-mask (BertPretrainer) exports only as a SavedModel: its top-k token strings need "
+            "string selects that LiteRT and tf2onnx do not convert"
+        )
+    specs = signature.ids_inputs()
+
+    def serve_ids(*ids):
+        outputs = signature.from_ids(dict(zip(INPUT_NAMES, ids)), signature.run)
+        return {key: value for key, value in outputs.items() if key not in INPUT_NAMES}
+
+    return serve_ids, specs
+
+
+def text_function(signature, preprocessor):
+    """Raw text -> the signature's outputs plus `tokenized_exactly`, in LiteRT's ops."""
+    packer = preprocessor.packer
+    max_seq_length = packer.seq_length or packer.max_seq_length
+    # A fixed seq_length is a dynamic length rounded up to a multiple of itself.
+    packer = LiteRTPacker(preprocessor.tokenizer, max_seq_length, packer.seq_length or packer.pad_to_multiple_of)
+
+    def serve_text(text):
+        packed, exact = packer(text)
+        outputs = signature.from_ids(packed, signature.run)
+        outputs = {key: refused(value, exact) for key, value in outputs.items() if key not in INPUT_NAMES}
+        return {**outputs, EXACTNESS_OUTPUT: exact}
+
+    return serve_text, [tf.TensorSpec([None], tf.string, name="text")], packer
+
+
+def refused(value, exact):
+    """`value` with the rows that were not tokenized exactly blanked: NaN, -1 or ""."""
+    blank = {True: float("nan"), False: -1}[value.dtype.is_floating] if value.dtype != tf.string else ""
+    keep = tf.reshape(exact, tf.concat([tf.shape(exact), tf.ones([tf.rank(value) - 1], tf.int32)], 0))
+    return tf.where(keep, value, tf.cast(blank, value.dtype) if value.dtype != tf.string else blank)
+
+
+class LiteRTPacker:
+    """Text -> the packed ids `BertPreprocessor` makes for one segment, and whether each
+    row was tokenized exactly, with ops LiteRT runs (tf.text's kernels and builtins)."""
+
+    def __init__(self, tokenizer, max_seq_length, pad_to_multiple_of=1):
+        import tensorflow_text as tf_text
+
+        self.tokenizer = tokenizer
+        self.max_seq_length = int(max_seq_length)
+        self.pad_to_multiple_of = int(pad_to_multiple_of)
+        self.normalizer = tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=tokenizer.lower_case)
+        self.wordpiece = tf_text.FastWordpieceTokenizer(
+            vocab=tokenizer.vocabulary,
+            suffix_indicator="##",
+            max_bytes_per_word=tokenizer.max_chars_per_word,  # ASCII: a byte is a character
+            token_out_type=tf.int32,
+            unknown_token=tokenizer.unk_token,
+            no_pretokenization=False,
+        )
+        # The whole text as one "word" over a vocabulary of the exact characters: any other
+        # character makes it unknown (id 0, a token no ASCII text spells).
+        characters = list(EXACT_CHARACTERS)
+        self.exact_characters = tf_text.FastWordpieceTokenizer(
+            vocab=[_NOT_EXACT] + characters + [f"##{c}" for c in characters],
+            suffix_indicator="##",
+            max_bytes_per_word=1 << 30,
+            token_out_type=tf.int32,
+            unknown_token=_NOT_EXACT,
+            no_pretokenization=True,
+        )
+
+    def __call__(self, text):
+        checked = self.exact_characters.tokenize(text).to_tensor(default_value=1)
+        exact = tf.logical_not(tf.reduce_any(tf.equal(checked, 0), axis=1))
+        pieces = self.wordpiece.tokenize(self.normalizer.normalize(text))
+        budget = self.max_seq_length - 2
+        body = pieces.to_tensor(default_value=self.tokenizer.pad_id, shape=[None, budget])
+        lengths = tf.minimum(tf.cast(pieces.row_lengths(), tf.int32), budget)
+        # As `BertPacker`'s dynamic length: the longest row, rounded up to a multiple.
+        multiple = self.pad_to_multiple_of
+        width = tf.minimum(
+            (tf.reduce_max(tf.concat([lengths, [0]], 0)) + 2 + multiple - 1) // multiple * multiple, budget + 2
+        )
+        batch = tf.shape(body)[0]
+        padding = tf.fill([batch, 1], self.tokenizer.pad_id)
+        word_ids = tf.concat([tf.fill([batch, 1], self.tokenizer.cls_id), body, padding], axis=1)[:, :width]
+        position = tf.range(width)[tf.newaxis, :]
+        word_ids = tf.where(tf.equal(position, lengths[:, tf.newaxis] + 1), self.tokenizer.sep_id, word_ids)
+        input_mask = tf.cast(position < lengths[:, tf.newaxis] + 2, tf.int32)
+        packed = {"input_word_ids": word_ids, "input_mask": input_mask, "input_type_ids": tf.zeros_like(input_mask)}
+        return packed, exact
+
+
+def frozen(function, input_signature):
+    """`function` traced with every variable turned into a constant, outputs named as before."""
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    concrete = tf.function(function, input_signature=input_signature).get_concrete_function()
+    constant = convert_variables_to_constants_v2(concrete)
+
+    def call(*inputs):
+        return tf.nest.pack_sequence_as(concrete.structured_outputs, constant(*inputs))
+
+    return tf.function(call, input_signature=input_signature)
+
+
+def litert_functions(model, preprocessor, labels=None, segments=None):
+    """{signature key: (graph function, input specs)} of a LiteRT export, and whether it takes text.
+
+    Text in: `serving_default` (text -> outputs + `tokenized_exactly`) and `tokenize`
+    (text -> packed ids + `tokenized_exactly`). Ids in: `serving_default` on the ids."""
+    signature = serving_signature(model, preprocessor, labels)
+    segments = tuple(segments or getattr(model, "segments", None) or signature.segments)
+    if not takes_text(signature, segments):
+        return {"serving_default": ids_function(signature)}, False
+    serve_text, specs, packer = text_function(signature, preprocessor)
+
+    def tokenize(text):
+        packed, exact = packer(text)
+        return {**packed, EXACTNESS_OUTPUT: exact}
+
+    return {"serving_default": (serve_text, specs), "tokenize": (tokenize, specs)}, True
+
+
+def export_litert(model, preprocessor, path, labels=None, segments=None, quantize=None):
+    """Writes `path` (.tflite) and `<stem>.vocab.txt` beside it; returns whether it takes text."""
+    _check_quantize("litert", quantize)
+    functions, text = litert_functions(model, preprocessor, labels, segments)
+    module = tf.Module()
+    signatures = {}
+    for key, (function, specs) in functions.items():
+        setattr(module, key, frozen(function, specs))
+        signatures[key] = getattr(module, key).get_concrete_function()
+    with tempfile.TemporaryDirectory() as saved:
+        tf.saved_model.save(module, saved, signatures=signatures)
+        converter = tf.lite.TFLiteConverter.from_saved_model(saved, signature_keys=list(signatures))
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        converter.allow_custom_ops = True  # tf.text's kernels, registered by its registrar at load
+        if quantize is not None:
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        if quantize == "float16":
+            converter.target_spec.supported_types = [tf.float16]
+        flatbuffer = converter.convert()
+    unsupported = sorted(custom_ops(flatbuffer) - set(TFTEXT_KERNELS))
+    if unsupported:
+        raise ValueError(f"{type(model).__name__} uses TensorFlow ops that LiteRT has no kernel for: {unsupported}")
+    path = Path(path)
+    path.write_bytes(flatbuffer)
+    write_vocabulary(preprocessor.tokenizer, path)
+    return text
+
+
+def custom_ops(flatbuffer):
+    """The names of the custom ops in a .tflite: those the converter left to the runtime."""
+    schema = require("ai_edge_litert.schema_py_generated", "reading a LiteRT model")
+    model = schema.Model.GetRootAsModel(flatbuffer, 0)
+    codes = (model.OperatorCodes(index) for index in range(model.OperatorCodesLength()))
+    return {code.CustomCode().decode() for code in codes if code.CustomCode()}
+
+
+def write_vocabulary(tokenizer, path):
+    vocab = Path(path).with_suffix(".vocab.txt")
+    vocab.write_text("".join(f"{token}\n" for token in tokenizer.vocabulary), encoding="utf-8")
+    return vocab
+
+
+def _check_quantize(format, quantize):
+    if quantize is not None and quantize not in QUANTIZATIONS[format]:
+        raise ValueError(f"{format} exports quantize to {' or '.join(QUANTIZATIONS[format])}, not {quantize!r}")
+
+
+class LiteRTPredictor:
+    """A `.tflite` export in ai-edge-litert's interpreter, with tf.text's kernels."""
+
+    def __init__(self, path, threads=None):
+        interpreter = require("ai_edge_litert.interpreter", "running a LiteRT export")
+        from tensorflow_text import tflite_registrar
+
+        self.interpreter = interpreter.InterpreterWithCustomOps(
+            custom_op_registerers=list(tflite_registrar.SELECT_TFTEXT_OPS), model_path=str(path), num_threads=threads
+        )
+        self.signatures = self.interpreter.get_signature_list()
+        self.path = path
+
+    def __call__(self, signature="serving_default", **inputs):
+        """Named numpy inputs -> named numpy outputs; raises on rows LiteRT cannot tokenize exactly."""
+        outputs = self.interpreter.get_signature_runner(signature)(**inputs)
+        if EXACTNESS_OUTPUT in outputs and not outputs[EXACTNESS_OUTPUT].all():
+            rows = np.flatnonzero(~outputs[EXACTNESS_OUTPUT].astype(bool)).tolist()
+            raise ValueError(
+                f"{self.path}: rows {rows} hold characters other than printable ASCII, tab, newline and "
+                "carriage return, which LiteRT's tokenizer does not split as the original BERT tokenizer; "
+                "send their packed ids to an ids export (or the SavedModel) instead"
+            )
+        return outputs
+
+
+def export_onnx(model, preprocessor, path, labels=None, quantize=None):
+    """Writes `path` (.onnx, inputs `input_word_ids`, `input_mask`, `input_type_ids`) and
+    `<stem>.vocab.txt` beside it."""
+    _check_quantize("onnx", quantize)
+    tf2onnx = require("tf2onnx", "the ONNX export")
+    function, specs = ids_function(serving_signature(model, preprocessor, labels))
+    proto, _ = tf2onnx.convert.from_function(
+        tf.function(function, input_signature=specs),
+        input_signature=specs,
+        opset=ONNX_OPSET,
+        custom_op_handlers={"Erfc": (_erfc, [])},
+    )
+    path = Path(path)
+    if quantize is None:
+        path.write_bytes(proto.SerializeToString())
+    else:
+        quantization = require("onnxruntime.quantization", "int8 ONNX quantization")
+        with tempfile.TemporaryDirectory() as folder:
+            float_path = Path(folder) / "float32.onnx"
+            float_path.write_bytes(proto.SerializeToString())
+            quantization.quantize_dynamic(float_path, path, weight_type=quantization.QuantType.QInt8)
+    write_vocabulary(preprocessor.tokenizer, path)
+
+
+def _erfc(ctx, node, name, args):
+    """tf2onnx handler: ONNX has Erf but no Erfc; erfc(x) = 1 - erf(x)."""
+    from tf2onnx import utils
+
+    erf = ctx.make_node("Erf", [node.input[0]]).output[0]
+    one = ctx.make_const(utils.make_name("one"), np.array(1, np.float32)).output[0]
+    node.type = "Sub"
+    ctx.replace_inputs(node, [one, erf])
+
+
+class OnnxPredictor:
+    """An `.onnx` export in ONNX Runtime's CPU session."""
+
+    def __init__(self, path, threads=None):
+        ort = require("onnxruntime", "running an ONNX export")
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.output_names = [output.name for output in self.session.get_outputs()]
+        self.path = path
+
+    def __call__(self, **inputs):
+        return dict(zip(self.output_names, self.session.run(None, inputs)))
+
+
+def predictor(format, path, threads=None):
+    return {"litert": LiteRTPredictor, "onnx": OnnxPredictor}[format](path, threads)
+
+
+def check_export(format, path, model, preprocessor, labels=None, segments=None, texts=CHECK_TEXTS):
+    """Loads the export in its runtime, runs `texts` (as text where it takes text, else
+    packed) and returns {output: largest difference from Keras}. LiteRT text exports are
+    also checked to refuse a text they cannot tokenize exactly."""
+    signature = serving_signature(model, preprocessor, labels)
+    segments = tuple(segments or getattr(model, "segments", None) or signature.segments)
+    runtime = predictor(format, path)
+    texts = [tf.constant(list(texts))] * len(segments)
+    if format == "litert" and "tokenize" in runtime.signatures:
+        expected = signature.from_text(texts, signature.run)
+        outputs = runtime(text=texts[0].numpy().astype(object))
+        try:
+            runtime(text=np.array(["caf\u00e9"], dtype=object))
+            raise AssertionError(f"{path} answered a text it cannot tokenize exactly")
+        except ValueError:
+            pass
+    else:
+        packed = _ids_like(signature, preprocessor(texts))
+        expected = signature.from_ids(packed, signature.run)
+        outputs = runtime(**{name: value.numpy() for name, value in packed.items()})
+    return {key: _difference(outputs[key], value.numpy()) for key, value in expected.items() if key not in INPUT_NAMES}
+
+
+def _ids_like(signature, packed):
+    """Packed ids shaped as the signature's id inputs ([batch, choices, seq] for multiple choice)."""
+    specs = {spec.name: spec for spec in signature.ids_inputs()}
+    return {
+        name: tf.tile(value[:, tf.newaxis], [1, 2, 1]) if specs[name].shape.rank == 3 else value
+        for name, value in packed.items()
+    }
+
+
+def _difference(got, want):
+    if want.dtype.kind in "SUO":
+        return 0.0 if np.array_equal(got.astype(want.dtype), want) else float("inf")
+    return float(np.max(np.abs(got.astype(np.float64) - want), initial=0.0))

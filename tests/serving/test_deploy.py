@@ -1,0 +1,133 @@
+"""LiteRT and ONNX exports, run by ai-edge-litert's interpreter and ONNX Runtime, against Keras.
+
+Every head with a serving signature is exported to both formats and must answer within
+1e-4 of the Keras model; LiteRT's in-graph tokenizer must give the original BERT
+tokenizer's ids (../shared/reference) on every text it accepts and refuse the others.
+"""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import DATA, REFERENCE, require
+from harness import TINY, VOCAB, tiny_encoder, tiny_preprocessor
+
+from bert_keras import (
+    BertClassifier,
+    BertEncoder,
+    BertFeatureExtractor,
+    BertMultipleChoice,
+    BertPreprocessor,
+    BertPretrainer,
+    BertSpanLabeler,
+    BertTextEmbedder,
+    BertTokenClassifier,
+    BertTokenizer,
+)
+from bert_keras.serving import deploy
+
+TEXTS = ["the quick brown fox jumps over the lazy dog.", "", "who did go home, john?", "a good film!"]
+
+
+def heads():
+    """name -> (model, whether LiteRT takes its raw text)."""
+    return {
+        "encoder": lambda: (tiny_encoder(), True),
+        "classifier": lambda: (BertClassifier(tiny_encoder(), num_classes=3, labels=["a", "b", "c"]), True),
+        "pair_classifier": lambda: (
+            BertClassifier(tiny_encoder(), num_classes=2, segments=("text_a", "text_b")),
+            False,
+        ),
+        "regression": lambda: (BertClassifier(tiny_encoder(), num_classes=1), True),
+        "features": lambda: (BertFeatureExtractor(tiny_encoder(), layers=(-1, -2)), True),
+        "embedder": lambda: (BertTextEmbedder(tiny_encoder()), True),
+        "tagger": lambda: (BertTokenClassifier(tiny_encoder(), num_classes=4), False),
+        "spans": lambda: (BertSpanLabeler(tiny_encoder()), False),
+        "multiple_choice": lambda: (BertMultipleChoice(tiny_encoder()), False),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(heads()))
+@pytest.mark.parametrize("format", deploy.FORMATS)
+def test_float32_exports_equal_keras(name, format, tmp_path):
+    model, text = heads()[name]()
+    preprocessor = tiny_preprocessor()
+    path = tmp_path / f"model.{'tflite' if format == 'litert' else 'onnx'}"
+    if format == "litert":
+        assert deploy.export_litert(model, preprocessor, path) == text
+    else:
+        deploy.export_onnx(model, preprocessor, path)
+    assert path.with_suffix(".vocab.txt").read_text(encoding="utf-8").splitlines() == VOCAB
+    differences = deploy.check_export(format, path, model, preprocessor, texts=TEXTS)
+    assert differences and max(differences.values()) <= deploy.TOLERANCE, differences
+
+
+@pytest.mark.parametrize("mode", ["uncased", "cased"])
+def test_litert_tokenizer_gives_the_original_ids_or_refuses(mode, tmp_path):
+    """The .tflite's `tokenize` signature on every reference text: the original
+    tokenizer's ids, [CLS]/[SEP]-packed, wherever `tokenized_exactly`; and every text it
+    refuses holds a character outside printable ASCII/tab/newline/return."""
+    rows = [json.loads(line) for line in require(REFERENCE / f"tokenization_{mode}.jsonl").open(encoding="utf-8")]
+    tokenizer = BertTokenizer(require(DATA / "vocab" / "vocab.txt"), lower_case=mode == "uncased")
+    model = BertClassifier(BertEncoder(dataclasses.replace(TINY, vocab_size=len(tokenizer.vocabulary))), num_classes=2)
+    path = tmp_path / "m.tflite"
+    assert deploy.export_litert(model, BertPreprocessor(tokenizer, seq_length=None, max_seq_length=512), path)
+    runtime = deploy.predictor("litert", path)
+    texts = np.array([row["text"] for row in rows], dtype=object)
+    packed = runtime.interpreter.get_signature_runner("tokenize")(text=texts)
+    exact = packed[deploy.EXACTNESS_OUTPUT].astype(bool)
+    printable = np.array([all(c in deploy.EXACT_CHARACTERS for c in row["text"]) for row in rows])
+    np.testing.assert_array_equal(exact, printable)
+    assert exact.sum() > 0.9 * len(rows)
+    for row, ids, mask in zip(rows, packed["input_word_ids"], packed["input_mask"]):
+        if all(c in deploy.EXACT_CHARACTERS for c in row["text"]):
+            want = [tokenizer.cls_id] + row["ids"][:510] + [tokenizer.sep_id]
+            assert ids[mask == 1].tolist() == want, row["text"]
+    with pytest.raises(ValueError, match="printable ASCII"):
+        runtime(text=np.array(["fine", "ﬁsh and ﬂour"], dtype=object))
+
+
+@pytest.mark.parametrize(("format", "quantize"), [("litert", "int8"), ("litert", "float16"), ("onnx", "int8")])
+def test_quantized_exports_run_and_shrink(format, quantize, tmp_path):
+    """Quantized exports of a model whose matrices are big enough to quantize: smaller
+    files, outputs close to float32 (the accuracy cost on SST-2 is in bench_deploy.py). A
+    pair model: its exports take ids, so the tokenizer's tables do not weigh in the sizes."""
+    encoder = BertEncoder(dataclasses.replace(TINY, hidden_size=64, intermediate_size=256))
+    model = BertClassifier(encoder, num_classes=2, segments=("text_a", "text_b"))
+    preprocessor = tiny_preprocessor()
+    export = deploy.export_litert if format == "litert" else deploy.export_onnx
+    suffix = ".tflite" if format == "litert" else ".onnx"
+    export(model, preprocessor, tmp_path / f"float32{suffix}")
+    export(model, preprocessor, tmp_path / f"{quantize}{suffix}", quantize=quantize)
+    float_size = (tmp_path / f"float32{suffix}").stat().st_size
+    assert (tmp_path / f"{quantize}{suffix}").stat().st_size < (0.6 if quantize == "float16" else 0.45) * float_size
+    differences = deploy.check_export(format, tmp_path / f"{quantize}{suffix}", model, preprocessor, texts=TEXTS)
+    assert 0 < differences["probabilities"] < 0.05, differences
+
+
+def test_unknown_quantization_and_missing_runtime_are_clear_errors(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="onnx exports quantize to int8, not 'float16'"):
+        deploy.export_onnx(tiny_encoder(), tiny_preprocessor(), tmp_path / "m.onnx", quantize="float16")
+    monkeypatch.setitem(__import__("sys").modules, "tf2onnx", None)
+    with pytest.raises(deploy.MissingRuntime, match=r"pip install 'bert-keras\[deploy\]'"):
+        deploy.export_onnx(tiny_encoder(), tiny_preprocessor(), tmp_path / "m.onnx")
+
+
+@pytest.mark.parametrize("format", deploy.FORMATS)
+def test_fill_mask_is_savedmodel_only(format, tmp_path):
+    export = deploy.export_litert if format == "litert" else deploy.export_onnx
+    with pytest.raises(ValueError, match="fill-mask .* exports only as a SavedModel"):
+        export(BertPretrainer(tiny_encoder()), tiny_preprocessor(), tmp_path / "m")
+
+
+def test_litert_refuses_rather_than_answers_on_non_ascii(tmp_path):
+    model = BertClassifier(tiny_encoder(), num_classes=2)
+    deploy.export_litert(model, tiny_preprocessor(), tmp_path / "m.tflite")
+    runtime = deploy.predictor("litert", tmp_path / "m.tflite")
+    raw = runtime.interpreter.get_signature_runner("serving_default")(text=np.array(["the dog", "中文"], dtype=object))
+    assert raw[deploy.EXACTNESS_OUTPUT].tolist() == [True, False]
+    assert np.isfinite(raw["probabilities"][0]).all() and np.isnan(raw["probabilities"][1]).all()
+    assert raw["label_ids"][1] == -1
+    assert tf.reduce_all(tf.math.is_finite(raw["logits"][0]))
