@@ -1,9 +1,11 @@
-"""`bert-keras export`: a trained model -> `BASE/<version>/` SavedModel for TF Serving.
+"""`bert-keras export`: a trained model -> `BASE/<version>/` SavedModel for TF Serving, or
+(`--format litert|onnx`) one `.tflite` / `.onnx` file.
 
 Loads a `.keras` file (any head, encoder or pre-training model) or an encoder checkpoint
 (TF1 / Hugging Face), writes the export with tokenization inside, then checks it the
 way TF Serving would run it: the op gate for the target release, and a load with the
-TF1 session loader that replays the warm-up requests.
+TF1 session loader that replays the warm-up requests. LiteRT and ONNX exports are loaded
+in ai-edge-litert's interpreter / ONNX Runtime and compared with the Keras model.
 """
 
 
@@ -12,7 +14,24 @@ def register(subparsers):
         "export", help="write a SavedModel for TensorFlow Serving (raw text in)", description=__doc__
     )
     parser.add_argument("model", help=".keras file, Hugging Face folder or TF1 checkpoint")
-    parser.add_argument("--out", required=True, help="model base directory; the export goes to OUT/VERSION")
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="model base directory, the export goes to OUT/VERSION; with --format litert|onnx the file to write",
+    )
+    parser.add_argument(
+        "--format",
+        choices=["savedmodel", "litert", "onnx"],
+        default="savedmodel",
+        help="litert: a .tflite for ai-edge-litert (raw text in for single-text heads, else packed ids); "
+        "onnx: a .onnx for ONNX Runtime (packed ids in); both need pip install 'bert-keras[deploy]'",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=["int8", "float16", "bfloat16"],
+        help="int8 (litert, onnx): int8 weights and matmuls; float16 (litert): float16 weights; "
+        "bfloat16 (savedmodel): as --compute-dtype bfloat16",
+    )
     parser.add_argument("--version", type=int, default=1)
     parser.add_argument(
         "--pretrainer", action="store_true", help="load a checkpoint's MLM/NSP heads too and serve fill-mask"
@@ -105,6 +124,15 @@ def run(args):
 
     model = load_model(args.model, args.pretrainer)
     preprocessor = serving_preprocessor(model, args.model, args.vocab, args.cased, args.max_seq_length)
+    if args.format != "savedmodel":
+        return run_portable(args, model, preprocessor)
+    if args.quantize not in (None, "bfloat16"):
+        raise SystemExit(
+            f"--quantize {args.quantize} is for --format litert|onnx; a SavedModel takes --quantize bfloat16 "
+            "(Keras' int8 quantization covers only Dense/EinsumDense layers, not the encoder's fused matmuls)"
+        )
+    if args.quantize:
+        args.compute_dtype = args.quantize
     if args.hub_style:
         from bert_keras import BertPreprocessor
         from bert_keras.serving.hub_export import export_hub_style
@@ -154,4 +182,33 @@ def run(args):
         outputs = ", ".join(sorted(sides["outputs"]))
         print(f"  signature {name}({inputs}) -> {outputs}")
     predictor.close()
+    return 0
+
+
+def run_portable(args, model, preprocessor):
+    import sys
+    from pathlib import Path
+
+    from bert_keras.serving import deploy, export
+
+    segments, labels = export.trained_inputs(model, args.segments and tuple(args.segments), args.labels)
+    try:
+        text, differences = deploy.export_checked(
+            args.format, model, preprocessor, args.out, labels, segments, args.quantize
+        )
+    except deploy.MissingRuntime as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    path = Path(args.out)
+    kind = "float32" if args.quantize is None else args.quantize
+    inputs = "raw text (`text`)" if text else "packed ids (input_word_ids, input_mask, input_type_ids)"
+    print(f"exported {type(model).__name__} to {path} ({args.format}, {kind}, {path.stat().st_size / 1e6:.1f} MB)")
+    print(f"  inputs: {inputs}; vocabulary: {path.with_suffix('.vocab.txt')}")
+    if text:
+        print(
+            "  texts other than printable ASCII (+ tab, newline, return) are refused: `tokenized_exactly` is "
+            "false and their outputs NaN/-1; send their packed ids to an ids export or the SavedModel"
+        )
+    largest = ", ".join(f"{key} {value:.2e}" for key, value in sorted(differences.items()))
+    print(f"  loaded in its runtime; largest difference from Keras: {largest}")
     return 0

@@ -173,14 +173,14 @@ def frozen(function, input_signature):
     return tf.function(call, input_signature=input_signature)
 
 
-def litert_functions(model, preprocessor, labels=None, segments=None):
+def litert_functions(model, preprocessor, labels=None, segments=None, text=True):
     """{signature key: (graph function, input specs)} of a LiteRT export, and whether it takes text.
 
     Text in: `serving_default` (text -> outputs + `tokenized_exactly`) and `tokenize`
     (text -> packed ids + `tokenized_exactly`). Ids in: `serving_default` on the ids."""
     signature = serving_signature(model, preprocessor, labels)
     segments = tuple(segments or getattr(model, "segments", None) or signature.segments)
-    if not takes_text(signature, segments):
+    if not (text and takes_text(signature, segments)):
         return {"serving_default": ids_function(signature)}, False
     serve_text, specs, packer = text_function(signature, preprocessor)
 
@@ -191,10 +191,11 @@ def litert_functions(model, preprocessor, labels=None, segments=None):
     return {"serving_default": (serve_text, specs), "tokenize": (tokenize, specs)}, True
 
 
-def export_litert(model, preprocessor, path, labels=None, segments=None, quantize=None):
-    """Writes `path` (.tflite) and `<stem>.vocab.txt` beside it; returns whether it takes text."""
+def export_litert(model, preprocessor, path, labels=None, segments=None, quantize=None, text=True):
+    """Writes `path` (.tflite) and `<stem>.vocab.txt` beside it; returns whether it takes
+    text (where the model allows it, unless `text=False`)."""
     _check_quantize("litert", quantize)
-    functions, text = litert_functions(model, preprocessor, labels, segments)
+    functions, text = litert_functions(model, preprocessor, labels, segments, text)
     module = tf.Module()
     signatures = {}
     for key, (function, specs) in functions.items():
@@ -349,6 +350,22 @@ def _ids_like(signature, packed):
         name: tf.tile(value[:, tf.newaxis], [1, 2, 1]) if specs[name].shape.rank == 3 else value
         for name, value in packed.items()
     }
+
+
+def export_checked(format, model, preprocessor, path, labels=None, segments=None, quantize=None):
+    """Exports, loads the file in its runtime and compares it with Keras (`check_export`).
+
+    Returns (takes text, {output: largest difference}); a float32 export further than
+    TOLERANCE from Keras is an error. Quantized exports report their difference."""
+    if format == "litert":
+        text = export_litert(model, preprocessor, path, labels, segments, quantize)
+    else:
+        export_onnx(model, preprocessor, path, labels, quantize)
+        text = False
+    differences = check_export(format, path, model, preprocessor, labels, segments)
+    if quantize is None and max(differences.values(), default=0.0) > TOLERANCE:
+        raise ValueError(f"{path} differs from the Keras model by more than {TOLERANCE}: {differences}")
+    return text, differences
 
 
 def _difference(got, want):
