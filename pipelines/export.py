@@ -127,7 +127,7 @@ def run(args):
     if args.format != "savedmodel":
         return run_portable(args, model, preprocessor)
     if args.quantize not in (None, "bfloat16"):
-        raise SystemExit(
+        raise ValueError(
             f"--quantize {args.quantize} is for --format litert|onnx; a SavedModel takes --quantize bfloat16 "
             "(Keras' int8 quantization covers only Dense/EinsumDense layers, not the encoder's fused matmuls)"
         )
@@ -186,7 +186,6 @@ def run(args):
 
 
 def run_portable(args, model, preprocessor):
-    import sys
     from pathlib import Path
 
     from bert_keras.serving import deploy, export
@@ -197,8 +196,7 @@ def run_portable(args, model, preprocessor):
             args.format, model, preprocessor, args.out, labels, segments, args.quantize
         )
     except deploy.MissingRuntime as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        raise ValueError(str(error)) from None  # a user's install, not a bug: one line
     path = Path(args.out)
     kind = "float32" if args.quantize is None else args.quantize
     inputs = "raw text (`text`)" if text else "packed ids (input_word_ids, input_mask, input_type_ids)"

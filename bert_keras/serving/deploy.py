@@ -72,8 +72,8 @@ def ids_function(signature):
     are inputs passed through (the encoder's `input_mask`) are left out: the caller has them."""
     if isinstance(signature, FillMaskSignature):
         raise ValueError(
-            "fill-mask (BertPretrainer) exports only as a SavedModel: its top-k token strings need "
-            "string selects that LiteRT and tf2onnx do not convert"
+            "fill-mask (BertPretrainer) exports only as a SavedModel: LiteRT has no kernels for the "
+            "broadcasting selects and slices of its top-k outputs, and ONNX Runtime fails on tf2onnx's graph"
         )
     specs = signature.ids_inputs()
 
@@ -102,9 +102,11 @@ def text_function(signature, preprocessor):
 
 def refused(value, exact):
     """`value` with the rows that were not tokenized exactly blanked: NaN, -1 or ""."""
-    blank = {True: float("nan"), False: -1}[value.dtype.is_floating] if value.dtype != tf.string else ""
-    keep = tf.reshape(exact, tf.concat([tf.shape(exact), tf.ones([tf.rank(value) - 1], tf.int32)], 0))
-    return tf.where(keep, value, tf.cast(blank, value.dtype) if value.dtype != tf.string else blank)
+    if value.dtype == tf.string:
+        blank = tf.constant("")
+    else:
+        blank = tf.constant(float("nan") if value.dtype.is_floating else -1, value.dtype)
+    return tf.where(tf.reshape(exact, [-1] + [1] * (value.shape.rank - 1)), value, blank)
 
 
 class LiteRTPacker:

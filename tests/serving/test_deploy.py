@@ -7,6 +7,7 @@ tokenizer's ids (../shared/reference) on every text it accepts and refuse the ot
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -49,6 +50,7 @@ def heads():
     }
 
 
+@pytest.mark.slow  # 18 conversions, ~5 s each
 @pytest.mark.parametrize("name", sorted(heads()))
 @pytest.mark.parametrize("format", deploy.FORMATS)
 def test_float32_exports_equal_keras(name, format, tmp_path):
@@ -131,3 +133,17 @@ def test_litert_refuses_rather_than_answers_on_non_ascii(tmp_path):
     assert np.isfinite(raw["probabilities"][0]).all() and np.isnan(raw["probabilities"][1]).all()
     assert raw["label_ids"][1] == -1
     assert tf.reduce_all(tf.math.is_finite(raw["logits"][0]))
+
+
+def test_cli_exports_checks_and_explains(tmp_path, capsys):
+    from pipelines.cli import main as cli
+
+    fixture = str(Path(__file__).parents[1] / "fixtures" / "classifier_v0.keras")
+    assert cli(["export", fixture, "--format", "onnx", "--quantize", "int8", "--out", str(tmp_path / "m.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "exported BertClassifier to" in out and "(onnx, int8," in out and "packed ids" in out
+    assert "largest difference from Keras: label_ids" in out
+    assert (tmp_path / "m.vocab.txt").exists()
+    assert cli(["export", fixture, "--quantize", "int8", "--out", str(tmp_path / "savedmodel")]) == 2
+    assert "--quantize int8 is for --format litert|onnx" in capsys.readouterr().err
+    assert not (tmp_path / "savedmodel").exists()
