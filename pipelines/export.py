@@ -19,19 +19,7 @@ def register(subparsers):
         required=True,
         help="model base directory, the export goes to OUT/VERSION; with --format litert|onnx the file to write",
     )
-    parser.add_argument(
-        "--format",
-        choices=["savedmodel", "litert", "onnx"],
-        default="savedmodel",
-        help="litert: a .tflite for ai-edge-litert (raw text in for single-text heads, else packed ids); "
-        "onnx: a .onnx for ONNX Runtime (packed ids in); both need pip install 'bert-keras[deploy]'",
-    )
-    parser.add_argument(
-        "--quantize",
-        choices=["int8", "float16", "bfloat16"],
-        help="int8 (litert, onnx): int8 weights and matmuls; float16 (litert): float16 weights; "
-        "bfloat16 (savedmodel): as --compute-dtype bfloat16",
-    )
+    add_format_arguments(parser)
     parser.add_argument("--version", type=int, default=1)
     parser.add_argument(
         "--pretrainer", action="store_true", help="load a checkpoint's MLM/NSP heads too and serve fill-mask"
@@ -76,6 +64,22 @@ def register(subparsers):
     parser.set_defaults(func=run)
 
 
+def add_format_arguments(parser):
+    parser.add_argument(
+        "--format",
+        choices=["savedmodel", "litert", "onnx"],
+        default="savedmodel",
+        help="litert: a .tflite for ai-edge-litert (raw text in for single-text heads, else packed ids); "
+        "onnx: a .onnx for ONNX Runtime (packed ids in); both need pip install 'bert-keras[deploy]'",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=["int8", "float16", "bfloat16"],
+        help="int8 (litert, onnx): int8 weights and matmuls; float16 (litert): float16 weights; "
+        "bfloat16 (savedmodel): as --compute-dtype bfloat16",
+    )
+
+
 def load_model(path, pretrainer=False):
     import bert_keras  # noqa: F401  (registers every serialisable class)
     from bert_keras.checkpoint import is_keras_file
@@ -116,12 +120,6 @@ def serving_preprocessor(model, source, vocab, cased, max_seq_length):
 
 
 def run(args):
-    from bert_keras.models.pretrainer import BertPretrainer
-    from bert_keras.serving import export
-    from bert_keras.serving.ops import check_serving_ops
-    from bert_keras.serving.tfserving import c_api_loader
-    from bert_keras.serving.tfserving.session import SessionPredictor
-
     model = load_model(args.model, args.pretrainer)
     preprocessor = serving_preprocessor(model, args.model, args.vocab, args.cased, args.max_seq_length)
     if args.format != "savedmodel":
@@ -131,8 +129,17 @@ def run(args):
             f"--quantize {args.quantize} is for --format litert|onnx; a SavedModel takes --quantize bfloat16 "
             "(Keras' int8 quantization covers only Dense/EinsumDense layers, not the encoder's fused matmuls)"
         )
-    if args.quantize:
-        args.compute_dtype = args.quantize
+    args.compute_dtype = args.quantize or args.compute_dtype
+    return run_savedmodel(args, model, preprocessor)
+
+
+def run_savedmodel(args, model, preprocessor):
+    from bert_keras.models.pretrainer import BertPretrainer
+    from bert_keras.serving import export
+    from bert_keras.serving.ops import check_serving_ops
+    from bert_keras.serving.tfserving import c_api_loader
+    from bert_keras.serving.tfserving.session import SessionPredictor
+
     if args.hub_style:
         from bert_keras import BertPreprocessor
         from bert_keras.serving.hub_export import export_hub_style
