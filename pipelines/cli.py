@@ -39,6 +39,7 @@ PIPELINES = (
     "create_pretraining_data",
     "pretrain",
     "finetune",
+    "distill",
     "embed",
     "extract_features",
     "export",

@@ -132,6 +132,39 @@ def read_split(path, task, test=False):
     return Examples(guids, texts, None if test else labels)
 
 
+def read_labelled_tsv(path):
+    """(texts, label strings) of a TSV file whose header names its columns."""
+    path = Path(path)
+    rows = read_rows(path, header=False)
+    if not rows:
+        raise ValueError(f"{path}: empty file; need a header (text [text_b] label) and examples")
+    (_, header), rows = rows[0], rows[1:]
+    first = "text" if "text" in header else "text_a"
+    missing = [name for name in (first, "label") if name not in header]
+    if missing:
+        raise ValueError(
+            f"{path}: header {header} lacks column(s) {missing}; need text (or text_a), label and optionally text_b"
+        )
+    columns = [header.index(first)] + ([header.index("text_b")] if "text_b" in header else [])
+    label_column = header.index("label")
+    texts, labels = tuple([] for _ in columns), []
+    for _, fields in rows:
+        for segment, column in zip(texts, columns):
+            segment.append(fields[column])
+        labels.append(fields[label_column])
+    if not labels:
+        raise ValueError(f"{path}: no examples below the header")
+    return texts, labels
+
+
+def label_examples(texts, labels, classes, path):
+    """`Examples` of `texts` whose label strings become ids in `classes` (an unknown one is an error)."""
+    unknown = sorted(set(labels) - set(classes))
+    if unknown:
+        raise ValueError(f"{path}: labels {unknown} are not among the classes {list(classes)}")
+    return Examples([str(i) for i in range(len(labels))], texts, [classes.index(label) for label in labels])
+
+
 # --- official metrics (numpy; the GLUE scorer uses sklearn/scipy) ---------------------
 
 

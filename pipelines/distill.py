@@ -1,0 +1,283 @@
+"""`bert-keras distill`: a smaller, faster student of a fine-tuned classifier.
+
+The student (`--student`: `teacher:K` keeps K of the teacher's layers, evenly spaced,
+with its embeddings and head; a preset such as `tiny` or `mini`; or a checkpoint) gets
+the teacher's vocabulary, labels and segments, so its `best.keras` exports and serves as
+the teacher's does. It learns from the teacher's logits at `--temperature`, mixed with
+the hard labels by `--alpha` (`--labels-only`: the same student on the labels alone, the
+baseline), on the teacher's training set (TSV columns as `finetune tsv`, or a GLUE task)
+plus `--unlabeled` text the teacher labels. Writes `best.keras`, `labels.txt` and
+`distill_results.json`: the dev metric, size and prediction speed of teacher and student.
+
+Example: `bert-keras distill --teacher runs/sst2/best.keras --student teacher:3
+--task sst-2 --data-dir ../shared/data/glue/SST-2 --output-dir runs/sst2-student`.
+"""
+
+import json
+import time
+from pathlib import Path
+
+from pipelines.arguments import add_distribution_arguments
+
+RUN_FILES = ("best.keras", "labels.txt", "distill_results.json", "logs")
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "distill", help="distill a fine-tuned classifier into a smaller student", description=__doc__
+    )
+    parser.add_argument("--teacher", required=True, help="the fine-tuned classifier's .keras (e.g. best.keras)")
+    parser.add_argument(
+        "--student", default="teacher:3", help="teacher:K, a preset (tiny, mini, small, ...) or a checkpoint"
+    )
+    parser.add_argument("--train", help="training TSV (header: text [text_b] label), with --dev")
+    parser.add_argument("--dev", help="evaluation TSV, same columns")
+    parser.add_argument("--task", help="a GLUE task (sst-2, mrpc, ...), with --data-dir, instead of --train/--dev")
+    parser.add_argument("--data-dir", help="the GLUE task's folder (train.tsv, dev*.tsv)")
+    parser.add_argument(
+        "--unlabeled", nargs="+", default=[], help="text files, one example a line (text_a<TAB>text_b for pairs)"
+    )
+    parser.add_argument("--temperature", type=float, default=2.0, help="softmax temperature of the soft targets")
+    parser.add_argument("--alpha", type=float, default=0.5, help="weight of the soft targets (1 - alpha: labels)")
+    parser.add_argument("--labels-only", action="store_true", help="train the student on the hard labels alone")
+    parser.add_argument("--hidden-weight", type=float, default=0.0, help="weight of the hidden-state loss")
+    parser.add_argument("--attention-weight", type=float, default=0.0, help="weight of the attention-map loss")
+    parser.add_argument(
+        "--cache-teacher", action="store_true", help="compute the teacher's logits once, before training"
+    )
+    parser.add_argument("--output-dir", required=True, help="best.keras, labels.txt, distill_results.json, logs/")
+    parser.add_argument("--overwrite", action="store_true", help="replace the run already in --output-dir")
+    parser.add_argument("--epochs", type=float, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--warmup-proportion", type=float, default=0.1)
+    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--max-train-steps", type=int, help="stop after this many updates")
+    parser.add_argument("--max-examples", type=int, help="use only the first N training and evaluation examples")
+    parser.add_argument("--max-train-minutes", type=float, help="time budget: stop after the step that exceeds it")
+    parser.add_argument("--eval-batch-size", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    add_distribution_arguments(parser)
+    parser.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
+    parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Keras progress output")
+    parser.set_defaults(func=run)
+
+
+def check_output_dir(args):
+    output_dir = Path(args.output_dir)
+    entries = sorted(path.name for path in output_dir.iterdir()) if output_dir.is_dir() else []
+    if entries and not args.overwrite:
+        raise FileExistsError(f"--output-dir {output_dir} is not empty; pass --overwrite or choose another folder")
+    foreign = [name for name in entries if name not in RUN_FILES]
+    if foreign:
+        raise FileExistsError(
+            f"--overwrite: {output_dir} holds files no distillation writes ({', '.join(foreign[:4])})"
+        )
+    return output_dir
+
+
+def read_data(args, classes):
+    """(training Examples, {dev file name: Examples}, score(labels, predictions), main metric)."""
+    from bert_keras.tasks import glue
+
+    if args.task:
+        if not args.data_dir or args.train or args.dev:
+            raise ValueError("--task needs --data-dir, and no --train/--dev")
+        task = glue.get_task(args.task)
+        if task.labels is None:
+            raise ValueError(f"{task.name} is a regression task; distill takes classifiers")
+        data_dir = Path(args.data_dir)
+        train = glue.read_split(data_dir / "train.tsv", task)
+        devs = {name: glue.read_split(data_dir / name, task) for name in task.dev_files}
+        main = task.metric if len(devs) == 1 else f"matched_{task.metric}"
+        return train, devs, lambda labels, predicted: glue.glue_metrics(task, labels, predicted), main, task.labels
+    if not (args.train and args.dev):
+        raise ValueError("give --train and --dev (TSV files), or --task and --data-dir")
+    train_texts, train_labels = glue.read_labelled_tsv(args.train)
+    dev_texts, dev_labels = glue.read_labelled_tsv(args.dev)
+    classes = classes or sorted(set(train_labels))
+    train = glue.label_examples(train_texts, train_labels, classes, args.train)
+    dev = glue.label_examples(dev_texts, dev_labels, classes, args.dev)
+    return train, {Path(args.dev).name: dev}, lambda y, p: {"accuracy": glue.accuracy(y, p)}, "accuracy", classes
+
+
+def read_unlabeled(paths, segments):
+    """Texts of `--unlabeled` files, one example a line (tab-separated for pairs)."""
+    from bert_keras.files import read_text
+
+    texts = tuple([] for _ in range(segments))
+    for path in paths:
+        for number, line in enumerate(read_text(path, "unlabeled text").splitlines(), 1):
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) != segments:
+                raise ValueError(f"{path}:{number}: {len(fields)} tab-separated text(s); the teacher takes {segments}")
+            for column, field in zip(texts, fields):
+                column.append(field)
+    return texts
+
+
+def timed_predictions(model, examples, batch_size):
+    """(predicted class ids, examples per second) of `model` on `examples`, after a warm-up batch."""
+    from bert_keras.tasks.glue import predictions_of
+
+    predictions_of(model, examples.head(batch_size), batch_size, regression=False)
+    start = time.perf_counter()
+    predicted = predictions_of(model, examples, batch_size, regression=False)
+    return predicted, len(examples) / (time.perf_counter() - start)
+
+
+def run(args):
+    import keras
+    import numpy as np
+
+    import bert_keras  # noqa: F401  (registers the classes the .keras file names)
+    from bert_keras.models.dtype import with_dtype
+    from bert_keras.tasks.classifier import BertClassifier
+    from bert_keras.tasks.distillation import TEACHER_OUTPUTS, BertDistiller, student_of
+    from bert_keras.tasks.glue import Examples, model_inputs
+    from bert_keras.training import distribute
+    from bert_keras.training.finetuning import (
+        EvaluateAndKeepBest,
+        TimeBudget,
+        fitting_batch_size,
+        length_grouped_batches,
+        schedule,
+    )
+    from bert_keras.training.optimization import create_optimizer
+
+    output_dir = check_output_dir(args)
+    if args.cache_teacher and (args.hidden_weight or args.attention_weight):
+        raise ValueError("--cache-teacher keeps logits only: the hidden-state and attention losses need the teacher run")
+    if not str(args.teacher).endswith(".keras") or not Path(args.teacher).is_file():
+        raise FileNotFoundError(f"--teacher {args.teacher}: need the fine-tuned model's .keras file")
+    strategy = distribute.resolve_strategy(args.strategy, tpu=args.tpu, devices=args.devices)
+    distribute.check_global_batch(strategy, args.batch_size)
+    if args.mixed_precision:
+        keras.mixed_precision.set_global_policy(distribute.mixed_precision_policy())
+    keras.utils.set_random_seed(args.seed)
+    with strategy.scope():
+        teacher = keras.saving.load_model(args.teacher, compile=False)
+    if not isinstance(teacher, BertClassifier) or teacher.num_classes < 2 or teacher.preprocessor is None:
+        raise ValueError(
+            f"--teacher {args.teacher}: distill takes a classifier with its preprocessor (finetune glue/tsv), "
+            f"got a {type(teacher).__name__}"
+        )
+    train, devs, score, main_metric, classes = read_data(args, teacher.labels)
+    if len(classes) != teacher.num_classes:
+        raise ValueError(f"the data has {len(classes)} classes {list(classes)}; the teacher {teacher.num_classes}")
+    train, devs = train.head(args.max_examples), {name: dev.head(args.max_examples) for name, dev in devs.items()}
+    if teacher.segments and len(teacher.segments) != len(train.texts):
+        raise ValueError(f"the data has {len(train.texts)} text column(s); the teacher takes {list(teacher.segments)}")
+
+    def prefixed(name, metrics):  # MNLI's two dev sets: matched_accuracy, mismatched_accuracy
+        prefix = "" if len(devs) == 1 else Path(name).stem.replace("dev_", "") + "_"
+        return {prefix + key: value for key, value in metrics.items()}
+
+    teacher_metrics, teacher_speed = {}, []
+    for name, dev in devs.items():
+        predicted, speed = timed_predictions(teacher, dev, args.eval_batch_size)
+        teacher_metrics.update(prefixed(name, score(dev.labels, predicted)))
+        teacher_speed.append(speed)
+    print(f"teacher: {main_metric} {teacher_metrics[main_metric]:.4f}, {np.mean(teacher_speed):.1f} examples/s")
+
+    if args.unlabeled:
+        texts = read_unlabeled(args.unlabeled, len(train.texts))
+        extra = Examples([f"unlabeled-{i}" for i in range(len(texts[0]))], texts, None)
+        labels = np.argmax(teacher.predict(model_inputs(extra), batch_size=args.eval_batch_size, verbose=0), -1)
+        print(f"{len(extra)} unlabeled examples, labelled by the teacher")
+        train = Examples(
+            train.guids + extra.guids,
+            tuple(a + b for a, b in zip(train.texts, extra.texts)),
+            list(train.labels) + labels.tolist(),
+        )
+    targets = np.asarray(train.labels, "int32")
+    if args.cache_teacher and not args.labels_only:
+        logits = teacher.predict(model_inputs(train), batch_size=args.eval_batch_size, verbose=0)
+        targets = {"labels": targets, TEACHER_OUTPUTS: logits.astype("float32")}
+
+    with strategy.scope():
+        student = student_of(teacher, args.student)
+        distiller = BertDistiller(
+            teacher,
+            student,
+            temperature=args.temperature,
+            alpha=0.0 if args.labels_only else args.alpha,
+            hidden_weight=0.0 if args.labels_only else args.hidden_weight,
+            attention_weight=0.0 if args.labels_only else args.attention_weight,
+        )
+    config = student.encoder.config
+    print(
+        f"student {args.student}: L{config.num_hidden_layers}/H{config.hidden_size}, "
+        f"{student.count_params():,} parameters (teacher {teacher.count_params():,}); "
+        + ("labels only" if args.labels_only else f"temperature {args.temperature}, alpha {args.alpha}")
+    )
+
+    def evaluate(model):
+        metrics = {}
+        for name, dev in devs.items():
+            predicted = timed_predictions(model.student, dev, args.eval_batch_size)[0]
+            metrics.update(prefixed(name, score(dev.labels, predicted)))
+        return metrics
+
+    batch_size = fitting_batch_size(len(train), args.batch_size, strategy.num_replicas_in_sync)
+    steps_per_epoch, epochs, total = schedule(len(train), batch_size, args.epochs, args.max_train_steps)
+    with strategy.scope():
+        optimizer = create_optimizer(
+            args.learning_rate, total, int(args.warmup_proportion * total), weight_decay=args.weight_decay
+        )
+        distiller.compile(optimizer=optimizer, jit_compile=args.jit_compile)
+    lengths = sum(np.char.str_len(np.array(segment, dtype=str)) for segment in train.texts)
+    batches = length_grouped_batches((model_inputs(train), targets), lengths, batch_size, shuffle=True, seed=args.seed)
+    batches = distiller.preprocessed_dataset(batches).repeat()
+    seq_length = args.max_seq_length if distribute.needs_static_shapes(strategy) else None
+    dataset = distribute.distribute_dataset(
+        strategy,
+        lambda _, context: distribute.split_global_batches(batches, batch_size, context, seq_length),
+        batch_size,
+    )
+    print(
+        f"training {total} steps ({epochs} epoch(s) of {steps_per_epoch}) on {len(train)} examples, batch {batch_size}"
+    )
+    with distribute.chief_path(output_dir, strategy) as chief_dir:
+        chief_dir.mkdir(parents=True, exist_ok=True)
+        keeper = EvaluateAndKeepBest(evaluate, main_metric)
+        budget = [TimeBudget(args.max_train_minutes)] if args.max_train_minutes else []
+        start = time.perf_counter()
+        distiller.fit(
+            dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=args.verbose, callbacks=[*budget, keeper]
+        )
+        train_seconds = time.perf_counter() - start
+        distiller.set_weights(keeper.best_weights)
+        with_dtype(student).save(chief_dir / "best.keras")
+        student_speed = [timed_predictions(student, dev, args.eval_batch_size)[1] for dev in devs.values()]
+        results = {
+            "teacher": {
+                **teacher_metrics,
+                "parameters": teacher.count_params(),
+                "examples_per_second": round(float(np.mean(teacher_speed)), 1),
+            },
+            "student": {
+                **{k: v for k, v in keeper.best.items() if k != "epoch"},
+                "spec": args.student,
+                "parameters": student.count_params(),
+                "examples_per_second": round(float(np.mean(student_speed)), 1),
+            },
+            "labels_only": bool(args.labels_only),
+            "temperature": args.temperature,
+            "alpha": 0.0 if args.labels_only else args.alpha,
+            "training_examples": len(train),
+            "train_seconds": round(train_seconds, 1),
+            "history": keeper.history,
+        }
+        (chief_dir / "distill_results.json").write_text(json.dumps(results, indent=2) + "\n")
+        (chief_dir / "labels.txt").write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
+    ratio = teacher_metrics[main_metric] and keeper.best[main_metric] / teacher_metrics[main_metric]
+    print(
+        f"{main_metric}: teacher {teacher_metrics[main_metric]:.4f}, student {keeper.best[main_metric]:.4f} "
+        f"({ratio:.1%} of the teacher's); {results['student']['examples_per_second']} vs "
+        f"{results['teacher']['examples_per_second']} examples/s; model in {output_dir / 'best.keras'}"
+    )
+    return 0
