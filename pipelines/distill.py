@@ -150,7 +150,9 @@ def run(args):
 
     output_dir = check_output_dir(args)
     if args.cache_teacher and (args.hidden_weight or args.attention_weight):
-        raise ValueError("--cache-teacher keeps logits only: the hidden-state and attention losses need the teacher run")
+        raise ValueError(
+            "--cache-teacher keeps logits only: the hidden-state and attention losses need the teacher run"
+        )
     if not str(args.teacher).endswith(".keras") or not Path(args.teacher).is_file():
         raise FileNotFoundError(f"--teacher {args.teacher}: need the fine-tuned model's .keras file")
     strategy = distribute.resolve_strategy(args.strategy, tpu=args.tpu, devices=args.devices)

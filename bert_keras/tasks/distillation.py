@@ -25,7 +25,7 @@ from bert_keras.models.encoder import BertEncoder
 from bert_keras.tasks.task import BertTask, default_optimizer, is_packed
 from bert_keras.tasks.text_embedder import BertTextEmbedder
 from bert_keras.tasks.token_classifier import IGNORE_LABEL, BertTokenClassifier
-from bert_keras.training.distillation import FeatureMatchingLoss, SoftTargetLoss
+from bert_keras.training.distillation import FeatureMatchingLoss, SoftTargetLoss, global_mean_weights
 
 TEACHER_PREFIX = "teacher:"
 # The key of cached teacher outputs when `y` is a dict (the labels go under "labels").
@@ -34,7 +34,7 @@ TEACHER_OUTPUTS = "teacher_outputs"
 
 def evenly_spaced_layers(teacher_layers, student_layers):
     """The teacher layers that `student_layers` layers stand for, first and last kept
-    (6 -> 3: 0, 2, 5; 12 -> 6: 0, 2, 4, 7, 9, 11, DistilBERT's choice)."""
+    (6 -> 3: 0, 3, 5; 12 -> 6: 0, 2, 4, 7, 9, 11, DistilBERT's choice)."""
     if not 1 <= student_layers <= teacher_layers:
         raise ValueError(f"a student of {student_layers} layers from a teacher of {teacher_layers}: need 1..teacher's")
     if student_layers == 1:
@@ -59,15 +59,10 @@ def student_encoder(teacher, spec):
         return encoder
     from bert_keras.config import PRESETS, BertConfig
 
-    if spec in PRESETS:
-        return BertEncoder(
-            BertConfig.preset(
-                spec,
-                vocab_size=config.vocab_size,
-                type_vocab_size=config.type_vocab_size,
-                max_position_embeddings=config.max_position_embeddings,
-            )
-        )
+    if spec in PRESETS:  # the preset's sizes; dropout, activation, vocabulary and positions the teacher's
+        preset = BertConfig.preset(spec)
+        sizes = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+        return BertEncoder(dataclasses.replace(config, **{name: getattr(preset, name) for name in sizes}))
     encoder = BertEncoder.from_checkpoint(spec)
     if encoder.config.vocab_size != config.vocab_size or encoder.config.type_vocab_size != config.type_vocab_size:
         raise ValueError(
@@ -186,8 +181,14 @@ class BertDistiller(BertTask):
                 self.projections.append(projection)
         regression = getattr(student, "num_classes", None) == 1
         self.matches_vectors = isinstance(student, BertTextEmbedder) or regression
-        self.soft_loss = FeatureMatchingLoss() if self.matches_vectors else SoftTargetLoss(self.temperature)
-        self.feature_loss = FeatureMatchingLoss()
+        self.per_token = isinstance(student, BertTokenClassifier)
+        if self.matches_vectors:
+            self.soft_loss = FeatureMatchingLoss()
+        elif self.per_token:  # weighted by `global_mean_weights`, summed
+            self.soft_loss = SoftTargetLoss(self.temperature, reduction="sum")
+        else:
+            self.soft_loss = SoftTargetLoss(self.temperature)
+        self.feature_loss = FeatureMatchingLoss(reduction="sum")
         self.hard_loss = None
         self.built = True
 
@@ -244,14 +245,14 @@ class BertDistiller(BertTask):
                 with recording_encoder_outputs(self.teacher, attention=bool(self.attention_weight)) as record:
                     teacher_outputs = self.teacher(x, training=False)
                 teacher_features = record
-        token_mask = None
-        if isinstance(self.student, BertTokenClassifier):
-            token_mask = tf.cast(x["input_mask"], tf.float32)
+        weight = sample_weight
+        if self.per_token:
+            weight = tf.cast(x["input_mask"], tf.float32)
             if labels is not None:
-                token_mask *= tf.cast(tf.not_equal(labels, IGNORE_LABEL), tf.float32)
+                weight *= tf.cast(tf.not_equal(labels, IGNORE_LABEL), tf.float32)
+            weight = global_mean_weights(weight)
         losses = []
         if self.alpha:
-            weight = token_mask if token_mask is not None else sample_weight
             losses.append(self.alpha * self.soft_loss(tf.stop_gradient(teacher_outputs), y_pred, weight))
         if self.alpha < 1 and labels is not None:
             if self.hard_loss is None:
@@ -267,6 +268,7 @@ class BertDistiller(BertTask):
     def _intermediate_losses(self, x, teacher_features):
         student_features = self._student_features
         mask = tf.cast(x["input_mask"], tf.float32)
+        tokens = global_mean_weights(mask)
         losses = []
         count = len(self.layer_map)
         for j, i in enumerate(self.layer_map):
@@ -275,11 +277,11 @@ class BertDistiller(BertTask):
                 if self.projections:
                     hidden = self.projections[j](hidden)
                 target = tf.stop_gradient(teacher_features["encoder_outputs"][i])
-                losses.append(self.hidden_weight / count * self.feature_loss(target, hidden, mask))
+                losses.append(self.hidden_weight / count * self.feature_loss(target, hidden, tokens))
             if self.attention_weight:
                 probs = student_features["attention_probs"][j]
                 target = tf.stop_gradient(teacher_features["attention_probs"][i])
-                rows = tf.broadcast_to(mask[:, None, :], tf.shape(probs)[:3])
+                rows = global_mean_weights(tf.broadcast_to(mask[:, None, :], tf.shape(probs)[:3]))
                 losses.append(self.attention_weight / count * self.feature_loss(target, probs, rows))
         return losses
 

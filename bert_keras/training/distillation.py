@@ -18,8 +18,8 @@ class SoftTargetLoss(keras.losses.Loss):
     `y_true`, `y_pred`: logits `[..., K]`; one value per row (per token for taggers).
     """
 
-    def __init__(self, temperature=2.0, name="soft_target", **kwargs):
-        super().__init__(name=name, reduction=kwargs.pop("reduction", "mean_with_sample_weight"), **kwargs)
+    def __init__(self, temperature=2.0, name="soft_target", reduction="mean_with_sample_weight", **kwargs):
+        super().__init__(name=name, reduction=reduction, **kwargs)
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
         self.temperature = float(temperature)
@@ -39,9 +39,22 @@ class FeatureMatchingLoss(keras.losses.Loss):
     """Mean squared error over the last axis: the student's vectors (hidden states,
     attention rows, sentence embeddings, regression scores) against the teacher's."""
 
-    def __init__(self, name="feature_matching", **kwargs):
-        super().__init__(name=name, reduction=kwargs.pop("reduction", "mean_with_sample_weight"), **kwargs)
+    def __init__(self, name="feature_matching", reduction="mean_with_sample_weight", **kwargs):
+        super().__init__(name=name, reduction=reduction, **kwargs)
 
     def call(self, y_true, y_pred):
         difference = tf.cast(y_pred, tf.float32) - tf.cast(y_true, tf.float32)
         return tf.reduce_mean(tf.square(difference), axis=-1)
+
+
+def global_mean_weights(mask):
+    """`mask` `[...]` divided by its sum over every `tf.distribute` replica: as the
+    `sample_weight` of a loss reduced by "sum", the mean over all replicas' real tokens.
+    (A per-replica mean would weigh each token by its own replica's count, so N replicas
+    would not train as one device on the global batch.)"""
+    mask = tf.stop_gradient(tf.cast(mask, tf.float32))
+    total = tf.reduce_sum(mask)
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+        total = context.all_reduce(tf.distribute.ReduceOp.SUM, total)
+    return mask / tf.maximum(total, 1.0)
