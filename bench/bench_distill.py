@@ -53,10 +53,10 @@ def single_sentence_latency(predictors, sentences, rounds):
     """{name: median seconds of a one-sentence request}, requests interleaved across models."""
     times = {name: [] for name in predictors}
     for _ in range(rounds):
-        for sentence in sentences:
+        for i in range(len(sentences)):
             for name, predictor in predictors.items():
                 start = time.perf_counter()
-                probabilities(predictor, sentence[None], batch=1)
+                probabilities(predictor, sentences[i : i + 1], batch=1)
                 times[name].append(time.perf_counter() - start)
     return {name: statistics.median(samples) for name, samples in times.items()}
 
