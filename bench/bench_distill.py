@@ -41,7 +41,7 @@ def exported(run_dir):
 
     import bert_keras  # noqa: F401  (registers the classes the .keras file names)
     from bert_keras.serving import export
-    from bert_keras.serving.session import SessionPredictor
+    from bert_keras.serving.tfserving.session import SessionPredictor
 
     model = keras.saving.load_model(Path(run_dir) / "best.keras", compile=False)
     path = export.export_for_serving(model, model.preprocessor, scratch_dir(), warmup_texts=())

@@ -135,6 +135,7 @@ def run(args):
 
     import bert_keras  # noqa: F401  (registers the classes the .keras file names)
     from bert_keras.models.dtype import with_dtype
+    from bert_keras.models.saving import load_keras_file
     from bert_keras.tasks.classifier import BertClassifier
     from bert_keras.tasks.distillation import TEACHER_OUTPUTS, BertDistiller, student_of
     from bert_keras.tasks.glue import Examples, model_inputs
@@ -153,15 +154,13 @@ def run(args):
         raise ValueError(
             "--cache-teacher keeps logits only: the hidden-state and attention losses need the teacher run"
         )
-    if not str(args.teacher).endswith(".keras") or not Path(args.teacher).is_file():
-        raise FileNotFoundError(f"--teacher {args.teacher}: need the fine-tuned model's .keras file")
     strategy = distribute.resolve_strategy(args.strategy, tpu=args.tpu, devices=args.devices)
     distribute.check_global_batch(strategy, args.batch_size)
     if args.mixed_precision:
         keras.mixed_precision.set_global_policy(distribute.mixed_precision_policy())
     keras.utils.set_random_seed(args.seed)
     with strategy.scope():
-        teacher = keras.saving.load_model(args.teacher, compile=False)
+        teacher = load_keras_file(args.teacher)
     if not isinstance(teacher, BertClassifier) or teacher.num_classes < 2 or teacher.preprocessor is None:
         raise ValueError(
             f"--teacher {args.teacher}: distill takes a classifier with its preprocessor (finetune glue/tsv), "
@@ -178,12 +177,12 @@ def run(args):
         prefix = "" if len(devs) == 1 else Path(name).stem.replace("dev_", "") + "_"
         return {prefix + key: value for key, value in metrics.items()}
 
-    teacher_metrics, teacher_speed = {}, []
+    teacher_metrics = {}
     for name, dev in devs.items():
-        predicted, speed = timed_predictions(teacher, dev, args.eval_batch_size)
-        teacher_metrics.update(prefixed(name, score(dev.labels, predicted)))
-        teacher_speed.append(speed)
-    print(f"teacher: {main_metric} {teacher_metrics[main_metric]:.4f}, {np.mean(teacher_speed):.1f} examples/s")
+        teacher_metrics.update(
+            prefixed(name, score(dev.labels, timed_predictions(teacher, dev, args.eval_batch_size)[0]))
+        )
+    print(f"teacher: {main_metric} {teacher_metrics[main_metric]:.4f}")
 
     if args.unlabeled:
         texts = read_unlabeled(args.unlabeled, len(train.texts))
@@ -254,23 +253,29 @@ def run(args):
         train_seconds = time.perf_counter() - start
         distiller.set_weights(keeper.best_weights)
         with_dtype(student).save(chief_dir / "best.keras")
-        student_speed = [timed_predictions(student, dev, args.eval_batch_size)[1] for dev in devs.values()]
+        # Both timed now, one after the other: a shared machine's load changes over a run.
+        speed = {
+            "teacher": [timed_predictions(teacher, dev, args.eval_batch_size)[1] for dev in devs.values()],
+            "student": [timed_predictions(student, dev, args.eval_batch_size)[1] for dev in devs.values()],
+        }
         results = {
             "teacher": {
                 **teacher_metrics,
                 "parameters": teacher.count_params(),
-                "examples_per_second": round(float(np.mean(teacher_speed)), 1),
+                "examples_per_second": round(float(np.mean(speed["teacher"])), 1),
             },
             "student": {
                 **{k: v for k, v in keeper.best.items() if k != "epoch"},
                 "spec": args.student,
                 "parameters": student.count_params(),
-                "examples_per_second": round(float(np.mean(student_speed)), 1),
+                "examples_per_second": round(float(np.mean(speed["student"])), 1),
             },
             "labels_only": bool(args.labels_only),
             "temperature": args.temperature,
             "alpha": 0.0 if args.labels_only else args.alpha,
-            "training_examples": len(train),
+            "training_set": len(train),
+            "steps": total,
+            "batch_size": batch_size,
             "train_seconds": round(train_seconds, 1),
             "history": keeper.history,
         }

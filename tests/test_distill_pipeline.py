@@ -67,7 +67,7 @@ def test_distill_writes_a_smaller_classifier_and_both_metrics(run_files):
     assert isinstance(student, BertClassifier) and student.labels == ["bad", "good"]
     assert student.encoder.config.num_hidden_layers == 2 and student.segments == ("text",)
     results = json.loads((folder / "run" / "distill_results.json").read_text())
-    assert results["training_examples"] == 8  # 6 labelled + 2 non-blank unlabeled lines
+    assert results["training_set"] == 8  # 6 labelled + 2 non-blank unlabeled lines
     labels = [["bad", "good"].index(label) for label in LABELS]
     assert results["teacher"]["accuracy"] == accuracy(labels, teacher.predict(TEXTS, verbose=0).argmax(-1))
     assert results["student"]["accuracy"] == accuracy(labels, student.predict(TEXTS, verbose=0).argmax(-1))

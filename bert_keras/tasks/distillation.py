@@ -22,7 +22,8 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras.models.encoder import BertEncoder
-from bert_keras.tasks.task import BertTask, default_optimizer, is_packed
+from bert_keras.tasks.preprocessing import is_packed
+from bert_keras.tasks.task import BertTask, default_optimizer
 from bert_keras.tasks.text_embedder import BertTextEmbedder
 from bert_keras.tasks.token_classifier import IGNORE_LABEL, BertTokenClassifier
 from bert_keras.training.distillation import FeatureMatchingLoss, SoftTargetLoss, global_mean_weights
