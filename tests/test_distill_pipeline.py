@@ -60,6 +60,7 @@ def distill(folder, output, *flags):
     )
 
 
+@pytest.mark.slow
 def test_distill_writes_a_smaller_classifier_and_both_metrics(run_files):
     folder, teacher = run_files
     assert distill(folder, "run", "--student", "teacher:2", "--unlabeled", str(folder / "unlabeled.txt")) == 0
@@ -75,6 +76,7 @@ def test_distill_writes_a_smaller_classifier_and_both_metrics(run_files):
     assert (folder / "run" / "labels.txt").read_text() == "bad\ngood\n"
 
 
+@pytest.mark.slow
 def test_labels_only_and_cached_teacher(run_files):
     folder, _ = run_files
     assert distill(folder, "baseline", "--labels-only", "--student", "teacher:1") == 0

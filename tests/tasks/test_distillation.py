@@ -97,6 +97,7 @@ def test_soft_target_loss_is_keras_kl_divergence_times_t_squared():
     )
 
 
+@pytest.mark.slow
 def test_distillation_brings_the_student_to_the_teacher_and_leaves_the_teacher():
     teacher = tiny_teacher(num_classes=2, seed=1)
     teacher.logits.kernel.assign(teacher.logits.kernel * 200)  # confident, far from the student's start
@@ -148,6 +149,7 @@ def test_hidden_state_and_attention_losses_train_the_projections():
         BertDistiller(teacher, student_of(teacher, "mini"), attention_weight=1.0)
 
 
+@pytest.mark.slow
 def test_tagger_and_embedder_students():
     teacher = tiny_teacher(BertTokenClassifier, num_classes=3)
     words = tf.ragged.constant([text.split() for text in TEXTS])
@@ -169,6 +171,7 @@ def test_tagger_and_embedder_students():
     assert after < before
 
 
+@pytest.mark.slow
 def test_the_student_exports_and_serves_like_the_teacher(tmp_path):
     teacher = tiny_teacher(num_classes=2, labels=["bad", "good"])
     teacher.compile(optimizer=keras.optimizers.Adam(1e-3))
