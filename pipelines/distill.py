@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pipelines.arguments import add_distribution_arguments
 
-RUN_FILES = ("best.keras", "labels.txt", "distill_results.json", "logs")
+RUN_FILES = ("best.keras", "labels.txt", "distill_results.json", "eval_results.json", "logs")
 
 
 def register(subparsers):
@@ -129,27 +129,15 @@ def timed_predictions(model, examples, batch_size):
     return predicted, len(examples) / (time.perf_counter() - start)
 
 
-def run(args):
+def load_teacher(args):
+    """(strategy, the teacher loaded in its scope), with `--strategy`, `--mixed-precision`, `--seed` set."""
     import keras
-    import numpy as np
 
     import bert_keras  # noqa: F401  (registers the classes the .keras file names)
-    from bert_keras.models.dtype import with_dtype
     from bert_keras.models.saving import load_keras_file
     from bert_keras.tasks.classifier import BertClassifier
-    from bert_keras.tasks.distillation import TEACHER_OUTPUTS, BertDistiller, student_of
-    from bert_keras.tasks.glue import Examples, model_inputs
     from bert_keras.training import distribute
-    from bert_keras.training.finetuning import (
-        EvaluateAndKeepBest,
-        TimeBudget,
-        fitting_batch_size,
-        length_grouped_batches,
-        schedule,
-    )
-    from bert_keras.training.optimization import create_optimizer
 
-    output_dir = check_output_dir(args)
     if args.cache_teacher and (args.hidden_weight or args.attention_weight):
         raise ValueError(
             "--cache-teacher keeps logits only: the hidden-state and attention losses need the teacher run"
@@ -166,48 +154,68 @@ def run(args):
             f"--teacher {args.teacher}: distill takes a classifier with its preprocessor (finetune glue/tsv), "
             f"got a {type(teacher).__name__}"
         )
+    return strategy, teacher
+
+
+def with_unlabeled(args, teacher, train):
+    """`train` plus the `--unlabeled` examples, labelled with the teacher's predicted classes."""
+    import numpy as np
+
+    from bert_keras.tasks.glue import Examples, model_inputs
+
+    if not args.unlabeled:
+        return train
+    texts = read_unlabeled(args.unlabeled, len(train.texts))
+    extra = Examples([f"unlabeled-{i}" for i in range(len(texts[0]))], texts, None)
+    labels = np.argmax(teacher.predict(model_inputs(extra), batch_size=args.eval_batch_size, verbose=0), -1)
+    print(f"{len(extra)} unlabeled examples, labelled by the teacher")
+    texts = tuple(a + b for a, b in zip(train.texts, extra.texts))
+    return Examples(train.guids + extra.guids, texts, list(train.labels) + labels.tolist())
+
+
+def training_batches(args, teacher, train):
+    """Length-grouped raw batches of (texts, labels), or of (texts, {labels, teacher_outputs})
+    with `--cache-teacher`."""
+    import numpy as np
+
+    from bert_keras.tasks.distillation import TEACHER_OUTPUTS
+    from bert_keras.tasks.glue import model_inputs
+    from bert_keras.training.finetuning import length_grouped_batches
+
+    targets = np.asarray(train.labels, "int32")
+    if args.cache_teacher and not args.labels_only:
+        logits = teacher.predict(model_inputs(train), batch_size=args.eval_batch_size, verbose=0)
+        targets = {"labels": targets, TEACHER_OUTPUTS: logits.astype("float32")}
+    lengths = sum(np.char.str_len(np.array(segment, dtype=str)) for segment in train.texts)
+    return length_grouped_batches(
+        (model_inputs(train), targets), lengths, args.batch_size, shuffle=True, seed=args.seed
+    )
+
+
+def run(args):
+    from bert_keras.recipes.finetuning import finetune
+    from bert_keras.tasks.distillation import BertDistiller, student_of
+
+    output_dir = check_output_dir(args)
+    strategy, teacher = load_teacher(args)
     train, devs, score, main_metric, classes = read_data(args, teacher.labels)
     if len(classes) != teacher.num_classes:
         raise ValueError(f"the data has {len(classes)} classes {list(classes)}; the teacher {teacher.num_classes}")
     train, devs = train.head(args.max_examples), {name: dev.head(args.max_examples) for name, dev in devs.items()}
     if teacher.segments and len(teacher.segments) != len(train.texts):
         raise ValueError(f"the data has {len(train.texts)} text column(s); the teacher takes {list(teacher.segments)}")
-
-    def prefixed(name, metrics):  # MNLI's two dev sets: matched_accuracy, mismatched_accuracy
-        prefix = "" if len(devs) == 1 else Path(name).stem.replace("dev_", "") + "_"
-        return {prefix + key: value for key, value in metrics.items()}
-
-    teacher_metrics = {}
-    for name, dev in devs.items():
-        teacher_metrics.update(
-            prefixed(name, score(dev.labels, timed_predictions(teacher, dev, args.eval_batch_size)[0]))
-        )
+    evaluate = dev_evaluation(devs, score, args.eval_batch_size)
+    teacher_metrics = evaluate(teacher)
     print(f"teacher: {main_metric} {teacher_metrics[main_metric]:.4f}")
-
-    if args.unlabeled:
-        texts = read_unlabeled(args.unlabeled, len(train.texts))
-        extra = Examples([f"unlabeled-{i}" for i in range(len(texts[0]))], texts, None)
-        labels = np.argmax(teacher.predict(model_inputs(extra), batch_size=args.eval_batch_size, verbose=0), -1)
-        print(f"{len(extra)} unlabeled examples, labelled by the teacher")
-        train = Examples(
-            train.guids + extra.guids,
-            tuple(a + b for a, b in zip(train.texts, extra.texts)),
-            list(train.labels) + labels.tolist(),
-        )
-    targets = np.asarray(train.labels, "int32")
-    if args.cache_teacher and not args.labels_only:
-        logits = teacher.predict(model_inputs(train), batch_size=args.eval_batch_size, verbose=0)
-        targets = {"labels": targets, TEACHER_OUTPUTS: logits.astype("float32")}
-
+    train = with_unlabeled(args, teacher, train)
+    weights = {"alpha": args.alpha, "hidden_weight": args.hidden_weight, "attention_weight": args.attention_weight}
     with strategy.scope():
         student = student_of(teacher, args.student)
         distiller = BertDistiller(
             teacher,
             student,
             temperature=args.temperature,
-            alpha=0.0 if args.labels_only else args.alpha,
-            hidden_weight=0.0 if args.labels_only else args.hidden_weight,
-            attention_weight=0.0 if args.labels_only else args.attention_weight,
+            **{k: 0.0 if args.labels_only else v for k, v in weights.items()},
         )
     config = student.encoder.config
     print(
@@ -215,76 +223,85 @@ def run(args):
         f"{student.count_params():,} parameters (teacher {teacher.count_params():,}); "
         + ("labels only" if args.labels_only else f"temperature {args.temperature}, alpha {args.alpha}")
     )
+    finetuned = finetune(
+        distiller,
+        training_batches(args, teacher, train),
+        len(train),
+        lambda model: evaluate(model.student),
+        main_metric,
+        output_dir=output_dir,
+        saved_model=student,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        learning_rate=args.learning_rate,
+        warmup_proportion=args.warmup_proportion,
+        weight_decay=args.weight_decay,
+        max_train_steps=args.max_train_steps,
+        max_train_minutes=args.max_train_minutes,
+        max_seq_length=args.max_seq_length,
+        strategy=strategy,
+        jit_compile=args.jit_compile,
+        verbose=args.verbose,
+    )
+    models = {"teacher": teacher, "student": student}
+    write_results(
+        args, output_dir, strategy, models, teacher_metrics, finetuned, devs, classes, main_metric, len(train)
+    )
+    return 0
+
+
+def dev_evaluation(devs, score, batch_size):
+    """`evaluate(model) -> {metric: value}` over every dev set (MNLI's two: matched_accuracy, ...)."""
 
     def evaluate(model):
         metrics = {}
         for name, dev in devs.items():
-            predicted = timed_predictions(model.student, dev, args.eval_batch_size)[0]
-            metrics.update(prefixed(name, score(dev.labels, predicted)))
+            prefix = "" if len(devs) == 1 else Path(name).stem.replace("dev_", "") + "_"
+            predicted = timed_predictions(model, dev, batch_size)[0]
+            metrics.update({prefix + key: value for key, value in score(dev.labels, predicted).items()})
         return metrics
 
-    batch_size = fitting_batch_size(len(train), args.batch_size, strategy.num_replicas_in_sync)
-    steps_per_epoch, epochs, total = schedule(len(train), batch_size, args.epochs, args.max_train_steps)
-    with strategy.scope():
-        optimizer = create_optimizer(
-            args.learning_rate, total, int(args.warmup_proportion * total), weight_decay=args.weight_decay
+    return evaluate
+
+
+def write_results(args, output_dir, strategy, models, teacher_metrics, finetuned, devs, classes, main_metric, size):
+    """`distill_results.json` (both models' dev metrics, sizes and speeds, timed one after
+    the other now: a shared machine's load changes over a run) and `labels.txt`."""
+    import numpy as np
+
+    from bert_keras.training import distribute
+
+    speed = {
+        name: round(
+            float(np.mean([timed_predictions(model, dev, args.eval_batch_size)[1] for dev in devs.values()])), 1
         )
-        distiller.compile(optimizer=optimizer, jit_compile=args.jit_compile)
-    lengths = sum(np.char.str_len(np.array(segment, dtype=str)) for segment in train.texts)
-    batches = length_grouped_batches((model_inputs(train), targets), lengths, batch_size, shuffle=True, seed=args.seed)
-    batches = distiller.preprocessed_dataset(batches).repeat()
-    seq_length = args.max_seq_length if distribute.needs_static_shapes(strategy) else None
-    dataset = distribute.distribute_dataset(
-        strategy,
-        lambda _, context: distribute.split_global_batches(batches, batch_size, context, seq_length),
-        batch_size,
-    )
-    print(
-        f"training {total} steps ({epochs} epoch(s) of {steps_per_epoch}) on {len(train)} examples, batch {batch_size}"
-    )
+        for name, model in models.items()
+    }
+    best = {key: value for key, value in finetuned.best.items() if key != "epoch"}
+    results = {
+        "teacher": {
+            **teacher_metrics,
+            "parameters": models["teacher"].count_params(),
+            "examples_per_second": speed["teacher"],
+        },
+        "student": {
+            **best,
+            "spec": args.student,
+            "parameters": models["student"].count_params(),
+            "examples_per_second": speed["student"],
+        },
+        "labels_only": bool(args.labels_only),
+        "temperature": args.temperature,
+        "alpha": 0.0 if args.labels_only else args.alpha,
+        "training_set": size,
+        "train_seconds": finetuned.evaluations[-1]["train_seconds"],
+        "evaluations": finetuned.evaluations[:-1],
+    }
     with distribute.chief_path(output_dir, strategy) as chief_dir:
-        chief_dir.mkdir(parents=True, exist_ok=True)
-        keeper = EvaluateAndKeepBest(evaluate, main_metric)
-        budget = [TimeBudget(args.max_train_minutes)] if args.max_train_minutes else []
-        start = time.perf_counter()
-        distiller.fit(
-            dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=args.verbose, callbacks=[*budget, keeper]
-        )
-        train_seconds = time.perf_counter() - start
-        distiller.set_weights(keeper.best_weights)
-        with_dtype(student).save(chief_dir / "best.keras")
-        # Both timed now, one after the other: a shared machine's load changes over a run.
-        speed = {
-            "teacher": [timed_predictions(teacher, dev, args.eval_batch_size)[1] for dev in devs.values()],
-            "student": [timed_predictions(student, dev, args.eval_batch_size)[1] for dev in devs.values()],
-        }
-        results = {
-            "teacher": {
-                **teacher_metrics,
-                "parameters": teacher.count_params(),
-                "examples_per_second": round(float(np.mean(speed["teacher"])), 1),
-            },
-            "student": {
-                **{k: v for k, v in keeper.best.items() if k != "epoch"},
-                "spec": args.student,
-                "parameters": student.count_params(),
-                "examples_per_second": round(float(np.mean(speed["student"])), 1),
-            },
-            "labels_only": bool(args.labels_only),
-            "temperature": args.temperature,
-            "alpha": 0.0 if args.labels_only else args.alpha,
-            "training_set": len(train),
-            "steps": total,
-            "batch_size": batch_size,
-            "train_seconds": round(train_seconds, 1),
-            "history": keeper.history,
-        }
         (chief_dir / "distill_results.json").write_text(json.dumps(results, indent=2) + "\n")
         (chief_dir / "labels.txt").write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
-    ratio = teacher_metrics[main_metric] and keeper.best[main_metric] / teacher_metrics[main_metric]
+    ratio = best[main_metric] / teacher_metrics[main_metric] if teacher_metrics[main_metric] else float("nan")
     print(
-        f"{main_metric}: teacher {teacher_metrics[main_metric]:.4f}, student {keeper.best[main_metric]:.4f} "
-        f"({ratio:.1%} of the teacher's); {results['student']['examples_per_second']} vs "
-        f"{results['teacher']['examples_per_second']} examples/s; model in {output_dir / 'best.keras'}"
+        f"{main_metric}: teacher {teacher_metrics[main_metric]:.4f}, student {best[main_metric]:.4f} "
+        f"({ratio:.1%} of the teacher's); {speed['student']} vs {speed['teacher']} examples/s"
     )
-    return 0

@@ -39,6 +39,7 @@ def finetune(
     *,
     output_dir,
     on_best=None,
+    saved_model=None,
     batch_size=32,
     epochs=3,
     learning_rate=2e-5,
@@ -64,7 +65,8 @@ def finetune(
     Each global batch is split into per-replica batches (an epoch's last, smaller batch
     is dropped; a set smaller than one batch is one smaller batch), padded to
     `max_seq_length` where the strategy needs static shapes (TPUs). `loss` goes to the
-    task's `compile` ("auto": its default). Returns a `FinetuningRun`."""
+    task's `compile` ("auto": its default). `saved_model` is what `best.keras` holds
+    (default `model`; a `BertDistiller` keeps its student). Returns a `FinetuningRun`."""
     strategy = strategy or tf.distribute.get_strategy()
     fitted_batch = fitting_batch_size(num_examples, batch_size, strategy.num_replicas_in_sync)
     if fitted_batch != batch_size:  # the set's one batch, cut to the smaller size
@@ -103,7 +105,7 @@ def finetune(
         keeper.history.append({"train_seconds": round(time.perf_counter() - start, 1)})
         (output_dir / "eval_results.json").write_text(json.dumps(keeper.history, indent=2) + "\n")
         model.set_weights(keeper.best_weights)
-        with_dtype(model).save(output_dir / "best.keras")  # the model alone: no optimizer state
+        with_dtype(saved_model or model).save(output_dir / "best.keras")  # the model alone: no optimizer state
     print(
         f"best {main_metric}: {keeper.best[main_metric]:.4f} (epoch {keeper.best['epoch']}); "
         f"model in {output_dir / 'best.keras'}"

@@ -215,14 +215,15 @@ class BertDistiller(BertTask):
 
     # --- training --------------------------------------------------------------------
 
-    def compile(self, optimizer="auto", hard_loss="auto", **kwargs):
-        """`optimizer` "auto": the student's default; `hard_loss` "auto": the student
-        head's default loss (cross-entropy, MSE, in-batch negatives). Metrics are left
-        to the caller's evaluation (the teacher's outputs are not a metric's labels)."""
-        if hard_loss == "auto":
+    def compile(self, optimizer="auto", loss="auto", **kwargs):
+        """`optimizer` "auto": the student's default; `loss`, the loss on the hard labels,
+        "auto": the student head's default (cross-entropy, MSE, in-batch negatives).
+        Metrics are left to the caller's evaluation (the teacher's outputs are not a
+        metric's labels)."""
+        if loss == "auto":
             self.student.compile()
-            hard_loss = self.student.loss
-        self.hard_loss = hard_loss
+            loss = self.student.loss
+        self.hard_loss = loss
         if optimizer == "auto":
             optimizer = default_optimizer()
         super().compile(optimizer=optimizer, **kwargs)
