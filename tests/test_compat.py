@@ -78,3 +78,71 @@ def test_multi_worker_patch_is_skipped_once_keras_has_the_fix(monkeypatch):
     assert not compat.multi_worker_fit_needs_patch()
     monkeypatch.setattr(compat, "KERAS_20585_FIXED_IN", (compat.keras_version()[0] + 1, 0))
     assert compat.multi_worker_fit_needs_patch()
+
+
+def test_pins_hold_the_installed_versions():
+    """The minor versions pyproject.toml pins are the ones this suite runs on."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    pinned = {Requirement(line).name: Requirement(line) for line in project()["dependencies"]}
+    for name in ("keras", "tensorflow", "tensorflow-text", "tensorflow-serving-api"):
+        assert metadata.version(name) in pinned[name].specifier, (name, metadata.version(name), pinned[name])
+        upper = [spec for spec in pinned[name].specifier if spec.operator == "<"]
+        assert upper, f"{name} has no upper bound in pyproject.toml: a new minor release could break compat's hooks"
+
+
+def test_base_install_resolves_like_the_dev_install():
+    """Every upper bound that a dev extra's package (installed here) puts on a package of
+    the base install is declared by the base too, so `pip install -e .` and `.[dev]`
+    resolve the same versions (a fresh clone found apache-beam's caps on protobuf, pillow
+    and python-dateutil replacing the demo's versions)."""
+    from packaging.requirements import Requirement
+
+    base = {Requirement(line).name.lower(): Requirement(line) for line in project()["dependencies"]}
+    base_closure = closure(base.values())
+    dev_only = closure(Requirement(line) for line in project()["optional-dependencies"]["dev"]) - base_closure
+    missing = []
+    for package in sorted(dev_only):
+        for requirement in requirements_of(package):
+            name = requirement.name.lower()
+            cap = upper_bound(requirement)
+            if name in base_closure and cap and not (name in base and (upper_bound(base[name]) or cap) <= cap):
+                missing.append(f"{package} requires {requirement}")
+    assert not missing, "cap these in pyproject.toml's dependencies too:\n" + "\n".join(missing)
+
+
+def project():
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def requirements_of(package):
+    """The requirements of an installed distribution that apply here (no extras)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    requirements = (Requirement(line) for line in metadata.requires(package) or ())
+    return [r for r in requirements if r.marker is None or r.marker.evaluate({"extra": ""})]
+
+
+def closure(requirements):
+    """The lower-cased names of the installed distributions `requirements` pull in."""
+    names, todo = set(), [r.name.lower() for r in requirements]
+    while todo:
+        name = todo.pop()
+        if name not in names:
+            names.add(name)
+            todo.extend(r.name.lower() for r in requirements_of(name))
+    return names
+
+
+def upper_bound(requirement):
+    """The release tuple of a requirement's `<`/`<=` bound (7.0.0.dev0 counts as 7), or None."""
+    from packaging.version import Version
+
+    bounds = [Version(spec.version).release for spec in requirement.specifier if spec.operator in ("<", "<=")]
+    return min((tuple(b) + (0,) * (4 - len(b)) for b in bounds), default=None)
