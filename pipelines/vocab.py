@@ -40,6 +40,7 @@ def run(args):
     import tensorflow as tf
 
     from bert_keras.text.vocab import build_vocabulary, count_words, write_vocabulary
+    from bert_keras.training.progress import is_terminal
 
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
@@ -50,17 +51,21 @@ def run(args):
             raise FileNotFoundError(f"corpus file not found: {path}")
     started = time.time()
 
+    terminal, last_line = is_terminal(sys.stderr), [0.0]
+
     def progress(done, total, words):
-        print(
-            f"\rcounting words: {done / 2**20:.1f} of {total / 2**20:.1f} MiB, {words} distinct words",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
+        # One line redrawn on a terminal; elsewhere (a file, a pipe) a line every 30 s.
+        text = f"counting words: {done / 2**20:.1f} of {total / 2**20:.1f} MiB, {words} distinct words"
+        if terminal:
+            print("\r" + text, end="", file=sys.stderr, flush=True)
+        elif time.time() - last_line[0] >= 30 or done >= total:
+            last_line[0] = time.time()
+            print(text, file=sys.stderr, flush=True)
 
     if args.runner == "local":
         counts = count_words(args.corpus, lower_case=args.lower_case, progress=progress, workers=args.workers)
-        print(file=sys.stderr)
+        if terminal:
+            print(file=sys.stderr)
     else:
         from bert_keras.text import vocab_beam
 

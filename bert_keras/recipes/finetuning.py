@@ -18,6 +18,7 @@ from bert_keras.training import distribute
 from bert_keras.training.callbacks import EvaluateAndKeepBest, TensorBoard, TimeBudget
 from bert_keras.training.finetuning import fitting_batch_size, schedule
 from bert_keras.training.optimization import create_optimizer
+from bert_keras.training.progress import fit_progress
 
 
 class FinetuningRun(NamedTuple):
@@ -88,6 +89,7 @@ def finetune(
         output_dir.mkdir(parents=True, exist_ok=True)
         keeper = EvaluateAndKeepBest(evaluate, main_metric, on_best)
         budget = [TimeBudget(max_train_minutes)] if max_train_minutes else []
+        verbose, progress = fit_progress(verbose)
         start = time.perf_counter()
         history = model.fit(
             dataset,
@@ -95,6 +97,7 @@ def finetune(
             steps_per_epoch=steps_per_epoch,
             verbose=verbose,
             callbacks=[
+                *progress,
                 *budget,
                 keeper,
                 TensorBoard(str(output_dir / "logs"), update_freq=max(1, steps_per_epoch // 20)),
