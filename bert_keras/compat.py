@@ -65,9 +65,26 @@ def variable_index(optimizer, variable):
 
 class TensorBoard(keras.callbacks.TensorBoard):
     """`keras.callbacks.TensorBoard` that records every epoch's metrics, held-out ones
-    included. Keras 3.15 writes them under its batch-level condition (global batch a
-    multiple of `update_freq`), so an epoch ending on any other batch lost them: a run
-    of 2,000 steps checkpointed every 333 with `update_freq` 33 logged no held-out curve."""
+    included, and the training metrics of every epoch's last step. Keras 3.15 writes both
+    under its batch-level condition (global batch a multiple of `update_freq`), so an
+    epoch ending on any other batch lost them: a run of 2,000 steps checkpointed every 333
+    with `update_freq` 33 logged no held-out curve, and its logs ended at step 1,980."""
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self.batches, self.batch_logs = 0, None
+
+    def on_train_batch_end(self, batch, logs=None):
+        super().on_train_batch_end(batch, logs)
+        self.batches, self.batch_logs = self.batches + 1, logs
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.update_freq != "epoch" and isinstance(self.batch_logs, dict):
+            # The epoch's last step, numbered as Keras numbers batch summaries (from 1 per `fit`).
+            with tf.summary.record_if(True), self._train_writer.as_default():
+                for name, value in self.batch_logs.items():
+                    tf.summary.scalar(f"batch_{name}", value, step=self.batches)
+        super().on_epoch_end(epoch, logs)
 
     def _log_epoch_metrics(self, epoch, logs):
         with tf.summary.record_if(True):
@@ -256,23 +273,35 @@ def _check_variable_index():
 
 
 def _check_tensorboard():
-    """An epoch of 3 batches with `update_freq=2` ends off the batch-level condition; its
-    held-out metric must still reach the validation log."""
+    """Epochs of 3 batches with `update_freq=2` end off the batch-level condition; their
+    held-out metrics and their last step's training loss must still reach the logs."""
     inputs = keras.Input((2,))
     model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
     model.compile(optimizer="sgd", loss="mse")
     x, y = np.ones((6, 2), "float32"), np.ones((6, 1), "float32")
     with tempfile.TemporaryDirectory() as logs:
         callback = TensorBoard(logs, update_freq=2)
-        model.fit(x, y, batch_size=2, epochs=1, validation_data=(x, y), verbose=0, callbacks=[callback])
-        tags = set()
-        for events in (Path(logs) / "validation").glob("events.out.tfevents.*"):
-            for record in tf.data.TFRecordDataset(str(events)):
-                tags.update(value.tag for value in tf.compat.v1.Event.FromString(record.numpy()).summary.value)
-    assert "epoch_loss" in tags, (
-        f"TensorBoard: the held-out epoch_loss did not reach the validation log (tags {sorted(tags)}): "
-        "Keras' _log_epoch_metrics changed"
+        model.fit(x, y, batch_size=2, epochs=2, validation_data=(x, y), verbose=0, callbacks=[callback])
+        validation, train = (_logged_steps(Path(logs) / split) for split in ("validation", "train"))
+    assert validation.get("epoch_loss") == {0, 1}, (
+        f"TensorBoard: the held-out epoch_loss reached the validation log at epochs {validation.get('epoch_loss')}, "
+        "not 0 and 1: Keras' _log_epoch_metrics changed"
     )
+    assert train.get("batch_loss") == {2, 3, 4, 6}, (
+        f"TensorBoard: batch_loss was logged at steps {train.get('batch_loss')}, not 2, 3 (the first epoch's end), "
+        "4 and 6: Keras' batch summaries changed"
+    )
+
+
+def _logged_steps(folder):
+    """{tag: {steps}} of the scalar summaries in a TensorBoard log folder."""
+    steps = {}
+    for events in folder.glob("events.out.tfevents.*"):
+        for record in tf.data.TFRecordDataset(str(events)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                steps.setdefault(value.tag, set()).add(event.step)
+    return steps
 
 
 def _check_raw_inputs():

@@ -47,7 +47,13 @@ def test_clipping_check_fails_without_the_hook(monkeypatch):
 def test_tensorboard_check_fails_with_keras_own_epoch_logging(monkeypatch):
     """Keras 3.15 still loses the held-out metrics of an epoch that ends off `update_freq`."""
     monkeypatch.delattr(compat.TensorBoard, "_log_epoch_metrics")
-    with pytest.raises(AssertionError, match="held-out epoch_loss did not reach"):
+    with pytest.raises(AssertionError, match=r"held-out epoch_loss reached the validation log at epochs \{1\}"):
+        compat._check_tensorboard()
+
+
+def test_tensorboard_check_fails_without_the_epochs_last_step(monkeypatch):
+    monkeypatch.delattr(compat.TensorBoard, "on_epoch_end")
+    with pytest.raises(AssertionError, match=r"batch_loss was logged at steps \{2, 4, 6\}"):
         compat._check_tensorboard()
 
 
