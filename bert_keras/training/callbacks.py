@@ -27,6 +27,8 @@ class StopAfterSteps(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self.epoch * self.steps_per_epoch + batch + 1 >= self.steps:
             self.model.stop_training = True
+            if batch + 1 < self.steps_per_epoch:  # Keras' progress bar then shows the planned length
+                print(f"\nstopping after batch {self.steps}: this epoch ran {batch + 1} of its {self.steps_per_epoch}")
 
 
 class TimeBudget(keras.callbacks.Callback):
