@@ -10,6 +10,12 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+from bert_keras.startup import quiet_start_up  # noqa: E402
+
+with quiet_start_up():  # TensorFlow's C++ start-up lines kept out (see bert_keras.startup)
+    import tensorflow  # noqa: F401
+    import tensorflow_text  # noqa: F401
+
 from bert_keras.config import BertConfig  # noqa: E402
 from bert_keras.models.encoder import BertEncoder  # noqa: E402
 from bert_keras.models.pretrainer import BertPretrainer  # noqa: E402

@@ -16,7 +16,7 @@ import pytest
 from conftest import DATA, require
 
 from bert_keras import BertConfig, BertEncoder
-from pipelines.cli import START_UP_LINES
+from bert_keras.startup import START_UP_LINES
 from pipelines.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +65,19 @@ def test_a_command_prints_no_tensorflow_start_up_lines(tmp_path):
     noise = [line for line in out.stderr.splitlines() if START_UP_LINES.match(line) or "E0000" in line]
     assert not noise, noise
     assert "learning 200 pieces" in out.stderr  # the command's own lines still show
+
+
+def test_the_serving_client_import_prints_no_tensorflow_start_up_lines():
+    """The README's `ServingClient` snippet and serving/smoke.py import bert_keras, not the CLI;
+    the script's own stderr still shows."""
+    code = (
+        "import os; os.write(2, b'a line of our own\\n')\n"
+        "from bert_keras.serving.client import ServingClient\n"
+        "import tensorflow as tf; tf.constant(1.0) + 1.0; print('ok')"  # the first op probes for CUDA
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=user_env(), cwd=ROOT)
+    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
+    assert out.stderr == "a line of our own\n", out.stderr
 
 
 def test_ctrl_c_is_one_line_with_the_resume_hint(tmp_path):
