@@ -15,6 +15,8 @@ import sys
 import threading
 import warnings
 
+from pipelines.arguments import check_input_paths
+
 # Commands that go on where they stopped when run again.
 RESUMABLE = {
     "pretrain": "run the same command again to resume from the last checkpoint",
@@ -78,6 +80,7 @@ def main(argv=None):
     )
     previous = stop_on_interrupt(args.command) if outermost else None
     try:
+        check_input_paths(args)  # before TensorFlow loads (seconds)
         import bert_keras  # noqa: F401  TensorFlow and tf.text, without their start-up lines (bert_keras.startup)
 
         return args.func(args) or 0

@@ -3,6 +3,8 @@
 import sys
 import time
 
+from pipelines.arguments import InputPath
+
 
 def register(subparsers):
     parser = subparsers.add_parser(
@@ -14,7 +16,9 @@ def register(subparsers):
         "Words are counted in parts of the corpus, by --workers processes or on a Beam --runner "
         "(the same counts either way); Apache Beam pipeline options go after `--`.",
     )
-    parser.add_argument("--corpus", nargs="+", required=True, metavar="FILE", help="UTF-8 text files, one line a text")
+    parser.add_argument(
+        "--corpus", nargs="+", required=True, type=InputPath, metavar="FILE", help="UTF-8 text files, one line a text"
+    )
     parser.add_argument("--size", type=int, required=True, help="vocabulary size, reserved tokens included")
     parser.add_argument("--out", required=True, help="output vocab.txt")
     parser.add_argument(

@@ -176,3 +176,34 @@ def test_finetune_refuses_a_run_folder_unless_overwrite(tsv_task, tmp_path, caps
     assert cli([*tsv_task, "--output-dir", str(out), "--overwrite"]) == 2
     assert "holds files no fine-tuning run writes (notes.md)" in capsys.readouterr().err
     assert (out / "notes.md").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["vocab", "--corpus", "missing.txt", "--size", "100", "--out", "v.txt"], "corpus not found: missing.txt"),
+        (["finetune", "tsv", "--train", "t.tsv", "--dev", "t.tsv", "--output-dir", "o"], "train not found: t.tsv"),
+        (["export", "model.keras", "--out", "o"], "model not found: model.keras"),
+        (["plot", "no_run"], "run dir not found: no_run"),
+    ],
+)
+def test_a_missing_input_is_reported_before_tensorflow_loads(tmp_path, argv, message):
+    code = (
+        "import sys; from pipelines.cli import main; code = main(sys.argv[1:]); "
+        "print(code, 'tensorflow' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=user_env(), cwd=tmp_path, timeout=60
+    )
+    assert out.stdout.split() == ["2", "False"], out.stderr
+    assert out.stderr.strip() == f"bert-keras {argv[0]}: error: {message}"
+
+
+def test_checkpoint_prefixes_and_remote_paths_are_left_to_the_command(tmp_path):
+    from pipelines.arguments import CheckpointPath, InputPath
+
+    (tmp_path / "model.ckpt.index").write_text("")
+    assert not CheckpointPath(str(tmp_path / "model.ckpt")).missing()  # a TF1 checkpoint prefix
+    assert not CheckpointPath("auto").missing()
+    assert CheckpointPath(str(tmp_path / "other.ckpt")).missing()
+    assert not InputPath("gs://bucket/data.txt").missing() and not InputPath(str(tmp_path / "*.txt")).missing()
