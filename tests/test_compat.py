@@ -3,6 +3,7 @@ each of its checks fails once its hook is taken away (so a release that stops ca
 hook is caught, not only one that removes the symbol)."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,22 +13,14 @@ import pytest
 from bert_keras import compat
 
 ROOT = Path(__file__).resolve().parents[1]
-# Two CPU devices, so that the clipping check also runs on two replicas (the sum is
-# clipped, not each replica's share); the runtime's devices are fixed before first use.
-CHECK_ON_TWO_REPLICAS = """
-import tensorflow as tf
-tf.config.set_logical_device_configuration(
-    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2
-)
-from bert_keras import compat
-compat.check()
-print("replicas", len(tf.config.list_logical_devices("CPU")))
-"""
 
 
 def test_check_passes_on_two_replicas():
+    """docs/development.md's block, as written: two CPU devices, so that the clipping check
+    also runs on two replicas (the sum is clipped, not each replica's share)."""
+    (block,) = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "development.md").read_text(), re.S)
     result = subprocess.run(
-        [sys.executable, "-c", CHECK_ON_TWO_REPLICAS],
+        [sys.executable, "-c", block],
         cwd=ROOT,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
         capture_output=True,
@@ -35,7 +28,7 @@ def test_check_passes_on_two_replicas():
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    assert "replicas 2" in result.stdout
+    assert result.stdout == "replicas 2\n"
 
 
 def test_clipping_check_fails_without_the_hook(monkeypatch):
