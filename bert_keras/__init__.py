@@ -2,6 +2,7 @@
 
 The package's folders are its tiers, each importing only from those below it
 (checked by import-linter, see pyproject.toml and docs/architecture.md):
+`startup`/`compat` (TensorFlow's import, private Keras/TensorFlow hooks), `files`,
 `config`/`checkpoint` (formats), `layers`, `text`, `models`, `training`, `tasks` and
 `data`, `serving`; the `bert-keras` commands live in `pipelines/`.
 """
