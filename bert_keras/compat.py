@@ -10,8 +10,8 @@ The hooks:
 - `ClipsSummedGradients`: optimizer mixin, global-norm clipping of the gradient summed
   over replicas (overrides `_clip_gradients` and `_all_reduce_sum_gradients`).
 - `variable_index`: a variable's slot in the optimizer's per-variable lists (`_get_variable_index`).
-- `TensorBoard`: epoch metrics written whatever the batch-level summary condition
-  (overrides `_log_epoch_metrics`).
+- `TensorBoard`: epoch metrics and each epoch's last step written whatever the batch-level
+  summary condition (overrides `_log_epoch_metrics`, writes with `_train_writer`).
 - `accept_raw_inputs` / `keep_input_dtype`: a layer's call gets its inputs as given
   (`_convert_input_args`, `_allow_non_tensor_positional_args`).
 - `RestoresCompile`: `.keras` loading compiles a model whose `compile` is overridden
