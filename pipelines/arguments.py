@@ -14,7 +14,10 @@ STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
 class InputPath(str):
     """An argument naming a file or folder that the command reads (`type=InputPath`):
     `check_input_paths` reports a missing one at once, not after TensorFlow has loaded
-    (seconds). Remote paths (gs://...) and glob patterns are left to the command."""
+    (seconds). Remote paths (gs://...) and glob patterns are left to the command.
+    `message` is the error, from the argument's `name` and the `path`."""
+
+    message = "{name} not found: {path}"
 
     def missing(self):
         return "://" not in self and not glob.has_magic(self) and not os.path.exists(self)
@@ -34,7 +37,7 @@ def check_input_paths(args):
         paths = value if isinstance(value, list) else [value]
         for path in paths:
             if isinstance(path, InputPath) and path.missing():
-                raise FileNotFoundError(f"{name.replace('_', ' ')} not found: {path}")
+                raise FileNotFoundError(path.message.format(name=name.replace("_", " "), path=path))
         if any(isinstance(path, InputPath) for path in paths):
             setattr(args, name, [str(path) for path in value] if isinstance(value, list) else str(value))
 

@@ -184,7 +184,7 @@ def test_finetune_refuses_a_run_folder_unless_overwrite(tsv_task, tmp_path, caps
         (["vocab", "--corpus", "missing.txt", "--size", "100", "--out", "v.txt"], "corpus not found: missing.txt"),
         (["finetune", "tsv", "--train", "t.tsv", "--dev", "t.tsv", "--output-dir", "o"], "train not found: t.tsv"),
         (["export", "model.keras", "--out", "o"], "model not found: model.keras"),
-        (["plot", "no_run"], "run dir not found: no_run"),
+        (["plot", "no_run"], "no run folder no_run"),
     ],
 )
 def test_a_missing_input_is_reported_before_tensorflow_loads(tmp_path, argv, message):
