@@ -57,17 +57,18 @@ class ProgressLines:
 
 
 class PlainProgress(keras.callbacks.Callback):
-    """`fit` progress as plain lines: "epoch 2/5 120/333 steps, 41s (2.9 steps/s) - loss: 2.31"
-    every `every_seconds`, and a line at each epoch's end with its held-out metrics (and
-    the steps it ran, fewer than planned when training stopped inside it)."""
+    """`fit` progress as plain lines: Keras' "Epoch 2/5" as each epoch begins, then
+    "120/333 steps, 41s (2.9 steps/s) - loss: 2.31" every `every_seconds`, and a line at
+    the epoch's end with its held-out metrics (and the steps it ran, fewer than planned
+    when training stopped inside it)."""
 
     def __init__(self, every_seconds=30.0):
         super().__init__()
         self.every_seconds = every_seconds
 
     def on_epoch_begin(self, epoch, logs=None):
-        label = f"epoch {epoch + 1}/{self.params.get('epochs')} "
-        self.lines = ProgressLines(self.params.get("steps"), label=label, every_seconds=self.every_seconds)
+        print(f"Epoch {epoch + 1}/{self.params.get('epochs')}", flush=True)
+        self.lines = ProgressLines(self.params.get("steps"), every_seconds=self.every_seconds)
         self.seen = 0
 
     def on_train_batch_end(self, batch, logs=None):

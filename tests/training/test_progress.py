@@ -26,9 +26,10 @@ def test_fit_without_a_terminal_prints_plain_lines(capsys):
     out = capsys.readouterr().out
     assert not REDRAWING.search(out), repr(out)
     lines = out.splitlines()
-    assert [line.split(",")[0] for line in lines] == [f"epoch {e}/2 {s}/4 steps" for e in (1, 2) for s in (1, 2, 3, 4)]
-    assert "val_loss:" in lines[3] and "val_loss:" in lines[7] and "val_loss" not in lines[2]
-    assert re.fullmatch(r"epoch 1/2 2/4 steps, \d+s \(.* steps/s\) - loss: [\d.e-]+", lines[1]), lines[1]
+    epoch = [f"{step}/4 steps" for step in (1, 2, 3, 4)]
+    assert [line.split(",")[0] for line in lines] == ["Epoch 1/2", *epoch, "Epoch 2/2", *epoch]
+    assert "val_loss:" in lines[4] and "val_loss:" in lines[9] and "val_loss" not in lines[3]
+    assert re.fullmatch(r"2/4 steps, \d+s \(.* steps/s\) - loss: [\d.e-]+", lines[2]), lines[2]
 
 
 def test_an_epoch_stopped_early_says_how_many_steps_it_ran(capsys):
@@ -38,9 +39,11 @@ def test_an_epoch_stopped_early_says_how_many_steps_it_ran(capsys):
     tiny_model().fit(x, y, batch_size=2, epochs=2, verbose=0, callbacks=callbacks)
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(",")[0] for line in lines if line] == [
-        "epoch 1/2 4/4 steps",
+        "Epoch 1/2",
+        "4/4 steps",
+        "Epoch 2/2",
         "stopping after batch 6: this epoch ran 2 of its 4",  # StopAfterSteps
-        "epoch 2/2 2/4 steps",
+        "2/4 steps",
     ]
 
 
