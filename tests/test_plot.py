@@ -213,7 +213,7 @@ def test_a_folder_without_logs_is_a_clear_error(tmp_path, capsys):
 def test_a_run_stopped_inside_an_epoch_ends_on_its_last_step(tmp_path):
     """`pretrain`'s callbacks: 10 steps in epochs of 4 logged every 3 steps. The plot ends at
     step 10 (not 9, the last multiple of 3) and each epoch's figures sit on its last step."""
-    from bert_keras.training.finetuning import StopAfterSteps, TensorBoard
+    from bert_keras.training.callbacks import StopAfterSteps, TensorBoard
 
     keras.utils.set_random_seed(0)
     x, y = tiny_data(1)

@@ -5,7 +5,7 @@ import re
 import keras
 import numpy as np
 
-from bert_keras.training.finetuning import StopAfterSteps
+from bert_keras.training.callbacks import StopAfterSteps
 from bert_keras.training.progress import PlainProgress, ProgressLines, fit_progress, progress_bar
 
 REDRAWING = re.compile(r"[\r\b\x1b]")
