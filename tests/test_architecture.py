@@ -99,8 +99,6 @@ PRIVATE = re.compile(
 REFERENCE_TOOLS = re.compile(
     r"tensorflow\.python\.tools import saved_model_cli|tensorflow_text\.tools\.wordpiece_vocab import"
 )
-    r"tensorflow\.python\.tools import saved_model_cli|tensorflow_text\.tools\.wordpiece_vocab"
-)
 
 
 def test_private_hooks_live_in_compat():
