@@ -118,25 +118,29 @@ def project():
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
-def requirements_of(package):
-    """The requirements of an installed distribution that apply here (no extras)."""
+def requirements_of(package, extras=()):
+    """The requirements of an installed distribution that apply here, with `extras`."""
     from importlib import metadata
 
     from packaging.requirements import Requirement
 
-    requirements = (Requirement(line) for line in metadata.requires(package) or ())
-    return [r for r in requirements if r.marker is None or r.marker.evaluate({"extra": ""})]
+    requirements = [Requirement(line) for line in metadata.requires(package) or ()]
+    return [
+        r
+        for r in requirements
+        if r.marker is None or any(r.marker.evaluate({"extra": extra}) for extra in ("", *extras))
+    ]
 
 
 def closure(requirements):
     """The lower-cased names of the installed distributions `requirements` pull in."""
-    names, todo = set(), [r.name.lower() for r in requirements]
+    names, todo = set(), [(r.name.lower(), tuple(r.extras)) for r in requirements]
     while todo:
-        name = todo.pop()
-        if name not in names:
-            names.add(name)
-            todo.extend(r.name.lower() for r in requirements_of(name))
-    return names
+        name, extras = todo.pop()
+        if (name, extras) not in names:
+            names.add((name, extras))
+            todo.extend((r.name.lower(), tuple(r.extras)) for r in requirements_of(name, extras))
+    return {name for name, _ in names}
 
 
 def upper_bound(requirement):
