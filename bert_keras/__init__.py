@@ -2,6 +2,7 @@
 
 The package's folders are its tiers, each importing only from those below it
 (checked by import-linter, see pyproject.toml and docs/architecture.md):
+`startup`/`compat` (TensorFlow's import, private Keras/TensorFlow hooks), `files`,
 `config`/`checkpoint` (formats), `layers`, `text`, `models`, `training`, `tasks` and
 `data`, `serving`; the `bert-keras` commands live in `pipelines/`.
 """
@@ -9,6 +10,12 @@ The package's folders are its tiers, each importing only from those below it
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from bert_keras.startup import quiet_start_up  # noqa: E402
+
+with quiet_start_up():  # TensorFlow's C++ start-up lines kept out (see bert_keras.startup)
+    import tensorflow  # noqa: F401
+    import tensorflow_text  # noqa: F401
 
 from bert_keras.config import BertConfig  # noqa: E402
 from bert_keras.models.encoder import BertEncoder  # noqa: E402

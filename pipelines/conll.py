@@ -9,12 +9,16 @@ Example: `bert-keras finetune conll --data-dir ../shared/data/conll2003 --output
 import json
 from pathlib import Path
 
+from pipelines.arguments import InputPath
+
 HELP = "CoNLL-2003 named entity recognition"
 DEFAULTS = dict(learning_rate=5e-5, epochs=3, batch_size=32, max_seq_length=128)
 
 
 def add_arguments(parser):
-    parser.add_argument("--data-dir", required=True, help="folder with eng.train and eng.testa (eng.testb)")
+    parser.add_argument(
+        "--data-dir", required=True, type=InputPath, help="folder with eng.train and eng.testa (eng.testb)"
+    )
     parser.add_argument("--eval-split", default="testa", help="eng.<split> to evaluate on (default testa)")
 
 

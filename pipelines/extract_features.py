@@ -10,7 +10,7 @@ rounded to 6 decimals as the original. With `--pooling cls|mean` each line also 
 
 import json
 
-from pipelines.arguments import add_checkpoint_arguments, checkpoint_source
+from pipelines.arguments import InputPath, add_checkpoint_arguments, checkpoint_source
 
 
 def register(subparsers):
@@ -19,7 +19,9 @@ def register(subparsers):
         help="write per-token features of chosen layers as JSON lines",
         description=__doc__,
     )
-    parser.add_argument("--input", required=True, help="text file, one example per line ('a ||| b' for pairs)")
+    parser.add_argument(
+        "--input", required=True, type=InputPath, help="text file, one example per line ('a ||| b' for pairs)"
+    )
     parser.add_argument("--output", required=True, help="JSON lines file to write")
     add_checkpoint_arguments(parser)
     parser.add_argument(

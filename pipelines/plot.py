@@ -11,6 +11,15 @@ import dataclasses
 import math
 from pathlib import Path
 
+from pipelines.arguments import InputPath
+
+
+class RunFolder(InputPath):
+    """RUN_DIR, checked before TensorFlow loads."""
+
+    message = "no run folder {path}"
+
+
 PANEL_INCHES = (4.5, 3.2)  # width, height of one metric's panel
 COLUMNS = 3
 DPI = 100
@@ -20,7 +29,7 @@ def register(subparsers):
     parser = subparsers.add_parser(
         "plot", help="write a PNG of loss and metrics per step from a run's logs", description=__doc__
     )
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="output folder of pretrain or finetune")
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=RunFolder, help="output folder of pretrain or finetune")
     parser.add_argument("--output", help="PNG path (default: RUN_DIR/training_curves.png)")
     parser.set_defaults(func=run)
 

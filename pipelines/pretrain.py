@@ -18,7 +18,7 @@ An optional second phase (e.g. 128 -> 512 tokens) runs after the first, as in th
 import sys
 from pathlib import Path
 
-from pipelines.arguments import add_distribution_arguments
+from pipelines.arguments import CheckpointPath, InputPath, add_distribution_arguments
 
 
 def register(subparsers):
@@ -28,12 +28,18 @@ def register(subparsers):
     parser.add_argument(
         "--config", default="base", help="preset name (tiny..large; vocab_size from --vocab) or bert_config.json"
     )
-    parser.add_argument("--init", help="start from this checkpoint (TF1, HF BertForPreTraining, .keras)")
-    parser.add_argument("--vocab", required=True, help="vocab.txt (its size must equal vocab_size)")
+    parser.add_argument(
+        "--init", type=CheckpointPath, help="start from this checkpoint (TF1, HF BertForPreTraining, .keras)"
+    )
+    parser.add_argument("--vocab", required=True, type=InputPath, help="vocab.txt (its size must equal vocab_size)")
     parser.add_argument("--cased", action="store_true")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--data", nargs="+", help="TFRecords made by create-pretraining-data (or the original tool)")
-    source.add_argument("--corpus", nargs="+", help="text files: dynamic masking, new masks every epoch")
+    source.add_argument(
+        "--data", nargs="+", type=InputPath, help="TFRecords made by create-pretraining-data (or the original tool)"
+    )
+    source.add_argument(
+        "--corpus", nargs="+", type=InputPath, help="text files: dynamic masking, new masks every epoch"
+    )
     parser.add_argument("--output", required=True, help="output folder (checkpoints, logs, final encoder)")
     parser.add_argument(
         "--no-nsp",
@@ -41,7 +47,9 @@ def register(subparsers):
         help="masked LM only: no next-sentence head or loss (same data; its NSP labels are ignored)",
     )
     held_out = parser.add_mutually_exclusive_group()
-    held_out.add_argument("--eval-data", nargs="+", help="held-out TFRecords, evaluated at every checkpoint")
+    held_out.add_argument(
+        "--eval-data", nargs="+", type=InputPath, help="held-out TFRecords, evaluated at every checkpoint"
+    )
     held_out.add_argument(
         "--eval-corpus", nargs="+", help="held-out text files, masked once (fixed seed), evaluated at every checkpoint"
     )
@@ -72,7 +80,7 @@ def add_phase2_and_input_arguments(parser):
     parser.add_argument("--phase2-seq-length", type=int, default=512)
     parser.add_argument("--phase2-max-predictions-per-seq", type=int, default=80)
     parser.add_argument("--phase2-batch-size", type=int)
-    parser.add_argument("--phase2-data", nargs="+", help="TFRecords for phase 2 (with --data)")
+    parser.add_argument("--phase2-data", nargs="+", type=InputPath, help="TFRecords for phase 2 (with --data)")
     parser.add_argument("--phase2-learning-rate", type=float)
     parser.add_argument("--phase2-warmup-steps", type=int)
     parser.add_argument(

@@ -8,11 +8,15 @@ tensorflow_model_server's --model_config_file). Runs until interrupted.
 
 import time
 
+from pipelines.arguments import InputPath
+
 
 def register(subparsers):
     parser = subparsers.add_parser("serve", help="serve an export locally with TF Serving's APIs", description=__doc__)
-    parser.add_argument("model_base", nargs="?", help="directory holding numbered export versions")
-    parser.add_argument("--model-config-file", help="ModelServerConfig text file (instead of MODEL_BASE)")
+    parser.add_argument("model_base", nargs="?", type=InputPath, help="directory holding numbered export versions")
+    parser.add_argument(
+        "--model-config-file", type=InputPath, help="ModelServerConfig text file (instead of MODEL_BASE)"
+    )
     parser.add_argument("--name", default="bert", help="model name in request paths (with MODEL_BASE)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--grpc-port", type=int, default=8500)

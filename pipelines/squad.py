@@ -12,13 +12,15 @@ import json
 import re
 from pathlib import Path
 
+from pipelines.arguments import InputPath
+
 HELP = "SQuAD v1.1/v2.0 extractive question answering"
 DEFAULTS = dict(learning_rate=3e-5, epochs=2, batch_size=12, max_seq_length=384)
 
 
 def add_arguments(parser):
-    parser.add_argument("--train-file", required=True, help="SQuAD json to train on")
-    parser.add_argument("--predict-file", required=True, help="SQuAD json to evaluate on")
+    parser.add_argument("--train-file", required=True, type=InputPath, help="SQuAD json to train on")
+    parser.add_argument("--predict-file", required=True, type=InputPath, help="SQuAD json to evaluate on")
     parser.add_argument("--train-articles", help="slice of the train file's articles, e.g. 0:36")
     parser.add_argument("--predict-articles", help="slice of the predict file's articles, e.g. 36:48")
     parser.add_argument("--version-2-with-negative", action="store_true", help="SQuAD v2.0 (unanswerable questions)")

@@ -3,6 +3,8 @@
 import sys
 import time
 
+from pipelines.arguments import InputPath
+
 
 def register(subparsers):
     parser = subparsers.add_parser(
@@ -14,7 +16,9 @@ def register(subparsers):
         "Words are counted in parts of the corpus, by --workers processes or on a Beam --runner "
         "(the same counts either way); Apache Beam pipeline options go after `--`.",
     )
-    parser.add_argument("--corpus", nargs="+", required=True, metavar="FILE", help="UTF-8 text files, one line a text")
+    parser.add_argument(
+        "--corpus", nargs="+", required=True, type=InputPath, metavar="FILE", help="UTF-8 text files, one line a text"
+    )
     parser.add_argument("--size", type=int, required=True, help="vocabulary size, reserved tokens included")
     parser.add_argument("--out", required=True, help="output vocab.txt")
     parser.add_argument(
@@ -40,6 +44,7 @@ def run(args):
     import tensorflow as tf
 
     from bert_keras.text.vocab import build_vocabulary, count_words, write_vocabulary
+    from bert_keras.training.progress import is_terminal
 
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
@@ -50,17 +55,21 @@ def run(args):
             raise FileNotFoundError(f"corpus file not found: {path}")
     started = time.time()
 
+    terminal, last_line = is_terminal(sys.stderr), [0.0]
+
     def progress(done, total, words):
-        print(
-            f"\rcounting words: {done / 2**20:.1f} of {total / 2**20:.1f} MiB, {words} distinct words",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
+        # One line redrawn on a terminal; elsewhere (a file, a pipe) a line every 30 s.
+        text = f"counting words: {done / 2**20:.1f} of {total / 2**20:.1f} MiB, {words} distinct words"
+        if terminal:
+            print("\r" + text, end="", file=sys.stderr, flush=True)
+        elif time.time() - last_line[0] >= 30 or done >= total:
+            last_line[0] = time.time()
+            print(text, file=sys.stderr, flush=True)
 
     if args.runner == "local":
         counts = count_words(args.corpus, lower_case=args.lower_case, progress=progress, workers=args.workers)
-        print(file=sys.stderr)
+        if terminal:
+            print(file=sys.stderr)
     else:
         from bert_keras.text import vocab_beam
 

@@ -3,6 +3,7 @@ pyproject.toml pass, every module belongs to a tier, and no modules import each 
 in a circle."""
 
 import ast
+import re
 import subprocess
 import sys
 import tomllib
@@ -84,3 +85,30 @@ def test_pipelines_only_parse_print_and_call_the_library():
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in ("compile", "fit")
     ]
     assert not calls, f"pipelines/ compiles or fits models itself: {calls}"
+
+
+# Private Keras / TensorFlow / tf.text symbols: they belong in bert_keras/compat.py, whose
+# check() verifies each still takes effect (docs/development.md). Tests and benchmarks may
+# run the original tools they compare against: TensorFlow's saved_model_cli, tf.text's learner.
+PRIVATE = re.compile(
+    r"keras\.src\b|tensorflow\.python\b|_pywrap|tf\.__internal__|tensorflow_text\.tools"
+    r"|\._(?:convert_input_args|allow_non_tensor_positional_args|clip_gradients|all_reduce_sum_gradients"
+    r"|log_epoch_metrics|get_variable_index|iterations|maybe_symbolic_build|as_serialized_graph|learning_rate"
+    r"|distribute_strategy|collective_all_reduce_multi_worker)\b|def compile_from_config"
+)
+REFERENCE_TOOLS = re.compile(
+    r"tensorflow\.python\.tools import saved_model_cli|tensorflow_text\.tools\.wordpiece_vocab import"
+)
+
+
+def test_private_hooks_live_in_compat():
+    allowed = {ROOT / "bert_keras" / "compat.py", ROOT / "tests" / "test_compat.py", Path(__file__).resolve()}
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for folder in ("bert_keras", "pipelines", "serving", "bench", "tests")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path not in allowed
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if PRIVATE.search(line) and not (folder in ("tests", "bench") and REFERENCE_TOOLS.search(line))
+    ]
+    assert not found, "private Keras/TensorFlow symbols outside bert_keras/compat.py:\n" + "\n".join(found)

@@ -298,6 +298,21 @@ def test_finetune_tsv_with_fewer_examples_than_one_batch(tmp_path, capsys, encod
     assert [entry["epoch"] for entry in history[:2]] == [1, 2]
 
 
+def test_finetune_stops_at_max_train_steps(tmp_path, capsys, encoder_file):
+    """12 examples in batches of 4 are epochs of 3 steps: 7 steps are 3 epochs, the last
+    of 1 step (equal epochs would run 9), and the logs end at step 7."""
+    from pipelines.plot import read_curves
+
+    rows = [(f"movie number {i} was {'good' if i % 2 else 'bad'}", "pos" if i % 2 else "neg") for i in range(12)]
+    train = write_tsv(tmp_path / "train.tsv", rows)
+    args = ("--batch-size", "4", "--epochs", "3", "--max-train-steps", "7")
+    assert finetune_tsv(tmp_path, train, train, encoder_file, *args) == 0
+    assert "training 7 steps (3 epoch(s) of 3, the last 1), batch 4" in capsys.readouterr().out
+    history = json.loads((tmp_path / "run" / "eval_results.json").read_text())
+    assert [entry["epoch"] for entry in history[:3]] == [1, 2, 3]
+    assert read_curves(tmp_path / "run").phases[-1][2] == 7
+
+
 def test_bfloat16_units_are_read_from_cpuinfo(tmp_path):
     with open("/proc/cpuinfo") as file:
         real = file.read()

@@ -16,7 +16,7 @@ import pytest
 from conftest import DATA, require
 
 from bert_keras import BertConfig, BertEncoder
-from pipelines.cli import START_UP_LINES
+from bert_keras.startup import START_UP_LINES
 from pipelines.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +65,19 @@ def test_a_command_prints_no_tensorflow_start_up_lines(tmp_path):
     noise = [line for line in out.stderr.splitlines() if START_UP_LINES.match(line) or "E0000" in line]
     assert not noise, noise
     assert "learning 200 pieces" in out.stderr  # the command's own lines still show
+
+
+def test_the_serving_client_import_prints_no_tensorflow_start_up_lines():
+    """The README's `ServingClient` snippet and serving/smoke.py import bert_keras, not the CLI;
+    the script's own stderr still shows."""
+    code = (
+        "import os; os.write(2, b'a line of our own\\n')\n"
+        "from bert_keras.serving.client import ServingClient\n"
+        "import tensorflow as tf; tf.constant(1.0) + 1.0; print('ok')"  # the first op probes for CUDA
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=user_env(), cwd=ROOT)
+    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
+    assert out.stderr == "a line of our own\n", out.stderr
 
 
 def test_ctrl_c_is_one_line_with_the_resume_hint(tmp_path):
@@ -163,3 +176,34 @@ def test_finetune_refuses_a_run_folder_unless_overwrite(tsv_task, tmp_path, caps
     assert cli([*tsv_task, "--output-dir", str(out), "--overwrite"]) == 2
     assert "holds files no fine-tuning run writes (notes.md)" in capsys.readouterr().err
     assert (out / "notes.md").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["vocab", "--corpus", "missing.txt", "--size", "100", "--out", "v.txt"], "corpus not found: missing.txt"),
+        (["finetune", "tsv", "--train", "t.tsv", "--dev", "t.tsv", "--output-dir", "o"], "train not found: t.tsv"),
+        (["export", "model.keras", "--out", "o"], "model not found: model.keras"),
+        (["plot", "no_run"], "no run folder no_run"),
+    ],
+)
+def test_a_missing_input_is_reported_before_tensorflow_loads(tmp_path, argv, message):
+    code = (
+        "import sys; from pipelines.cli import main; code = main(sys.argv[1:]); "
+        "print(code, 'tensorflow' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=user_env(), cwd=tmp_path, timeout=60
+    )
+    assert out.stdout.split() == ["2", "False"], out.stderr
+    assert out.stderr.strip() == f"bert-keras {argv[0]}: error: {message}"
+
+
+def test_checkpoint_prefixes_and_remote_paths_are_left_to_the_command(tmp_path):
+    from pipelines.arguments import CheckpointPath, InputPath
+
+    (tmp_path / "model.ckpt.index").write_text("")
+    assert not CheckpointPath(str(tmp_path / "model.ckpt")).missing()  # a TF1 checkpoint prefix
+    assert not CheckpointPath("auto").missing()
+    assert CheckpointPath(str(tmp_path / "other.ckpt")).missing()
+    assert not InputPath("gs://bucket/data.txt").missing() and not InputPath(str(tmp_path / "*.txt")).missing()

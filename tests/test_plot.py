@@ -208,3 +208,19 @@ def test_a_folder_without_logs_is_a_clear_error(tmp_path, capsys):
     assert "no TensorBoard logs" in error and str(tmp_path) in error
     assert cli.main(["plot", str(tmp_path / "missing")]) == 2
     assert f"no run folder {tmp_path / 'missing'}" in capsys.readouterr().err
+
+
+def test_a_run_stopped_inside_an_epoch_ends_on_its_last_step(tmp_path):
+    """`pretrain`'s callbacks: 10 steps in epochs of 4 logged every 3 steps. The plot ends at
+    step 10 (not 9, the last multiple of 3) and each epoch's figures sit on its last step."""
+    from bert_keras.training.callbacks import StopAfterSteps, TensorBoard
+
+    keras.utils.set_random_seed(0)
+    x, y = tiny_data(1)
+    callbacks = [TensorBoard(str(tmp_path / "logs" / "phase1"), update_freq=3), StopAfterSteps(10, STEPS_PER_EPOCH)]
+    history = tiny_model().fit(x, y, batch_size=BATCH, epochs=3, validation_data=(x, y), verbose=0, callbacks=callbacks)
+
+    curves = read_curves(tmp_path)
+    assert curves.phases == [("phase1", 0, 10, "step")]
+    assert [step for step, _ in curves.series["loss"][("train", "step")]] == [3, 4, 6, 8, 9, 10]
+    close(curves.series["loss"][("validation", "epoch")], list(zip([4, 8, 10], history.history["val_loss"])))

@@ -5,6 +5,7 @@ import math
 import keras
 import tensorflow as tf
 
+from bert_keras.compat import keep_input_dtype
 from bert_keras.layers.activations import ACTIVATIONS
 from bert_keras.layers.dropout import PhiloxDropout
 from bert_keras.layers.layer_norm import FusedLayerNorm
@@ -54,7 +55,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.activation = ACTIVATIONS[hidden_act]
         self.attention_layer_norm = FusedLayerNorm(epsilon=layer_norm_eps, dtype="float32", name="attention_layer_norm")
         self.output_layer_norm = FusedLayerNorm(epsilon=layer_norm_eps, dtype="float32", name="output_layer_norm")
-        self._convert_input_args = False  # keep the float32 stream: no autocast of inputs
+        keep_input_dtype(self)  # keep the float32 stream: no autocast of inputs
         self.attention_dropout = PhiloxDropout(attention_probs_dropout_prob, dtype=self.dtype_policy)
         self.hidden_dropout = PhiloxDropout(hidden_dropout_prob, dtype=self.dtype_policy)
 

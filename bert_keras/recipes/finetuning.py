@@ -15,9 +15,10 @@ import tensorflow as tf
 
 from bert_keras.models.dtype import with_dtype
 from bert_keras.training import distribute
-from bert_keras.training.callbacks import EvaluateAndKeepBest, TensorBoard, TimeBudget
+from bert_keras.training.callbacks import EvaluateAndKeepBest, StopAfterSteps, TensorBoard, TimeBudget
 from bert_keras.training.finetuning import fitting_batch_size, schedule
 from bert_keras.training.optimization import create_optimizer
+from bert_keras.training.progress import fit_progress
 
 
 class FinetuningRun(NamedTuple):
@@ -71,7 +72,10 @@ def finetune(
     fitted_batch = fitting_batch_size(num_examples, batch_size, strategy.num_replicas_in_sync)
     if fitted_batch != batch_size:  # the set's one batch, cut to the smaller size
         train_batches = train_batches.unbatch().batch(fitted_batch)
-    steps_per_epoch, epochs, total = schedule(num_examples, fitted_batch, epochs, max_train_steps)
+    steps_per_epoch, epochs, planned = schedule(num_examples, fitted_batch, epochs, max_train_steps)
+    # Epochs are of equal length, so the plan may run a few steps past max_train_steps: stop at it.
+    total = min(planned, max_train_steps or planned)
+    last_epoch = total - (epochs - 1) * steps_per_epoch
     with strategy.scope():
         optimizer = create_optimizer(learning_rate, total, int(warmup_proportion * total), weight_decay=weight_decay)
         model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
@@ -83,13 +87,16 @@ def finetune(
         fitted_batch,
     )
     print(
-        f"training {total} steps ({epochs} epoch(s) of {steps_per_epoch}), batch {fitted_batch}, "
+        f"training {total} steps ({epochs} epoch(s) of {steps_per_epoch}"
+        + (f", the last {last_epoch}" if total < planned else "")
+        + f"), batch {fitted_batch}, "
         f"lr {learning_rate} with {warmup_proportion:.0%} warm-up"
     )
     with distribute.chief_path(output_dir, strategy) as output_dir:
         output_dir.mkdir(parents=True, exist_ok=True)
         keeper = EvaluateAndKeepBest(evaluate, main_metric, on_best)
         budget = [TimeBudget(max_train_minutes)] if max_train_minutes else []
+        verbose, progress = fit_progress(verbose)
         start = time.perf_counter()
         history = model.fit(
             dataset,
@@ -97,7 +104,9 @@ def finetune(
             steps_per_epoch=steps_per_epoch,
             verbose=verbose,
             callbacks=[
+                *progress,
                 *budget,
+                *([StopAfterSteps(total, steps_per_epoch)] if total < planned else []),
                 keeper,
                 TensorBoard(str(output_dir / "logs"), update_freq=max(1, steps_per_epoch // 20)),
             ],

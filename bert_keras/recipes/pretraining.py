@@ -28,6 +28,7 @@ from bert_keras.text.vocab import check_vocabulary
 from bert_keras.training import distribute
 from bert_keras.training.callbacks import StopAfterSteps, TensorBoard
 from bert_keras.training.optimization import create_optimizer
+from bert_keras.training.progress import fit_progress
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,7 +213,9 @@ def run_phase(
         distribute.chief_path(output_dir / "logs" / phase.name, strategy) as logs,
         distribute.backup_and_restore(backup, strategy, double_checkpoint=True, delete_checkpoint=False) as restore,
     ):
+        verbose, progress = fit_progress(verbose)
         callbacks = [
+            *progress,
             restore,
             TensorBoard(str(logs), update_freq=max(1, interval // 10)),
             StopAfterSteps(phase.steps * accumulation, interval * accumulation),

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from bert_keras.compat import constant_function
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.serving.serving_tasks import FillMaskSignature, serving_signature
 from bert_keras.tasks.serving_signature import ServingSignature
@@ -165,10 +166,8 @@ class LiteRTPacker:
 
 def frozen(function, input_signature):
     """`function` traced with every variable turned into a constant, outputs named as before."""
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
     concrete = tf.function(function, input_signature=input_signature).get_concrete_function()
-    constant = convert_variables_to_constants_v2(concrete)
+    constant = constant_function(concrete)
 
     def call(*inputs):
         return tf.nest.pack_sequence_as(concrete.structured_outputs, constant(*inputs))

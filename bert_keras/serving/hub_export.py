@@ -38,6 +38,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from bert_keras.compat import saved_object
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
 from bert_keras.models.pretrainer import BertPretrainer
 
@@ -137,7 +138,7 @@ def _float32(outputs):
 def _callable(function):
     """A SavedModel object that loads as a callable. The object type of ExportArchive's
     root: a `tf.train.Checkpoint`, as Model Garden uses, would add a `save_counter`."""
-    saved = tf.__internal__.tracking.AutoTrackable()
+    saved = saved_object()
     saved.__call__ = function
     return saved
 

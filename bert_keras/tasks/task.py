@@ -11,6 +11,7 @@ exported serving signature wraps.
 import keras
 import tensorflow as tf
 
+from bert_keras.compat import RestoresCompile
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
 from bert_keras.tasks.preprocessing import holds_strings, is_packed, preprocessor_for, segments_to_tensors, to_tensors
 from bert_keras.text.preprocessor import BertPreprocessor
@@ -40,7 +41,7 @@ def default_optimizer(learning_rate=5e-5):
     return AdamWeightDecay(learning_rate=learning_rate, weight_decay_rate=0.01, global_clipnorm=1.0)
 
 
-class BertTask(keras.Model):
+class BertTask(RestoresCompile, keras.Model):
     """Base of the heads: holds `encoder` (a `BertEncoder`) and optional `preprocessor`
     (a `BertPreprocessor`) used by `fit`/`evaluate`/`predict` on raw text.
 
@@ -49,6 +50,8 @@ class BertTask(keras.Model):
     are saved with the model so that an export serves what was trained. Raw text sets
     `segments` the first time it is seen (see `text_segments`) and is checked against
     them afterwards: a pair model fed single texts is an error, not a wrong answer.
+    A loaded `.keras` file comes back compiled with its saved settings (`RestoresCompile`:
+    the heads' `compile` only fills defaults).
 
     Each head declares its inputs and outputs once, as class attributes read both by
     `fit` (the default names of raw text inputs) and by its `ServingSignature`:
@@ -214,13 +217,6 @@ class BertTask(keras.Model):
         if config.get("preprocessor") is not None:
             config["preprocessor"] = keras.layers.deserialize(config["preprocessor"])
         return cls(**config)
-
-    def compile_from_config(self, config):
-        # Keras skips this for models that override `compile`; the heads' `compile`
-        # only fills defaults, so restoring the saved settings through it is safe.
-        self.compile(**keras.saving.deserialize_keras_object(config))
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
 
     @classmethod
     def from_checkpoint(

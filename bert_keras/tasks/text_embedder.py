@@ -21,6 +21,7 @@ from bert_keras.tasks.preprocessing import is_packed, preprocessor_for
 from bert_keras.tasks.serving_signature import ServingSignature, check_no_labels
 from bert_keras.tasks.task import BertTask
 from bert_keras.training.contrastive import MultipleNegativesRankingLoss, text_fingerprints
+from bert_keras.training.progress import progress_bar
 
 POOLING = tuple(checkpoint.ST_POOLING_MODES)
 # Named columns of a dict of texts, in the order the losses read them.
@@ -140,7 +141,7 @@ class BertTextEmbedder(BertTask):
     def encode(self, texts, batch_size=32, verbose=0, prefix=None):
         """Vectors `[len(texts), H]` (numpy float32) of a list of strings, computed in
         batches of similar lengths (longest first) and returned in the input order;
-        `verbose=1` shows a progress bar."""
+        `verbose=1` shows a progress bar (plain lines where stdout is not a terminal)."""
         texts = [prefix + text for text in texts] if prefix else list(texts)
         if not texts:
             return np.zeros((0, self.encoder.config.hidden_size), np.float32)
@@ -154,7 +155,7 @@ class BertTextEmbedder(BertTask):
                 lambda strings: self.embed(self.preprocessor(strings), training=False),
                 input_signature=[tf.TensorSpec([None], tf.string)],
             )
-        progress = keras.utils.Progbar(len(texts), verbose=verbose, unit_name="text") if verbose else None
+        progress = progress_bar(len(texts), unit_name="text", verbose=verbose) if verbose else None
         parts = []
         for start in range(0, len(texts), batch_size):
             batch = tf.constant([texts[i] for i in order[start : start + batch_size]])

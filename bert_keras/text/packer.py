@@ -10,6 +10,8 @@ tf.text op for packing (tf.text's `RoundRobinTrim` is linked only by TF Serving
 import keras
 import tensorflow as tf
 
+from bert_keras.compat import accept_raw_inputs
+
 TRUNCATIONS = ("longest_first", "round_robin", "waterfall")
 
 
@@ -58,8 +60,7 @@ class BertPacker(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self._convert_input_args = False
-        self._allow_non_tensor_positional_args = True
+        accept_raw_inputs(self)
         self.built = True
         if truncation not in TRUNCATIONS:
             raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}.")

@@ -11,6 +11,7 @@ call time, so it can be traced into `tf.data` maps and exported with
 
 import keras
 
+from bert_keras.compat import accept_raw_inputs
 from bert_keras.text.packer import BertPacker
 from bert_keras.text.tokenizer import BertTokenizer
 
@@ -42,8 +43,7 @@ class BertPreprocessor(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self._convert_input_args = False
-        self._allow_non_tensor_positional_args = True
+        accept_raw_inputs(self)
         self.built = True
         if not isinstance(tokenizer, BertTokenizer):
             raise TypeError(f"tokenizer must be a BertTokenizer, got {type(tokenizer).__name__}.")

@@ -43,6 +43,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bert_keras.compat import accept_raw_inputs
 from bert_keras.files import decode_text
 
 # Ops outside core TensorFlow that a graph using this tokenizer contains.
@@ -114,9 +115,7 @@ class BertTokenizer(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        # Strings in, ragged ids out: keep Keras from converting the inputs.
-        self._convert_input_args = False
-        self._allow_non_tensor_positional_args = True
+        accept_raw_inputs(self)  # strings in, ragged ids out
         self.built = True
         self.vocabulary = load_vocabulary(vocabulary)
         self.lower_case = bool(lower_case)

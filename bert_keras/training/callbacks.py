@@ -8,7 +8,9 @@ held-out metrics.
 import time
 
 import keras
-import tensorflow as tf
+
+# Every epoch's metrics and last step in TensorBoard, held-out ones included (a private Keras hook).
+from bert_keras.compat import TensorBoard as TensorBoard
 
 
 class StopAfterSteps(keras.callbacks.Callback):
@@ -25,17 +27,8 @@ class StopAfterSteps(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self.epoch * self.steps_per_epoch + batch + 1 >= self.steps:
             self.model.stop_training = True
-
-
-class TensorBoard(keras.callbacks.TensorBoard):
-    """`keras.callbacks.TensorBoard` that records every epoch's metrics, held-out ones
-    included. Keras 3.15 writes them under its batch-level condition (global batch a
-    multiple of `update_freq`), so an epoch ending on any other batch lost them: a run
-    of 2,000 steps checkpointed every 333 with `update_freq` 33 logged no held-out curve."""
-
-    def _log_epoch_metrics(self, epoch, logs):
-        with tf.summary.record_if(True):
-            super()._log_epoch_metrics(epoch, logs)
+            if batch + 1 < self.steps_per_epoch:  # Keras' progress bar then shows the planned length
+                print(f"\nstopping after batch {self.steps}: this epoch ran {batch + 1} of its {self.steps_per_epoch}")
 
 
 class TimeBudget(keras.callbacks.Callback):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from bert_keras.compat import patch_multi_worker_fit
 from bert_keras.models.dtype import warn_if_slow_bfloat16
 
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
@@ -40,7 +41,7 @@ def resolve_strategy(name="default", tpu=None, devices=None):
     - tpu: TPUStrategy on the TPU named by `tpu` ("local", a name or a grpc:// address;
       none: from the environment, as on a Cloud TPU VM).
 
-    Every strategy but "default" patches keras-team/keras#20585 (`multi_worker_fit`).
+    Every strategy but "default" patches keras-team/keras#20585 (`compat.patch_multi_worker_fit`).
     Resolve it before other TensorFlow work: multi-worker collectives are configured
     when TensorFlow starts its runtime.
     """
@@ -52,9 +53,7 @@ def resolve_strategy(name="default", tpu=None, devices=None):
         raise ValueError(f"a TPU address applies to strategy 'tpu', not to {name!r}")
     if name == "default":
         return tf.distribute.get_strategy()
-    from bert_keras.training import multi_worker_fit
-
-    multi_worker_fit.apply()
+    patch_multi_worker_fit()
     if name == "one_device":
         if devices and len(devices) > 1:
             raise ValueError(f"one_device takes one device, got {list(devices)}")

@@ -13,6 +13,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from bert_keras.compat import ClipsSummedGradients, variable_index
+
 # Matched (re.search) against `variable.path`, e.g. "bert_encoder/transformer_block_0/
 # attention_layer_norm/gamma" or ".../qkv_bias": LayerNorm scales/offsets and biases.
 NO_DECAY = ("layer_norm", "LayerNorm", "gamma", "beta", "bias")
@@ -72,8 +74,9 @@ def dense_gradient(gradient):
     return gradient
 
 
-class _DecoupledDecay(keras.optimizers.Optimizer):
-    """Shared base: Adam moments, a per-variable decay flag from `exclude_from_decay`."""
+class _DecoupledDecay(ClipsSummedGradients, keras.optimizers.Optimizer):
+    """Shared base: Adam moments, a per-variable decay flag from `exclude_from_decay`,
+    clipping of the gradient summed over replicas (densified: `dense_gradient`)."""
 
     def __init__(
         self,
@@ -101,15 +104,8 @@ class _DecoupledDecay(keras.optimizers.Optimizer):
         # update_step receives backend variables without a Keras path, so decide here.
         self._decays = [self.uses_weight_decay(variable) for variable in var_list]
 
-    def _clip_gradients(self, grads):
-        return grads  # clipped after the cross-replica sum, in _all_reduce_sum_gradients
-
-    def _all_reduce_sum_gradients(self, grads_and_vars):
-        # Keras clips each replica's share of the gradient before summing the shares,
-        # so N replicas would not train as one device does; clip the sum instead.
-        reduced = super()._all_reduce_sum_gradients(grads_and_vars)
-        clipped = super()._clip_gradients([dense_gradient(gradient) for gradient, _ in reduced])
-        return list(zip(clipped, [variable for _, variable in reduced]))
+    def gradient_to_clip(self, gradient):
+        return dense_gradient(gradient)
 
     def uses_weight_decay(self, variable):
         """False for variables whose path matches `exclude_from_decay` (LayerNorm, biases)."""
@@ -119,7 +115,7 @@ class _DecoupledDecay(keras.optimizers.Optimizer):
 
     def _moments_update(self, gradient, variable):
         """Updates m and v in place; returns the (uncorrected) m and v."""
-        index = self._get_variable_index(variable)
+        index = variable_index(self, variable)
         m, v = self._momentums[index], self._velocities[index]
         self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * gradient)
         self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(gradient))
@@ -167,12 +163,9 @@ class LAMB(_DecoupledDecay):
         gradient = ops.cast(gradient, variable.dtype)
         m, v, decays = self._moments_update(gradient, variable)
         # Updates happen once per accumulation window; count those, not micro-batches.
-        # `_iterations` counts micro-batches (`iterations` already divides it when
-        # accumulating: dividing that again gave step 0, and 0/0 at the first update).
-        step = ops.cast(
-            ops.floor_divide(self._iterations + 1, self.gradient_accumulation_steps or 1),
-            variable.dtype,
-        )
+        # `iterations` already counts windows when accumulating (dividing it again gave
+        # step 0, and 0/0 at the first update); this update is window `iterations + 1`.
+        step = ops.cast(self.iterations + 1, variable.dtype)
         m_hat = m / (1.0 - ops.power(self.beta_1, step))
         v_hat = v / (1.0 - ops.power(self.beta_2, step))
         update = m_hat / (ops.sqrt(v_hat) + self.epsilon)

@@ -10,6 +10,7 @@ import tensorflow as tf
 from conftest import DATA, require
 
 from bert_keras import BertTokenizer
+from bert_keras.compat import dataset_graph
 from bert_keras.data import dynamic_masking as dm
 from bert_keras.data.documents import detect_format, read_documents, split_sentences, tokenize_documents
 from bert_keras.data.instances import InstanceMaker, truncate_seq_pair
@@ -321,7 +322,7 @@ def test_no_python_in_the_pipeline(tokenizer):
     """Every step is a graph op: nothing holds the GIL, so tf.data scales with cores."""
 
     def python_ops(dataset):
-        graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+        graph = dataset_graph(dataset)
         nodes = list(graph.node) + [node for function in graph.library.function for node in function.node_def]
         return {node.op for node in nodes} & {"PyFunc", "EagerPyFunc", "PyFuncStateless", "GeneratorDataset"}
 

@@ -543,11 +543,10 @@ def test_fused_layer_norm_matches_layer_normalization(shape):
 
 def test_fused_layer_norm_becomes_one_onednn_kernel():
     """In a TF1 session (TF Serving's runtime) grappler turns it into `_MklLayerNorm`."""
-    from tensorflow.python.util import _pywrap_util_port
-
+    from bert_keras.compat import onednn_enabled
     from bert_keras.layers.layer_norm import FusedLayerNorm
 
-    if not _pywrap_util_port.IsMklEnabled():
+    if not onednn_enabled():
         pytest.skip("oneDNN is off (TF_ENABLE_ONEDNN_OPTS=0): no fused layer norm to check")
     graph = tf.Graph()
     with graph.as_default():

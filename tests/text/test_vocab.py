@@ -2,6 +2,7 @@
 
 import collections
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def test_learned_vocabulary_layout_and_coverage(tmp_path):
     assert float(tf.reduce_mean(tf.cast(ids == tokenizer.unk_id, tf.float32))) < 0.001
 
 
-def test_cli_writes_vocab_file(tmp_path):
+def test_cli_writes_vocab_file(tmp_path, capsys):
     import argparse
 
     from pipelines import vocab as vocab_pipeline
@@ -58,6 +59,10 @@ def test_cli_writes_vocab_file(tmp_path):
     tokens = out.read_text(encoding="utf-8").splitlines()
     assert tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and len(tokens) <= 300
     assert any(token[:1].isupper() for token in tokens[5:])  # cased
+    # stderr is not a terminal here: plain lines, no carriage returns redrawing one line.
+    progress = capsys.readouterr().err
+    assert "\r" not in progress
+    assert re.search(r"^counting words: [\d.]+ of [\d.]+ MiB, \d+ distinct words$", progress, re.M), progress
 
 
 def test_bad_requests_raise_clear_errors():

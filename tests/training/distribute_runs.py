@@ -214,11 +214,12 @@ def worker(index, ports, data, out):
     )
     import tensorflow as tf
 
-    from bert_keras.training import distribute, multi_worker_fit
+    from bert_keras import compat
+    from bert_keras.training import distribute
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # before the patch, for the probe
     upstream_error = keras_20585_error(strategy)
-    multi_worker_fit.apply()
+    compat.patch_multi_worker_fit()
     data, out = Path(data), Path(out)
     inputs = json.loads((data / "inputs.json").read_text())
     initial = load_weights(data / "initial.npz")["initial"]

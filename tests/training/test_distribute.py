@@ -155,14 +155,14 @@ def two_workers(tmp_path_factory):
 
 def test_keras_20585_still_needs_the_workaround(two_workers):
     """Fails once unpatched Keras can `fit` under MultiWorkerMirroredStrategy: then set
-    `bert_keras.training.multi_worker_fit.KERAS_20585_FIXED_IN` to the installed Keras version."""
+    `bert_keras.compat.KERAS_20585_FIXED_IN` to the installed Keras version."""
     import keras
 
     for report in two_workers["reports"]:
         error = report["upstream_error"]
         assert error is not None, (
             f"keras-team/keras#20585 is fixed in Keras {keras.version()}: set "
-            "bert_keras.training.multi_worker_fit.KERAS_20585_FIXED_IN and drop the workaround"
+            "bert_keras.compat.KERAS_20585_FIXED_IN and drop the workaround"
         )
         assert "PerReplica" in error, error
 

@@ -9,6 +9,7 @@ import tensorflow as tf
 from conftest import REFERENCE, require
 
 from bert_keras import BertConfig, BertEncoder
+from bert_keras.compat import variable_index
 from bert_keras.training.optimization import LAMB, AdamWeightDecay, WarmupLinearDecay, create_optimizer
 
 # optimization.py of google-research/bert: exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]
@@ -155,8 +156,10 @@ def test_optimizer_serialises(cls):
     restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
     assert type(restored) is cls
     assert restored.weight_decay_rate == 0.02 and restored.global_clipnorm == 1.0
-    assert isinstance(restored._learning_rate, WarmupLinearDecay)
-    assert restored._learning_rate.get_config() == optimizer._learning_rate.get_config()
+    schedule = restored.get_config()["learning_rate"]
+    assert schedule["registered_name"] == "bert_keras>WarmupLinearDecay"
+    assert isinstance(keras.optimizers.schedules.deserialize(schedule), WarmupLinearDecay)
+    assert schedule == optimizer.get_config()["learning_rate"]
 
 
 def test_bad_optimizer_name():
@@ -231,7 +234,7 @@ def test_clipping_norm_is_the_dense_gradient_norm(batch_size):
     optimizer.apply(grads, variables)
     # After one update m = (1 - beta_1) * clipped gradient = 0.1 * gradient / norm.
     for variable, gradient in zip(variables, dense):
-        momentum = optimizer._momentums[optimizer._get_variable_index(variable)].numpy()
+        momentum = optimizer._momentums[variable_index(optimizer, variable)].numpy()
         np.testing.assert_allclose(momentum / 0.1, gradient / norm, rtol=2e-5, atol=1e-9, err_msg=variable.path)
 
 
