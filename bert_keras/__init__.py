@@ -23,6 +23,7 @@ from bert_keras.models.pretrainer import BertPretrainer  # noqa: E402
 from bert_keras.tasks.classifier import BertClassifier  # noqa: E402
 from bert_keras.tasks.feature_extractor import BertFeatureExtractor  # noqa: E402
 from bert_keras.tasks.multiple_choice import BertMultipleChoice  # noqa: E402
+from bert_keras.tasks.reranker import BertReranker  # noqa: E402
 from bert_keras.tasks.span_labeler import BertSpanLabeler  # noqa: E402
 from bert_keras.tasks.task import BertTask  # noqa: E402
 from bert_keras.tasks.text_embedder import BertTextEmbedder  # noqa: E402
@@ -43,6 +44,7 @@ __all__ = [
     "BertPacker",
     "BertPreprocessor",
     "BertPretrainer",
+    "BertReranker",
     "BertSpanLabeler",
     "BertTask",
     "BertTextEmbedder",

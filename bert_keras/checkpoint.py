@@ -10,6 +10,7 @@ lists which canonical names fill each of its variables (its `original_weight_map
 import json
 import re
 import shutil
+import warnings
 from pathlib import Path
 
 import keras
@@ -17,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras.config import BertConfig
+from bert_keras.files import read_text
 
 TF1_CONFIG = "bert_config.json"
 TF1_PREFIX = "bert_model.ckpt"
@@ -26,8 +28,48 @@ VOCAB = "vocab.txt"
 
 # Variables that training leaves in original checkpoints and that hold no model weight.
 TF1_IGNORED = re.compile(r"(^global_step$|/adam_[mv]$|^bad_steps$|^good_steps$|^loss_scale)")
-# Hugging Face entries that duplicate or derive from other weights.
+# Hugging Face entries that duplicate or derive from other weights (the tied decoder is
+# checked against the word embeddings by `read_hf`).
 HF_IGNORED = re.compile(r"(^embeddings\.position_ids$|^cls\.predictions\.decoder\.(weight|bias)$)")
+# The heads of the original scripts, in their [out, in] layout: run_classifier's
+# `output_weights` [num_labels, H] (also what token classification and multiple choice
+# use) and run_squad's `cls/squad/output_weights` [2, H]; Hugging Face's BertFor* name them so.
+HF_HEADS = {
+    "classifier.weight": "output_weights",
+    "classifier.bias": "output_bias",
+    "qa_outputs.weight": "cls/squad/output_weights",
+    "qa_outputs.bias": "cls/squad/output_bias",
+}
+# Names of head variables: everything an encoder ignores.
+HEAD_NAMES = r"^(cls/|output_weights$|output_bias$)"
+# The pooler, which BertForTokenClassification, BertForQuestionAnswering and
+# BertForMaskedLM do not have: a model loaded from them starts a new one.
+POOLER_NAMES = r"^bert/pooler/"
+HF_WITHOUT_POOLER = ("BertForTokenClassification", "BertForQuestionAnswering", "BertForMaskedLM")
+LABELS = "labels.txt"
+
+
+class Transposed:
+    """A 2-D variable seen as its transpose, for weight maps of heads whose original
+    layout is [out, in] (run_classifier's `output_weights`) while Keras' Dense is [in, out]."""
+
+    def __init__(self, variable):
+        self.variable = variable
+
+    @property
+    def shape(self):
+        return tuple(reversed(self.variable.shape))
+
+    @property
+    def dtype(self):
+        return self.variable.dtype
+
+    @property
+    def value(self):
+        return keras.ops.transpose(self.variable.value)
+
+    def assign(self, value):
+        self.variable.assign(np.transpose(value))
 
 
 def get_original_weights(weight_map):
@@ -39,17 +81,25 @@ def get_original_weights(weight_map):
     return weights
 
 
-def set_original_weights(weight_map, weights, ignore=None, source="checkpoint"):
+def set_original_weights(weight_map, weights, ignore=None, source="checkpoint", optional=None):
     """Assigns canonical weights; any missing, unexpected or mis-shaped name is an error.
 
     `ignore` is a regex of names that may be present but are not this model's (for
-    example the `cls/` pre-training heads when loading an encoder alone).
+    example the `cls/` pre-training heads when loading an encoder alone); `optional`
+    one of a part that may be missing as a whole (its variables keep their initial
+    values, with a warning).
     """
     expected = {}
     for variable, names in weight_map:
         *outer, last = variable.shape
         for name in names:
             expected[name] = (*outer, last // len(names))
+    part = {name for name in expected if optional and re.search(optional, name)}
+    absent = sorted(part) if not part & set(weights) else []  # the whole part, or it is incomplete
+    if absent:
+        warnings.warn(f"{source} has no {absent}: starting them from new initial values", stacklevel=3)
+        weight_map = [(variable, names) for variable, names in weight_map if names[0] not in absent]
+        expected = {name: shape for name, shape in expected.items() if name not in absent}
     missing = sorted(set(expected) - set(weights))
     unexpected = sorted(name for name in set(weights) - set(expected) if not (ignore and re.search(ignore, name)))
     mis_shaped = sorted(
@@ -91,8 +141,13 @@ def detect_format(path):
             return "tf1"
         if (path / "pytorch_model.bin").exists():
             raise ValueError(
-                f"{path} holds PyTorch pickles (pytorch_model.bin); bert-keras reads "
-                "safetensors only: re-save the model with safe_serialization=True"
+                f"{path} holds PyTorch pickles (pytorch_model.bin) and no {HF_WEIGHTS}; bert-keras reads "
+                "safetensors only (pickles run code when loaded). Convert it once where transformers and "
+                'torch are installed: python -c "import sys, transformers as t; '
+                "c = t.AutoConfig.from_pretrained(sys.argv[1]); "
+                "getattr(t, (c.architectures or ['BertModel'])[0]).from_pretrained(sys.argv[1])"
+                '.save_pretrained(sys.argv[2], safe_serialization=True)" '
+                f"{path} {path}-safetensors (then copy its vocab.txt and tokenizer files across)"
             )
         raise FileNotFoundError(f"{path} has no {HF_WEIGHTS}, no TF1 checkpoint (*.index) and is not a .keras file")
     if Path(f"{path}.index").exists():
@@ -129,8 +184,9 @@ def read_tf1(path):
     return weights, config, _vocab_in(folder)
 
 
-def write_tf1(weights, config, path, vocab_path=None):
-    """Writes `bert_model.ckpt.*`, `bert_config.json` and the vocab in the released layout."""
+def write_tf1(weights, config, path, vocab_path=None, head=None):
+    """Writes `bert_model.ckpt.*`, `bert_config.json` and the vocab in the released layout,
+    and a task head's label names (`head`, see `head_config`) as labels.txt, one a line."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     names = sorted(weights)
@@ -145,11 +201,15 @@ def write_tf1(weights, config, path, vocab_path=None):
     )
     config.write_original_json(path / TF1_CONFIG)
     _copy_vocab(vocab_path, path)
+    if head and head.get("labels"):
+        (path / LABELS).write_text("".join(f"{label}\n" for label in head["labels"]), encoding="utf-8")
 
 
 def hf_to_original(name):
     """Hugging Face parameter name -> (original name, transpose?)."""
     name = name.removeprefix("bert.")
+    if name in HF_HEADS:
+        return HF_HEADS[name], False
     if name == "cls.predictions.bias":
         return "cls/predictions/output_bias", False
     if name.startswith("cls.seq_relationship."):
@@ -168,6 +228,9 @@ def hf_to_original(name):
 
 def original_to_hf(name, prefix):
     """Original name -> (Hugging Face name, transpose?); `prefix` is "bert." or ""."""
+    heads = {original: hf for hf, original in HF_HEADS.items()}
+    if name in heads:
+        return heads[name], False
     if name == "cls/predictions/output_bias":
         return "cls.predictions.bias", False
     if name.startswith("cls/seq_relationship/"):
@@ -192,37 +255,103 @@ def read_hf(path):
         tensors = load_file(str(path / HF_WEIGHTS))
     except (SafetensorError, TypeError, ValueError) as error:
         raise ValueError(f"cannot read {path / HF_WEIGHTS}: {error}") from None
+    tensors = {name.removeprefix("bert."): value for name, value in tensors.items()}
     weights = {}
     for hf_name, value in tensors.items():
-        if HF_IGNORED.search(hf_name.removeprefix("bert.")):
+        if HF_IGNORED.search(hf_name):
             continue
         name, transpose = hf_to_original(hf_name)
         weights[name] = value.T if transpose else value
+    _check_decoder(tensors, weights, path / HF_WEIGHTS)
     return weights, _read_config(path / HF_CONFIG), _vocab_in(path)
 
 
-def write_hf(weights, config, path, vocab_path=None):
+def _check_decoder(tensors, weights, source):
+    """A masked-LM decoder saved untied (its own weight, or its bias as `decoder.bias`)
+    loads when it equals the word embeddings it is tied to here; a different one is an error."""
+    decoder = tensors.get("cls.predictions.decoder.weight")
+    embeddings = weights.get("bert/embeddings/word_embeddings")
+    if decoder is not None and embeddings is not None and not np.array_equal(decoder, embeddings):
+        raise ValueError(
+            f"{source}: cls.predictions.decoder.weight differs from the word embeddings; bert-keras ties the "
+            "masked-LM decoder to them, so this untied decoder cannot be loaded"
+        )
+    if "cls.predictions.decoder.bias" in tensors:
+        weights.setdefault("cls/predictions/output_bias", tensors["cls.predictions.decoder.bias"])
+
+
+def write_hf(weights, config, path, vocab_path=None, head=None):
     """Writes `config.json` + `model.safetensors` (+ vocab) that transformers loads.
 
-    With pre-training heads the names are BertForPreTraining's (`bert.` prefix; the
-    decoder weight is tied to the word embeddings, so it is not stored); otherwise
-    BertModel's.
+    `head` (see `head_config`) names the task model's BertFor* class and its labels;
+    without one, pre-training heads make it BertForPreTraining (BertForMaskedLM with no
+    next-sentence head), else BertModel. The masked-LM decoder weight is tied to the
+    word embeddings, so it is not stored; classes without a pooler get none.
     """
     from safetensors.numpy import save_file
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    with_heads = any(name.startswith("cls/") for name in weights)
+    if head:
+        architecture = head["architecture"]
+    elif any(name.startswith("cls/seq_relationship/") for name in weights):
+        architecture = "BertForPreTraining"
+    elif any(name.startswith("cls/") for name in weights):
+        architecture = "BertForMaskedLM"
+    else:
+        architecture = "BertModel"
+    prefix = "" if architecture == "BertModel" else "bert."
     tensors = {}
     for name, value in weights.items():
-        hf_name, transpose = original_to_hf(name, "bert." if with_heads else "")
+        if architecture in HF_WITHOUT_POOLER and re.search(POOLER_NAMES, name):
+            continue
+        hf_name, transpose = original_to_hf(name, prefix)
         tensors[hf_name] = np.ascontiguousarray(value.T if transpose else value)
     save_file(tensors, str(path / HF_WEIGHTS), metadata={"format": "pt"})
-    hf_config = config.to_hf_dict()
-    if with_heads:
-        hf_config["architectures"] = ["BertForPreTraining"]
+    hf_config = {**config.to_hf_dict(), "architectures": [architecture], **head_config(head)}
     (path / HF_CONFIG).write_text(json.dumps(hf_config, indent=2) + "\n")
     _copy_vocab(vocab_path, path)
+
+
+def head_config(head):
+    """config.json's fields for a task head: `head` is a dict with `architecture`,
+    `num_labels`, `labels` (names, or None for LABEL_0, ...) and `problem_type` (or None)."""
+    if not head or head.get("num_labels") is None:
+        return {}
+    labels = head.get("labels") or [f"LABEL_{i}" for i in range(head["num_labels"])]
+    values = {
+        "id2label": {str(i): label for i, label in enumerate(labels)},
+        "label2id": {label: i for i, label in enumerate(labels)},
+    }
+    if head.get("problem_type"):
+        values["problem_type"] = head["problem_type"]
+    return values
+
+
+def read_head(path, format=None):
+    """What a checkpoint says of its task head: a dict with `architecture` (config.json's
+    first `architectures`, None for TF1), `labels` (from `id2label`, or TF1's labels.txt;
+    None when absent or the defaults LABEL_0, ...) and `problem_type`."""
+    format = format or detect_format(path)
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    if format == "tf1":
+        labels_file = folder / LABELS
+        labels = read_text(labels_file, "labels").splitlines() if labels_file.exists() else None
+        return {"architecture": None, "labels": labels, "problem_type": None}
+    values = _read_json(folder / HF_CONFIG)
+    id2label = values.get("id2label") or {}
+    try:
+        ids = sorted(int(key) for key in id2label)
+    except ValueError:
+        raise ValueError(f"{folder / HF_CONFIG}: id2label keys must be integers, got {sorted(id2label)}") from None
+    if ids != list(range(len(ids))):
+        raise ValueError(f"{folder / HF_CONFIG}: id2label must number the labels 0..{len(ids) - 1}, got {ids}")
+    labels = [str(id2label[str(i)]) for i in ids] or None
+    if labels == [f"LABEL_{i}" for i in range(len(ids))]:
+        labels = None
+    architectures = values.get("architectures") or [None]
+    return {"architecture": architectures[0], "labels": labels, "problem_type": values.get("problem_type")}
 
 
 READERS = {"tf1": read_tf1, "hf": read_hf}
@@ -237,11 +366,12 @@ def read(path, format=None):
     return READERS[format](path)
 
 
-def write(weights, config, path, format, vocab_path=None):
-    """Writes canonical weights in `format` ('tf1' or 'hf'), the vocab beside them."""
+def write(weights, config, path, format, vocab_path=None, head=None):
+    """Writes canonical weights in `format` ('tf1' or 'hf'), the vocab beside them, and a
+    task head's class and labels (`head`, see `head_config`)."""
     if format not in WRITERS:
         raise ValueError(f"cannot write format {format!r}; use keras, {' or '.join(WRITERS)}")
-    WRITERS[format](weights, config, path, vocab_path)
+    WRITERS[format](weights, config, path, vocab_path, head)
 
 
 def _read_config(path):
@@ -277,7 +407,26 @@ ST_PROMPTS = ("query", "document")
 
 
 def is_sentence_transformers(path):
-    return Path(path).is_dir() and (Path(path) / ST_MODULES).is_file()
+    """Whether `path` is a sentence-transformers embedding folder (a CrossEncoder's,
+    which also has modules.json, is read as the Hugging Face folder it holds)."""
+    path = Path(path)
+    return path.is_dir() and (path / ST_MODULES).is_file() and not is_cross_encoder(path)
+
+
+def is_cross_encoder(path):
+    """Whether `path` is a sentence-transformers CrossEncoder folder (v5+ names itself one
+    in config_sentence_transformers.json; older ones keep their activation in config.json)."""
+    path = Path(path)
+    settings = path / "config_sentence_transformers.json"
+    if settings.is_file() and _read_json(settings).get("model_type") == "CrossEncoder":
+        return True
+    config = path / HF_CONFIG
+    if not config.is_file():
+        return False
+    values = _read_json(config)
+    return "activation_fn" in (values.get("sentence_transformers") or {}) or bool(
+        values.get("sbert_ce_default_activation_function")
+    )
 
 
 def read_sentence_transformers(path):
@@ -358,14 +507,17 @@ def write_sentence_transformers(path, pooling, normalize, max_seq_length, lower_
             "default_prompt_name": None,
             "similarity_fn_name": "cosine",
         },
-        "tokenizer_config.json": {
-            "tokenizer_class": "BertTokenizer",
-            "do_lower_case": lower_case,
-            "model_max_length": max_seq_length,
-        },
     }
     for name, values in files.items():
         (path / name).write_text(json.dumps(values, indent=2) + "\n", encoding="utf-8")
+    write_tokenizer_config(path, lower_case, max_seq_length)
+
+
+def write_tokenizer_config(path, lower_case, max_seq_length):
+    """`tokenizer_config.json` beside a vocab.txt, so transformers' AutoTokenizer splits
+    and truncates text as the model's preprocessor does."""
+    values = {"tokenizer_class": "BertTokenizer", "do_lower_case": lower_case, "model_max_length": max_seq_length}
+    (Path(path) / "tokenizer_config.json").write_text(json.dumps(values, indent=2) + "\n", encoding="utf-8")
 
 
 def _read_json(path):
@@ -375,3 +527,38 @@ def _read_json(path):
         raise FileNotFoundError(f"no {Path(path).name} at {path}") from None
     except ValueError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
+
+
+# The activations a CrossEncoder stores (as torch class paths), by the names `BertReranker` uses.
+CROSS_ENCODER_ACTIVATIONS = {
+    "sigmoid": "torch.nn.modules.activation.Sigmoid",
+    "identity": "torch.nn.modules.linear.Identity",
+    "tanh": "torch.nn.modules.activation.Tanh",
+}
+
+
+def read_cross_encoder(path):
+    """A sentence-transformers CrossEncoder folder's settings: `activation` (from
+    `config_sentence_transformers.json`'s `activation_fn` (v5+), config.json's
+    `sentence_transformers.activation_fn` (v4) or `sbert_ce_default_activation_function`
+    (older); None when unsaid) and `max_seq_length` (the tokenizer's `model_max_length`,
+    or sentence_bert_config.json's; None when unsaid)."""
+    path = Path(path)
+    config = _read_json(path / HF_CONFIG)
+    found = None
+    if (path / "config_sentence_transformers.json").exists():
+        found = _read_json(path / "config_sentence_transformers.json").get("activation_fn")
+    found = (
+        found
+        or (config.get("sentence_transformers") or {}).get("activation_fn")
+        or config.get("sbert_ce_default_activation_function")
+    )
+    names = {torch_path: name for name, torch_path in CROSS_ENCODER_ACTIVATIONS.items()}
+    if found and found not in names:
+        raise ValueError(f"{path}: CrossEncoder activation {found!r}; bert-keras reads {sorted(names)}")
+    lengths = []
+    for name, key in (("tokenizer_config.json", "model_max_length"), ("sentence_bert_config.json", "max_seq_length")):
+        if (path / name).exists():
+            lengths.append(_read_json(path / name).get(key))
+    lengths = [length for length in lengths if isinstance(length, int) and 0 < length < 1_000_000]
+    return {"activation": names.get(found), "max_seq_length": lengths[0] if lengths else None}

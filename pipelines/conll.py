@@ -35,12 +35,7 @@ def run(args):
     train_sentences = read_conll(data_dir / "eng.train")[: args.max_examples]
     eval_sentences = read_conll(data_dir / f"eng.{args.eval_split}")[: args.max_examples]
     print(f"CoNLL-2003: {len(train_sentences)} training sentences, {len(eval_sentences)} in eng.{args.eval_split}")
-    strategy, model = build_head(
-        args,
-        lambda encoder, preprocessor: BertTokenClassifier(
-            encoder, len(LABELS), preprocessor=preprocessor, labels=LABELS
-        ),
-    )
+    strategy, model = build_head(args, BertTokenClassifier, num_classes=len(LABELS), labels=LABELS)
     output_dir = Path(args.output_dir)
     tagged = {}  # the last evaluation's predicted tags
 

@@ -1,4 +1,4 @@
-"""`bert-keras convert`: move encoder weights between Keras, Hugging Face and TF1 formats."""
+"""`bert-keras convert`: move a model between Keras, Hugging Face and TF1 formats, task heads included."""
 
 from pipelines.arguments import CheckpointPath
 
@@ -9,7 +9,9 @@ def register(subparsers):
     parser = subparsers.add_parser(
         "convert",
         help="convert a BERT checkpoint between .keras, Hugging Face and original TF1 formats",
-        description="Convert a BERT encoder checkpoint. Pre-training heads are dropped.",
+        description="Convert a BERT checkpoint: an encoder, a pre-training model or a fine-tuned task model "
+        "with its head and labels (Hugging Face BertFor* folders, run_classifier/run_squad TF1 checkpoints, "
+        "task .keras files).",
     )
     parser.add_argument("--from", dest="source_format", choices=FORMATS, help="default: detected")
     parser.add_argument(
@@ -21,16 +23,21 @@ def register(subparsers):
 
 
 def run(args):
-    from bert_keras.models.encoder import BertEncoder
     from bert_keras.models.saving import save_checkpoint
+    from bert_keras.tasks.checkpoint_models import load_model
+    from bert_keras.tasks.task import BertTask
 
     if args.target_format == "keras" and not args.target.endswith(".keras"):
         raise ValueError(f"a Keras target must end in .keras, got {args.target}")
-    encoder = BertEncoder.from_checkpoint(args.source, format=args.source_format)
-    save_checkpoint(encoder, args.target, args.target_format)
-    config = encoder.config
+    model = load_model(args.source, format=args.source_format)
+    if isinstance(model, BertTask):
+        model.save_checkpoint(args.target, args.target_format)
+    else:
+        save_checkpoint(model, args.target, args.target_format)
+    config = model.config
+    labels = f", labels {model.labels}" if getattr(model, "labels", None) else ""
     print(
-        f"wrote {args.target_format} checkpoint to {args.target}: "
+        f"wrote {args.target_format} {type(model).__name__} to {args.target}: "
         f"L{config.num_hidden_layers}/H{config.hidden_size}/A{config.num_attention_heads}, "
-        f"{encoder.count_params():,} parameters"
+        f"{model.count_params():,} parameters{labels}"
     )

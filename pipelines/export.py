@@ -85,17 +85,21 @@ def add_format_arguments(parser):
 
 
 def load_model(path, pretrainer=False):
+    """The model to serve: a `.keras` file as saved, a task folder's head (a Hugging Face
+    BertFor* folder, a run_classifier/run_squad checkpoint) with its labels, or an encoder;
+    the pre-training heads only with `pretrainer`."""
     import bert_keras  # noqa: F401  (registers every serialisable class)
     from bert_keras.checkpoint import is_keras_file
-    from bert_keras.models.encoder import BertEncoder
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.models.saving import load_keras_file
+    from bert_keras.tasks.checkpoint_models import load_model as load_any
 
     if is_keras_file(path):
         return load_keras_file(path)  # any saved model: a task head, an encoder, a pre-training model
     if pretrainer:
         return BertPretrainer.from_checkpoint(path)
-    return BertEncoder.from_checkpoint(path)
+    model = load_any(path)
+    return model.encoder if isinstance(model, BertPretrainer) else model
 
 
 def serving_preprocessor(model, source, vocab, cased, max_seq_length):

@@ -56,24 +56,23 @@ def parse_layers(text):
 def run(args):
     import tensorflow as tf
 
-    from bert_keras.models.encoder import BertEncoder
     from bert_keras.tasks.feature_extractor import BertFeatureExtractor
-    from bert_keras.tasks.preprocessing import preprocessor_for
 
     layers = parse_layers(args.layers)
     examples = read_examples(args.input)
     source = checkpoint_source(args.init)
-    encoder = BertEncoder.from_checkpoint(source)
-    print(f"encoder {source}: L{encoder.config.num_hidden_layers}/H{encoder.config.hidden_size}")
-    preprocessor = preprocessor_for(
-        encoder,
-        args.vocab,
-        False if args.cased else None,
-        checkpoint=source,
+    extractor = BertFeatureExtractor.from_checkpoint(
+        source,
+        vocab=args.vocab,
+        lower_case=False if args.cased else None,
         seq_length=None,
         max_seq_length=args.max_seq_length,
+        layers=layers,
+        combine="stack",
+        pooling=args.pooling or "cls",
     )
-    extractor = BertFeatureExtractor(encoder, layers=layers, combine="stack", pooling=args.pooling or "cls")
+    config, preprocessor = extractor.encoder.config, extractor.preprocessor
+    print(f"encoder {source}: L{config.num_hidden_layers}/H{config.hidden_size}")
     features = tf.function(lambda inputs: extractor(inputs, training=False), reduce_retracing=True)
     tokenizer = preprocessor.tokenizer
 

@@ -1,4 +1,4 @@
-"""`bert-keras finetune glue|squad|conll|tsv|embedder`: the original fine-tuning recipe through `model.fit`.
+"""`bert-keras finetune glue|squad|conll|tsv|embedder|reranker`: the original fine-tuning recipe through `model.fit`.
 
 Shared here: the common flags, the encoder/preprocessor set-up, a classifier's data
 (GLUE and TSV: length-grouped batches) and `train`, which calls the library's run,
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipelines.arguments import add_checkpoint_arguments, add_distribution_arguments, checkpoint_source
 
-TASK_MODULES = ("glue", "squad", "conll", "tsv", "embedder")
+TASK_MODULES = ("glue", "squad", "conll", "tsv", "embedder", "reranker")
 
 
 def register(subparsers):
@@ -45,6 +45,7 @@ RUN_FILES = {
     "null_odds.json",
     "checkpoints",
     "sentence-transformers",
+    "cross-encoder",
 }
 
 
@@ -90,6 +91,9 @@ def add_common_arguments(parser, learning_rate=2e-5, epochs=3, batch_size=32, ma
     parser.add_argument("--warmup-proportion", type=float, default=0.1)
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--max-seq-length", type=int, default=max_seq_length)
+    parser.add_argument(
+        "--new-head", action="store_true", help="start a new head even when --init holds a trained one of this task"
+    )
     parser.add_argument("--max-train-steps", type=int, help="stop after this many updates (tests, time budgets)")
     parser.add_argument("--max-examples", type=int, help="use only the first N training and evaluation examples")
     parser.add_argument(
@@ -120,34 +124,26 @@ def training_setup(args, seq_length=None):
     return strategy, seq_length
 
 
-def build_head(args, make_head, seq_length=None):
-    """Encoder from `--init`, its preprocessor (padding as `training_setup` says, up to
-    `--max-seq-length`), and `make_head(encoder, preprocessor)`, inside the
-    `--strategy` scope. Returns (strategy, model)."""
-    from bert_keras.models.encoder import BertEncoder
-    from bert_keras.tasks.preprocessing import preprocessor_for
-
+def build_head(args, head_class, seq_length=None, **head_arguments):
+    """`head_class.from_checkpoint(--init)` with its preprocessor (padding as
+    `training_setup` says, up to `--max-seq-length`) inside the `--strategy` scope: a
+    trained head of that kind in `--init` is kept unless `--new-head`. Returns (strategy, model)."""
     source = checkpoint_source(args.init)
     strategy, seq_length = training_setup(args, seq_length)
     with strategy.scope():
-        encoder = BertEncoder.from_checkpoint(source)
-        if args.max_seq_length > encoder.config.max_position_embeddings:
-            raise ValueError(
-                f"--max-seq-length {args.max_seq_length} exceeds the model's "
-                f"max_position_embeddings {encoder.config.max_position_embeddings}"
-            )
-        preprocessor = preprocessor_for(
-            encoder,
-            args.vocab,
-            False if args.cased else None,
-            checkpoint=source,
+        model = head_class.from_checkpoint(
+            source,
+            vocab=args.vocab,
+            lower_case=False if args.cased else None,
             seq_length=seq_length,
             max_seq_length=args.max_seq_length,
+            new_head=args.new_head,
+            **head_arguments,
         )
-        model = make_head(encoder, preprocessor)
+    config = model.encoder.config
     print(
-        f"encoder {source}: L{encoder.config.num_hidden_layers}/H{encoder.config.hidden_size}, "
-        f"lower_case={preprocessor.tokenizer.lower_case}"
+        f"encoder {source}: L{config.num_hidden_layers}/H{config.hidden_size}, "
+        f"lower_case={model.preprocessor.tokenizer.lower_case}"
     )
     return strategy, model
 
@@ -164,12 +160,7 @@ def train_classifier(args, train_examples, dev_sets, labels, score, main_metric)
     from bert_keras.training.finetuning import length_grouped_batches
 
     regression = labels is None
-    strategy, model = build_head(
-        args,
-        lambda encoder, preprocessor: BertClassifier(
-            encoder, 1 if regression else len(labels), preprocessor=preprocessor, labels=labels
-        ),
-    )
+    strategy, model = build_head(args, BertClassifier, num_classes=1 if regression else len(labels), labels=labels)
 
     def evaluate(model):
         metrics = {}

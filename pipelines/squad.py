@@ -48,9 +48,7 @@ def run(args):
     version_2 = args.version_2_with_negative
     train_examples = read_squad(args.train_file, parse_slice(args.train_articles))[: args.max_examples]
     eval_examples = read_squad(args.predict_file, parse_slice(args.predict_articles))[: args.max_examples]
-    strategy, model = build_head(
-        args, lambda encoder, preprocessor: BertSpanLabeler(encoder, preprocessor=preprocessor)
-    )
+    strategy, model = build_head(args, BertSpanLabeler)
     tokenizer = model.preprocessor.tokenizer
     options = dict(
         max_seq_length=args.max_seq_length, doc_stride=args.doc_stride, max_query_length=args.max_query_length

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from bert_keras.checkpoint import set_original_weights
+from bert_keras.checkpoint import HEAD_NAMES, POOLER_NAMES, set_original_weights
 from bert_keras.config import BertConfig
 from bert_keras.layers import BertEmbeddings, BertPooler, TransformerEncoderBlock
 from bert_keras.layers.attention_mask import attention_bias, packed_position_ids
@@ -164,7 +164,8 @@ class BertEncoder(keras.Model):
     def from_checkpoint(cls, path, format=None, config=None):
         """Loads an original TF1 checkpoint, a Hugging Face folder or a `.keras` file.
 
-        Pre-training heads (`cls/...`) in the checkpoint are ignored; `config` overrides
+        Pre-training and task heads in the checkpoint are ignored (a missing pooler, as in
+        BertForTokenClassification folders, starts new); `config` overrides
         the config file found beside the weights (e.g. to change dropout)."""
         return load_checkpoint(cls, path, format, config)
 
@@ -172,7 +173,9 @@ class BertEncoder(keras.Model):
     def from_original_weights(cls, weights, config, source="checkpoint"):
         """An encoder with canonical `{original name: array}` weights (`checkpoint.read`)."""
         encoder = cls(config)
-        set_original_weights(encoder.original_weight_map(), weights, ignore=r"^cls/", source=source)
+        set_original_weights(
+            encoder.original_weight_map(), weights, ignore=HEAD_NAMES, source=source, optional=POOLER_NAMES
+        )
         return encoder
 
     def original_weight_map(self):

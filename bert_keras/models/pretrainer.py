@@ -5,7 +5,7 @@ import warnings
 import keras
 import tensorflow as tf
 
-from bert_keras.checkpoint import set_original_weights
+from bert_keras.checkpoint import POOLER_NAMES, set_original_weights
 from bert_keras.layers import BertMaskedLMHead, BertNextSentenceHead
 from bert_keras.models.encoder import INPUT_NAMES, PACKING_INPUT, BertEncoder
 from bert_keras.models.saving import load_checkpoint
@@ -229,7 +229,11 @@ class BertPretrainer(keras.Model):
                 (variable, names) for variable, names in weight_map if not names[0].startswith("cls/seq_relationship/")
             ]
         set_original_weights(
-            weight_map, weights, source=source, ignore=None if next_sentence else "^cls/seq_relationship/"
+            weight_map,
+            weights,
+            source=source,
+            ignore=None if next_sentence else "^cls/seq_relationship/",
+            optional=POOLER_NAMES,
         )
         return pretrainer
 

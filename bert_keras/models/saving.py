@@ -52,11 +52,12 @@ def load_checkpoint(cls, path, format=None, config=None, **kwargs):
     return model
 
 
-def save_checkpoint(model, path, format, vocab_path=None):
+def save_checkpoint(model, path, format, vocab_path=None, head=None):
     """Writes `model` as a `.keras` file, a Hugging Face folder or a TF1 checkpoint,
-    with `vocab_path` (default: the one it was loaded with) copied beside the weights."""
+    with `vocab_path` (default: the one it was loaded with) copied beside the weights
+    and a task head's class and labels (`head`, see `checkpoint.head_config`)."""
     if format == "keras":
         model.save(path)
         return
     weights = checkpoint.get_original_weights(model.original_weight_map())
-    checkpoint.write(weights, model.config, path, format, vocab_path or model.vocab_path)
+    checkpoint.write(weights, model.config, path, format, vocab_path or model.vocab_path, head)

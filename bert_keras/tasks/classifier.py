@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bert_keras.checkpoint import Transposed
 from bert_keras.tasks.serving_signature import ServingSignature, as_float32, label_table
 from bert_keras.tasks.task import BertTask, default_optimizer, output_layer
 
@@ -16,6 +17,9 @@ class BertClassifier(BertTask):
         encoder: a `BertEncoder`.
         num_classes: K; `1` makes it a regression head (STS-B), trained with MSE.
         dropout: on the pooled vector (the original uses 0.1).
+        multi_label: each class is a yes/no of its own (Hugging Face's
+            `multi_label_classification`): sigmoid cross-entropy, served as per-class
+            probabilities.
         preprocessor: optional `BertPreprocessor` for raw text in fit/evaluate/predict
             (strings `[B]`, or a tuple `(text_a, text_b)` of them).
 
@@ -23,11 +27,16 @@ class BertClassifier(BertTask):
     regression).
     """
 
-    def __init__(self, encoder, num_classes=2, dropout=0.1, preprocessor=None, **kwargs):
+    hf_architecture = "BertForSequenceClassification"
+
+    def __init__(self, encoder, num_classes=2, dropout=0.1, preprocessor=None, multi_label=False, **kwargs):
         super().__init__(encoder, preprocessor, **kwargs)
         if num_classes < 1:
             raise ValueError(f"num_classes must be positive, got {num_classes}")
+        if multi_label and num_classes == 1:
+            raise ValueError("a multi-label classifier needs more than one class; num_classes=1 is regression")
         self.num_classes = int(num_classes)
+        self.multi_label = bool(multi_label)
         self.dropout_rate = float(dropout)
         self.dropout = keras.layers.Dropout(dropout)
         self.logits = output_layer(encoder, num_classes, "logits")
@@ -38,30 +47,75 @@ class BertClassifier(BertTask):
         return self.logits(self.dropout(pooled, training=training))
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
-        """Defaults: AdamW 5e-5; cross-entropy on logits and accuracy, or MSE for K=1."""
+        """Defaults: AdamW 5e-5; cross-entropy on logits and accuracy, MSE for K=1, or
+        sigmoid cross-entropy on `[B, K]` 0/1 targets for multi-label."""
         regression = self.num_classes == 1
         if optimizer == "auto":
             optimizer = default_optimizer()
         if loss == "auto":
-            loss = (
-                keras.losses.MeanSquaredError()
-                if regression
-                else keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-            )
+            if regression:
+                loss = keras.losses.MeanSquaredError()
+            elif self.multi_label:
+                loss = keras.losses.BinaryCrossentropy(from_logits=True)
+            else:
+                loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         if metrics == "auto":
-            metrics = [] if regression else [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+            if regression:
+                metrics = []
+            elif self.multi_label:
+                metrics = [keras.metrics.BinaryAccuracy(name="accuracy", threshold=0.0)]
+            else:
+                metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def serving_signature(self, preprocessor, labels=None):
         """Served: `logits`, `probabilities`, `label_ids` (and `labels` with class
-        names), or `score` for regression (which has no labels)."""
+        names), or `score` for regression (which has no labels); multi-label: `logits`,
+        sigmoid `probabilities`, `predicted` 0/1 per class (and `labels`: each
+        predicted class's name, "" for the others)."""
         if self.num_classes == 1:
             return ClassifierSignature(self, preprocessor, None)
         table = label_table(labels, self.num_classes, f"a classifier of {self.num_classes} classes")
         return ClassifierSignature(self, preprocessor, table)
 
     def get_config(self):
-        return {**super().get_config(), "num_classes": self.num_classes, "dropout": self.dropout_rate}
+        return {
+            **super().get_config(),
+            "num_classes": self.num_classes,
+            "dropout": self.dropout_rate,
+            "multi_label": self.multi_label,
+        }
+
+    # --- checkpoints ------------------------------------------------------------------
+
+    def head_weight_map(self):
+        """run_classifier's `output_weights` [K, H] and `output_bias` (HF's `classifier`)."""
+        return [(Transposed(self.logits.kernel), ["output_weights"]), (self.logits.bias, ["output_bias"])]
+
+    @classmethod
+    def head_arguments(cls, weights, head):
+        """A run_classifier head (TF1) or a BertForSequenceClassification's: its classes,
+        label names, and regression (one label) or multi-label from `problem_type`."""
+        if "output_weights" not in weights or head["architecture"] not in (None, cls.hf_architecture):
+            return None
+        arguments = {"num_classes": int(weights["output_weights"].shape[0]), "labels": head["labels"]}
+        if head["problem_type"] == "multi_label_classification":
+            arguments["multi_label"] = True
+        if arguments["num_classes"] == 1:
+            arguments["labels"] = None  # a regression score has no class to name
+        return arguments
+
+    def checkpoint_head(self):
+        if self.num_classes == 1:
+            problem_type = "regression"
+        else:
+            problem_type = "multi_label_classification" if self.multi_label else "single_label_classification"
+        return {
+            "architecture": self.hf_architecture,
+            "num_labels": self.num_classes,
+            "labels": self.labels,
+            "problem_type": problem_type,
+        }
 
 
 class ClassifierSignature(ServingSignature):
@@ -69,6 +123,13 @@ class ClassifierSignature(ServingSignature):
         logits = as_float32(run(packed))
         if self.model.num_classes == 1:
             return {"score": logits[:, 0]}
+        if self.model.multi_label:
+            probabilities = tf.sigmoid(logits)
+            outputs = {"logits": logits, "probabilities": probabilities, "predicted": tf.cast(logits > 0, tf.int32)}
+            if self.label_table is not None:
+                names = tf.broadcast_to(self.label_table, tf.shape(logits))
+                outputs["labels"] = tf.where(logits > 0, names, "")
+            return outputs
         label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
         outputs = {"logits": logits, "probabilities": tf.nn.softmax(logits), "label_ids": label_ids}
         if self.label_table is not None:

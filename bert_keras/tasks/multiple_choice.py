@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bert_keras.checkpoint import Transposed
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.tasks.preprocessing import is_packed
 from bert_keras.tasks.serving_signature import ServingSignature, as_float32, check_no_labels
@@ -25,6 +26,7 @@ class BertMultipleChoice(BertTask):
     """
 
     text_input_names = ("question", "choices")
+    hf_architecture = "BertForMultipleChoice"
 
     def __init__(self, encoder, dropout=0.1, preprocessor=None, **kwargs):
         super().__init__(encoder, preprocessor, **kwargs)
@@ -66,6 +68,18 @@ class BertMultipleChoice(BertTask):
         """Served: one score per choice, their softmax, and the chosen index (`MultipleChoiceSignature`)."""
         check_no_labels(self, labels)
         return MultipleChoiceSignature(self, preprocessor)
+
+    def head_weight_map(self):
+        """`output_weights` [1, H] and `output_bias`, as run_classifier's (HF's `classifier`)."""
+        return [(Transposed(self.score.kernel), ["output_weights"]), (self.score.bias, ["output_bias"])]
+
+    @classmethod
+    def head_arguments(cls, weights, head):
+        """A BertForMultipleChoice's head, or a TF1 checkpoint's one-unit `output_weights`."""
+        scores = weights.get("output_weights")
+        if scores is None or scores.shape[0] != 1 or head["architecture"] not in (None, cls.hf_architecture):
+            return None
+        return {}
 
 
 def pack_choices(preprocessor, segments):

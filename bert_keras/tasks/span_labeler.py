@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bert_keras.checkpoint import Transposed
 from bert_keras.tasks.serving_signature import ServingSignature, as_float32, check_no_labels
 from bert_keras.tasks.task import BertTask, default_optimizer, output_layer
 
@@ -33,6 +34,7 @@ class BertSpanLabeler(BertTask):
 
     text_input_names = ("question", "context")
     token_output_names = ("start_logits", "end_logits")
+    hf_architecture = "BertForQuestionAnswering"
 
     def __init__(self, encoder, preprocessor=None, **kwargs):
         super().__init__(encoder, preprocessor, **kwargs)
@@ -64,6 +66,20 @@ class BertSpanLabeler(BertTask):
         from ids: `start_logits` and `end_logits`."""
         check_no_labels(self, labels)
         return SpanSignature(self, preprocessor)
+
+    def head_weight_map(self):
+        """run_squad's `cls/squad/output_weights` [2, H] (start, end) and bias (HF's `qa_outputs`)."""
+        return [
+            (Transposed(self.span_logits.kernel), ["cls/squad/output_weights"]),
+            (self.span_logits.bias, ["cls/squad/output_bias"]),
+        ]
+
+    @classmethod
+    def head_arguments(cls, weights, head):
+        """run_squad's head (TF1) or a BertForQuestionAnswering's."""
+        if "cls/squad/output_weights" not in weights or head["architecture"] not in (None, cls.hf_architecture):
+            return None
+        return {}
 
 
 class SpanSignature(ServingSignature):

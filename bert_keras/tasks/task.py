@@ -8,11 +8,17 @@ them. The model's own `call` only ever takes packed int inputs, which is what an
 exported serving signature wraps.
 """
 
+import warnings
+from pathlib import Path
+
 import keras
 import tensorflow as tf
 
+from bert_keras import checkpoint
+from bert_keras.checkpoint import set_original_weights, write_tokenizer_config
 from bert_keras.compat import RestoresCompile
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
+from bert_keras.models.saving import load_keras_file, save_checkpoint
 from bert_keras.tasks.preprocessing import holds_strings, is_packed, preprocessor_for, segments_to_tensors, to_tensors
 from bert_keras.text.preprocessor import BertPreprocessor
 
@@ -218,19 +224,162 @@ class BertTask(RestoresCompile, keras.Model):
             config["preprocessor"] = keras.layers.deserialize(config["preprocessor"])
         return cls(**config)
 
+    # --- checkpoints: the trained head in and out ----------------------------------
+
+    # The transformers class of this head (`BertFor...`), written to and read from config.json.
+    hf_architecture = None
+
+    @property
+    def config(self):
+        return self.encoder.config
+
+    @property
+    def vocab_path(self):
+        return self.encoder.vocab_path
+
+    def head_weight_map(self):
+        """The head's variables -> original names, as `BertEncoder.original_weight_map`."""
+        return []
+
+    def original_weight_map(self):
+        return self.encoder.original_weight_map() + self.head_weight_map()
+
+    @classmethod
+    def head_arguments(cls, weights, head):
+        """The constructor arguments of the head of this kind that a checkpoint holds (its
+        canonical `weights` and `checkpoint.read_head` description), or None if it has none."""
+        return None
+
+    def checkpoint_head(self):
+        """This head as `checkpoint.write` records it (class, labels, problem type); None
+        for heads with no trained weights of their own, written as their encoder."""
+        return None if self.hf_architecture is None else {"architecture": self.hf_architecture}
+
     @classmethod
     def from_checkpoint(
-        cls, path, preprocessor=True, vocab=None, lower_case=None, seq_length=128, encoder_config=None, **kwargs
+        cls,
+        path,
+        preprocessor=True,
+        vocab=None,
+        lower_case=None,
+        seq_length=128,
+        max_seq_length=None,
+        encoder_config=None,
+        new_head=False,
+        format=None,
+        **kwargs,
     ):
-        """A new head on the encoder of any checkpoint `BertEncoder.from_checkpoint` reads.
+        """This head from any checkpoint: a `.keras` file of it as saved, or the trained head
+        (and label names) of a TF1 checkpoint or Hugging Face BertFor* folder that has one of
+        this kind; otherwise, or with `new_head=True`, a new head on the checkpoint's encoder.
 
         `preprocessor=True` builds one from the vocab.txt beside the checkpoint (or
-        `vocab`) with `seq_length` (None: dynamic padding); `False` leaves it out.
-        `encoder_config` overrides the checkpoint's config (e.g. dropout); `kwargs` go
-        to the head's constructor."""
-        encoder = BertEncoder.from_checkpoint(path, config=encoder_config)
-        if preprocessor is True:
-            preprocessor = preprocessor_for(encoder, vocab, lower_case, seq_length=seq_length)
-        elif preprocessor is False:
-            preprocessor = None
-        return cls(encoder, preprocessor=preprocessor, **kwargs)
+        `vocab`) padding to `seq_length` (None: each batch to its longest; at most
+        `max_seq_length`) and truncating
+        at `max_seq_length` (default: the model's positions, at most 512); `False` leaves
+        it out. `encoder_config` overrides the checkpoint's config (e.g. dropout); `kwargs`
+        go to the head's constructor."""
+        encoder, found = load_encoder(path, format, encoder_config, cls, new_head)
+        if isinstance(encoder, cls):
+            return encoder  # a .keras file of this head, as saved
+        weights, arguments = found or (None, {})
+        for name, value in arguments.items():
+            if name != "labels" and name in kwargs and kwargs[name] != value:
+                raise ValueError(
+                    f"{path} holds a trained {cls.__name__} head with {name}={value!r}, not {kwargs[name]!r}; "
+                    "pass new_head=True to start a new head instead"
+                )
+        preprocessor = checkpoint_preprocessor(
+            encoder, preprocessor, path, vocab, lower_case, seq_length=seq_length, max_seq_length=max_seq_length
+        )
+        model = cls(encoder, preprocessor=preprocessor, **{**arguments, **kwargs})
+        if weights is not None:
+            set_original_weights(model.head_weight_map(), weights, ignore=".", source=f"checkpoint {path}")
+        return model
+
+    def save_checkpoint(self, path, format="hf"):
+        """Writes the model with its head as a Hugging Face BertFor* folder (config.json
+        with `architectures`, `id2label`/`label2id`, `problem_type`; weights; vocab.txt and
+        tokenizer_config.json) or a TF1 checkpoint with the original's head variables and
+        labels.txt; `format="keras"` saves the whole model."""
+        if format == "keras":
+            self.save(path)
+            return
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        vocab_path = self.vocab_path
+        if self.preprocessor is not None:
+            vocab_path = path / "vocab.txt"
+            tokenizer = self.preprocessor.tokenizer
+            vocab_path.write_text("".join(f"{token}\n" for token in tokenizer.vocabulary), encoding="utf-8")
+            if format == "hf":
+                write_tokenizer_config(path, tokenizer.lower_case, self.preprocessor.packer.max_seq_length)
+        save_checkpoint(self, path, format, vocab_path, self.checkpoint_head())
+
+
+def load_encoder(path, format=None, encoder_config=None, head_class=None, new_head=False):
+    """(encoder, found) from any checkpoint: `found` is (canonical weights, constructor
+    arguments) of `head_class`'s trained head when the checkpoint holds one (and not
+    `new_head`), else None. A `.keras` file of `head_class` comes back whole as `encoder`;
+    other `.keras` files must hold a `BertEncoder`."""
+    format = format or checkpoint.detect_format(path)
+    if format == "keras":
+        model = load_keras_file(path)
+        if head_class is not None and isinstance(model, head_class):
+            if not new_head:
+                return model, None
+            model = model.encoder
+        if not isinstance(model, BertEncoder):
+            wanted = f"a {head_class.__name__} or " if head_class is not None else "a "
+            raise ValueError(f"{path} holds a {type(model).__name__}, not {wanted}BertEncoder")
+        encoder = model
+        if encoder_config is not None:
+            encoder = with_config(encoder, encoder_config)
+        return encoder, None
+    weights, config, vocab_path = checkpoint.read(path, format)
+    encoder = BertEncoder.from_original_weights(weights, encoder_config or config, f"{format} checkpoint {path}")
+    encoder.vocab_path = vocab_path
+    if head_class is None or new_head:
+        return encoder, None
+    head = checkpoint.read_head(path, format)
+    arguments = head_class.head_arguments(weights, head)
+    other = head["architecture"] not in (None, "BertModel", "BertForPreTraining", "BertForMaskedLM")
+    if arguments is None and other and head_class.hf_architecture is not None:
+        warnings.warn(
+            f"{path} holds a {head['architecture']} head, not a {head_class.__name__}: starting a new head "
+            "on its encoder",
+            stacklevel=3,
+        )
+    return encoder, None if arguments is None else (weights, arguments)
+
+
+def with_config(encoder, config):
+    """A copy of `encoder` with another config of the same shapes (e.g. dropout)."""
+    copy = BertEncoder(config)
+    copy.set_weights(encoder.get_weights())
+    copy.vocab_path = encoder.vocab_path
+    return copy
+
+
+def checkpoint_preprocessor(encoder, preprocessor, path, vocab=None, lower_case=None, **preprocessor_kwargs):
+    """The preprocessor a head loaded from `path` gets: `True` builds one for the encoder's
+    vocabulary (`preprocessor_for`; `max_seq_length` None: the model's positions, at most
+    512, and more is an error), `False`/None none, a `BertPreprocessor` itself."""
+    if preprocessor is False or preprocessor is None:
+        return None
+    if preprocessor is not True:
+        return preprocessor
+    positions = encoder.config.max_position_embeddings
+    max_seq_length = preprocessor_kwargs.pop("max_seq_length", None) or min(512, positions)
+    if max_seq_length > positions:
+        raise ValueError(f"max_seq_length {max_seq_length} exceeds the model's max_position_embeddings {positions}")
+    seq_length = preprocessor_kwargs.pop("seq_length", None)
+    return preprocessor_for(
+        encoder,
+        vocab,
+        lower_case,
+        checkpoint=path,
+        seq_length=None if seq_length is None else min(seq_length, max_seq_length),
+        max_seq_length=max_seq_length,
+        **preprocessor_kwargs,
+    )

@@ -15,11 +15,10 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import checkpoint
-from bert_keras.models.encoder import BertEncoder
-from bert_keras.models.saving import load_keras_file, save_checkpoint
-from bert_keras.tasks.preprocessing import is_packed, preprocessor_for
+from bert_keras.models.saving import save_checkpoint
+from bert_keras.tasks.preprocessing import is_packed
 from bert_keras.tasks.serving_signature import ServingSignature, check_no_labels
-from bert_keras.tasks.task import BertTask
+from bert_keras.tasks.task import BertTask, checkpoint_preprocessor, load_encoder
 from bert_keras.training.contrastive import MultipleNegativesRankingLoss, text_fingerprints
 from bert_keras.training.progress import progress_bar
 
@@ -216,8 +215,6 @@ class BertTextEmbedder(BertTask):
         Arguments given override the folder's settings. Texts are padded to the longest
         in each batch (`seq_length=None`), as sentence-transformers does. A `.keras`
         file of an embedder is loaded as saved."""
-        if checkpoint.is_keras_file(path):
-            return load_keras_file(path, cls)
         settings = {
             "encoder": path,
             "pooling": "mean",
@@ -228,15 +225,18 @@ class BertTextEmbedder(BertTask):
         }
         if checkpoint.is_sentence_transformers(path):
             settings = checkpoint.read_sentence_transformers(path)
-        encoder = BertEncoder.from_checkpoint(settings["encoder"], config=encoder_config)
-        max_seq_length = max_seq_length or settings["max_seq_length"] or encoder.config.max_position_embeddings
-        if preprocessor is True:
-            lower_case = settings["lower_case"] if lower_case is None else lower_case
-            preprocessor = preprocessor_for(
-                encoder, vocab, lower_case, checkpoint=path, seq_length=seq_length, max_seq_length=max_seq_length
-            )
-        elif preprocessor is False:
-            preprocessor = None
+        encoder, _ = load_encoder(settings["encoder"], encoder_config=encoder_config, head_class=cls)
+        if isinstance(encoder, cls):
+            return encoder  # a .keras file of an embedder, as saved
+        preprocessor = checkpoint_preprocessor(
+            encoder,
+            preprocessor,
+            path,
+            vocab,
+            settings["lower_case"] if lower_case is None else lower_case,
+            seq_length=seq_length,
+            max_seq_length=max_seq_length or settings["max_seq_length"],
+        )
         prompts = settings["prompts"]
         return cls(
             encoder,
@@ -248,10 +248,12 @@ class BertTextEmbedder(BertTask):
             **kwargs,
         )
 
-    def save_checkpoint(self, path):
+    def save_checkpoint(self, path, format="hf"):
         """Writes a sentence-transformers folder (Hugging Face weights, vocab, pooling,
         normalisation, max length, prompts) that `SentenceTransformer(path)` loads and
-        `from_checkpoint` reads back."""
+        `from_checkpoint` reads back; `format="tf1"` writes the encoder alone."""
+        if format != "hf":
+            return super().save_checkpoint(path, format)
         if self.preprocessor is None:
             raise ValueError(
                 "save_checkpoint writes the tokenizer's vocabulary: build the embedder with a preprocessor"

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bert_keras.checkpoint import Transposed
 from bert_keras.tasks.serving_signature import ServingSignature, as_float32, label_table
 from bert_keras.tasks.task import BertTask, default_optimizer, output_layer
 
@@ -29,6 +30,7 @@ class BertTokenClassifier(BertTask):
     """
 
     token_output_names = None  # its output is one per-token tensor
+    hf_architecture = "BertForTokenClassification"
 
     def __init__(self, encoder, num_classes, dropout=0.1, preprocessor=None, **kwargs):
         super().__init__(encoder, preprocessor, **kwargs)
@@ -98,6 +100,20 @@ class BertTokenClassifier(BertTask):
 
     def get_config(self):
         return {**super().get_config(), "num_classes": self.num_classes, "dropout": self.dropout_rate}
+
+    def head_weight_map(self):
+        """`output_weights` [K, H] and `output_bias`, as run_classifier's (HF's `classifier`)."""
+        return [(Transposed(self.logits.kernel), ["output_weights"]), (self.logits.bias, ["output_bias"])]
+
+    @classmethod
+    def head_arguments(cls, weights, head):
+        """A BertForTokenClassification's head, or a TF1 checkpoint's `output_weights`."""
+        if "output_weights" not in weights or head["architecture"] not in (None, cls.hf_architecture):
+            return None
+        return {"num_classes": int(weights["output_weights"].shape[0]), "labels": head["labels"]}
+
+    def checkpoint_head(self):
+        return {"architecture": self.hf_architecture, "num_labels": self.num_classes, "labels": self.labels}
 
 
 class TaggerSignature(ServingSignature):

