@@ -1,21 +1,17 @@
-"""The README's Python snippets run as written, where they need no released weights (the
-checkpoint snippet runs on the tiny original TF1 checkpoint of ../shared/reference instead)."""
+"""The docs' Python blocks that need their own data to check what they print: each runs as
+written (released weights replaced by the tiny original TF1 checkpoint of ../shared/reference, BERT-base
+by BERT-Tiny), found by its `<!-- run by: tests/test_docs_snippets.py::TEST -->` marker."""
 
 import json
-import re
-from pathlib import Path
 
+from doc_blocks import block_run_by
 from harness import tiny_encoder, tiny_preprocessor
 
 from bert_keras import BertSpanLabeler
 
-README = Path(__file__).resolve().parents[1] / "README.md"
 
-
-def python_block(containing):
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    (block,) = [b for b in blocks if containing in b]
-    return block
+def python_block(test):
+    return block_run_by(f"tests/test_docs_snippets.py::{test}").text
 
 
 def test_squad_post_processing_snippet(tmp_path, monkeypatch, capsys):
@@ -45,11 +41,13 @@ def test_squad_post_processing_snippet(tmp_path, monkeypatch, capsys):
             }
         ],
     }
-    (tmp_path / "dev-v1.1.json").write_text(json.dumps(dataset), encoding="utf-8")
+    (tmp_path / "squad").mkdir()
+    (tmp_path / "squad" / "dev-v1.1.json").write_text(json.dumps(dataset), encoding="utf-8")
+    (tmp_path / "runs" / "squad").mkdir(parents=True)
+    BertSpanLabeler(tiny_encoder(), preprocessor=tiny_preprocessor()).save(tmp_path / "runs" / "squad" / "best.keras")
     monkeypatch.chdir(tmp_path)
-    model = BertSpanLabeler(tiny_encoder(), preprocessor=tiny_preprocessor())
-    namespace = {"model": model}
-    exec(python_block("bert_keras.tasks.squad"), namespace)  # noqa: S102 - our own README
+    namespace = {}
+    exec(python_block("test_squad_post_processing_snippet"), namespace)  # noqa: S102 - our own docs
     assert set(namespace["predictions"]) == {"1", "2"}
     # Every predicted answer is text of the context (n-best spans map back through byte offsets).
     assert all(answer in context for answer in namespace["predictions"].values())
@@ -67,7 +65,10 @@ def test_checkpoint_snippet_loads_and_saves(tmp_path, monkeypatch):
     source = require(REFERENCE / "tiny_pretraining_tf1")
     monkeypatch.chdir(tmp_path)
     namespace = {}
-    exec(python_block("save_checkpoint(encoder").replace("uncased_L-12_H-768_A-12/", str(source)), namespace)  # noqa: S102
+    exec(
+        python_block("test_checkpoint_snippet_loads_and_saves").replace("uncased_L-12_H-768_A-12/", str(source)),
+        namespace,
+    )  # noqa: S102
     original, _, _ = read(source)
     written, _, _ = read(tmp_path / "bert-base-hf")
     assert sorted(written) == sorted(name for name in original if not name.startswith("cls/"))
@@ -102,7 +103,7 @@ def test_tokenizer_snippet_gives_the_original_tokenizers_ids(tmp_path, monkeypat
     shutil.copy(require(DATA / "vocab" / "vocab.txt"), tmp_path / "vocab.txt")
     monkeypatch.chdir(tmp_path)
     namespace = {}
-    exec(python_block("BertPreprocessor(tokenizer, seq_length=128)"), namespace)  # noqa: S102
+    exec(python_block("test_tokenizer_snippet_gives_the_original_tokenizers_ids"), namespace)  # noqa: S102
     packed, pair = namespace["packed"], namespace["pair"]
     assert {key: tuple(value.shape) for key, value in packed.items()} == {
         "input_word_ids": (2, 128),
@@ -122,7 +123,7 @@ def test_tokenizer_snippet_gives_the_original_tokenizers_ids(tmp_path, monkeypat
 
 def test_encoder_snippet_runs():
     namespace = {}
-    exec(python_block('BertConfig.preset("base")').replace('preset("base")', 'preset("tiny")'), namespace)  # noqa: S102
+    exec(python_block("test_encoder_snippet_runs").replace('preset("base")', 'preset("tiny")'), namespace)  # noqa: S102
     outputs = namespace["outputs"]
     assert tuple(outputs["sequence_output"].shape) == (1, 4, 128)
     assert len(outputs["encoder_outputs"]) == len(outputs["attention_probs"]) == 2
