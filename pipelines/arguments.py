@@ -71,7 +71,7 @@ def add_distribution_arguments(parser):
         "--strategy",
         default="default",
         choices=STRATEGIES,
-        help="multi_worker reads the cluster from TF_CONFIG (see README)",
+        help="multi_worker reads the cluster from TF_CONFIG (see docs/pretraining.md)",
     )
     parser.add_argument("--tpu", help="TPU name or grpc:// address for --strategy tpu (default: this TPU VM)")
     parser.add_argument(

@@ -357,6 +357,7 @@ def test_docs_code_runs_in_order(workspace, monkeypatch, capsys):
     assert used == set(PYTHON_TINY), f"shrinking rules that match no block: {set(PYTHON_TINY) - used}"
     capsys.readouterr()
     assert any(c.startswith("bert-keras finetune tsv") for c in ran)
+    assert sum("ServingClient(" in step or "hub.KerasLayer(" in step for step in ran) == 2  # the Python blocks ran
     # What the commands promise to leave behind.
     for path in (
         "bert-base-hf/model.safetensors",
@@ -378,5 +379,6 @@ def test_docs_code_runs_in_order(workspace, monkeypatch, capsys):
         "serving/models/fill_mask/1/saved_model.pb",
         "serving/hub/bert/preprocess/saved_model.pb",
         "serving/hub/bert/encoder/saved_model.pb",
+        "sst2.keras",
     ):
         assert (workspace / path).exists(), path

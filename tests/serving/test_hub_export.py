@@ -361,7 +361,7 @@ def test_minilm_hub_pair_matches_hugging_face(tmp_path, minilm_dir):
 
 
 def test_keras3_tfsm_layer_runs_the_encoder_for_inference(tutorial_pair):
-    """What Keras 3's TFSMLayer does with the export (see README): `__call__` as its call
+    """What Keras 3's TFSMLayer does with the export (see docs/serving.md): `__call__` as its call
     endpoint gives inference; it never passes `training`, so dropout stays off."""
     encoder, preprocessor, preprocess_path, path = tutorial_pair
     layer = keras.layers.TFSMLayer(str(path), call_endpoint="__call__")
