@@ -6,6 +6,8 @@ the HTML comment on the line before it says otherwise:
     <!-- not run: REASON -->                   it cannot run here (data or machines that exist only
                                                elsewhere), and the page shows why
     <!-- run by: tests/FILE.py::TEST_NAME -->  that test runs it on its own data and checks its result
+    <!-- same as: PATH -->                      the block is the file PATH (e.g. docs/examples/*.py),
+                                               which a test under tests/ runs
 """
 
 import re
@@ -30,7 +32,7 @@ CODE_LANGUAGES = ("python", "bash")
 # Tags that would hide code from the tests: write python or bash instead.
 CODE_ALIASES = ("py", "python3", "pycon", "sh", "shell", "console", "zsh", "ipython")
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
-MARKER = re.compile(r"^\s*<!--\s*(not run|run by):\s*(.*?)\s*-->\s*$")
+MARKER = re.compile(r"^\s*<!--\s*(not run|run by|same as):\s*(.*?)\s*-->\s*$")
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,8 @@ class Block:
     line: int  # the opening fence's line, from 1
     language: str
     text: str
-    marker: str | None  # "not run", "run by" or None (run by the walk)
-    detail: str  # the reason, or the test
+    marker: str | None  # "not run", "run by", "same as" or None (run by the walk)
+    detail: str  # the reason, the test or the file
 
     def __str__(self):
         return f"{self.page}:{self.line} ({self.language or 'untagged'})"

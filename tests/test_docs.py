@@ -204,6 +204,13 @@ def test_every_code_block_runs_or_says_why():
             source = (ROOT / path).read_text(encoding="utf-8") if (ROOT / path).is_file() else ""
             if f"def {name}(" not in source or f'"{name}"' not in source or "block_run_by" not in source:
                 problems.append(f"{block}: {block.detail} is not a test that reads this block (block_run_by)")
+        elif block.marker == "same as":
+            file = ROOT / block.detail
+            tests = (path.read_text(encoding="utf-8") for path in (ROOT / "tests").rglob("test_*.py"))
+            if not file.is_file() or file.read_text(encoding="utf-8").strip() != block.text.strip():
+                problems.append(f"{block}: not the text of {block.detail}")
+            elif not any(block.detail in test or file.name in test for test in tests):
+                problems.append(f"{block}: no test under tests/ names {block.detail}")
         elif block.marker is None and block.language == "bash":
             problems += [f"{block}: the walk cannot run `{c}`" for c in block.commands() if not c.startswith(RUNNABLE)]
     for page in pages():
