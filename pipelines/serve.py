@@ -1,7 +1,7 @@
 """`bert-keras serve`: TF Serving's gRPC and REST APIs on an export, without Docker.
 
 For development and tests where `tensorflow_model_server` cannot run; in production use
-TF Serving itself (see serving/README.md). Serves the newest version under MODEL_BASE, or
+TF Serving itself (see docs/serving.md). Serves the newest version under MODEL_BASE, or
 the models, version policies and labels of a ModelServerConfig (`--model-config-file`, as
 tensorflow_model_server's --model_config_file). Runs until interrupted.
 """

@@ -1,4 +1,4 @@
-"""The fenced code blocks of README.md and docs/*.md, and how each one is tested.
+"""The fenced code blocks of README.md, serving/README.md and docs/*.md, and how each one is tested.
 
 A ```python or ```bash block runs in tests/test_docs.py, page after page in `PAGE_ORDER`, unless
 the HTML comment on the line before it says otherwise:
@@ -22,6 +22,7 @@ PAGE_ORDER = (
     "docs/vocabulary.md",
     "docs/pretraining.md",
     "docs/finetuning.md",
+    "docs/distillation.md",
     "docs/embeddings.md",
     "docs/serving.md",
     "docs/deploy.md",
@@ -54,8 +55,8 @@ class Block:
 
 
 def pages():
-    """README.md and every docs/*.md, in walk order (pages not in PAGE_ORDER last, by name)."""
-    found = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    """README.md, serving/README.md and every docs/*.md, in walk order (pages not in PAGE_ORDER last)."""
+    found = [ROOT / "README.md", ROOT / "serving" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     rank = {name: i for i, name in enumerate(PAGE_ORDER)}
     names = [str(path.relative_to(ROOT)) for path in found]
     return sorted(names, key=lambda name: (rank.get(name, len(rank)), name))
