@@ -222,9 +222,9 @@ def test_every_code_block_runs_or_says_why():
     assert not problems, "blocks neither run nor explained:\n" + "\n".join(problems)
 
 
-# Pages that other branches of this wave add (vocab, deploy, compat, distill): links to them may
-# dangle until those branches are merged. Delete this once they are.
-PAGES_OF_OTHER_BRANCHES = {"docs/vocabulary.md", "docs/deploy.md", "docs/development.md", "docs/distillation.md"}
+# Pages that other branches of this wave add (compat, distill): links to them may dangle until those
+# branches are merged. Delete this once they are.
+PAGES_OF_OTHER_BRANCHES = {"docs/development.md", "docs/distillation.md"}
 
 
 def heading_anchor(heading):
