@@ -313,7 +313,7 @@ def _summary(out, started, finetune_steps, vocab, records, corpus):
     ):
         print(f"  {str(path):48} {what}")
     print(
-        "Serve them with TensorFlow Serving (docker; see serving/README.md):\n"
+        "Serve them with TensorFlow Serving (docker; see docs/serving.md):\n"
         f"  docker run -p 8500:8500 -p 8501:8501 -v {serving.resolve()}/docstring_package:/models/bert "
         "-e MODEL_NAME=bert tensorflow/serving\n"
         f"or, without Docker, the same APIs on the same loader: bert-keras serve {serving}/docstring_package"
