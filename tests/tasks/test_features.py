@@ -93,7 +93,7 @@ def test_extract_features_reports_bad_arguments(tmp_path, capsys):
                 "--output",
                 str(tmp_path / "o"),
                 "--init",
-                "random-nonexistent",
+                str(tmp_path),  # exists, so the input file is read (and refused) before any checkpoint
                 "--layers=-1",
             ]
         )
