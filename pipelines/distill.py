@@ -17,7 +17,7 @@ import json
 import time
 from pathlib import Path
 
-from pipelines.arguments import add_distribution_arguments
+from pipelines.arguments import add_distribution_arguments, training_options
 
 RUN_FILES = ("best.keras", "labels.txt", "distill_results.json", "eval_results.json", "logs")
 
@@ -231,17 +231,9 @@ def run(args):
         main_metric,
         output_dir=output_dir,
         saved_model=student,
-        batch_size=args.batch_size,
-        epochs=args.epochs,
-        learning_rate=args.learning_rate,
-        warmup_proportion=args.warmup_proportion,
-        weight_decay=args.weight_decay,
-        max_train_steps=args.max_train_steps,
-        max_train_minutes=args.max_train_minutes,
-        max_seq_length=args.max_seq_length,
         strategy=strategy,
-        jit_compile=args.jit_compile,
         verbose=args.verbose,
+        **training_options(args),
     )
     models = {"teacher": teacher, "student": student}
     write_results(

@@ -9,7 +9,12 @@ epoch, the best model kept as `best.keras`, progress bars and TensorBoard logs.
 
 from pathlib import Path
 
-from pipelines.arguments import add_checkpoint_arguments, add_distribution_arguments, checkpoint_source
+from pipelines.arguments import (
+    add_checkpoint_arguments,
+    add_distribution_arguments,
+    checkpoint_source,
+    training_options,
+)
 
 TASK_MODULES = ("glue", "squad", "conll", "tsv", "embedder", "reranker")
 
@@ -202,18 +207,10 @@ def train(
         main_metric,
         output_dir=args.output_dir,
         on_best=on_best,
-        batch_size=args.batch_size,
-        epochs=args.epochs,
-        learning_rate=args.learning_rate,
-        warmup_proportion=args.warmup_proportion,
-        weight_decay=args.weight_decay,
-        max_train_steps=args.max_train_steps,
-        max_train_minutes=args.max_train_minutes,
-        max_seq_length=args.max_seq_length,
         loss=loss,
         preprocessed=preprocessed,
         strategy=strategy,
-        jit_compile=args.jit_compile,
+        **training_options(args),
         verbose=args.verbose,
     )
     return run.best
