@@ -4,7 +4,8 @@ For 1, 4 and 7 Gutenberg books (../shared/data/pretraining/gutenberg) and a synt
 table of a million distinct words (Zipf counts), in the same run, each measurement in its
 own process (wall time and that process's peak RSS):
 
-- `bert-keras vocab` on the books (count the words, learn, write vocab.txt);
+- `bert-keras vocab` on the books (count the words, learn, write vocab.txt), and with
+  `--workers 2` (forked processes counting the books' parts);
 - the learner alone (`build_vocabulary`) on the saved counts;
 - tf.text's learner (`wordpiece_tokenizer_learner_lib.learn`) on the same counts with the
   parameters and lower-threshold loop `build_vocabulary` used before (the reference), killed
@@ -125,13 +126,17 @@ def main():
         counts_path.write_text(json.dumps(counts), encoding="utf-8")
         learner = [sys.executable, __file__, "--learn", str(counts_path), str(args.size)]
         cli = measure(command, 3600) if command else None
+        workers = None
+        if command:
+            workers = measure(command[:-1] + [str(work / f"{tag}.workers.txt"), "--workers", "2"], 3600)
         fast = measure(learner + [str(work / f"{tag}.fast.txt"), "0"], 3600)
         cap = args.reference_cap if files else args.synthetic_reference_cap
         reference = measure(learner + [str(work / f"{tag}.ref.txt"), "1"], cap)
         same = (work / f"{tag}.fast.txt").read_text() == (work / f"{tag}.ref.txt").read_text() if reference[2] else None
         if cli:
-            same = same and (work / f"{tag}.cli.txt").read_text() == (work / f"{tag}.fast.txt").read_text()
-        rows.append((name, len(counts), cli, fast, reference, same))
+            outputs = {(work / f"{tag}.{kind}.txt").read_text() for kind in ("cli", "workers", "fast")}
+            same = same and len(outputs) == 1
+        rows.append((name, len(counts), cli, workers, fast, reference, same))
         print(f"{name}: done", file=sys.stderr, flush=True)
 
     def cell(result):
@@ -139,15 +144,21 @@ def main():
             return "-"
         return f"{result[0]:.1f} s, {result[1]:.0f} MiB" if result[2] else f"> {result[0]:.0f} s (killed)"
 
-    print("Seconds: `bert-keras vocab`'s whole run (TensorFlow's start included); the learners' learning alone.")
+    print(f"Load average at the end: {os.getloadavg()}")
+    print("Seconds: `bert-keras vocab`'s whole run; the learners' learning alone (their imports left out).")
     print(
-        "| corpus | distinct words | `bert-keras vocab` | learner alone | tf.text's learner | speed-up | same vocab |"
+        "| corpus | distinct words | `bert-keras vocab` | `--workers 2` | learner alone | tf.text's learner "
+        "| learner speed-up | command / tf.text's learner | same vocab |"
     )
-    print("|---|---:|---:|---:|---:|---:|---|")
-    for name, words, cli, fast, reference, same in rows:
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for name, words, cli, workers, fast, reference, same in rows:
         speedup = f"{'' if reference[2] else '> '}{reference[0] / fast[0]:.0f}x"
+        ratio = f"1/{reference[0] / cli[0]:.1f}" if cli and reference[2] else "-"
         same = "yes" if same else ("not compared" if same is None else "NO")
-        print(f"| {name} | {words:,} | {cell(cli)} | {cell(fast)} | {cell(reference)} | {speedup} | {same} |")
+        print(
+            f"| {name} | {words:,} | {cell(cli)} | {cell(workers)} | {cell(fast)} | {cell(reference)} "
+            f"| {speedup} | {ratio} | {same} |"
+        )
 
 
 if __name__ == "__main__":

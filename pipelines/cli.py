@@ -8,7 +8,9 @@ them all); a user's error or Ctrl-C ends in one line, not a traceback.
 """
 
 import argparse
+import contextlib
 import importlib
+import importlib.util
 import os
 import signal
 import sys
@@ -71,6 +73,22 @@ def stop_on_interrupt(command):
     return signal.signal(signal.SIGINT, stop)
 
 
+@contextlib.contextmanager
+def package_without_tensorflow():
+    """`bert_keras` without running its `__init__` (TensorFlow, tf.text and every class: seconds),
+    for a command that sets `tensorflow=False` (it imports only modules that need neither);
+    forgotten afterwards, so that a later `import bert_keras` in this process runs in full."""
+    if "bert_keras" in sys.modules:
+        yield
+        return
+    sys.modules["bert_keras"] = importlib.util.module_from_spec(importlib.util.find_spec("bert_keras"))
+    try:
+        yield
+    finally:
+        for name in [name for name in sys.modules if name == "bert_keras" or name.startswith("bert_keras.")]:
+            del sys.modules[name]
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     formatwarning, warnings.formatwarning = warnings.formatwarning, warning_line
@@ -82,6 +100,9 @@ def main(argv=None):
     previous = stop_on_interrupt(args.command) if outermost else None
     try:
         check_input_paths(args)  # before TensorFlow loads (seconds)
+        if not getattr(args, "tensorflow", True):
+            with package_without_tensorflow():
+                return args.func(args) or 0
         import bert_keras  # noqa: F401  TensorFlow and tf.text, without their start-up lines (bert_keras.startup)
 
         return args.func(args) or 0

@@ -191,7 +191,7 @@ def build_pretrainer(args):
     """A `BertPretrainer` from `--init`, a bert_config.json or a preset sized to `--vocab`."""
     from bert_keras import BertConfig, BertEncoder
     from bert_keras.models.pretrainer import BertPretrainer
-    from bert_keras.text.vocab import load_vocabulary
+    from bert_keras.text.tokenizer import load_vocabulary
 
     next_sentence = not args.no_nsp
     if args.init:

@@ -31,31 +31,39 @@ def register(subparsers):
     parser.add_argument("--unused", type=int, default=0, metavar="K", help="[unusedK] slots to reserve (default 0)")
     parser.add_argument("--workers", type=int, default=1, help="processes counting words (local runner)")
     parser.add_argument(
+        "--max-distinct-words",
+        type=int,
+        metavar="N",
+        help="bound the memory of the local count: keep at most N distinct words, dropping the rarest "
+        "(lossy counting; every word seen more than the floor it reports is kept, its count at most that "
+        "floor short; docs/vocabulary.md). Default: exact counts",
+    )
+    parser.add_argument(
         "--runner",
         default="local",
         help="'local', or an Apache Beam runner counting the words (DirectRunner, DataflowRunner, FlinkRunner, "
         "SparkRunner, ...; pip install bert-keras[beam]); it writes its counts to OUT.counts-* and removes them",
     )
     parser.add_argument("beam_options", nargs="*", help="after `--`: Beam pipeline options (--project=..., ...)")
-    parser.set_defaults(func=run)
+    # Counting and learning are plain Python and numpy: the command starts without TensorFlow.
+    parser.set_defaults(func=run, tensorflow=False)
 
 
 def run(args):
-    import tensorflow as tf
-
     from bert_keras.text.vocab import build_vocabulary, count_words, write_vocabulary
-    from bert_keras.training.progress import is_terminal
 
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    if args.max_distinct_words is not None and args.max_distinct_words < 1:
+        raise ValueError(f"--max-distinct-words must be >= 1, got {args.max_distinct_words}")
+    if args.runner != "local" and (args.workers > 1 or args.max_distinct_words is not None):
+        raise ValueError("--workers and --max-distinct-words are for the local count; a Beam --runner scales its own")
     if args.beam_options and args.runner == "local":
         raise ValueError(f"Beam pipeline options {args.beam_options} need --runner (a Beam runner)")
-    for path in args.corpus:
-        if not tf.io.gfile.exists(path):
-            raise FileNotFoundError(f"corpus file not found: {path}")
     started = time.time()
 
-    terminal, last_line = is_terminal(sys.stderr), [0.0]
+    # bert_keras.training.progress.is_terminal, without its Keras import
+    terminal, last_line = hasattr(sys.stderr, "isatty") and sys.stderr.isatty(), [0.0]
 
     def progress(done, total, words):
         # One line redrawn on a terminal; elsewhere (a file, a pipe) a line every 30 s.
@@ -67,11 +75,20 @@ def run(args):
             print(text, file=sys.stderr, flush=True)
 
     if args.runner == "local":
-        counts = count_words(args.corpus, lower_case=args.lower_case, progress=progress, workers=args.workers)
+        counts = count_words(args.corpus, args.lower_case, progress, args.workers, max_words=args.max_distinct_words)
         if terminal:
             print(file=sys.stderr)
+        if counts.floor:
+            print(
+                f"pruned to {args.max_distinct_words} distinct words: words seen more than {counts.floor} times "
+                f"are all counted, each at most {counts.floor} short; rarer ones may be missing",
+                file=sys.stderr,
+            )
     else:
-        from bert_keras.text import vocab_beam
+        from bert_keras.startup import quiet_start_up
+
+        with quiet_start_up():  # Beam's file systems import TensorFlow
+            from bert_keras.text import vocab_beam
 
         print(f"counting words on {args.runner} ...", file=sys.stderr, flush=True)
         options = [f"--runner={args.runner}", *args.beam_options]

@@ -366,27 +366,6 @@ class BertTokenizer(keras.layers.Layer):
         )
 
 
-# Word boundaries of the original's BasicTokenizer, for `split_words`.
-_PUNCTUATION_OR_CJK = (
-    r"[\x21-\x2f\x3a-\x40\x5b-\x60\x7b-\x7e\p{P}\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}"
-    r"\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}"
-    r"\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]"
-)
-
-
-def split_words(text, lower_case=True):
-    """Strings `[batch]` -> the original BasicTokenizer's normalised words,
-    ragged `[batch, (words)]`: what WordPiece sees. For vocabulary building;
-    it adds tf.text's `RegexSplitWithOffsets` op to a graph."""
-    text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
-    text = tf.strings.regex_replace(text, _REMOVED_PATTERN + r"|\x{2063}", "")
-    if lower_case:
-        text = tf.strings.lower(text, encoding="utf-8")
-        text = tf_text.normalize_utf8(text, "NFD")
-        text = tf.strings.regex_replace(text, r"\p{Mn}", "")
-    return tf_text.regex_split(text, r"[\t\n\r\p{Z}]|" + _PUNCTUATION_OR_CJK, _PUNCTUATION_OR_CJK)
-
-
 def _ragged_cond(predicate, true_fn, false_fn):
     """`tf.cond` for functions returning a tuple of ragged `[batch, (n)]`
     tensors that share row partitions."""

@@ -1,21 +1,23 @@
 """WordPiece vocabulary building on the tokenizer's own normalisation.
 
 Words are counted after exactly the normalisation and splitting that
-`BertTokenizer` applies (`tokenizer.split_words`), so every learned piece is
-one the tokenizer can produce. The piece selection is tf.text's WordPiece
-learner (`wordpiece_tokenizer_learner_lib.learn`, the algorithm behind
-`bert_vocab_from_dataset`), run by `wordpiece_learner`: the same vocabulary, faster.
+`BertTokenizer` applies (`words.split_words`, plain Python: no TensorFlow to start),
+so every learned piece is one the tokenizer can produce. The piece selection is
+tf.text's WordPiece learner (`wordpiece_tokenizer_learner_lib.learn`, the algorithm
+behind `bert_vocab_from_dataset`), run by `wordpiece_learner`: the same vocabulary, faster.
+Only remote paths (gs://...) and `check_vocabulary` load TensorFlow.
 """
 
 import collections
 import concurrent.futures
 import multiprocessing
 import os
+import sys
 
-import tensorflow as tf
+import numpy as np
 
-from bert_keras.text.tokenizer import load_vocabulary, split_words
 from bert_keras.text.wordpiece_learner import WordPieceLearner
+from bert_keras.text.words import split_words
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # Rows a checkpoint's embedding table may have beyond its vocab.txt: tables padded to a
@@ -39,6 +41,8 @@ def check_vocabulary(vocab, vocab_size, checkpoint, checkpoint_vocab=None):
     and one that differs from the checkpoint's maps every word to ids that meant other
     words in pre-training: the model trains, to chance, without a word.
     """
+    from bert_keras.text.tokenizer import load_vocabulary  # TensorFlow: not for counting words
+
     tokens = load_vocabulary(vocab)
     name = _vocabulary_name(vocab, checkpoint)
     if checkpoint_vocab is not None:
@@ -84,14 +88,32 @@ def corpus_parts(files, part_bytes=PART_BYTES):
     counts the lines that start in its range, so the parts count every line once."""
     parts = []
     for path in files:
-        size = tf.io.gfile.stat(path).length
+        size = _size(path)
         parts += [(path, start, min(start + part_bytes, size)) for start in range(0, size, part_bytes)]
     return parts
 
 
+def _size(path):
+    if "://" not in path:
+        return os.path.getsize(path)
+    import tensorflow as tf  # gs://, hdfs://, ...: TensorFlow's file systems
+
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"corpus file not found: {path}")
+    return tf.io.gfile.stat(path).length
+
+
+def _open(path, mode):
+    if "://" not in path:
+        return open(path, mode)
+    import tensorflow as tf
+
+    return tf.io.gfile.GFile(path, mode)
+
+
 def read_part(path, start, end):
     """The bytes of the lines of `path` that start in [start, end)."""
-    with tf.io.gfile.GFile(path, "rb") as file:
+    with _open(path, "rb") as file:
         file.seek(max(start - 1, 0))
         data = file.read(end - start + (start > 0))
         if start > 0:  # the line begun before `start` is the previous part's
@@ -105,61 +127,77 @@ def read_part(path, start, end):
     return data
 
 
-class PartCounter:
-    """Word counts of corpus parts, normalised as the tokenizer does (`split_words`)."""
-
-    def __init__(self, lower_case=True, batch_size=1024):
-        self.batch_size = batch_size
-        self.split = tf.function(
-            lambda text: split_words(text, lower_case).flat_values, input_signature=[tf.TensorSpec([None], tf.string)]
-        )
-
-    def __call__(self, part):
-        counts = collections.Counter()
-        lines = read_part(*part).split(b"\n")
-        for begin in range(0, len(lines), self.batch_size):
-            counts.update(self.split(tf.constant(lines[begin : begin + self.batch_size])).numpy().tolist())
-        return {word.decode("utf-8"): count for word, count in counts.items()}
+def count_part(part, lower_case=True, chunk_bytes=1 << 20):
+    """{word: count} of a corpus part, normalised as the tokenizer does (`split_words`),
+    a line-aligned chunk of about `chunk_bytes` at a time (a bound on the words in memory)."""
+    data = read_part(*part)
+    counts = collections.Counter()
+    begin = 0
+    while begin < len(data):
+        end = data.find(b"\n", begin + chunk_bytes) + 1 or len(data)
+        counts.update(split_words(data[begin:end].decode("utf-8", "replace"), lower_case))
+        begin = end
+    return dict(counts)
 
 
-def _worker_init(lower_case, batch_size):
-    global _worker_counter
-    _worker_counter = PartCounter(lower_case, batch_size)
+class WordCounts(collections.Counter):
+    """Word counts. `floor` is 0 when they are exact; when `count_words` pruned rare
+    words (`max_words`), every word seen more than `floor` times is in, its count at
+    most `floor` short, and a word seen at most `floor` times may be missing."""
+
+    floor = 0
 
 
-def _worker_count(part):
-    return _worker_counter(part)
-
-
-def count_words(files, lower_case=True, batch_size=1024, progress=None, workers=1, part_bytes=PART_BYTES):
-    """Word counts over the lines of `files` (normalised as the tokenizer does), by
+def count_words(files, lower_case=True, progress=None, workers=1, part_bytes=PART_BYTES, max_words=None):
+    """`WordCounts` over the lines of `files` (normalised as the tokenizer does), by
     this process or `workers` processes, a part of `part_bytes` at a time: the same
     counts either way. `progress(bytes_read, total_bytes, distinct_words)` is called
-    per part."""
+    per part.
+
+    `max_words` bounds memory: after adding a part's counts, if more than `max_words`
+    distinct words are held, the rarest are dropped (lossy counting, Manku and Motwani
+    2002): each word carries the most it may have been seen before it was last added
+    (the floor then), and the floor rises to the smallest count that leaves at most
+    `max_words` words, whose count plus carry is above it. The result's `floor` says
+    what that costs (`WordCounts`); None (default) counts exactly."""
     parts = corpus_parts(list(files), part_bytes)
     total = sum(end - start for _, start, end in parts)
-    counts = collections.Counter()
+    counts, carried = WordCounts(), {}
     done = 0
-    for part, part_counts in _count_parts(parts, lower_case, batch_size, workers):
+    for part, part_counts in _count_parts(parts, lower_case, workers):
+        if counts.floor:  # words (re-)entering now may have been dropped before, seen up to `floor` times
+            carried.update(dict.fromkeys(part_counts.keys() - counts.keys(), counts.floor))
         counts.update(part_counts)
+        if max_words is not None and len(counts) > max_words:
+            _prune(counts, carried, max_words)
         done += part[2] - part[1]
         if progress is not None:
             progress(done, total, len(counts))
     return counts
 
 
-def _count_parts(parts, lower_case, batch_size, workers):
+def _prune(counts, carried, max_words):
+    """Raises `counts.floor` to leave at most `max_words` words whose count plus carry is above it,
+    and drops the others."""
+    words = list(counts)
+    bounds = np.fromiter((counts[word] + carried.get(word, 0) for word in words), np.int64, len(words))
+    counts.floor = max(counts.floor, int(np.partition(bounds, len(words) - max_words - 1)[len(words) - max_words - 1]))
+    for index in np.flatnonzero(bounds <= counts.floor):
+        del counts[words[index]]
+        carried.pop(words[index], None)
+
+
+def _count_parts(parts, lower_case, workers):
     """Yields (part, its counts) as parts are counted."""
     if workers <= 1 or len(parts) <= 1:
-        counter = PartCounter(lower_case, batch_size)
-        yield from ((part, counter(part)) for part in parts)
+        yield from ((part, count_part(part, lower_case)) for part in parts)
         return
-    # Spawned: TensorFlow is not fork-safe (as in data/pretraining_shards.make_shards).
-    pool = concurrent.futures.ProcessPoolExecutor(
-        min(workers, len(parts)), multiprocessing.get_context("spawn"), _worker_init, (lower_case, batch_size)
-    )
+    # Forked: a worker starts at once and counts in plain Python. Spawned where TensorFlow
+    # is loaded (it is not fork-safe): the workers then import it again.
+    context = multiprocessing.get_context("spawn" if "tensorflow" in sys.modules else "fork")
+    pool = concurrent.futures.ProcessPoolExecutor(min(workers, len(parts)), context)
     try:
-        futures = {pool.submit(_worker_count, part): part for part in parts}
+        futures = {pool.submit(count_part, part, lower_case): part for part in parts}
         for future in concurrent.futures.as_completed(futures):
             yield futures[future], future.result()
     except concurrent.futures.BrokenExecutor as error:
@@ -193,5 +231,5 @@ def build_vocabulary(word_counts, size, num_unused=0, max_unique_chars=1000, min
 
 
 def write_vocabulary(vocabulary, path):
-    with tf.io.gfile.GFile(path, "w") as vocab_file:
-        vocab_file.write("".join(f"{token}\n" for token in vocabulary))
+    with _open(path, "wb") as vocab_file:
+        vocab_file.write("".join(f"{token}\n" for token in vocabulary).encode("utf-8"))

@@ -1,6 +1,6 @@
 """`count_words` on Apache Beam (`pip install bert-keras[beam]`), for corpora on shared storage.
 
-The same corpus parts and `PartCounter` as the local count, summed per word by Beam, so
+The same corpus parts and `count_part` as the local count, summed per word by Beam, so
 the counts are the same whatever the runner. The sums are written as JSON lines to
 `counts_prefix`-SSSSS-of-NNNNN, read back and removed: on a cluster runner the corpus and
 that prefix must be on storage every worker reads (gs://, hdfs://, a shared mount), and
@@ -14,22 +14,10 @@ import apache_beam as beam
 import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from bert_keras.text.vocab import PART_BYTES, PartCounter, corpus_parts
+from bert_keras.text.vocab import PART_BYTES, corpus_parts, count_part
 
 
-class CountPart(beam.DoFn):
-    def __init__(self, lower_case, batch_size):
-        self.lower_case = lower_case
-        self.batch_size = batch_size
-
-    def setup(self):
-        self.counter = PartCounter(self.lower_case, self.batch_size)
-
-    def process(self, part):
-        yield from self.counter(part).items()
-
-
-def count_words(files, counts_prefix, options, lower_case=True, batch_size=1024, part_bytes=PART_BYTES):
+def count_words(files, counts_prefix, options, lower_case=True, part_bytes=PART_BYTES):
     """Word counts over the lines of `files` on the runner named in `options` (Beam flags)."""
     parts = corpus_parts(list(files), part_bytes)
     with beam.Pipeline(options=PipelineOptions(options)) as pipeline:
@@ -37,7 +25,7 @@ def count_words(files, counts_prefix, options, lower_case=True, batch_size=1024,
             pipeline
             | "Parts" >> beam.Create(parts)
             | "Spread" >> beam.Reshuffle()
-            | "Count" >> beam.ParDo(CountPart(lower_case, batch_size))
+            | "Count" >> beam.FlatMap(lambda part: count_part(part, lower_case).items())
             | "Sum" >> beam.CombinePerKey(sum)
             | "Json" >> beam.Map(lambda word_count: json.dumps(word_count, ensure_ascii=False))
             | "Write" >> beam.io.WriteToText(counts_prefix)
