@@ -12,12 +12,20 @@ own process (wall time and that process's peak RSS):
   after --reference-cap seconds; and whether its vocab.txt is the same.
 
     nice -n 10 python bench/bench_vocab.py [--size 8000] [--books 1 4 7] [--synthetic-words 1000000]
+
+With --prune-words N [N ...]: `bert-keras vocab --max-distinct-words N` instead, on the seven
+books and on a synthetic text of --synthetic-text-mb MB (words of the synthetic table drawn
+with Zipf frequencies): time, peak RSS, the floor it reports and how many of the exact
+vocabulary's tokens the pruned one lacks.
+
+    nice -n 10 python bench/bench_vocab.py --prune-words 5000 10000 --synthetic-text-mb 100
 """
 
 import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -51,6 +59,47 @@ def synthetic_counts(num_words, seed=0):
     return dict(zip(list(words)[:num_words], counts.tolist()))
 
 
+def synthetic_text(path, megabytes, num_words=1_000_000, seed=0):
+    """`megabytes` of lines of 12 words drawn from `synthetic_counts(num_words)` with Zipf (1.1) frequencies."""
+    words = np.array(list(synthetic_counts(num_words)), dtype=object)
+    rng = np.random.default_rng(seed)
+    with open(path, "w", encoding="utf-8") as file:
+        while file.tell() < megabytes << 20:
+            picks = np.minimum(rng.zipf(1.1, 12 * 100_000), num_words) - 1
+            lines = words[picks].reshape(-1, 12)
+            file.write("".join(" ".join(line) + "\n" for line in lines))
+
+
+def prune_table(args, work):
+    """`bert-keras vocab` exact and with --max-distinct-words on the seven books and a synthetic text."""
+    path = work / "synthetic.txt"
+    synthetic_text(path, args.synthetic_text_mb)
+    corpora = [("7 books", BOOKS[:7]), (f"synthetic text, {args.synthetic_text_mb} MB", [path])]
+    print(
+        "| corpus | --max-distinct-words | time | peak RSS | floor | distinct words | tokens not in the exact vocab |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, files in corpora:
+        exact = None
+        for limit in [None, *args.prune_words]:
+            out = work / f"prune_{len(files)}_{limit}.txt"
+            command = [str(Path(sys.executable).parent / "bert-keras"), "vocab", "--corpus", *map(str, files)]
+            command += ["--size", str(args.size), "--out", str(out)]
+            command += ["--max-distinct-words", str(limit)] if limit else []
+            seconds, rss, _ = measure(command, 3600, stderr_path=work / "stderr.txt")
+            log = (work / "stderr.txt").read_text()
+            floor = re.search(r"seen more than (\d+) times", log)
+            distinct = re.search(r", (\d+) distinct, in", log)[1]
+            tokens = out.read_text(encoding="utf-8").splitlines()
+            exact = exact or set(tokens)
+            missing = len(exact - set(tokens))
+            print(
+                f"| {name} | {limit or 'exact'} | {seconds:.1f} s | {rss:.0f} MiB | {floor[1] if floor else 0} "
+                f"| {int(distinct):,} | {missing} of {len(exact)} |",
+                flush=True,
+            )
+
+
 def learn(counts_path, size, out, reference):
     """Child process: one learner on saved counts, writing its vocab.txt."""
     from bert_keras.text.vocab import build_vocabulary, reserved_tokens, write_vocabulary
@@ -73,11 +122,12 @@ def learn(counts_path, size, out, reference):
     write_vocabulary(vocabulary, out)
 
 
-def measure(command, cap):
+def measure(command, cap, stderr_path=None):
     """(seconds, peak RSS MiB, finished) of `command` in its own process, killed after `cap` seconds;
-    the seconds it prints if it prints them, else its wall time."""
+    the seconds it prints if it prints them, else its wall time. Its stderr goes to `stderr_path`."""
     started = time.time()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stderr = open(stderr_path, "w") if stderr_path else subprocess.PIPE
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr)
     timer = threading.Timer(cap, process.kill)
     timer.start()
     _, status, usage = os.wait4(process.pid, 0)
@@ -85,7 +135,7 @@ def measure(command, cap):
     seconds = time.time() - started
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode not in (0, -9):
-        raise RuntimeError(f"{command} failed: {process.stderr.read().decode()[-2000:]}")
+        raise RuntimeError(f"{command} failed: {process.stderr.read().decode()[-2000:] if process.stderr else ''}")
     printed = process.stdout.read().split()
     if process.returncode == 0 and printed:
         seconds = float(printed[-1])
@@ -99,6 +149,8 @@ def main():
     parser.add_argument("--synthetic-words", type=int, default=1_000_000, help="0: none")
     parser.add_argument("--reference-cap", type=float, default=900, help="seconds before tf.text's learner is killed")
     parser.add_argument("--synthetic-reference-cap", type=float, default=120, help="the same on the synthetic table")
+    parser.add_argument("--prune-words", type=int, nargs="*", help="the --max-distinct-words table instead")
+    parser.add_argument("--synthetic-text-mb", type=int, default=100, help="size of its synthetic text")
     parser.add_argument("--learn", nargs=4, metavar=("COUNTS", "SIZE", "OUT", "REFERENCE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.learn:
@@ -106,6 +158,9 @@ def main():
 
     from bert_keras.text.vocab import count_words
 
+    if args.prune_words:
+        print(f"Load average at the start: {os.getloadavg()}; vocab size {args.size}")
+        return prune_table(args, Path(tempfile.mkdtemp(prefix="bench_vocab_")))
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
     print(f"CPU: {cpu or platform.processor()}, {os.cpu_count()} cores; vocab size {args.size}\n")
     rows = []
