@@ -114,6 +114,26 @@ def test_fit_raises_the_positive_above_the_negatives(reranker, listwise):
     assert reranker.segments == ("query", "document")
 
 
+def test_fit_traces_the_step_once_whatever_the_padded_lengths(reranker, monkeypatch):
+    """Lists `[B, C, L]` padded to each batch's longest pair must not trace a train step
+    per length: a graph per shape would grow memory with every new length."""
+    traced = []
+    call = BertReranker.call
+    monkeypatch.setattr(
+        BertReranker, "call", lambda model, x, training=None: traced.append(x) or call(model, x, training)
+    )
+    short, medium, long = "a dog", "the quick brown fox jumps", "the quick brown fox jumps over the lazy dog"
+    queries = ["dog", "fox", "who jumps ?", "who runs ?", long, long]  # padded to 8, 16 and 24 tokens in pairs
+    positives = [short, short, medium, medium, long, long]
+    negatives = [[short], [short], [medium], [medium], [long], [long]]
+    reranker.compile(optimizer=keras.optimizers.Adam(1e-4))
+    batches = reranker.preprocessed_dataset((queries, positives, np.array(negatives)), batch_size=2)
+    lengths = {int(x["input_word_ids"].shape[-1]) for x, _ in batches}
+    reranker.fit(batches, epochs=1, verbose=0)
+    assert len(lengths) >= 3 and len(traced) <= 2
+    assert all(x["input_word_ids"].shape[-1] is None for x in traced)
+
+
 def test_exported_reranker_serves_query_and_document(tmp_path, reranker):
     from bert_keras.serving.export import export_for_serving
 
