@@ -190,3 +190,26 @@ def test_convert_reads_a_cross_encoder_folder_as_a_reranker(tmp_path):
     model = load_model(folder)
     assert isinstance(model, BertReranker) and model.activation == "sigmoid"
     np.testing.assert_allclose(model.predict(PAIRS, verbose=0), REFERENCES["cross_encoder/scores"], rtol=1e-5)
+
+
+def test_dev_lists_do_not_favour_a_reranker_that_scores_every_pair_alike():
+    """In the file the relevant document comes first; ties keep their order, so unshuffled
+    lists would give a constant reranker recall@1 of 1."""
+    from bert_keras.tasks.reranker import ranking_metrics
+    from pipelines.reranker import dev_candidates
+
+    rows = [
+        (f"query {q}", f"{'relevant' if d == 0 else 'other'} {q} {d}", float(d == 0))
+        for q in range(20)
+        for d in range(4)
+    ]
+    columns = {"query": [r[0] for r in rows], "document": [r[1] for r in rows]}
+    queries, candidates, relevant = dev_candidates("labelled", columns, [r[2] for r in rows], None, 0)
+
+    class ScoresAlike:
+        def predict(self, pairs, **kwargs):
+            return np.zeros(len(pairs), np.float32)
+
+    assert ranking_metrics(ScoresAlike(), queries, candidates, relevant)["recall@1"] < 0.5  # chance: 0.25
+    assert all(texts[i].startswith("relevant") for texts, found in zip(candidates, relevant) for i in found)
+    assert sorted(map(sorted, candidates)) == sorted(sorted(r[1] for r in rows if r[0] == q) for q in queries)
