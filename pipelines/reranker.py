@@ -17,6 +17,7 @@ Example: `bert-keras finetune reranker --train pairs.tsv --dev dev.tsv --init CK
 """
 
 import json
+import random
 from pathlib import Path
 
 HELP = "a cross-encoder reranker from (query, document, label) or (anchor, positive[, negative]) pairs"
@@ -90,7 +91,14 @@ def dev_candidates(kind, columns, labels, embedder, count):
             extra = [columns["negative"][row]] if "negative" in columns else []
             texts += [positive] + [text for text in extra + mined[row] if text not in texts]
     queries = [query for query in candidates if relevant.get(query)]
-    return queries, [candidates[q] for q in queries], [relevant[q] for q in queries]
+    # A fixed shuffle of each list: in file order the relevant documents come first, so a
+    # reranker that scores every pair alike (ties keep their order) would look perfect.
+    orders = [random.Random(query).sample(range(len(candidates[query])), len(candidates[query])) for query in queries]
+    return (
+        queries,
+        [[candidates[query][i] for i in order] for query, order in zip(queries, orders)],
+        [{order.index(i) for i in relevant[query]} for query, order in zip(queries, orders)],
+    )
 
 
 def run(args):
@@ -126,7 +134,8 @@ def run(args):
         return array
 
     texts = tuple(as_array(column) for column in columns.values())
-    lengths = np.char.str_len(np.array(columns[next(iter(columns))], dtype=str))
+    # Batches group rows by their longest text (a document, mostly), which sets the padded length.
+    lengths = np.max([np.char.str_len(column.astype(str)).reshape(count, -1).max(axis=1) for column in texts], axis=0)
     data = (texts,) if labels is None else (texts, np.asarray(labels, "float32"))
     batches = length_grouped_batches(data, lengths, args.batch_size, shuffle=True, seed=args.seed)
     best = train(

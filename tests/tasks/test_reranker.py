@@ -114,6 +114,26 @@ def test_fit_raises_the_positive_above_the_negatives(reranker, listwise):
     assert reranker.segments == ("query", "document")
 
 
+def test_fit_traces_the_step_once_whatever_the_padded_lengths(reranker, monkeypatch):
+    """Lists `[B, C, L]` padded to each batch's longest pair must not trace a train step
+    per length: a graph per shape would grow memory with every new length."""
+    traced = []
+    call = BertReranker.call
+    monkeypatch.setattr(
+        BertReranker, "call", lambda model, x, training=None: traced.append(x) or call(model, x, training)
+    )
+    short, medium, long = "a dog", "the quick brown fox jumps", "the quick brown fox jumps over the lazy dog"
+    queries = ["dog", "fox", "who jumps ?", "who runs ?", long, long]  # padded to 8, 16 and 24 tokens in pairs
+    positives = [short, short, medium, medium, long, long]
+    negatives = [[short], [short], [medium], [medium], [long], [long]]
+    reranker.compile(optimizer=keras.optimizers.Adam(1e-4))
+    batches = reranker.preprocessed_dataset((queries, positives, np.array(negatives)), batch_size=2)
+    lengths = {int(x["input_word_ids"].shape[-1]) for x, _ in batches}
+    reranker.fit(batches, epochs=1, verbose=0)
+    assert len(lengths) >= 3 and len(traced) <= 2
+    assert all(x["input_word_ids"].shape[-1] is None for x in traced)
+
+
 def test_exported_reranker_serves_query_and_document(tmp_path, reranker):
     from bert_keras.serving.export import export_for_serving
 
@@ -170,3 +190,26 @@ def test_convert_reads_a_cross_encoder_folder_as_a_reranker(tmp_path):
     model = load_model(folder)
     assert isinstance(model, BertReranker) and model.activation == "sigmoid"
     np.testing.assert_allclose(model.predict(PAIRS, verbose=0), REFERENCES["cross_encoder/scores"], rtol=1e-5)
+
+
+def test_dev_lists_do_not_favour_a_reranker_that_scores_every_pair_alike():
+    """In the file the relevant document comes first; ties keep their order, so unshuffled
+    lists would give a constant reranker recall@1 of 1."""
+    from bert_keras.tasks.reranker import ranking_metrics
+    from pipelines.reranker import dev_candidates
+
+    rows = [
+        (f"query {q}", f"{'relevant' if d == 0 else 'other'} {q} {d}", float(d == 0))
+        for q in range(20)
+        for d in range(4)
+    ]
+    columns = {"query": [r[0] for r in rows], "document": [r[1] for r in rows]}
+    queries, candidates, relevant = dev_candidates("labelled", columns, [r[2] for r in rows], None, 0)
+
+    class ScoresAlike:
+        def predict(self, pairs, **kwargs):
+            return np.zeros(len(pairs), np.float32)
+
+    assert ranking_metrics(ScoresAlike(), queries, candidates, relevant)["recall@1"] < 0.5  # chance: 0.25
+    assert all(texts[i].startswith("relevant") for texts, found in zip(candidates, relevant) for i in found)
+    assert sorted(map(sorted, candidates)) == sorted(sorted(r[1] for r in rows if r[0] == q) for q in queries)
