@@ -2,10 +2,9 @@
 
 Both start from what the SavedModel export answers (the model's `ServingSignature`). LiteRT's
 converter reads it from a SavedModel written by `keras.export.ExportArchive`, which saves the
-Keras 3 variables so that the converter freezes them itself (a `tf.Module` misses them: the
-interpreter then reads uninitialised variables, every output NaN). Freezing in Python first
-(`convert_variables_to_constants_v2`) is also exact but holds several copies of the weights:
-over 11 GB for BERT-base, against about 4 GB this way.
+Keras 3 variables the functions read (a `tf.Module` refuses them as untracked), and freezes
+them itself. Freezing in Python first (`convert_variables_to_constants_v2`) is also exact
+but holds several copies of the weights: over 11 GB for BERT-base, about 4 GB this way.
 
 LiteRT takes raw text where the tokenizer's ops have LiteRT kernels: tf.text's
 `FastBertNormalize` and `FastWordpieceTokenize` (registered by
