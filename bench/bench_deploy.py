@@ -262,7 +262,7 @@ def measure(name, model, texts, labels, folder, with_accuracy):
     work = {
         "batch1": packed_batches(preprocessor, texts[: args.sentences], 1),
         "batch32": packed_batches(preprocessor, texts[: 4 * BATCH], BATCH),
-        "dev": packed_batches(preprocessor, texts, BATCH) if with_accuracy else [],
+        "dev": packed_batches(preprocessor, texts, BATCH) if with_accuracy and not args.skip_accuracy else [],
         "labels": labels,
     }
     with open(folder / "inputs.pkl", "wb") as file:
@@ -363,6 +363,7 @@ if __name__ == "__main__":
     parser.add_argument("--sst2-model", help="a fine-tuned SST-2 classifier (.keras)")
     parser.add_argument("--skip-base", action="store_true", help="only the MiniLM classifier")
     parser.add_argument("--sentences", type=int, default=50, help="batch-1 sentences timed per round")
+    parser.add_argument("--skip-accuracy", action="store_true", help="latency, size and memory only")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the requests")
     parser.add_argument("--max-export-gb", type=float, default=9.5, help="stop an export process past this RSS")
     parser.add_argument(
