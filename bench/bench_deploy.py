@@ -1,13 +1,26 @@
 """SavedModel, LiteRT and ONNX Runtime exports side by side on CPU, float32 and quantized.
 
 For a fine-tuned all-MiniLM-L6-v2 SST-2 classifier (`--sst2-model`, e.g. `best.keras` from
-`python bench/bench_finetune.py sst2 --output-dir DIR`) and for BERT-base (random weights,
-a 2-class head), each export runs in its own process with 2 threads: latency of one
-sentence (batch 1, median over `--sentences` SST-2 dev sentences) and of 32 sentences
-(batch 32, padded to the longest, at most 128 tokens; median over 4 batches), file size,
-the process's peak resident memory, and SST-2 dev accuracy (MiniLM). Every export gets the
-same packed ids (the SavedModel's `serve_ids`, the others' id inputs), so the runtimes are
-timed on the same work; tokenization is outside the timing.
+`python bench/bench_finetune.py sst2 --output-dir DIR`) and for BERT-base (random weights
+from the `base` preset, a 2-class head: latency does not depend on the weights):
+
+1. Each export is written in its own process (`bert-keras export`'s path, with its
+   self-check against Keras), whose peak resident memory is recorded; a process past
+   `--max-export-gb` is stopped and reported.
+2. One process loads every export (2 intra-op threads each: TensorFlow's
+   `tf.config.threading`, LiteRT's `num_threads`, ONNX Runtime's `intra_op_num_threads`,
+   with its idle threads' spinning off) and times them INTERLEAVED: each request goes to
+   every export in turn (the order rotating), over `--rounds` rounds, so load from other
+   jobs on a shared machine falls on all rows alike. Batch 1: one per SST-2 dev sentence
+   (`--sentences` of them); batch 32: 4 batches of 32 (padded to the longest, at most 128
+   tokens). Each row gets the median and the interquartile range; the int8-to-float32
+   SavedModel ratio is taken per request (same sentence, same moment), so its median and
+   interquartile range are of paired ratios.
+3. The threads that worked: for each export, how many of the process's threads got over
+   5% of the wall time of its batch-32 requests (from /proc/self/task/*/stat).
+
+Every export gets the same packed ids (the SavedModel's `serve_ids`, the others' id
+inputs); tokenization is outside the timing.
 
     nice -n 10 python bench/bench_deploy.py --sst2-model DIR/best.keras [--skip-base]
 
@@ -16,11 +29,13 @@ Needs `pip install 'bert-keras[deploy]'` and ../shared/data.
 
 import argparse
 import json
+import os
 import pickle
-import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -29,7 +44,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 THREADS = 2
-INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+BATCH = 32
 # (format, precision): how each row is exported; the SavedModel has no int8 path (see docs/deploy.md).
 VARIANTS = [
     ("savedmodel", "float32"),
@@ -39,6 +54,7 @@ VARIANTS = [
     ("onnx", "float32"),
     ("onnx", "int8"),
 ]
+BASELINE = ("savedmodel", "float32")
 
 
 def cpu():
@@ -50,10 +66,178 @@ def cpu():
     return fields.get("Model name", "?").strip(), [flag for flag in wanted if flag in flags]
 
 
+def memory_mb(field="VmRSS"):
+    """This process's resident memory (VmRSS) or its peak (VmHWM; not ru_maxrss, which Linux
+    carries over exec from the parent)."""
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return int(status[field].split()[0]) / 1024
+
+
 def read_sst2_dev():
     rows = (DATA / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]
     texts, labels = zip(*(row.rsplit("\t", 1) for row in rows))
     return list(texts), np.array([int(label) for label in labels])
+
+
+def load_model(model):
+    """(Keras model, preprocessor) of `model`: a .keras path, or "base" (random, seed 0)."""
+    import keras
+
+    from bert_keras import BertClassifier, BertConfig, BertEncoder, BertPreprocessor
+    from bert_keras.models.saving import load_keras_file
+
+    if model == "base":
+        keras.utils.set_random_seed(0)
+        classifier = BertClassifier(BertEncoder(BertConfig.preset("base", vocab_size=30522)), num_classes=2)
+        return classifier, base_preprocessor()
+    classifier = load_keras_file(model)
+    length = min(128, classifier.encoder.config.max_position_embeddings)
+    return classifier, BertPreprocessor(classifier.preprocessor.tokenizer, seq_length=None, max_seq_length=length)
+
+
+def base_preprocessor():
+    from bert_keras import BertPreprocessor, BertTokenizer
+
+    tokenizer = BertTokenizer(str(DATA / "vocab" / "vocab.txt"))
+    return BertPreprocessor(tokenizer, seq_length=None, max_seq_length=128)
+
+
+def export_worker(model, format, precision, path):
+    """Writes one export as `bert-keras export` does (with its self-check); prints a JSON line."""
+    from bert_keras.serving import deploy
+    from bert_keras.serving.export import export_for_serving
+
+    started = time.perf_counter()
+    model, preprocessor = load_model(model)
+    quantize = None if precision == "float32" else precision
+    differences = {}
+    if format == "savedmodel":
+        export_for_serving(model, preprocessor, path, compute_dtype=quantize)
+    else:  # as deploy.export_checked, but LiteRT on ids too: every row gets the same packed ids
+        if format == "litert":
+            deploy.export_litert(model, preprocessor, path, quantize=quantize, text=False)
+        else:
+            deploy.export_onnx(model, preprocessor, path, quantize=quantize)
+        differences = deploy.check_export(format, path, model, preprocessor)
+    seconds = time.perf_counter() - started
+    print(json.dumps({"export_s": seconds, "export_peak_mb": memory_mb("VmHWM"), "difference": differences}))
+
+
+def stop_past(limit_mb):
+    """Ends this process (exit 3) if its resident memory passes `limit_mb`: a shared machine."""
+
+    def watch():
+        while memory_mb() < limit_mb:
+            time.sleep(0.1)
+        print(f"stopped: resident memory passed {limit_mb:.0f} MB", file=sys.stderr, flush=True)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def runner(format, path):
+    """A function of packed numpy ids -> label ids, running the export with 2 intra-op threads."""
+    if format == "savedmodel":
+        import tensorflow as tf
+
+        serve_ids = tf.saved_model.load(str(Path(path) / "1")).signatures["serve_ids"]
+        return lambda packed: serve_ids(**{name: tf.constant(value) for name, value in packed.items()})[
+            "label_ids"
+        ].numpy()
+    if format == "litert":
+        from ai_edge_litert.interpreter import Interpreter
+
+        signature = Interpreter(model_path=str(path), num_threads=THREADS).get_signature_runner("serving_default")
+        return lambda packed: signature(**packed)["label_ids"]
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
+    # Idle workers would otherwise spin and take the cores from the export timed next.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return lambda packed: session.run(["label_ids"], packed)[0]
+
+
+def thread_cpu_seconds():
+    """{thread id: CPU seconds} of this process's threads."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    seconds = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        seconds[task.name] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return seconds
+
+
+def interleaved(runs, requests, rounds):
+    """{name: [seconds of each request]}: every request goes to each run in turn, the
+    order rotating by one per request, so each row sees the same moments of load."""
+    names = list(runs)
+    times = {name: [] for name in names}
+    for _ in range(rounds):
+        for index, packed in enumerate(requests):
+            order = names[index % len(names) :] + names[: index % len(names)]
+            for name in order:
+                started = time.perf_counter()
+                runs[name](packed)
+                times[name].append(time.perf_counter() - started)
+    return times
+
+
+def busy_threads(run, batches):
+    """How many threads got over 5% of the wall time while `run` answered `batches`."""
+    before, started = thread_cpu_seconds(), time.perf_counter()
+    for packed in batches:
+        run(packed)
+    wall, after = time.perf_counter() - started, thread_cpu_seconds()
+    return sum(after[thread] - before.get(thread, 0.0) > 0.05 * wall for thread in after)
+
+
+def summary(seconds):
+    """Median and interquartile range, in ms."""
+    q1, median, q3 = np.percentile(1000 * np.asarray(seconds), [25, 50, 75])
+    return {"median": median, "q1": q1, "q3": q3}
+
+
+def measure_worker(paths, inputs, rounds):
+    """Loads every export in this process and times them interleaved; prints a JSON line."""
+    with open(inputs, "rb") as file:
+        work = pickle.load(file)
+    with open(paths, "rb") as file:
+        paths = pickle.load(file)
+    start_mb = memory_mb()
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer's ops the SavedModel holds)
+
+    tf.config.threading.set_intra_op_parallelism_threads(THREADS)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    result = {"tensorflow_mb": memory_mb() - start_mb, "rows": {}}
+    runs = {}
+    for name, path in paths.items():
+        before = memory_mb()
+        runs[name] = runner(name.split(" ")[0], path)
+        for packed in work["batch32"][:1] + work["batch1"][:2]:  # warm-up (graph building, arenas)
+            runs[name](packed)
+        row = result["rows"][name] = {"added_mb": memory_mb() - before}
+        row["busy_threads"] = busy_threads(runs[name], work["batch32"][:1])
+    assert tf.config.threading.get_intra_op_parallelism_threads() == THREADS
+    for batch, requests in (("batch1", work["batch1"]), ("batch32", work["batch32"])):
+        times = interleaved(runs, requests, rounds)
+        baseline = np.asarray(times[" ".join(BASELINE)])
+        for name, seconds in times.items():
+            result["rows"][name][batch] = summary(seconds)
+            ratios = np.asarray(seconds) / baseline
+            result["rows"][name][f"{batch}_ratio"] = dict(
+                zip(("q1", "median", "q3"), np.percentile(ratios, [25, 50, 75]))
+            )
+    if work["dev"]:
+        for name, run in runs.items():
+            predictions = np.concatenate([run(packed) for packed in work["dev"]])
+            result["rows"][name]["accuracy"] = float(np.mean(predictions == work["labels"]))
+    print(json.dumps(result))
 
 
 def packed_batches(preprocessor, texts, size):
@@ -65,27 +249,53 @@ def packed_batches(preprocessor, texts, size):
     ]
 
 
-def export_all(model, preprocessor, folder):
-    """{(format, precision): path} of every variant."""
-    from bert_keras.serving import deploy
-    from bert_keras.serving.export import export_for_serving
+def last_json(command):
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode:
+        raise RuntimeError(f"{' '.join(command[2:])} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
-    paths = {}
-    for format, precision in VARIANTS:
-        started = time.perf_counter()
-        if format == "savedmodel":
-            dtype = None if precision == "float32" else precision
-            path = export_for_serving(model, preprocessor, folder / f"savedmodel_{precision}", compute_dtype=dtype)
-        else:
-            path = folder / f"{precision}.{'tflite' if format == 'litert' else 'onnx'}"
-            quantize = None if precision == "float32" else precision
-            if format == "litert":
-                deploy.export_litert(model, preprocessor, path, quantize=quantize, text=False)
-            else:
-                deploy.export_onnx(model, preprocessor, path, quantize=quantize)
-        print(f"  exported {format} {precision} in {time.perf_counter() - started:.0f} s", flush=True)
-        paths[format, precision] = path
-    return paths
+
+def measure(name, model, texts, labels, folder, with_accuracy):
+    """Exports every variant of `model` (each in its own process), then times them together."""
+    preprocessor = base_preprocessor() if model == "base" else load_model(model)[1]
+    work = {
+        "batch1": packed_batches(preprocessor, texts[: args.sentences], 1),
+        "batch32": packed_batches(preprocessor, texts[: 4 * BATCH], BATCH),
+        "dev": packed_batches(preprocessor, texts, BATCH) if with_accuracy and not args.skip_accuracy else [],
+        "labels": labels,
+    }
+    with open(folder / "inputs.pkl", "wb") as file:
+        pickle.dump(work, file)
+    exports, paths = {}, {}
+    for format, precision in args.variants:
+        suffix = {"savedmodel": "", "litert": ".tflite", "onnx": ".onnx"}[format]
+        path = folder / f"{format}_{precision}{suffix}"
+        record = path.with_name(f"{path.name}.json")  # kept with --work-dir: a rerun measures again only
+        if not record.exists():
+            command = [sys.executable, __file__, "--max-export-gb", str(args.max_export_gb)]
+            try:
+                record.write_text(json.dumps(last_json(command + ["--export", model, format, precision, str(path)])))
+            except RuntimeError as error:  # e.g. past --max-export-gb: the row says so, the others go on
+                print(f"{name}: {error}", flush=True)
+                exports[format, precision] = {"error": str(error).strip().splitlines()[-1]}
+                continue
+        exports[format, precision] = json.loads(record.read_text())
+        paths[f"{format} {precision}"] = path
+        print(f"{name}: exported {format} {precision}: {exports[format, precision]}", flush=True)
+    with open(folder / "paths.pkl", "wb") as file:
+        pickle.dump(paths, file)
+    command = [sys.executable, __file__, "--measure", str(folder / "paths.pkl"), str(folder / "inputs.pkl")]
+    measured = last_json(command + ["--rounds", str(args.rounds)])
+    print(f"{name}: measured {json.dumps(measured)}", flush=True)
+    rows = []
+    for format, precision in args.variants:
+        row = exports[format, precision]
+        if "error" not in row:
+            path = paths[f"{format} {precision}"]
+            row = {**row, **measured["rows"][f"{format} {precision}"], "file_mb": size_mb(path)}
+        rows.append((name, format, precision, row))
+    return rows, measured["tensorflow_mb"]
 
 
 def size_mb(path):
@@ -94,134 +304,83 @@ def size_mb(path):
     return sum(file.stat().st_size for file in files) / 1e6
 
 
-def run_worker(format, path, inputs):
-    """Loads one export and times it; prints a JSON line (run in its own process)."""
-    with open(inputs, "rb") as file:
-        work = pickle.load(file)
-    if format == "savedmodel":
-        import tensorflow as tf
-        import tensorflow_text  # noqa: F401  (registers the tokenizer's ops)
-
-        tf.config.threading.set_intra_op_parallelism_threads(THREADS)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-        serve_ids = tf.saved_model.load(path).signatures["serve_ids"]
-
-        def run(packed):
-            return serve_ids(**{name: tf.constant(value) for name, value in packed.items()})["label_ids"].numpy()
-    elif format == "litert":
-        from ai_edge_litert.interpreter import Interpreter
-
-        runner = Interpreter(model_path=path, num_threads=THREADS).get_signature_runner("serving_default")
-
-        def run(packed):
-            return runner(**packed)["label_ids"]
-    else:
-        import onnxruntime
-
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
-        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-
-        def run(packed):
-            return session.run(["label_ids"], packed)[0]
-
-    def median_ms(batches, repeats):
-        run(batches[0])  # warm-up
-        times = []
-        for _ in range(repeats):
-            for packed in batches:
-                started = time.perf_counter()
-                run(packed)
-                times.append(time.perf_counter() - started)
-        return 1000 * statistics.median(times)
-
-    result = {"batch1_ms": median_ms(work["batch1"], 1), "batch32_ms": median_ms(work["batch32"], 1)}
-    if work["dev"]:
-        predictions = np.concatenate([run(packed) for packed in work["dev"]])
-        result["accuracy"] = float(np.mean(predictions == work["labels"]))
-    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the parent process.
-    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-    result["peak_mb"] = int(status["VmHWM"].split()[0]) / 1024
-    print(json.dumps(result))
+def spread(stats, digits):
+    return f"{stats['median']:.{digits}f} ({stats['q1']:.{digits}f}-{stats['q3']:.{digits}f})"
 
 
-def measure(name, model, preprocessor, texts, labels, folder, with_accuracy):
-    work = {
-        "batch1": packed_batches(preprocessor, texts[: args.sentences], 1),
-        "batch32": packed_batches(preprocessor, texts[:128], 32),
-        "dev": packed_batches(preprocessor, texts, 32) if with_accuracy else [],
-        "labels": labels,
-    }
-    inputs = folder / "inputs.pkl"
-    with open(inputs, "wb") as file:
-        pickle.dump(work, file)
-    print(f"{name}: exporting", flush=True)
-    rows = []
-    for (format, precision), path in export_all(model, preprocessor, folder).items():
-        command = [sys.executable, __file__, "--worker", format, str(path), str(inputs)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode:
-            raise RuntimeError(f"{format} {precision} worker failed:\n{result.stderr[-3000:]}")
-        measured = json.loads(result.stdout.strip().splitlines()[-1])
-        rows.append((name, format, precision, size_mb(path), measured))
-        print(f"  measured {format} {precision}: {measured}", flush=True)
-    return rows
+def ratio(stats):
+    return f"{stats['median']:.2f} ({stats['q1']:.2f}-{stats['q3']:.2f})"
+
+
+def report(rows, tensorflow_mb):
+    name, flags = cpu()
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    print(f"\nCPU: {name}; flags: {' '.join(flags)}; load average {' '.join(load)}")
+    print(
+        f"{THREADS} intra-op threads per runtime, all exports in one process, timed interleaved over "
+        f"{args.rounds} round(s); batch 1: {args.sentences} SST-2 dev sentences; batch 32: 4 batches "
+        "(<= 128 tokens). Times: median (interquartile range) in ms; x SM fp32: the same request's "
+        "time over the float32 SavedModel's, median (IQR)."
+    )
+    print(
+        "| model | export | batch 1 (ms) | x SM fp32 | batch 32 (ms) | x SM fp32 | busy threads | file (MB) "
+        "| RSS added (MB) | export peak RSS (MB) | SST-2 dev acc |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for model_name, format, precision, row in rows:
+        if "error" in row:
+            print(f"| {model_name} | {format} {precision} | export failed: {row['error']} |")
+            continue
+        accuracy = f"{100 * row['accuracy']:.2f}" if "accuracy" in row else "-"
+        print(
+            f"| {model_name} | {format} {precision} | {spread(row['batch1'], 1)} | {ratio(row['batch1_ratio'])} "
+            f"| {spread(row['batch32'], 0)} | {ratio(row['batch32_ratio'])} | {row['busy_threads']} "
+            f"| {row['file_mb']:.0f} | {row['added_mb']:.0f} | {row['export_peak_mb']:.0f} | {accuracy} |"
+        )
+    print(f"TensorFlow itself (import, before any export is loaded): {tensorflow_mb:.0f} MB resident")
 
 
 def main():
-    import keras
-
-    from bert_keras import BertClassifier, BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
-    from bert_keras.models.saving import load_keras_file
-
     texts, labels = read_sst2_dev()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_deploy_") as scratch:
-        scratch = Path(scratch)
+        scratch = Path(args.work_dir or scratch)
         if args.sst2_model:
-            model = load_keras_file(args.sst2_model)
-            tokenizer = model.preprocessor.tokenizer
-            length = min(128, model.encoder.config.max_position_embeddings)
-            preprocessor = BertPreprocessor(tokenizer, seq_length=None, max_seq_length=length)
-            (scratch / "minilm").mkdir()
-            rows += measure("MiniLM-L6 SST-2", model, preprocessor, texts, labels, scratch / "minilm", True)
+            (scratch / "minilm").mkdir(parents=True, exist_ok=True)
+            found, tensorflow_mb = measure("MiniLM-L6 SST-2", args.sst2_model, texts, labels, scratch / "minilm", True)
+            rows += found
+            if not args.work_dir:
+                shutil.rmtree(scratch / "minilm")  # room on disk for BERT-base's exports
         if not args.skip_base:
-            keras.utils.set_random_seed(0)
-            tokenizer = BertTokenizer(str(DATA / "vocab" / "vocab.txt"))
-            model = BertClassifier(BertEncoder(BertConfig.preset("base", vocab_size=30522)), num_classes=2)
-            preprocessor = BertPreprocessor(tokenizer, seq_length=None, max_seq_length=128)
-            (scratch / "base").mkdir()
-            rows += measure("BERT-base (random)", model, preprocessor, texts, labels, scratch / "base", False)
-    name, flags = cpu()
-    print(f"\nCPU: {name}; flags: {' '.join(flags)}; {THREADS} threads per runtime; one process per row")
-    print(f"batch 1: median over {args.sentences} SST-2 dev sentences; batch 32: median over 4 batches (<= 128 tokens)")
-    print("| model | export | precision | batch 1 (ms) | batch 32 (ms) | file (MB) | peak RSS (MB) | SST-2 dev acc |")
-    print("|---|---|---|---|---|---|---|---|")
-    for model_name, format, precision, size, measured in rows:
-        accuracy = f"{100 * measured['accuracy']:.2f}" if "accuracy" in measured else "-"
-        print(
-            f"| {model_name} | {format} | {precision} | {measured['batch1_ms']:.1f} | {measured['batch32_ms']:.0f} "
-            f"| {size:.0f} | {measured['peak_mb']:.0f} | {accuracy} |"
-        )
-    for model_name in dict.fromkeys(row[0] for row in rows):
-        own = {(format, precision): measured for name, format, precision, _, measured in rows if name == model_name}
-        baseline = own["savedmodel", "float32"]["batch1_ms"]
-        int8 = min((own[key]["batch1_ms"], key[0]) for key in own if key[1] == "int8")
-        print(
-            f"{model_name}: fastest int8 ({int8[1]}) answers one sentence in {int8[0] / baseline:.2f}x the "
-            f"float32 SavedModel's time; ONNX Runtime float32 {own['onnx', 'float32']['batch1_ms']:.1f} ms"
-        )
+            (scratch / "base").mkdir(parents=True, exist_ok=True)
+            found, tensorflow_mb = measure("BERT-base (random)", "base", texts, labels, scratch / "base", False)
+            rows += found
+    report(rows, tensorflow_mb)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sst2-model", help="a fine-tuned SST-2 classifier (.keras)")
     parser.add_argument("--skip-base", action="store_true", help="only the MiniLM classifier")
-    parser.add_argument("--sentences", type=int, default=50, help="batch-1 sentences timed")
-    parser.add_argument("--worker", nargs=3, metavar=("FORMAT", "PATH", "INPUTS"), help=argparse.SUPPRESS)
+    parser.add_argument("--sentences", type=int, default=50, help="batch-1 sentences timed per round")
+    parser.add_argument("--skip-accuracy", action="store_true", help="latency, size and memory only")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the requests")
+    parser.add_argument("--max-export-gb", type=float, default=9.5, help="stop an export process past this RSS")
+    parser.add_argument(
+        "--variants",
+        type=lambda text: [tuple(item.split(":")) for item in text.split(",")],
+        default=VARIANTS,
+        help="FORMAT:PRECISION,... (default: all six; savedmodel:float32, the baseline, must be one)",
+    )
+    parser.add_argument("--work-dir", help="keep the exports here (default: a temporary folder); reused if there")
+    parser.add_argument("--export", nargs=4, metavar=("MODEL", "FORMAT", "PRECISION", "PATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--measure", nargs=2, metavar=("PATHS", "INPUTS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker:
-        run_worker(*args.worker)
+    sys.path.insert(0, str(ROOT))
+    if args.export:
+        stop_past(1024 * args.max_export_gb)
+        export_worker(*args.export)
+    elif args.measure:
+        measure_worker(*args.measure, args.rounds)
     else:
-        sys.path.insert(0, str(ROOT))
         main()

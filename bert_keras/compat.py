@@ -18,8 +18,6 @@ The hooks:
   (`compile_from_config`, which Keras skips for those).
 - `patch_multi_worker_fit`: keras-team/keras#20585, `fit` under tf.distribute strategies
   (patches `keras.src.backend.tensorflow.trainer`).
-- `constant_function`: a concrete function with its variables frozen into constants
-  (`tensorflow.python.framework.convert_to_constants`), for the LiteRT/ONNX exports.
 - `saved_object`: a bare SavedModel object (`tf.__internal__.tracking.AutoTrackable`).
 - `dataset_graph`: the graph of a `tf.data.Dataset` (`_as_serialized_graph`), for tests.
 - `onednn_enabled`: whether TensorFlow runs oneDNN kernels (`_pywrap_util_port`), for tests.
@@ -193,14 +191,6 @@ def patch_multi_worker_fit():
     trainer.reduce_per_replica = reduce_per_replica
 
 
-def constant_function(concrete):
-    """`concrete` (a `tf.function`'s concrete function) with every variable it reads turned
-    into a constant of the graph: what converters without variable support take."""
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
-    return convert_variables_to_constants_v2(concrete)
-
-
 def saved_object():
     """An empty object whose attributes `tf.saved_model.save` tracks: functions, variables
     and plain lists, with no attributes of its own (`tf.Module` has read-only `variables`)."""
@@ -228,7 +218,6 @@ def check():
     _check_raw_inputs()
     _check_restores_compile()
     _check_multi_worker_patch()
-    _check_constant_function()
     _check_saved_object()
     _check_dataset_graph()
     _check_onednn_enabled()
@@ -410,17 +399,6 @@ def _check_multi_worker_patch():
     finally:
         trainer.TensorFlowTrainer._maybe_symbolic_build = patched
     assert calls, "patch_multi_worker_fit: fit under a strategy no longer calls TensorFlowTrainer._maybe_symbolic_build"
-
-
-def _check_constant_function():
-    weight = tf.Variable(3.0)
-    concrete = tf.function(lambda x: x * weight, input_signature=[tf.TensorSpec([], tf.float32)])
-    constant = constant_function(concrete.get_concrete_function())
-    weight.assign(5.0)  # the frozen function keeps the value it was frozen with
-    ops = {node.op for node in constant.graph.as_graph_def().node}
-    assert float(constant(tf.constant(2.0))[0]) == 6.0 and not ops & {"ReadVariableOp", "VarHandleOp"}, (
-        f"constant_function: the frozen function still reads variables (ops {sorted(ops)})"
-    )
 
 
 def _check_saved_object():
