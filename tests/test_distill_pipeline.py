@@ -157,7 +157,9 @@ def test_bad_input_is_one_line(run_files, capsys):
     assert distill(folder, "pairs", "--unlabeled", str(folder / "pairs.txt")) == 2
     assert "pairs.txt:1: 2 tab-separated text(s); the teacher takes 1" in capsys.readouterr().err
     assert distill(folder, "bad-embedder", teacher="embedder.keras") == 2  # a labelled TSV, not pairs
-    assert "train.tsv: header ['text', 'label'] lacks column(s) ['text_a', 'text_b']" in capsys.readouterr().err
+    assert (
+        "train.tsv: header ['text', 'label'] lacks column(s) ['text_a', 'text_b', 'score']" in capsys.readouterr().err
+    )
     pairs = ["--train", str(folder / "pairs.tsv"), "--dev", str(folder / "pairs.tsv")]
     assert distill(folder, "bad-embedder", "--augment", "1", teacher="embedder.keras", data=pairs) == 2
     assert "--augment: for classifier teachers only" in capsys.readouterr().err
