@@ -6,13 +6,15 @@ request (batch 1, median) and of requests of 32 texts (rounds interleaved across
 models, medians), and the training time its run recorded (`eval_results.json` of
 `finetune`, `distill_results.json` of `distill`; zero for a teacher that was not trained).
 
-- `--kind sst2`: SST-2 dev accuracy of the exports' probabilities; batch 32: the whole dev set.
+- `--kind sst2`: SST-2 dev accuracy of the exports' probabilities.
 - `--kind conll`: CoNLL-2003 eng.testa entity F1 (conlleval, of the Keras models as
   `finetune conll` scores them); requests are the sentences' words joined by spaces.
 - `--kind embedder`: SQuAD dev retrieval, bench_embed's split: every held-out question
   searches all paragraphs, recall@1 (and MRR@10) of the Keras models; requests are questions.
   `--prepare-embedder DIR` writes DIR/train.tsv and DIR/dev.tsv (pairs of the other
   half) and DIR/teacher/best.keras, zero-shot all-MiniLM-L6-v2.
+- conll and embedder: `--dev-limit N` scores the first N dev sentences / held-out
+  questions (as `distill --max-examples N` scores the first N).
 
     bert-keras finetune glue --task sst-2 --data-dir ../shared/data/glue/SST-2 --output-dir T ...
     bert-keras distill --teacher T/best.keras --student teacher:3 --task sst-2 \\
@@ -99,7 +101,7 @@ def sst2(models, predictors, args):
 def conll(models, predictors, args):
     from bert_keras.tasks.conll import conll_scores, read_conll
 
-    sentences = read_conll(SHARED / "data" / "conll2003" / "eng.testa")
+    sentences = read_conll(SHARED / "data" / "conll2003" / "eng.testa")[: args.dev_limit]
     f1 = {name: conll_scores(model, sentences, 64)[0]["f1"] for name, model in models.items()}
     return np.array([" ".join(s.words).encode() for s in sentences], dtype=object), f1, "testa F1"
 
@@ -111,6 +113,7 @@ def embedder(models, predictors, args):
 
     questions, paragraphs, owners = squad()
     _, held_out = squad_split(questions)
+    held_out = held_out[: args.dev_limit]
     queries, relevant = [questions[i] for i in held_out], [[owners[i]] for i in held_out]
     recall = {}
     for name, model in models.items():
@@ -144,6 +147,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=5, help="rounds of requests of 32")
     parser.add_argument("--single", type=int, default=100, help="texts timed one a request, per round")
     parser.add_argument("--texts", type=int, help="time requests of 32 on the first N dev texts (default: all)")
+    parser.add_argument(
+        "--dev-limit", type=int, help="conll, embedder: score the first N dev sentences / held-out questions"
+    )
     parser.add_argument("--prepare-embedder", metavar="DIR", help="write the embedder runs' data and teacher")
     parser.add_argument("--train-pairs", type=int, default=3200, help="with --prepare-embedder")
     args = parser.parse_args()
