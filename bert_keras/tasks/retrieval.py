@@ -105,3 +105,84 @@ def similarity_correlations(a, b, scores):
     gold `scores` (sentence-transformers' EmbeddingSimilarityEvaluator, cosine)."""
     cosine = np.sum(_unit(a) * _unit(b), axis=1)
     return {"pearson": pearson(cosine, scores), "spearman": spearman(cosine, scores)}
+
+
+# --- pair files, and an embedder's training and scoring runs -----------------------------
+
+# The columns of a pairs TSV: in-batch negatives, or scored pairs.
+PAIRS, SCORED = ("anchor", "positive", "negative"), ("text_a", "text_b", "score")
+
+
+def read_pairs(path):
+    """(columns {name: [texts]}, scores or None) of a pairs TSV whose header names them:
+    anchor, positive [, negative], or text_a, text_b, score."""
+    from bert_keras.tasks.glue import read_rows
+
+    rows = read_rows(path, header=False)
+    if not rows:
+        raise ValueError(f"{path}: empty file; need a header (anchor positive [negative], or text_a text_b score)")
+    (_, header), rows = rows[0], rows[1:]
+    names = PAIRS if "anchor" in header else SCORED
+    wanted = [name for name in names if name in header]
+    missing = [name for name in names[:2] + (("score",) if names is SCORED else ()) if name not in header]
+    if missing:
+        raise ValueError(
+            f"{path}: header {header} lacks column(s) {missing}; need anchor, positive [, negative], "
+            "or text_a, text_b, score"
+        )
+    columns = {name: [fields[header.index(name)] for _, fields in rows] for name in wanted}
+    if not rows:
+        raise ValueError(f"{path}: no pairs below the header")
+    scores = None
+    if names is SCORED:
+        scores = []
+        for number, fields in rows:
+            try:
+                scores.append(float(fields[header.index("score")]))
+            except ValueError:
+                raise ValueError(f"{path}:{number}: score {fields[header.index('score')]!r} is not a number") from None
+        del columns["score"]
+    return columns, scores
+
+
+def read_pair_files(train_path, dev_path, max_examples=None):
+    """((columns, scores), (dev columns, dev scores)) of a training pairs TSV (its first
+    `max_examples` pairs) and a dev one, which must have the same columns."""
+    columns, scores = read_pairs(train_path)
+    dev = read_pairs(dev_path)
+    if list(dev[0]) != list(columns) or (dev[1] is None) != (scores is None):
+        raise ValueError(
+            f"{train_path} has columns {list(columns)}{' + score' if scores else ''} but {dev_path} "
+            f"has {list(dev[0])}{' + score' if dev[1] else ''}"
+        )
+    if max_examples:
+        columns = {name: texts[:max_examples] for name, texts in columns.items()}
+        scores = scores[:max_examples] if scores else None
+    return (columns, scores), dev
+
+
+def pair_batches(columns, scores, batch_size, seed):
+    """Raw training batches of an embedder for `fit`: the text columns (and the scores as
+    `y` when given), shuffled, of pairs of similar lengths."""
+    from bert_keras.training.finetuning import length_grouped_batches
+
+    texts = tuple(np.array(column, dtype=object) for column in columns.values())
+    lengths = sum(np.char.str_len(np.array(column, dtype=str)) for column in columns.values())
+    data = (texts,) if scores is None else (texts, np.asarray(scores, "float32"))
+    return length_grouped_batches(data, lengths, batch_size, shuffle=True, seed=seed)
+
+
+def embedder_scores(model, columns, scores, batch_size):
+    """A `BertTextEmbedder` on dev pairs: the Pearson and Spearman correlations of cosine
+    and score for scored pairs, else retrieval (`retrieval_set`: the anchors search the
+    positives and negatives) by `evaluate_retrieval`."""
+    texts = list(columns.values())
+    if scores is not None:
+        a, b = (model.encode(column, batch_size) for column in texts)
+        return similarity_correlations(a, b, scores)
+    queries, documents, relevant = retrieval_set(*texts)
+    return evaluate_retrieval(
+        model.encode_queries(queries, batch_size=batch_size),
+        model.encode_documents(documents, batch_size=batch_size),
+        relevant,
+    )

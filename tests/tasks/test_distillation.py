@@ -15,7 +15,9 @@ from bert_keras import BertClassifier, BertEncoder, BertTextEmbedder, BertTokenC
 from bert_keras.tasks.distillation import (
     TEACHER_OUTPUTS,
     BertDistiller,
+    augmented_texts,
     evenly_spaced_layers,
+    replacement_words,
     student_encoder,
     student_of,
 )
@@ -35,6 +37,41 @@ def kl_to_teacher(teacher, student, texts, temperature=1.0):
     teacher_p = tf.nn.softmax(teacher.predict(texts, verbose=0) / temperature).numpy()
     student_p = tf.nn.softmax(student.predict(texts, verbose=0) / temperature).numpy()
     return float(np.mean(np.sum(teacher_p * (np.log(teacher_p) - np.log(student_p)), axis=-1)))
+
+
+def nearest_by_sorting(teacher, word, count):
+    """The `count` alphabetic pieces of highest cosine to `word` in the teacher's word
+    embeddings, the word itself left out: the definition, by a full sort."""
+    table = keras.ops.convert_to_numpy(teacher.encoder.embeddings.word_embeddings)
+    vector = table[VOCAB.index(word)]
+    cosine = {
+        piece: float(table[i] @ vector / np.linalg.norm(table[i]) / np.linalg.norm(vector))
+        for i, piece in enumerate(VOCAB)
+        if piece.isalpha() and piece != word
+    }
+    return set(sorted(cosine, key=cosine.get, reverse=True)[:count])
+
+
+def test_augmentation_replaces_words_by_their_nearest_in_the_teachers_embeddings():
+    teacher = tiny_teacher(num_classes=2)
+    nearest = replacement_words(teacher, ["film", "The", "jumps", "!", "xyz"], candidates=3)
+    # "jumps" is two pieces (jump ##s), "!" is no word, "xyz" not in the vocabulary; "The" is lower-cased
+    assert sorted(nearest) == ["film", "the"]
+    for word, candidates in nearest.items():
+        assert set(candidates) == nearest_by_sorting(teacher, word, 3)
+    (copies,) = augmented_texts(teacher, (["The film jumps !"],), copies=4, probability=1.0, candidates=3)
+    assert len(copies) == 4
+    for text in copies:
+        first, second, *rest = text.split()
+        assert first in nearest["the"] and second in nearest["film"] and rest == ["jumps", "!"]
+    # pairs: each column varied on its own, rows in order; words replaced about `probability` of the time
+    a, b = augmented_texts(teacher, (["the film", "bad"], ["a fox", "good"]), copies=200, probability=0.25, seed=1)
+    assert len(a) == len(b) == 400 and set(a[200:]) <= {"bad", *nearest_by_sorting(teacher, "bad", 15)}
+    pairs = [(text, "the film") for text in a[:200]] + [(text, "a fox") for text in b[:200]]
+    replaced = np.mean([x != y for text, original in pairs for x, y in zip(text.split(), original.split())])
+    assert 0.18 < replaced < 0.32
+    with pytest.raises(ValueError, match="copies >= 1 and 0 < probability <= 1"):
+        augmented_texts(teacher, (["the film"],), copies=0)
 
 
 def test_evenly_spaced_layers_are_distilberts():
