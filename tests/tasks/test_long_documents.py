@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from harness import TOLERANCE, run_task_test, tiny_encoder, tiny_preprocessor
 
-from bert_keras import BertClassifier
+from bert_keras import BertClassifier, BertTextEmbedder
 from bert_keras.serving.export import describe
 from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
 from bert_keras.tasks.windowing import preprocess_windows
@@ -157,3 +157,26 @@ def test_served_documents_equal_predict(tmp_path, pair):
     with pytest.raises(ServingError, match="(?s)INVALID_ARGUMENT.*bytes max_windows"):
         predictor.predict_texts(**huge)
     predictor.close()
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_embedder_averages_window_vectors_weighted_by_tokens(pooling):
+    embedder = BertTextEmbedder(
+        tiny_encoder(), pooling=pooling, preprocessor=tiny_preprocessor(max_seq_length=16), doc_stride=6
+    )
+    plain = BertTextEmbedder(embedder.encoder, pooling=pooling, normalize=False, preprocessor=embedder.preprocessor)
+    windows = preprocess_windows(embedder.preprocessor, tf.constant(TEXTS), 6)
+    expected = []
+    for row, count in enumerate(windows.starts.row_lengths().numpy()):
+        inputs = {name: value[row, :count] for name, value in windows.inputs.items()}
+        vectors = plain(inputs).numpy()
+        tokens = inputs["input_mask"].numpy().sum(-1, keepdims=True)
+        document = (vectors * tokens).sum(0) / tokens.sum()
+        expected.append(document / np.linalg.norm(document))
+    np.testing.assert_allclose(embedder.encode(TEXTS, batch_size=2), np.stack(expected), atol=TOLERANCE)
+    short = ["the quick brown fox", "a good film", ""]
+    np.testing.assert_allclose(
+        embedder.encode(short),
+        BertTextEmbedder(embedder.encoder, pooling=pooling, preprocessor=embedder.preprocessor).encode(short),
+        atol=1e-6,
+    )
