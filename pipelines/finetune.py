@@ -165,7 +165,14 @@ def train_classifier(args, train_examples, dev_sets, labels, score, main_metric)
     from bert_keras.training.finetuning import length_grouped_batches
 
     regression = labels is None
-    strategy, model = build_head(args, BertClassifier, num_classes=1 if regression else len(labels), labels=labels)
+    strategy, model = build_head(
+        args,
+        BertClassifier,
+        num_classes=1 if regression else len(labels),
+        labels=labels,
+        doc_stride=args.doc_stride,
+        window_pooling=args.window_pooling,
+    )
 
     def evaluate(model):
         metrics = {}
