@@ -102,6 +102,16 @@ def add_window_arguments(parser, pooling=True, default_pooling="mean"):
         )
 
 
+def report_truncation(args, preprocessor, texts, what):
+    """Without --doc-stride, says once what truncation cuts from `texts` (if anything)."""
+    if args.doc_stride is None:
+        from bert_keras.tasks.windowing import truncation_notice
+
+        notice = truncation_notice(preprocessor, texts, what)
+        if notice:
+            print(notice)
+
+
 def add_distribution_arguments(parser):
     """--strategy, --tpu, --devices, --mixed-precision, shared by `pretrain` and `finetune`."""
     parser.add_argument(

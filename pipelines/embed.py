@@ -9,7 +9,7 @@ length, with a progress bar.
 Example: `bert-keras embed --input questions.txt --output questions.npy`.
 """
 
-from pipelines.arguments import InputPath, add_window_arguments
+from pipelines.arguments import InputPath, add_window_arguments, report_truncation
 
 
 def register(subparsers):
@@ -73,6 +73,7 @@ def run(args):
         f"embedding {len(lines)} lines of {args.input} with {source} ({model.pooling} pooling"
         f"{', normalised' if model.normalize else ''}, up to {model.preprocessor.packer.max_seq_length} tokens)"
     )
+    report_truncation(args, model.preprocessor, lines, "lines")
     prefix = {"query": model.query_prefix, "document": model.document_prefix}.get(args.prefix)
     vectors = model.encode(lines, batch_size=args.batch_size, verbose=1 if lines else 0, prefix=prefix)
     output.parent.mkdir(parents=True, exist_ok=True)

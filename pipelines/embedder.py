@@ -18,7 +18,7 @@ Example: `bert-keras finetune embedder --train pairs.tsv --dev dev_pairs.tsv --o
 import json
 from pathlib import Path
 
-from pipelines.arguments import InputPath, add_window_arguments
+from pipelines.arguments import InputPath, add_window_arguments, report_truncation
 
 HELP = "sentence embeddings from (anchor, positive[, negative]) or scored (text_a, text_b, score) pairs"
 DEFAULTS = dict(learning_rate=2e-5, epochs=1, batch_size=32, max_seq_length=None)
@@ -115,6 +115,7 @@ def run(args):
         )
 
     texts = tuple(np.array(column, dtype=object) for column in columns.values())
+    report_truncation(args, model.preprocessor, np.concatenate(texts), "training texts")
     lengths = sum(np.char.str_len(np.array(column, dtype=str)) for column in columns.values())
     data = (texts,) if scores is None else (texts, np.asarray(scores, "float32"))
     batches = length_grouped_batches(data, lengths, args.batch_size, shuffle=True, seed=args.seed)

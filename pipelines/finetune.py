@@ -13,6 +13,7 @@ from pipelines.arguments import (
     add_checkpoint_arguments,
     add_distribution_arguments,
     checkpoint_source,
+    report_truncation,
     training_options,
 )
 
@@ -182,6 +183,7 @@ def train_classifier(args, train_examples, dev_sets, labels, score, main_metric)
             metrics.update({prefix + k: v for k, v in score(examples.labels, predicted).items()})
         return metrics
 
+    report_truncation(args, model.preprocessor, model_inputs(train_examples), "training examples")
     targets = np.asarray(train_examples.labels, "float32" if regression else "int32")
     lengths = sum(np.char.str_len(np.array(segment, dtype=str)) for segment in train_examples.texts)
     batches = length_grouped_batches(
