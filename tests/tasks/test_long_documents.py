@@ -180,3 +180,12 @@ def test_embedder_averages_window_vectors_weighted_by_tokens(pooling):
         BertTextEmbedder(embedder.encoder, pooling=pooling, preprocessor=embedder.preprocessor).encode(short),
         atol=1e-6,
     )
+
+
+@pytest.mark.parametrize("format", ["litert", "onnx"])
+def test_portable_exports_refuse_windows(tmp_path, format):
+    from bert_keras.serving import deploy
+
+    model = classifier()
+    with pytest.raises(ValueError, match="reads one window a text.*doc_stride=6"):
+        deploy.export_checked(format, model, model.preprocessor, tmp_path / f"model.{format}")
