@@ -22,6 +22,7 @@ from bert_keras.models.saving import load_keras_file, save_checkpoint
 from bert_keras.tasks.preprocessing import holds_strings, is_packed, preprocessor_for, segments_to_tensors, to_tensors
 from bert_keras.tasks.windowing import preprocess_windows
 from bert_keras.text.preprocessor import BertPreprocessor
+from bert_keras.training.distribute import needs_static_shapes
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -102,8 +103,10 @@ class BertTask(RestoresCompile, keras.Model):
 
     def compile(self, *args, jit_compile="auto", **kwargs):
         """As Keras' `compile`; with windows, "auto" does not pick XLA, which cannot run
-        the gather of real windows (its shape depends on the data)."""
+        the gather of real windows (its shape depends on the data), nor can TPUs."""
         if self.doc_stride is not None:
+            if needs_static_shapes(tf.distribute.get_strategy()):
+                raise ValueError(f"TPUs need fixed shapes; windows (doc_stride={self.doc_stride}) depend on the data")
             if jit_compile is True:
                 raise ValueError(
                     f"XLA (jit_compile) cannot run windows (doc_stride={self.doc_stride}): the real windows' "

@@ -123,6 +123,10 @@ def test_windows_are_configuration(tmp_path):
     loaded = BertClassifier.from_checkpoint(tmp_path / "hf", max_seq_length=16, doc_stride=5, window_pooling="max")
     texts = tf.constant(TEXTS)
     np.testing.assert_allclose(loaded(loaded.pack_text(texts)), model(model.pack_text(texts)), atol=TOLERANCE)
+    with pytest.raises(ValueError, match="XLA"):
+        model.compile(jit_compile=True)
+    model.compile()
+    assert model.jit_compile is False
     for bad in ({"doc_stride": 0}, {"max_windows": 2}, {"doc_stride": 4, "window_pooling": "sum"}):
         with pytest.raises(ValueError, match="doc_stride|max_windows|window_pooling"):
             classifier(**{"doc_stride": None, **bad})
