@@ -1,6 +1,8 @@
 """`--doc-stride`, `--window-pooling` and `--max-windows` as the commands hand them to the
 library: each command runs up to the library call, which is replaced by a recorder."""
 
+import keras
+import numpy as np
 import pytest
 from harness import tiny_encoder, tiny_preprocessor
 
@@ -85,3 +87,37 @@ def test_export(files, monkeypatch, capsys):
     assert "has no windows to set (window_pooling)" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli(["export", str(path), "--out", str(files / "e"), "--window-pooling", "sum"])
+
+
+@pytest.mark.slow
+def test_finetune_tsv_with_windows_then_export(tmp_path, capsys):
+    """A real (tiny) run: documents of several SST-2 sentences, windows of 32 tokens."""
+    from conftest import DATA, require
+
+    from bert_keras import BertConfig, BertEncoder
+    from bert_keras.serving.tfserving.session import SessionPredictor
+
+    rows = [row.split("\t") for row in require(DATA / "glue" / "SST-2" / "dev.tsv").read_text().splitlines()[1:41]]
+    documents = ["\t".join([" ".join(text for text, _ in rows[i : i + 4]), rows[i][1]]) for i in range(0, 40, 4)]
+    (tmp_path / "long.tsv").write_text("text\tlabel\n" + "\n".join(documents) + "\n", encoding="utf-8")
+    init = tmp_path / "encoder.keras"
+    BertEncoder(BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1)).save(init)
+    data = str(tmp_path / "long.tsv")
+    argv = ["finetune", "tsv", "--train", data, "--dev", data, "--init", str(init), "--batch-size", "4"]
+    argv += ["--vocab", str(require(DATA / "vocab" / "vocab.txt")), "--max-train-steps", "2", "--verbose", "0"]
+    argv += ["--max-seq-length", "32", "--output-dir", str(tmp_path / "run")]
+    assert cli(argv) == 0
+    assert "truncation: 10 of 10 training examples are longer than 32 tokens" in capsys.readouterr().out
+    assert cli([*argv[:-1], str(tmp_path / "windows"), "--doc-stride", "16", "--window-pooling", "max"]) == 0
+    assert "truncation" not in capsys.readouterr().out
+    model = keras.saving.load_model(tmp_path / "windows" / "best.keras")
+    assert (model.doc_stride, model.window_pooling) == (16, "max")
+    assert (
+        cli(["export", str(tmp_path / "windows" / "best.keras"), "--out", str(tmp_path / "e"), "--max-windows", "64"])
+        == 0
+    )
+    texts = [document.split("\t")[0] for document in documents]
+    predictor = SessionPredictor(tmp_path / "e" / "1")
+    served = predictor.predict_texts(text=texts)["logits"]
+    predictor.close()
+    np.testing.assert_allclose(served, model.predict(np.array(texts), verbose=0), atol=1e-5)
