@@ -18,13 +18,14 @@ Example: `bert-keras finetune embedder --train pairs.tsv --dev dev_pairs.tsv --o
 import json
 from pathlib import Path
 
-from pipelines.arguments import InputPath
+from pipelines.arguments import InputPath, add_window_arguments, report_truncation
 
 HELP = "sentence embeddings from (anchor, positive[, negative]) or scored (text_a, text_b, score) pairs"
 DEFAULTS = dict(learning_rate=2e-5, epochs=1, batch_size=32, max_seq_length=None)
 
 
 def add_arguments(parser):
+    add_window_arguments(parser, pooling=False)
     parser.add_argument(
         "--train", required=True, help="training TSV (header: anchor positive [negative], or text_a text_b score)"
     )
@@ -57,6 +58,7 @@ def run(args):
             seq_length=seq_length,
             max_seq_length=args.max_seq_length,
             pooling=args.pooling,
+            doc_stride=args.doc_stride,
         )
     print(
         f"encoder {source}: L{model.encoder.config.num_hidden_layers}/H{model.encoder.config.hidden_size}, "
@@ -67,6 +69,8 @@ def run(args):
     def evaluate(model):
         return retrieval.embedder_scores(model, dev_columns, dev_scores, args.eval_batch_size)
 
+    all_texts = [text for column in columns.values() for text in column]
+    report_truncation(args, model.preprocessor, all_texts, "training texts")
     batches = retrieval.pair_batches(columns, scores, args.batch_size, args.seed)
     loss = (
         CoSENTLoss(args.scale)

@@ -20,7 +20,9 @@ from bert_keras.compat import RestoresCompile
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
 from bert_keras.models.saving import load_keras_file, save_checkpoint
 from bert_keras.tasks.preprocessing import holds_strings, is_packed, preprocessor_for, segments_to_tensors, to_tensors
+from bert_keras.tasks.windowing import preprocess_windows, truncation_notice
 from bert_keras.text.preprocessor import BertPreprocessor
+from bert_keras.training.distribute import needs_static_shapes
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -68,6 +70,11 @@ class BertTask(RestoresCompile, keras.Model):
 
     text_input_names = ("text",)
     token_output_names = ()
+    # Heads that read long texts in windows (`bert_keras.tasks.windowing`) set these in
+    # their constructor and name them in `window_argument_names`; None: truncation.
+    doc_stride = None
+    max_windows = None
+    window_argument_names = ()
 
     def __init__(self, encoder, preprocessor=None, segments=None, labels=None, **kwargs):
         super().__init__(**kwargs)
@@ -86,7 +93,39 @@ class BertTask(RestoresCompile, keras.Model):
 
     def preprocess_samples(self, x, y=None, sample_weight=None):
         """Raw batch -> packed batch; heads whose labels depend on tokenization override it."""
-        return keras.utils.pack_x_y_sample_weight(self.preprocessor(x), y, sample_weight)
+        return keras.utils.pack_x_y_sample_weight(self.pack_text(x), y, sample_weight)
+
+    def pack_text(self, x):
+        """Raw text -> packed inputs: `[B, L]`, or windows `[B, W, L]` with a `doc_stride`."""
+        if self.doc_stride is None:
+            return self.preprocessor(x)
+        return preprocess_windows(self.preprocessor, x, self.doc_stride, self.max_windows).inputs
+
+    def _warn_of_truncation(self, x):
+        """Says once per `fit` on raw texts (not datasets) of a head that packs them as
+        they are, how many truncation cuts and by how many pieces, unless it has windows."""
+        if self.doc_stride is not None or isinstance(x, tf.data.Dataset):
+            return
+        if type(self).preprocess_samples is not BertTask.preprocess_samples:
+            return  # a head with its own packing (words, choices, columns)
+        texts = tuple(x[key] for key in sorted(x)) if isinstance(x, dict) else x
+        notice = truncation_notice(self.preprocessor, texts, "training examples")
+        if notice:
+            warnings.warn(notice, stacklevel=3)
+
+    def compile(self, *args, jit_compile="auto", **kwargs):
+        """As Keras' `compile`; with windows, "auto" does not pick XLA, which cannot run
+        the gather of real windows (its shape depends on the data), nor can TPUs."""
+        if self.doc_stride is not None:
+            if needs_static_shapes(tf.distribute.get_strategy()):
+                raise ValueError(f"TPUs need fixed shapes; windows (doc_stride={self.doc_stride}) depend on the data")
+            if jit_compile is True:
+                raise ValueError(
+                    f"XLA (jit_compile) cannot run windows (doc_stride={self.doc_stride}): the real windows' "
+                    "count depends on the data"
+                )
+            jit_compile = False
+        super().compile(*args, jit_compile=jit_compile, **kwargs)
 
     def _raw(self, x):
         if isinstance(x, tf.distribute.DistributedDataset):
@@ -158,6 +197,7 @@ class BertTask(RestoresCompile, keras.Model):
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None, shuffle=True, **kwargs):
         if self._raw(x):
             self.text_segments(x, record=True)
+            self._warn_of_truncation(x)
             x = self.preprocessed_dataset(x, y, sample_weight, batch_size, shuffle)
             y = sample_weight = batch_size = None
         if isinstance(x, (tf.data.Dataset, tf.distribute.DistributedDataset)):
@@ -281,7 +321,7 @@ class BertTask(RestoresCompile, keras.Model):
         go to the head's constructor."""
         encoder, found = load_encoder(path, format, encoder_config, cls, new_head)
         if isinstance(encoder, cls):
-            return encoder  # a .keras file of this head, as saved
+            return with_arguments(encoder, {k: v for k, v in kwargs.items() if k in cls.window_argument_names})
         weights, arguments = found or (None, {})
         for name, value in arguments.items():
             if name != "labels" and name in kwargs and kwargs[name] != value:
@@ -351,6 +391,28 @@ def load_encoder(path, format=None, encoder_config=None, head_class=None, new_he
             stacklevel=3,
         )
     return encoder, None if arguments is None else (weights, arguments)
+
+
+def with_windows(model, **arguments):
+    """`model` reading long texts with other windows: `doc_stride`, `window_pooling`,
+    `max_windows` (those of its `window_argument_names`; None leaves one as it is)."""
+    arguments = {name: value for name, value in arguments.items() if value is not None}
+    unknown = sorted(set(arguments) - set(getattr(model, "window_argument_names", ())))
+    if unknown:
+        raise ValueError(f"a {type(model).__name__} has no windows to set ({', '.join(unknown)})")
+    return with_arguments(model, arguments)
+
+
+def with_arguments(model, arguments):
+    """`model` (a head loaded as saved), or a copy with other constructor `arguments`
+    that change no weight (its windows)."""
+    if all(model.get_config().get(name) == value for name, value in arguments.items()):
+        return model
+    copy = type(model).from_config({**model.get_config(), **arguments})
+    copy.set_weights(model.get_weights())
+    if model.compiled:
+        copy.compile_from_config(model.get_compile_config())
+    return copy
 
 
 def with_config(encoder, config):
