@@ -20,13 +20,27 @@ def add_arguments(parser):
         "--data-dir", required=True, type=InputPath, help="folder with eng.train and eng.testa (eng.testb)"
     )
     parser.add_argument("--eval-split", default="testa", help="eng.<split> to evaluate on (default testa)")
+    parser.add_argument(
+        "--document-context",
+        action="store_true",
+        help="pack each sentence with the words around it in its document (up to --max-seq-length pieces), "
+        "as the paper's CoNLL-2003 results; only the sentence's own words are labelled and scored",
+    )
 
 
 def run(args):
     import numpy as np
     import tensorflow as tf
 
-    from bert_keras.tasks.conll import LABELS, conlleval, predict_tags, read_conll, write_predictions
+    from bert_keras.tasks.conll import (
+        LABELS,
+        conlleval,
+        document_context,
+        predict_tags,
+        read_conll,
+        training_examples,
+        write_predictions,
+    )
     from bert_keras.tasks.token_classifier import BertTokenClassifier
     from bert_keras.training.finetuning import length_grouped_batches
     from pipelines.finetune import build_head, train
@@ -38,10 +52,16 @@ def run(args):
     strategy, model = build_head(args, BertTokenClassifier, num_classes=len(LABELS), labels=LABELS)
     output_dir = Path(args.output_dir)
     tagged = {}  # the last evaluation's predicted tags
+    train_contexts = eval_contexts = None
+    if args.document_context:
+        tokenizer = model.preprocessor.tokenizer
+        train_contexts = document_context(train_sentences, tokenizer, args.max_seq_length)
+        eval_contexts = document_context(eval_sentences, tokenizer, args.max_seq_length)
+        print(f"document context: {sum(len(c.words) for c in train_contexts)} words in training examples")
 
     def evaluate(model):
         """conlleval scores."""
-        tagged["tags"] = predict_tags(model, eval_sentences, args.eval_batch_size)
+        tagged["tags"] = predict_tags(model, eval_sentences, args.eval_batch_size, eval_contexts)
         scores = conlleval([s.tags for s in eval_sentences], tagged["tags"])
         return {name: scores[name] for name in ("precision", "recall", "f1", "accuracy")}
 
@@ -49,9 +69,10 @@ def run(args):
         """The best epoch's tags, as `word gold predicted` lines."""
         write_predictions(output_dir / "predictions.txt", eval_sentences, tagged["tags"])
 
-    words = tf.ragged.constant([s.words for s in train_sentences])
-    labels = tf.ragged.constant([[LABELS.index(t) for t in s.tags] for s in train_sentences], dtype=tf.int32)
-    lengths = np.array([sum(len(w) + 1 for w in s.words) for s in train_sentences])
+    word_lists, label_lists = training_examples(train_sentences, train_contexts)
+    words = tf.ragged.constant(word_lists)
+    labels = tf.ragged.constant(label_lists, dtype=tf.int32)
+    lengths = np.array([sum(len(w) + 1 for w in word_list) for word_list in word_lists])
     batches = length_grouped_batches((words, labels), lengths, args.batch_size, shuffle=True, seed=args.seed)
     best = train(model, args, batches, len(train_sentences), evaluate, "f1", strategy, on_best=write_best)
     (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
