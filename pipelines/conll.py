@@ -21,6 +21,12 @@ def add_arguments(parser):
     )
     parser.add_argument("--eval-split", default="testa", help="eng.<split> to evaluate on (default testa)")
     parser.add_argument(
+        "--doc-stride",
+        type=int,
+        help="read sentences longer than --max-seq-length in windows this many pieces apart, each word tagged "
+        "from the window where it has the most context (default: truncate; words past the cut are tagged O)",
+    )
+    parser.add_argument(
         "--document-context",
         action="store_true",
         help="pack each sentence with the words around it in its document (up to --max-seq-length pieces), "
@@ -49,7 +55,9 @@ def run(args):
     train_sentences = read_conll(data_dir / "eng.train")[: args.max_examples]
     eval_sentences = read_conll(data_dir / f"eng.{args.eval_split}")[: args.max_examples]
     print(f"CoNLL-2003: {len(train_sentences)} training sentences, {len(eval_sentences)} in eng.{args.eval_split}")
-    strategy, model = build_head(args, BertTokenClassifier, num_classes=len(LABELS), labels=LABELS)
+    strategy, model = build_head(
+        args, BertTokenClassifier, num_classes=len(LABELS), labels=LABELS, doc_stride=args.doc_stride
+    )
     output_dir = Path(args.output_dir)
     tagged = {}  # the last evaluation's predicted tags
     train_contexts = eval_contexts = None

@@ -90,11 +90,14 @@ def test_conlleval_on_hand_computed_cases():
         conlleval([["O", "O"]], [["O"]])
 
 
-def test_finetune_conll_end_to_end_tiny(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "flags", [[], ["--doc-stride", "6", "--max-seq-length", "16", "--document-context"]], ids=["plain", "windows"]
+)
+def test_finetune_conll_end_to_end_tiny(tmp_path, capsys, flags):
     import keras
 
     from bert_keras import BertConfig, BertEncoder
-    from bert_keras.tasks.conll import predict_tags
+    from bert_keras.tasks.conll import document_context, predict_tags
 
     vocab = require(DATA / "vocab" / "vocab.txt")
     data = tmp_path / "conll"
@@ -124,6 +127,7 @@ def test_finetune_conll_end_to_end_tiny(tmp_path, capsys):
                 "1",
                 "--verbose",
                 "0",
+                *flags,
             ]
         )
         == 0
@@ -133,7 +137,12 @@ def test_finetune_conll_end_to_end_tiny(tmp_path, capsys):
     gold = read_conll(data / "eng.testa")
     # predictions.txt is `word gold predicted` of the kept model, a blank line after each sentence.
     model = keras.saving.load_model(out / "best.keras")
-    predicted = predict_tags(model, gold, 64)
+    contexts = None
+    if flags:  # the flags reach the model and the data
+        assert model.doc_stride == 6 and model.preprocessor.packer.max_seq_length == 16
+        contexts = document_context(gold, model.preprocessor.tokenizer, 16)
+        assert any(len(c.words) > c.count for c in contexts)
+    predicted = predict_tags(model, gold, 64, contexts)
     expected = "".join(
         "".join(f"{w} {g} {p}\n" for w, g, p in zip(s.words, s.tags, tags)) + "\n" for s, tags in zip(gold, predicted)
     )
