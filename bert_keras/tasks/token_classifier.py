@@ -11,7 +11,7 @@ import tensorflow as tf
 from bert_keras.checkpoint import Transposed
 from bert_keras.tasks.serving_signature import ServingSignature, as_float32, label_table
 from bert_keras.tasks.task import BertTask, default_optimizer, output_layer
-from bert_keras.tasks.windowing import encode_windows, is_windowed, pack_windows, window_mask
+from bert_keras.tasks.windowing import encode_windows, is_windowed, pack_windows, window_arguments, window_mask
 from bert_keras.text.windows import max_context_windows
 
 IGNORE_LABEL = -1
@@ -185,7 +185,8 @@ class BertTokenClassifier(BertTask):
 
 class TaggerSignature(ServingSignature):
     def from_text(self, texts, run):
-        return tagger_outputs(run, self.preprocessor, texts, self.label_table)
+        windows = None if self.doc_stride is None else self.pack(texts)
+        return tagger_outputs(run, self.preprocessor, texts, self.label_table, windows)
 
     def from_ids(self, packed, run):
         return {"logits": as_float32(run(packed))}
@@ -230,14 +231,6 @@ def document_logits(window_logits, inputs, doc_stride):
     return tf.where(valid[:, :, None], logits, tf.zeros_like(logits))
 
 
-def window_arguments(doc_stride=None, max_windows=None):
-    """Checked `doc_stride` and `max_windows`: positive ints, or None."""
-    for name, value in (("doc_stride", doc_stride), ("max_windows", max_windows)):
-        if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
-            raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
-    return (None if doc_stride is None else int(doc_stride), None if max_windows is None else int(max_windows))
-
-
 def _as_ragged_words(words):
     if isinstance(words, tf.RaggedTensor):
         return words.with_row_splits_dtype(tf.int64)
@@ -247,19 +240,23 @@ def _as_ragged_words(words):
     )
 
 
-def tagger_outputs(run, preprocessor, texts, label_table):
+def tagger_outputs(run, preprocessor, texts, label_table, windows=None):
     """One tag per word of the text: the prediction at each word's first piece.
 
     Words are the original tokenizer's (whitespace and punctuation split). Outputs are
     padded to the batch's most words: `words` (text, "" as padding), `tag_ids` (-1 as
-    padding), `tags` (with labels), `tag_probabilities` and `num_words`.
+    padding), `tags` (with labels), `tag_probabilities` and `num_words`. Without
+    `windows` (the texts' windowed inputs) words past the packed length are left out.
     """
     (text,) = texts
     tokenizer = preprocessor.tokenizer
     ids, starts, ends = tokenizer.tokenize_with_offsets(text)
-    packed = preprocessor.packer([ids])
+    if windows is None:
+        packed = preprocessor.packer([ids])
+        kept_pieces = tf.reduce_sum(packed["input_mask"], axis=1) - 2
+    else:
+        packed, kept_pieces = windows, ids.row_lengths()
     logits = as_float32(run(packed))
-    kept_pieces = tf.reduce_sum(packed["input_mask"], axis=1) - 2
     # Each word's first and last piece, as indices into the batch's flat pieces.
     words = tokenizer.words_from_pieces(ids, ids.with_flat_values(tf.range(tf.size(ids.flat_values, tf.int64))))
     first, last = _word_edge(words, first=True), _word_edge(words, first=False)

@@ -2,14 +2,18 @@
 window where it has the most context (checked against run_squad's own Python on the
 same per-window logits), texts of one window exactly as without windows, `tag`."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import DATA, require
+from harness import run_task_test
 from run_squad_reference import check_is_max_context, run_squad_spans
 
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
+from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
 from bert_keras.tasks.token_classifier import IGNORE_LABEL, BertTokenClassifier, document_logits
 
 TINY = BertConfig(
@@ -168,3 +172,37 @@ def test_config_round_trip_and_checks(tokenizer, tmp_path):
     bounded = BertTokenClassifier(windowed.encoder, 5, preprocessor=windowed.preprocessor, doc_stride=6, max_windows=2)
     with pytest.raises(tf.errors.InvalidArgumentError, match="max_windows=2"):
         bounded.predict(tf.ragged.constant([WORDS]), verbose=0)
+
+
+def test_served_documents_are_tagged_as_predict_tags_them(tokenizer, tmp_path):
+    _, model = taggers(tokenizer, doc_stride=5)
+    texts = [" ".join(WORDS), "EU rejects German call", ""]
+    words = tf.ragged.constant([text.split() for text in texts], dtype=tf.string)
+    pieces = int(tokenizer(tf.constant(WORDS)).row_lengths().numpy().sum())
+    most = len(run_squad_spans(pieces, SEQ - 2, 5))
+
+    def check(model, out):
+        served = [[w.decode() for w in row[:n]] for row, n in zip(out["words"], out["num_words"])]
+        assert served[0] == [w for w in re.split(r"(\W)", texts[0]) if w.strip()]  # "'s": "'" and "s"
+        for row, row_words in enumerate(served):
+            assert [t.decode() for t in out["tags"][row, : len(row_words)]] == model.tag(row_words)
+        logits = model.predict(tf.ragged.constant(served, dtype=tf.string), verbose=0)
+        positions = model.word_start_positions(tf.ragged.constant(served, dtype=tf.string))[1].to_list()
+        for row, row_positions in enumerate(positions):
+            probabilities = softmax(logits[row, row_positions])
+            assert out["tag_ids"][row, : len(row_positions)].tolist() == probabilities.argmax(-1).tolist()
+            np.testing.assert_allclose(
+                out["tag_probabilities"][row, : len(row_positions)], probabilities.max(-1), atol=1e-5
+            )
+
+    labels = tf.ragged.constant([[i % 5 for i in range(len(row))] for row in words.to_list()])
+    path = run_task_test(model, tmp_path, words, {"text": texts}, check, (words, labels), {"max_windows": most})
+    predictor = SessionPredictor(path, replay_warmup=False)
+    with pytest.raises(ServingError, match=f"(?s)INVALID_ARGUMENT.*max_windows={most}"):
+        predictor.predict_texts(text=[texts[0] + " more words"])
+    predictor.close()
+
+
+def softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
