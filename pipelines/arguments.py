@@ -84,6 +84,34 @@ def training_options(args):
     }
 
 
+def add_window_arguments(parser, pooling=True, default_pooling="mean"):
+    """--doc-stride (and --window-pooling): long texts read in windows, not truncated."""
+    parser.add_argument(
+        "--doc-stride",
+        type=int,
+        help="read texts longer than --max-seq-length in windows, each starting this many pieces after "
+        "the last (run_squad's windows; pairs repeat the first text in each); default: truncate them",
+    )
+    if pooling:
+        parser.add_argument(
+            "--window-pooling",
+            choices=("mean", "max"),
+            default=default_pooling,
+            help="a document's logits from its windows': mean (labels of the whole text) or max (evidence "
+            "in one window)" + ("" if default_pooling else "; default: the model's"),
+        )
+
+
+def report_truncation(args, preprocessor, texts, what):
+    """Without --doc-stride, says once what truncation cuts from `texts` (if anything)."""
+    if args.doc_stride is None:
+        from bert_keras.tasks.windowing import truncation_notice
+
+        notice = truncation_notice(preprocessor, texts, what)
+        if notice:
+            print(notice)
+
+
 def add_distribution_arguments(parser):
     """--strategy, --tpu, --devices, --mixed-precision, shared by `pretrain` and `finetune`."""
     parser.add_argument(

@@ -9,7 +9,7 @@ length, with a progress bar.
 Example: `bert-keras embed --input questions.txt --output questions.npy`.
 """
 
-from pipelines.arguments import InputPath
+from pipelines.arguments import InputPath, add_window_arguments, report_truncation
 
 
 def register(subparsers):
@@ -38,6 +38,7 @@ def register(subparsers):
     )
     parser.add_argument("--max-seq-length", type=int, help="default: the model's (256 for all-MiniLM-L6-v2)")
     parser.add_argument("--batch-size", type=int, default=64)
+    add_window_arguments(parser, pooling=False)
     parser.set_defaults(func=run)
 
 
@@ -66,11 +67,13 @@ def run(args):
         lower_case=False if args.cased else None,
         max_seq_length=args.max_seq_length,
         pooling=args.pooling,
+        doc_stride=args.doc_stride,
     )
     print(
         f"embedding {len(lines)} lines of {args.input} with {source} ({model.pooling} pooling"
         f"{', normalised' if model.normalize else ''}, up to {model.preprocessor.packer.max_seq_length} tokens)"
     )
+    report_truncation(args, model.preprocessor, lines, "lines")
     prefix = {"query": model.query_prefix, "document": model.document_prefix}.get(args.prefix)
     vectors = model.encode(lines, batch_size=args.batch_size, verbose=1 if lines else 0, prefix=prefix)
     output.parent.mkdir(parents=True, exist_ok=True)

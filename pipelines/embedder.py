@@ -18,7 +18,7 @@ Example: `bert-keras finetune embedder --train pairs.tsv --dev dev_pairs.tsv --o
 import json
 from pathlib import Path
 
-from pipelines.arguments import InputPath
+from pipelines.arguments import InputPath, add_window_arguments, report_truncation
 
 HELP = "sentence embeddings from (anchor, positive[, negative]) or scored (text_a, text_b, score) pairs"
 DEFAULTS = dict(learning_rate=2e-5, epochs=1, batch_size=32, max_seq_length=None)
@@ -26,6 +26,7 @@ PAIRS, SCORED = ("anchor", "positive", "negative"), ("text_a", "text_b", "score"
 
 
 def add_arguments(parser):
+    add_window_arguments(parser, pooling=False)
     parser.add_argument(
         "--train", required=True, help="training TSV (header: anchor positive [negative], or text_a text_b score)"
     )
@@ -92,6 +93,7 @@ def run(args):
             seq_length=seq_length,
             max_seq_length=args.max_seq_length,
             pooling=args.pooling,
+            doc_stride=args.doc_stride,
         )
     print(
         f"encoder {source}: L{model.encoder.config.num_hidden_layers}/H{model.encoder.config.hidden_size}, "
@@ -113,6 +115,7 @@ def run(args):
         )
 
     texts = tuple(np.array(column, dtype=object) for column in columns.values())
+    report_truncation(args, model.preprocessor, np.concatenate(texts), "training texts")
     lengths = sum(np.char.str_len(np.array(column, dtype=str)) for column in columns.values())
     data = (texts,) if scores is None else (texts, np.asarray(scores, "float32"))
     batches = length_grouped_batches(data, lengths, args.batch_size, shuffle=True, seed=args.seed)

@@ -8,7 +8,7 @@ TF1 session loader that replays the warm-up requests. LiteRT and ONNX exports ar
 in ai-edge-litert's interpreter / ONNX Runtime and compared with the Keras model.
 """
 
-from pipelines.arguments import CheckpointPath, InputPath
+from pipelines.arguments import CheckpointPath, InputPath, add_window_arguments
 
 
 def register(subparsers):
@@ -45,6 +45,13 @@ def register(subparsers):
         type=int,
         help="longest packed sequence (default: the length the model was fine-tuned at, else 512); "
         "requests are padded only to their longest text",
+    )
+    add_window_arguments(parser, default_pooling=None)
+    parser.add_argument(
+        "--max-windows",
+        type=int,
+        help="with windows (the model's --doc-stride or this one's): the most per served document, beyond "
+        "which a request is refused with INVALID_ARGUMENT (default: the model's, else 16)",
     )
     parser.add_argument(
         "--serving-release", default="2.12", help="oldest TF Serving release that must be able to run the export"
@@ -128,7 +135,13 @@ def serving_preprocessor(model, source, vocab, cased, max_seq_length):
 
 
 def run(args):
+    from bert_keras.tasks.task import with_windows
+
     model = load_model(args.model, args.pretrainer)
+    if args.doc_stride is not None or args.window_pooling is not None:
+        if args.format != "savedmodel":
+            raise ValueError("--doc-stride and --window-pooling are for SavedModel exports (windows made in the graph)")
+        model = with_windows(model, doc_stride=args.doc_stride, window_pooling=args.window_pooling)
     preprocessor = serving_preprocessor(model, args.model, args.vocab, args.cased, args.max_seq_length)
     if args.format != "savedmodel":
         return run_portable(args, model, preprocessor)
@@ -178,6 +191,7 @@ def run_savedmodel(args, model, preprocessor):
         labels=args.labels,
         model_name=args.model_name,
         compute_dtype=args.compute_dtype,
+        max_windows=args.max_windows,
     )
     ops = check_serving_ops(path, args.serving_release)
     predictor = SessionPredictor(path)

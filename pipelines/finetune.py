@@ -13,6 +13,7 @@ from pipelines.arguments import (
     add_checkpoint_arguments,
     add_distribution_arguments,
     checkpoint_source,
+    report_truncation,
     training_options,
 )
 
@@ -165,7 +166,14 @@ def train_classifier(args, train_examples, dev_sets, labels, score, main_metric)
     from bert_keras.training.finetuning import length_grouped_batches
 
     regression = labels is None
-    strategy, model = build_head(args, BertClassifier, num_classes=1 if regression else len(labels), labels=labels)
+    strategy, model = build_head(
+        args,
+        BertClassifier,
+        num_classes=1 if regression else len(labels),
+        labels=labels,
+        doc_stride=args.doc_stride,
+        window_pooling=args.window_pooling,
+    )
 
     def evaluate(model):
         metrics = {}
@@ -175,6 +183,7 @@ def train_classifier(args, train_examples, dev_sets, labels, score, main_metric)
             metrics.update({prefix + k: v for k, v in score(examples.labels, predicted).items()})
         return metrics
 
+    report_truncation(args, model.preprocessor, model_inputs(train_examples), "training examples")
     targets = np.asarray(train_examples.labels, "float32" if regression else "int32")
     lengths = sum(np.char.str_len(np.array(segment, dtype=str)) for segment in train_examples.texts)
     batches = length_grouped_batches(

@@ -10,13 +10,14 @@ Example: `bert-keras finetune glue --task sst-2 --data-dir ../shared/data/glue/S
 import json
 from pathlib import Path
 
-from pipelines.arguments import InputPath
+from pipelines.arguments import InputPath, add_window_arguments
 
 HELP = "GLUE sentence(-pair) classification and regression"
 DEFAULTS = dict(learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128)
 
 
 def add_arguments(parser):
+    add_window_arguments(parser)
     parser.add_argument("--task", required=True, help="cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte or wnli")
     parser.add_argument(
         "--data-dir", required=True, type=InputPath, help="folder with train.tsv, dev*.tsv (and test*.tsv)"

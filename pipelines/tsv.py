@@ -11,13 +11,14 @@ Example: `bert-keras finetune tsv --train train.tsv --dev dev.tsv --output-dir r
 import json
 from pathlib import Path
 
-from pipelines.arguments import InputPath
+from pipelines.arguments import InputPath, add_window_arguments
 
 HELP = "your own TSV files with text [, text_b] and label columns"
 DEFAULTS = dict(learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128)
 
 
 def add_arguments(parser):
+    add_window_arguments(parser)
     parser.add_argument("--train", required=True, type=InputPath, help="training TSV (header: text [text_b] label)")
     parser.add_argument("--dev", required=True, type=InputPath, help="evaluation TSV, same columns")
     parser.add_argument("--labels", nargs="+", help="class names in label-id order (default: sorted training labels)")

@@ -63,6 +63,16 @@ def require(module, what):
         ) from None
 
 
+def refuse_windows(model, format):
+    """Portable exports take one window a text: a head with a `doc_stride` would silently
+    answer its first window only."""
+    if getattr(model, "doc_stride", None) is not None:
+        raise ValueError(
+            f"a {format} export reads one window a text; this {type(model).__name__} reads long texts in windows "
+            f"(doc_stride={model.doc_stride}): export it as a SavedModel, which makes the windows in the graph"
+        )
+
+
 def takes_text(signature, segments):
     """Whether a LiteRT export can take raw text: one text input, and outputs that
     depend on the packed ids only (no byte offsets back into the text)."""
@@ -180,6 +190,7 @@ def litert_functions(model, preprocessor, labels=None, segments=None, text=True)
 
     Text in: `serving_default` (text -> outputs + `tokenized_exactly`) and `tokenize`
     (text -> packed ids + `tokenized_exactly`). Ids in: `serving_default` on the ids."""
+    refuse_windows(model, "LiteRT")
     signature = serving_signature(model, preprocessor, labels)
     segments = tuple(segments or getattr(model, "segments", None) or signature.segments)
     if not (text and takes_text(signature, segments)):
@@ -271,6 +282,7 @@ def export_onnx(model, preprocessor, path, labels=None, quantize=None):
     """Writes `path` (.onnx, inputs `input_word_ids`, `input_mask`, `input_type_ids`) and
     `<stem>.vocab.txt` beside it."""
     _check_quantize("onnx", quantize)
+    refuse_windows(model, "ONNX")
     tf2onnx = require("tf2onnx", "the ONNX export")
     function, specs = ids_function(serving_signature(model, preprocessor, labels))
     proto, _ = tf2onnx.convert.from_function(

@@ -103,7 +103,12 @@ class BertTask(RestoresCompile, keras.Model):
     def compile(self, *args, jit_compile="auto", **kwargs):
         """As Keras' `compile`; with windows, "auto" does not pick XLA, which cannot run
         the gather of real windows (its shape depends on the data)."""
-        if jit_compile == "auto" and self.doc_stride is not None:
+        if self.doc_stride is not None:
+            if jit_compile is True:
+                raise ValueError(
+                    f"XLA (jit_compile) cannot run windows (doc_stride={self.doc_stride}): the real windows' "
+                    "count depends on the data"
+                )
             jit_compile = False
         super().compile(*args, jit_compile=jit_compile, **kwargs)
 
@@ -370,6 +375,16 @@ def load_encoder(path, format=None, encoder_config=None, head_class=None, new_he
             stacklevel=3,
         )
     return encoder, None if arguments is None else (weights, arguments)
+
+
+def with_windows(model, **arguments):
+    """`model` reading long texts with other windows: `doc_stride`, `window_pooling`,
+    `max_windows` (those of its `window_argument_names`; None leaves one as it is)."""
+    arguments = {name: value for name, value in arguments.items() if value is not None}
+    unknown = sorted(set(arguments) - set(getattr(model, "window_argument_names", ())))
+    if unknown:
+        raise ValueError(f"a {type(model).__name__} has no windows to set ({', '.join(unknown)})")
+    return with_arguments(model, arguments)
 
 
 def with_arguments(model, arguments):

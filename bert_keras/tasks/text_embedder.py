@@ -18,7 +18,8 @@ from bert_keras import checkpoint
 from bert_keras.models.saving import save_checkpoint
 from bert_keras.tasks.preprocessing import is_packed
 from bert_keras.tasks.serving_signature import ServingSignature, check_no_labels
-from bert_keras.tasks.task import BertTask, checkpoint_preprocessor, load_encoder
+from bert_keras.tasks.task import BertTask, checkpoint_preprocessor, load_encoder, with_arguments
+from bert_keras.tasks.windowing import encode_windows, is_windowed, pool_windows, window_arguments
 from bert_keras.training.contrastive import MultipleNegativesRankingLoss, text_fingerprints
 from bert_keras.training.progress import progress_bar
 
@@ -51,6 +52,11 @@ class BertTextEmbedder(BertTask):
             `encode_queries` / `encode_documents`, and before the first / other columns
             in `fit` (e5-style "query: " / "passage: "); None for none.
         preprocessor: a `BertPreprocessor` for raw text.
+        doc_stride: None truncates long texts; a number embeds them in windows (of the
+            preprocessor's length, each `doc_stride` pieces after the last): the vector
+            is the average of the windows' vectors weighted by their tokens, then
+            normalised.
+        max_windows: the most windows a text may have (None: no bound).
 
     The encoder's pooler, which the vectors do not use, is frozen.
 
@@ -61,6 +67,8 @@ class BertTextEmbedder(BertTask):
     `CoSENTLoss`.
     """
 
+    window_argument_names = ("doc_stride", "max_windows")
+
     def __init__(
         self,
         encoder,
@@ -69,10 +77,13 @@ class BertTextEmbedder(BertTask):
         query_prefix=None,
         document_prefix=None,
         preprocessor=None,
+        doc_stride=None,
+        max_windows=None,
         **kwargs,
     ):
         # One text a vector, whatever the columns it was trained on.
         super().__init__(encoder, preprocessor, segments=("text",), **kwargs)
+        self.doc_stride, self.max_windows = window_arguments(doc_stride, max_windows)
         if pooling not in POOLING:
             raise ValueError(f"pooling must be one of {POOLING}, got {pooling!r}")
         self.pooling = pooling
@@ -86,19 +97,29 @@ class BertTextEmbedder(BertTask):
     # --- the vectors ---------------------------------------------------------------
 
     def embed(self, packed, training=None):
-        """Packed inputs -> float32 vectors `[B, H]`."""
-        tokens = tf.cast(self._encode(packed, training)["sequence_output"], tf.float32)
-        mask = tf.expand_dims(tf.cast(packed["input_mask"], tf.float32), -1)  # LiteRT: no new-axis slices
-        if self.pooling == "cls":
-            vectors = tokens[:, 0]
-        elif self.pooling == "max":
-            vectors = tf.reduce_max(tf.where(mask > 0, tokens, -1e9), axis=1)
+        """Packed inputs -> float32 vectors `[B, H]` (of windowed inputs `[B, W, L]`: each
+        text's windows' vectors averaged, weighted by their tokens)."""
+        if is_packed(packed) and is_windowed(packed):
+            outputs, windows = encode_windows(self.encoder, packed, training, outputs=("sequence_output",))
+            vectors = self._pooled(outputs["sequence_output"], packed["input_mask"])
+            weights = tf.reduce_sum(packed["input_mask"], axis=-1)
+            vectors = pool_windows(vectors, windows, "mean", weights)
         else:
-            total, count = tf.reduce_sum(tokens * mask, axis=1), tf.maximum(tf.reduce_sum(mask, axis=1), 1e-9)
-            vectors = total / (count if self.pooling == "mean" else tf.sqrt(count))
+            vectors = self._pooled(self._encode(packed, training)["sequence_output"], packed["input_mask"])
         if self.normalize:
             vectors = tf.math.l2_normalize(vectors, axis=-1, epsilon=1e-24)
         return vectors
+
+    def _pooled(self, tokens, input_mask):
+        """Token vectors `[..., L, H]` -> `[..., H]` over the real tokens."""
+        tokens = tf.cast(tokens, tf.float32)
+        mask = tf.expand_dims(tf.cast(input_mask, tf.float32), -1)  # LiteRT: no new-axis slices
+        if self.pooling == "cls":
+            return tokens[..., 0, :]
+        if self.pooling == "max":
+            return tf.reduce_max(tf.where(mask > 0, tokens, -1e9), axis=-2)
+        total, count = tf.reduce_sum(tokens * mask, axis=-2), tf.maximum(tf.reduce_sum(mask, axis=-2), 1e-9)
+        return total / (count if self.pooling == "mean" else tf.sqrt(count))
 
     def call(self, inputs, training=None):
         if is_packed(inputs):
@@ -124,14 +145,14 @@ class BertTextEmbedder(BertTask):
         """One text column -> packed; several -> a tuple of packed columns, with the
         prefixes, and as `y` their `text_fingerprints` unless scores are given."""
         if not isinstance(x, (tuple, list, dict)):
-            return keras.utils.pack_x_y_sample_weight(self.preprocessor(x), y, sample_weight)
+            return keras.utils.pack_x_y_sample_weight(self.pack_text(x), y, sample_weight)
         columns = [
             self._prefixed(column, self.query_prefix if i == 0 else self.document_prefix)
             for i, column in enumerate(_column_list(x))
         ]
         if y is None:
             y = text_fingerprints(columns)
-        return keras.utils.pack_x_y_sample_weight(tuple(self.preprocessor(c) for c in columns), y, sample_weight)
+        return keras.utils.pack_x_y_sample_weight(tuple(self.pack_text(c) for c in columns), y, sample_weight)
 
     @staticmethod
     def _prefixed(texts, prefix):
@@ -151,7 +172,7 @@ class BertTextEmbedder(BertTask):
             # One graph from strings to vectors for every batch (Keras' predict traces again
             # for new lengths, and a tf.data pipeline competes for the cores).
             self._embed_function = tf.function(
-                lambda strings: self.embed(self.preprocessor(strings), training=False),
+                lambda strings: self.embed(self.pack_text(strings), training=False),
                 input_signature=[tf.TensorSpec([None], tf.string)],
             )
         progress = progress_bar(len(texts), unit_name="text", verbose=verbose) if verbose else None
@@ -191,6 +212,8 @@ class BertTextEmbedder(BertTask):
             "normalize": self.normalize,
             "query_prefix": self.query_prefix,
             "document_prefix": self.document_prefix,
+            "doc_stride": self.doc_stride,
+            "max_windows": self.max_windows,
         }
 
     @classmethod
@@ -226,8 +249,8 @@ class BertTextEmbedder(BertTask):
         if checkpoint.is_sentence_transformers(path):
             settings = checkpoint.read_sentence_transformers(path)
         encoder, _ = load_encoder(settings["encoder"], encoder_config=encoder_config, head_class=cls)
-        if isinstance(encoder, cls):
-            return encoder  # a .keras file of an embedder, as saved
+        if isinstance(encoder, cls):  # a .keras file of an embedder, as saved but for its windows
+            return with_arguments(encoder, {k: v for k, v in kwargs.items() if k in cls.window_argument_names})
         preprocessor = checkpoint_preprocessor(
             encoder,
             preprocessor,

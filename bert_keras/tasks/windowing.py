@@ -158,3 +158,26 @@ def window_arguments(doc_stride=None, max_windows=None):
     if max_windows is not None and doc_stride is None:
         raise ValueError("max_windows bounds the windows of doc_stride; set doc_stride too")
     return (None if doc_stride is None else int(doc_stride), None if max_windows is None else int(max_windows))
+
+
+def truncation_notice(preprocessor, texts, what="examples", batch_size=1024):
+    """The line that says what truncation without windows cuts from `texts` (strings, or
+    a tuple of segments' strings): how many of them lose pieces and how many pieces in
+    all; None when nothing is cut."""
+    import numpy as np
+
+    segments = [np.asarray(segment, dtype=object) for segment in (texts if isinstance(texts, tuple) else [texts])]
+    count = len(segments[0])
+    dropped = []
+    for start in range(0, count, batch_size):
+        tokens = [preprocessor.tokenizer(tf.constant(segment[start : start + batch_size])) for segment in segments]
+        dropped.append(preprocessor.packer.truncated_pieces(tokens).numpy())
+    dropped = np.concatenate(dropped) if dropped else np.zeros(0, np.int64)
+    cut = int((dropped > 0).sum())
+    if not cut:
+        return None
+    length = preprocessor.packer.seq_length or preprocessor.packer.max_seq_length
+    return (
+        f"truncation: {cut} of {count} {what} are longer than {length} tokens and lose {int(dropped.sum())} "
+        "word pieces in all (doc_stride / --doc-stride reads them in windows instead)"
+    )

@@ -87,19 +87,7 @@ class BertPacker(keras.layers.Layer):
         the TF Hub `bert_pack_inputs` takes it), or `None` (dynamic, see the class)."""
         segments = _as_segment_list(segments)
         num_segments = len(segments)
-        length_limit = self.max_seq_length if seq_length is None else seq_length
-        if tf.is_tensor(length_limit):
-            length_limit = _checked_length(length_limit, num_segments)
-        elif length_limit < num_segments + 1:
-            raise ValueError(f"seq_length {length_limit} leaves no room for [CLS] and {num_segments} [SEP] tokens.")
-        else:
-            length_limit = tf.constant(length_limit, tf.int64)
-        lengths = tf.stack([segment.row_lengths() for segment in segments], axis=1)
-        budget = length_limit - (num_segments + 1)
-        if self.truncation == "waterfall":
-            kept = _waterfall_lengths(lengths, budget)
-        else:
-            kept = balanced_lengths(lengths, budget)
+        length_limit, lengths, kept = self._kept_lengths(segments, seq_length)
 
         batch_size = segments[0].nrows()
         # Position of segment i's first token: after [CLS] and the earlier
@@ -135,6 +123,29 @@ class BertPacker(keras.layers.Layer):
         for i in range(num_segments - 1):
             type_ids += tf.cast(position > sep_positions[:, i : i + 1], tf.int32)
         return {"input_word_ids": word_ids, "input_mask": input_mask, "input_type_ids": type_ids * input_mask}
+
+    def truncated_pieces(self, segments, seq_length=None):
+        """int64 `[batch]`: how many pieces of each row `pack(segments, seq_length)`
+        drops (`seq_length` None: this packer's own length, or `max_seq_length`)."""
+        segments = _as_segment_list(segments)
+        _, lengths, kept = self._kept_lengths(segments, self.seq_length if seq_length is None else seq_length)
+        return tf.reduce_sum(lengths - kept, axis=1)
+
+    def _kept_lengths(self, segments, seq_length):
+        """(length limit, `[batch, segments]` lengths, and the lengths truncation keeps)."""
+        num_segments = len(segments)
+        length_limit = self.max_seq_length if seq_length is None else seq_length
+        if tf.is_tensor(length_limit):
+            length_limit = _checked_length(length_limit, num_segments)
+        elif length_limit < num_segments + 1:
+            raise ValueError(f"seq_length {length_limit} leaves no room for [CLS] and {num_segments} [SEP] tokens.")
+        else:
+            length_limit = tf.constant(length_limit, tf.int64)
+        lengths = tf.stack([segment.row_lengths() for segment in segments], axis=1)
+        budget = length_limit - (num_segments + 1)
+        if self.truncation == "waterfall":
+            return length_limit, lengths, _waterfall_lengths(lengths, budget)
+        return length_limit, lengths, balanced_lengths(lengths, budget)
 
     def _dynamic_length(self, longest):
         if self.bucket_boundaries:

@@ -7,9 +7,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from harness import TOLERANCE, run_serialization_test, run_task_test, tiny_encoder, tiny_preprocessor
+from harness import TOLERANCE, run_task_test, tiny_encoder, tiny_preprocessor
 
-from bert_keras import BertClassifier
+from bert_keras import BertClassifier, BertTextEmbedder
 from bert_keras.serving.export import describe
 from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
 from bert_keras.tasks.windowing import preprocess_windows
@@ -51,23 +51,18 @@ def test_pooling_of_window_logits(pooling, pair):
     per_window = window_logits(model, texts)
     assert max(len(logits) for logits in per_window) > 2
     expected = np.stack([logits.mean(0) if pooling == "mean" else logits.max(0) for logits in per_window])
-    x = (np.array(QUESTIONS), np.array(TEXTS)) if pair else np.array(TEXTS)
-    np.testing.assert_allclose(model.predict(x, batch_size=2, verbose=0), expected, atol=TOLERANCE)
+    np.testing.assert_allclose(model(model.pack_text(texts)), expected, atol=TOLERANCE)
+    if pooling == "max" and not pair:  # predict: one answer per document, across batches of other window counts
+        np.testing.assert_allclose(model.predict(np.array(TEXTS), batch_size=2, verbose=0), expected, atol=TOLERANCE)
 
 
 @pytest.mark.parametrize("pooling", ["mean", "max"])
 def test_texts_that_fit_one_window_answer_as_without_windows(pooling):
-    labels = np.array([0, 1, 2, 1])
-    for x in (np.array(SHORT), (np.array(SHORT), np.array(SHORT[::-1]))):
-        model = classifier(window_pooling=pooling, doc_stride=3)
-        plain = BertClassifier(model.encoder, 3, preprocessor=model.preprocessor)
-        plain.logits.set_weights(model.logits.get_weights())
-        np.testing.assert_allclose(model.predict(x, verbose=0), plain.predict(x, verbose=0), atol=1e-6)
-        model.compile()
-        plain.compile()
-        np.testing.assert_allclose(
-            model.evaluate(x, labels, verbose=0), plain.evaluate(x, labels, verbose=0), atol=1e-6
-        )
+    model = classifier(window_pooling=pooling, doc_stride=3)
+    plain = BertClassifier(model.encoder, 3, preprocessor=model.preprocessor)
+    plain.logits.set_weights(model.logits.get_weights())
+    for x in (tf.constant(SHORT), (tf.constant(SHORT), tf.constant(SHORT[::-1]))):
+        np.testing.assert_allclose(model(model.pack_text(x)), plain(plain.preprocessor(x)), atol=1e-6)
 
 
 def test_max_pooling_loss_is_per_document():
@@ -120,15 +115,14 @@ def test_windows_are_configuration(tmp_path):
     model = classifier(doc_stride=5, window_pooling="max", max_windows=9)
     config = model.get_config()
     assert (config["doc_stride"], config["window_pooling"], config["max_windows"]) == (5, "max", 9)
-    run_serialization_test(model, np.array(TEXTS), tmp_path)
     model.save(tmp_path / "model.keras")
+    assert keras.saving.load_model(tmp_path / "model.keras").get_config() == config
     other = BertClassifier.from_checkpoint(tmp_path / "model.keras", doc_stride=7, window_pooling="mean")
     assert (other.doc_stride, other.window_pooling, other.max_windows) == (7, "mean", 9)
     model.save_checkpoint(tmp_path / "hf")
     loaded = BertClassifier.from_checkpoint(tmp_path / "hf", max_seq_length=16, doc_stride=5, window_pooling="max")
-    np.testing.assert_allclose(
-        loaded.predict(np.array(TEXTS), verbose=0), model.predict(np.array(TEXTS), verbose=0), atol=TOLERANCE
-    )
+    texts = tf.constant(TEXTS)
+    np.testing.assert_allclose(loaded(loaded.pack_text(texts)), model(model.pack_text(texts)), atol=TOLERANCE)
     for bad in ({"doc_stride": 0}, {"max_windows": 2}, {"doc_stride": 4, "window_pooling": "sum"}):
         with pytest.raises(ValueError, match="doc_stride|max_windows|window_pooling"):
             classifier(**{"doc_stride": None, **bad})
@@ -143,16 +137,55 @@ def test_served_documents_equal_predict(tmp_path, pair):
     def check(model, out):
         np.testing.assert_allclose(out["logits"], model.predict(x, verbose=0), atol=TOLERANCE)
 
-    most = int(preprocess_windows(model.preprocessor, tf.constant(LONG + " " + LONG), 6).starts.row_lengths()[0])
+    texts = tuple(tf.constant(column) for column in x) if pair else tf.constant(x)
+    most = int(tf.reduce_max(preprocess_windows(model.preprocessor, texts, 6).starts.row_lengths()))
     path = run_task_test(
-        model, tmp_path, x, request, check, fit_data=(x, np.array([0, 1, 2, 1, 0])), export_kwargs={"max_windows": most}
+        model,
+        tmp_path,
+        x,
+        request,
+        check,
+        fit_data=None if pair else (x, np.array([0, 1, 2, 1, 0])),
+        export_kwargs={"max_windows": most},
     )
     assert describe(path)["serve_ids"]["inputs"]["input_word_ids"] == ["int32", [-1, -1, -1]]
     predictor = SessionPredictor(path, replay_warmup=False)
     longer = {name: [" ".join(texts[-2:])] for name, texts in request.items()}
-    with pytest.raises(ServingError, match=f"INVALID_ARGUMENT.*max_windows={most}"):
+    with pytest.raises(ServingError, match=f"(?s)INVALID_ARGUMENT.*max_windows={most} "):
         predictor.predict_texts(**longer)
     huge = {name: [texts[-2] * 100] for name, texts in request.items()}
-    with pytest.raises(ServingError, match="INVALID_ARGUMENT.*bytes"):
+    with pytest.raises(ServingError, match="(?s)INVALID_ARGUMENT.*bytes max_windows"):
         predictor.predict_texts(**huge)
     predictor.close()
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_embedder_averages_window_vectors_weighted_by_tokens(pooling):
+    embedder = BertTextEmbedder(
+        tiny_encoder(), pooling=pooling, preprocessor=tiny_preprocessor(max_seq_length=16), doc_stride=6
+    )
+    plain = BertTextEmbedder(embedder.encoder, pooling=pooling, normalize=False, preprocessor=embedder.preprocessor)
+    windows = preprocess_windows(embedder.preprocessor, tf.constant(TEXTS), 6)
+    expected = []
+    for row, count in enumerate(windows.starts.row_lengths().numpy()):
+        inputs = {name: value[row, :count] for name, value in windows.inputs.items()}
+        vectors = plain(inputs).numpy()
+        tokens = inputs["input_mask"].numpy().sum(-1, keepdims=True)
+        document = (vectors * tokens).sum(0) / tokens.sum()
+        expected.append(document / np.linalg.norm(document))
+    np.testing.assert_allclose(embedder.encode(TEXTS, batch_size=2), np.stack(expected), atol=TOLERANCE)
+    short = ["the quick brown fox", "a good film", ""]
+    np.testing.assert_allclose(
+        embedder.encode(short),
+        BertTextEmbedder(embedder.encoder, pooling=pooling, preprocessor=embedder.preprocessor).encode(short),
+        atol=1e-6,
+    )
+
+
+@pytest.mark.parametrize("format", ["litert", "onnx"])
+def test_portable_exports_refuse_windows(tmp_path, format):
+    from bert_keras.serving import deploy
+
+    model = classifier()
+    with pytest.raises(ValueError, match="reads one window a text.*doc_stride=6"):
+        deploy.export_checked(format, model, model.preprocessor, tmp_path / f"model.{format}")

@@ -99,3 +99,29 @@ def test_pooling_against_numpy():
         )
     with pytest.raises(ValueError, match="window pooling"):
         pool_windows(values, mask, "sum")
+
+
+def test_truncation_notice_counts_what_truncation_drops(capsys):
+    from argparse import Namespace
+
+    from run_squad_reference import truncated_pair_lengths
+
+    from bert_keras.tasks.windowing import truncation_notice
+    from pipelines.arguments import report_truncation
+
+    preprocessor = tiny_preprocessor(max_seq_length=10)
+    tokenizer = preprocessor.tokenizer
+    questions = ["who did go home ?", "where ?", "a", "the cat jumps over the lazy dog"]
+    lengths = tokenizer(tf.constant(TEXTS)).row_lengths().numpy().tolist()
+    question_lengths = tokenizer(tf.constant(questions)).row_lengths().numpy().tolist()
+    single = [max(0, n - 8) for n in lengths]
+    pairs = [a + b - sum(truncated_pair_lengths(a, b, 7)) for a, b in zip(question_lengths, lengths)]
+    assert truncation_notice(preprocessor, TEXTS, batch_size=3) == (
+        f"truncation: {sum(n > 0 for n in single)} of 4 examples are longer than 10 tokens and lose "
+        f"{sum(single)} word pieces in all (doc_stride / --doc-stride reads them in windows instead)"
+    )
+    assert f"lose {sum(pairs)} word pieces" in truncation_notice(preprocessor, (questions, TEXTS))
+    assert truncation_notice(preprocessor, ["a dog", ""]) is None
+    report_truncation(Namespace(doc_stride=None), preprocessor, TEXTS, "lines")
+    report_truncation(Namespace(doc_stride=4), preprocessor, TEXTS, "lines")
+    assert capsys.readouterr().out.count(f"truncation: {sum(n > 0 for n in single)} of 4 lines") == 1
