@@ -9,7 +9,7 @@ Example: `bert-keras finetune conll --data-dir ../shared/data/conll2003 --output
 import json
 from pathlib import Path
 
-from pipelines.arguments import InputPath
+from pipelines.arguments import InputPath, add_window_arguments, report_truncation
 
 HELP = "CoNLL-2003 named entity recognition"
 DEFAULTS = dict(learning_rate=5e-5, epochs=3, batch_size=32, max_seq_length=128)
@@ -20,12 +20,7 @@ def add_arguments(parser):
         "--data-dir", required=True, type=InputPath, help="folder with eng.train and eng.testa (eng.testb)"
     )
     parser.add_argument("--eval-split", default="testa", help="eng.<split> to evaluate on (default testa)")
-    parser.add_argument(
-        "--doc-stride",
-        type=int,
-        help="read sentences longer than --max-seq-length in windows this many pieces apart, each word tagged "
-        "from the window where it has the most context (default: truncate; words past the cut are tagged O)",
-    )
+    add_window_arguments(parser, pooling=False)
     parser.add_argument(
         "--document-context",
         action="store_true",
@@ -78,6 +73,7 @@ def run(args):
         write_predictions(output_dir / "predictions.txt", eval_sentences, tagged["tags"])
 
     word_lists, label_lists = training_examples(train_sentences, train_contexts)
+    report_truncation(args, model.preprocessor, [" ".join(words) for words in word_lists], "training sentences")
     words = tf.ragged.constant(word_lists)
     labels = tf.ragged.constant(label_lists, dtype=tf.int32)
     lengths = np.array([sum(len(w) + 1 for w in word_list) for word_list in word_lists])
