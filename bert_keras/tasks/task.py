@@ -20,8 +20,9 @@ from bert_keras.compat import RestoresCompile
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
 from bert_keras.models.saving import load_keras_file, save_checkpoint
 from bert_keras.tasks.preprocessing import holds_strings, is_packed, preprocessor_for, segments_to_tensors, to_tensors
-from bert_keras.tasks.windowing import preprocess_windows
+from bert_keras.tasks.windowing import preprocess_windows, truncation_notice
 from bert_keras.text.preprocessor import BertPreprocessor
+from bert_keras.training.distribute import needs_static_shapes
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -100,10 +101,24 @@ class BertTask(RestoresCompile, keras.Model):
             return self.preprocessor(x)
         return preprocess_windows(self.preprocessor, x, self.doc_stride, self.max_windows).inputs
 
+    def _warn_of_truncation(self, x):
+        """Says once per `fit` on raw texts (not datasets) of a head that packs them as
+        they are, how many truncation cuts and by how many pieces, unless it has windows."""
+        if self.doc_stride is not None or isinstance(x, tf.data.Dataset):
+            return
+        if type(self).preprocess_samples is not BertTask.preprocess_samples:
+            return  # a head with its own packing (words, choices, columns)
+        texts = tuple(x[key] for key in sorted(x)) if isinstance(x, dict) else x
+        notice = truncation_notice(self.preprocessor, texts, "training examples")
+        if notice:
+            warnings.warn(notice, stacklevel=3)
+
     def compile(self, *args, jit_compile="auto", **kwargs):
         """As Keras' `compile`; with windows, "auto" does not pick XLA, which cannot run
-        the gather of real windows (its shape depends on the data)."""
+        the gather of real windows (its shape depends on the data), nor can TPUs."""
         if self.doc_stride is not None:
+            if needs_static_shapes(tf.distribute.get_strategy()):
+                raise ValueError(f"TPUs need fixed shapes; windows (doc_stride={self.doc_stride}) depend on the data")
             if jit_compile is True:
                 raise ValueError(
                     f"XLA (jit_compile) cannot run windows (doc_stride={self.doc_stride}): the real windows' "
@@ -182,6 +197,7 @@ class BertTask(RestoresCompile, keras.Model):
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None, shuffle=True, **kwargs):
         if self._raw(x):
             self.text_segments(x, record=True)
+            self._warn_of_truncation(x)
             x = self.preprocessed_dataset(x, y, sample_weight, batch_size, shuffle)
             y = sample_weight = batch_size = None
         if isinstance(x, (tf.data.Dataset, tf.distribute.DistributedDataset)):

@@ -3,6 +3,8 @@ the same model's per-window logits, texts that fit one window answered as withou
 windows, max pooling learning evidence that sits in one window, and the served model
 answering whole documents as `predict` does, refusing more than `max_windows`."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from harness import TOLERANCE, run_task_test, tiny_encoder, tiny_preprocessor
 from bert_keras import BertClassifier, BertTextEmbedder
 from bert_keras.serving.export import describe
 from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
-from bert_keras.tasks.windowing import preprocess_windows
+from bert_keras.tasks.windowing import preprocess_windows, truncation_notice
 
 LONG = "the quick brown fox jumps over the lazy dog , the cat was good , it is a bad film ."
 TEXTS = [LONG, "a good film", "", LONG + " " + LONG, "who did go home ?"]
@@ -123,6 +125,10 @@ def test_windows_are_configuration(tmp_path):
     loaded = BertClassifier.from_checkpoint(tmp_path / "hf", max_seq_length=16, doc_stride=5, window_pooling="max")
     texts = tf.constant(TEXTS)
     np.testing.assert_allclose(loaded(loaded.pack_text(texts)), model(model.pack_text(texts)), atol=TOLERANCE)
+    with pytest.raises(ValueError, match="XLA"):
+        model.compile(jit_compile=True)
+    model.compile()
+    assert model.jit_compile is False
     for bad in ({"doc_stride": 0}, {"max_windows": 2}, {"doc_stride": 4, "window_pooling": "sum"}):
         with pytest.raises(ValueError, match="doc_stride|max_windows|window_pooling"):
             classifier(**{"doc_stride": None, **bad})
@@ -189,3 +195,22 @@ def test_portable_exports_refuse_windows(tmp_path, format):
     model = classifier()
     with pytest.raises(ValueError, match="reads one window a text.*doc_stride=6"):
         deploy.export_checked(format, model, model.preprocessor, tmp_path / f"model.{format}")
+
+
+def test_fit_without_windows_says_what_truncation_cuts(monkeypatch):
+    class Reached(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Reached
+
+    for doc_stride in (None, 6):
+        model = classifier(doc_stride=doc_stride)
+        monkeypatch.setattr(model, "preprocessed_dataset", stop)
+        with warnings.catch_warnings(record=True) as caught, pytest.raises(Reached):
+            warnings.simplefilter("always")
+            model.fit(np.array(TEXTS), np.zeros(len(TEXTS)))
+        notices = [str(warning.message) for warning in caught if "truncation" in str(warning.message)]
+        expected = truncation_notice(model.preprocessor, np.array(TEXTS), "training examples")
+        assert notices == ([expected] if doc_stride is None else [])
+        assert expected.startswith("truncation: 2 of 5 training examples are longer than 16 tokens")
