@@ -2,13 +2,19 @@
 tags to IOB2, predict each word's tag from its first WordPiece, and score entities
 exactly as the conlleval script does.
 
+The paper's CoNLL-2003 results use "maximal document context": `document_context`
+packs each sentence with the words around it in its document (`-DOCSTART-` lines
+delimit documents), and only the sentence's own words are labelled and scored.
+
 `bert-keras finetune conll` (pipelines/conll.py) trains and scores with these.
 """
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 from bert_keras.files import read_text
+from bert_keras.tasks.token_classifier import IGNORE_LABEL
 
 # IOB2 tags of CoNLL-2003, "O" first.
 LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
@@ -18,6 +24,25 @@ LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "
 class Sentence:
     words: list
     tags: list
+    document: int = 0  # index of its document in the file (-DOCSTART- lines start one)
+
+
+@dataclasses.dataclass
+class InContext:
+    """A sentence among the words around it: `words` are the context before it, its own
+    words (`words[first : first + count]`), then the context after it."""
+
+    words: list
+    first: int
+    count: int
+
+    def labels(self, tags):
+        """Label ids of `words` for `tags` (the sentence's): IGNORE_LABEL on context words."""
+        return [IGNORE_LABEL] * self.first + [LABELS.index(t) for t in tags] + [IGNORE_LABEL] * self.after
+
+    @property
+    def after(self):
+        return len(self.words) - self.first - self.count
 
 
 def read_conll(path, scheme="iob2"):
@@ -27,10 +52,12 @@ def read_conll(path, scheme="iob2"):
     path = Path(path)
     text = read_text(path, "CoNLL")
     sentences, words, tags = [], [], []
+    document = 0  # each -DOCSTART- line after a sentence starts the next one
 
     def flush():
         if words:
-            sentences.append(Sentence(list(words), iob1_to_iob2(tags) if scheme == "iob2" else list(tags)))
+            converted = iob1_to_iob2(tags) if scheme == "iob2" else list(tags)
+            sentences.append(Sentence(list(words), converted, document))
             words.clear()
             tags.clear()
 
@@ -41,6 +68,8 @@ def read_conll(path, scheme="iob2"):
             continue
         if fields[0] == "-DOCSTART-":
             flush()
+            if sentences and sentences[-1].document == document:
+                document += 1
             continue
         if len(fields) != 4:
             raise ValueError(
@@ -53,6 +82,50 @@ def read_conll(path, scheme="iob2"):
         tags.append(tag)
     flush()
     return sentences
+
+
+def document_context(sentences, tokenizer, max_seq_length):
+    """Each sentence as an `InContext`: among as many words of its document as fit with
+    it in `max_seq_length` pieces (with [CLS] and [SEP]), added one word at a time before
+    and after it in turn, so it sits near the middle; a side stops at its first word
+    that does not fit, or at the document's edge. A sentence that alone does not fit
+    gets no context."""
+    import numpy as np
+    import tensorflow as tf
+
+    words = [word for sentence in sentences for word in sentence.words]
+    counts = tokenizer(tf.constant(words, tf.string)).row_lengths().numpy() if words else np.zeros(0, "int64")
+    ends = np.cumsum([len(sentence.words) for sentence in sentences], dtype="int64")
+    starts = ends - [len(sentence.words) for sentence in sentences]
+    budget = max_seq_length - 2
+    contexts = []
+    for _, group in itertools.groupby(range(len(sentences)), key=lambda i: sentences[i].document):
+        group = list(group)
+        document_start, document_end = starts[group[0]], ends[group[-1]]
+        for index in group:
+            left, right = starts[index], ends[index]
+            room = budget - counts[left:right].sum()
+            grow_left = grow_right = room >= 0
+            while grow_left or grow_right:
+                grow_left = grow_left and left > document_start and counts[left - 1] <= room
+                if grow_left:
+                    left -= 1
+                    room -= counts[left]
+                grow_right = grow_right and right < document_end and counts[right] <= room
+                if grow_right:
+                    room -= counts[right]
+                    right += 1
+            contexts.append(InContext(words[left:right], int(starts[index] - left), len(sentences[index].words)))
+    return contexts
+
+
+def training_examples(sentences, contexts=None):
+    """(word lists, label id lists) to train on: the sentences, or with `contexts`
+    (`document_context(sentences, ...)`) each sentence among its context words, which
+    are labelled IGNORE_LABEL."""
+    if contexts is None:
+        return [s.words for s in sentences], [[LABELS.index(t) for t in s.tags] for s in sentences]
+    return [c.words for c in contexts], [c.labels(s.tags) for c, s in zip(contexts, sentences, strict=True)]
 
 
 def iob1_to_iob2(tags):
@@ -149,19 +222,22 @@ def conlleval(gold_sentences, predicted_sentences):
 # --- predictions ----------------------------------------------------------------------
 
 
-def predict_tags(model, sentences, batch_size):
+def predict_tags(model, sentences, batch_size, contexts=None):
     """IOB2 tags per word: the argmax at each word's first piece ("O" for words cut by
-    truncation or with no pieces)."""
+    truncation or with no pieces). With `contexts` (`document_context(sentences, ...)`)
+    each sentence is tagged among the words around it."""
     import numpy as np
     import tensorflow as tf
 
-    words = tf.ragged.constant([s.words for s in sentences])
+    words = tf.ragged.constant([c.words for c in contexts] if contexts else [s.words for s in sentences])
     dataset = tf.data.Dataset.from_tensor_slices(words).batch(batch_size).map(model.word_start_positions)
     predictions = []
     for packed, positions in dataset:
         labels = np.argmax(model.predict_on_batch(packed), axis=-1)
         for row, row_positions in enumerate(positions.to_list()):
             predictions.append([LABELS[labels[row, p]] if p >= 0 else "O" for p in row_positions])
+    if contexts:
+        return [tags[c.first : c.first + c.count] for tags, c in zip(predictions, contexts)]
     return predictions
 
 
@@ -176,23 +252,25 @@ def write_predictions(path, sentences, predicted):
 # --- training and scoring runs ---------------------------------------------------------
 
 
-def tagging_batches(sentences, batch_size, seed):
-    """Raw training batches of (words, IOB2 tag ids per word) for `fit`: shuffled, of
-    sentences of similar lengths (`length_grouped_batches`)."""
+def tagging_batches(sentences, batch_size, seed, contexts=None):
+    """Raw training batches of (words, tag ids per word) for `fit` (`training_examples`:
+    with `contexts`, each sentence among its unlabelled context words): shuffled, of
+    examples of similar lengths (`length_grouped_batches`)."""
     import numpy as np
     import tensorflow as tf
 
     from bert_keras.training.finetuning import length_grouped_batches
 
-    words = tf.ragged.constant([s.words for s in sentences])
-    labels = tf.ragged.constant([[LABELS.index(t) for t in s.tags] for s in sentences], dtype=tf.int32)
-    lengths = np.array([sum(len(w) + 1 for w in s.words) for s in sentences])
+    word_lists, label_lists = training_examples(sentences, contexts)
+    words = tf.ragged.constant(word_lists)
+    labels = tf.ragged.constant(label_lists, dtype=tf.int32)
+    lengths = np.array([sum(len(w) + 1 for w in word_list) for word_list in word_lists])
     return length_grouped_batches((words, labels), lengths, batch_size, shuffle=True, seed=seed)
 
 
-def conll_scores(model, sentences, batch_size):
-    """(conlleval precision, recall, f1 and accuracy of `model`'s tags for `sentences`,
-    the predicted tags)."""
-    predicted = predict_tags(model, sentences, batch_size)
+def conll_scores(model, sentences, batch_size, contexts=None):
+    """(conlleval precision, recall, f1 and accuracy of `model`'s tags for `sentences`
+    (tagged among their `contexts` when given, `predict_tags`), the predicted tags)."""
+    predicted = predict_tags(model, sentences, batch_size, contexts)
     scores = conlleval([s.tags for s in sentences], predicted)
     return {name: scores[name] for name in ("precision", "recall", "f1", "accuracy")}, predicted

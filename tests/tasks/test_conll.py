@@ -90,11 +90,14 @@ def test_conlleval_on_hand_computed_cases():
         conlleval([["O", "O"]], [["O"]])
 
 
-def test_finetune_conll_end_to_end_tiny(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "flags", [[], ["--doc-stride", "6", "--max-seq-length", "16", "--document-context"]], ids=["plain", "windows"]
+)
+def test_finetune_conll_end_to_end_tiny(tmp_path, capsys, flags):
     import keras
 
     from bert_keras import BertConfig, BertEncoder
-    from bert_keras.tasks.conll import predict_tags
+    from bert_keras.tasks.conll import document_context, predict_tags
 
     vocab = require(DATA / "vocab" / "vocab.txt")
     data = tmp_path / "conll"
@@ -124,6 +127,7 @@ def test_finetune_conll_end_to_end_tiny(tmp_path, capsys):
                 "1",
                 "--verbose",
                 "0",
+                *flags,
             ]
         )
         == 0
@@ -133,7 +137,12 @@ def test_finetune_conll_end_to_end_tiny(tmp_path, capsys):
     gold = read_conll(data / "eng.testa")
     # predictions.txt is `word gold predicted` of the kept model, a blank line after each sentence.
     model = keras.saving.load_model(out / "best.keras")
-    predicted = predict_tags(model, gold, 64)
+    contexts = None
+    if flags:  # the flags reach the model and the data
+        assert model.doc_stride == 6 and model.preprocessor.packer.max_seq_length == 16
+        contexts = document_context(gold, model.preprocessor.tokenizer, 16)
+        assert any(len(c.words) > c.count for c in contexts)
+    predicted = predict_tags(model, gold, 64, contexts)
     expected = "".join(
         "".join(f"{w} {g} {p}\n" for w, g, p in zip(s.words, s.tags, tags)) + "\n" for s, tags in zip(gold, predicted)
     )
@@ -144,3 +153,89 @@ def test_finetune_conll_end_to_end_tiny(tmp_path, capsys):
     assert {k: history[0][k] for k in ("precision", "recall", "f1", "accuracy")} == pytest.approx(
         {k: scores[k] for k in ("precision", "recall", "f1", "accuracy")}
     )
+
+
+def test_reader_numbers_documents_at_docstart_lines(tmp_path):
+    path = tmp_path / "eng.docs"
+    path.write_text(
+        "EU NNP I-NP I-ORG\n\n-DOCSTART- -X- O O\n\nPeter NNP I-NP I-PER\n\nsaid VBD I-VP O\n\n"
+        "-DOCSTART- -X- O O\n\n-DOCSTART- -X- O O\n\nBonn NNP I-NP I-LOC\n"
+    )
+    # Sentences before the first -DOCSTART- are a document; an empty document takes no number.
+    assert [(s.words, s.document) for s in read_conll(path)] == [
+        (["EU"], 0),
+        (["Peter"], 1),
+        (["said"], 1),
+        (["Bonn"], 2),
+    ]
+    assert read_conll(require(CONLL / "eng.testa"))[-1].document == 215  # the dev set's 216 documents
+
+
+def test_document_context_on_the_real_dev_set():
+    from bert_keras import BertTokenizer
+    from bert_keras.tasks.conll import IGNORE_LABEL, document_context, training_examples
+
+    tokenizer = BertTokenizer(str(require(DATA / "vocab" / "vocab.txt")))
+    sentences = read_conll(require(CONLL / "eng.testa"))
+    max_seq_length = 64
+    contexts = document_context(sentences, tokenizer, max_seq_length)
+    documents = {}
+    offsets = []  # each sentence's first word in its document's words
+    for sentence in sentences:
+        words = documents.setdefault(sentence.document, [])
+        offsets.append(len(words))
+        words.extend(sentence.words)
+    pieces = {word: len(ids) for word, ids in zip(documents[0], tokenizer(tf_strings(documents[0])).to_list())}
+    grew = 0
+    for sentence, context, offset in zip(sentences, contexts, offsets):
+        document = documents[sentence.document]
+        start = offset - context.first
+        # The sentence among a contiguous run of words of its own document.
+        assert context.words == document[start : start + len(context.words)]
+        assert context.words[context.first : context.first + context.count] == sentence.words
+        grew += len(context.words) > len(sentence.words)
+        if sentence.document == 0:  # pieces counted independently on the first document
+            used = sum(pieces[w] for w in context.words)
+            assert used <= max_seq_length - 2 or context.words == sentence.words
+            end = start + len(context.words)
+            # Full: neither neighbour still fits (or the document ends there).
+            for neighbour in (start - 1, end):
+                if 0 <= neighbour < len(document) and used <= max_seq_length - 2:
+                    assert pieces[document[neighbour]] > max_seq_length - 2 - used
+    assert grew > 0.9 * len(sentences)
+    words, labels = training_examples(sentences, contexts)
+    for sentence, context, row, label_row in zip(sentences, contexts, words, labels):
+        assert row == context.words
+        assert label_row[: context.first] == [IGNORE_LABEL] * context.first
+        assert label_row[context.first + context.count :] == [IGNORE_LABEL] * (len(row) - context.first - context.count)
+        assert [LABELS[i] for i in label_row[context.first : context.first + context.count]] == sentence.tags
+    assert training_examples(sentences[:2]) == (
+        [s.words for s in sentences[:2]],
+        [[LABELS.index(t) for t in s.tags] for s in sentences[:2]],
+    )
+
+
+def test_document_context_is_balanced_and_leaves_long_sentences_alone():
+    from bert_keras import BertTokenizer
+    from bert_keras.tasks.conll import Sentence, document_context
+
+    tokenizer = BertTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "##b"])
+    words = ["a", "b", "a", "bb", "a", "b", "a", "b", "a"]  # "bb": b ##b, 2 pieces
+    sentences = [Sentence(words[:4], ["O"] * 4), Sentence(words[4:6], ["O"] * 2), Sentence(words[6:], ["O"] * 3)]
+    sentences.append(Sentence(["a"], ["O"], document=1))
+    # 6 pieces of room: "a b" (2), then in turn bb (left, 2), a (right), a (left); the next
+    # right word, b, no longer fits.
+    contexts = document_context(sentences, tokenizer, 8)
+    assert (contexts[1].words, contexts[1].first, contexts[1].count) == (words[2:7], 2, 2)
+    # The other document's sentence gets nothing from this one.
+    assert (contexts[3].words, contexts[3].first) == (["a"], 0)
+    # At the document's start only the right side grows; a sentence longer than the
+    # room (5 pieces in 4) gets no context.
+    assert (contexts[0].words, contexts[0].first) == (words[:5], 0)
+    assert document_context(sentences, tokenizer, 6)[0].words == words[:4]
+
+
+def tf_strings(words):
+    import tensorflow as tf
+
+    return tf.constant(words)
