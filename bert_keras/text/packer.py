@@ -99,7 +99,7 @@ class BertPacker(keras.layers.Layer):
         if self.truncation == "waterfall":
             kept = _waterfall_lengths(lengths, budget)
         else:
-            kept = _balanced_lengths(lengths, budget)
+            kept = balanced_lengths(lengths, budget)
 
         batch_size = segments[0].nrows()
         # Position of segment i's first token: after [CLS] and the earlier
@@ -211,7 +211,7 @@ def _waterfall_lengths(lengths, budget):
     return tf.clip_by_value(budget - before, 0, lengths)
 
 
-def _balanced_lengths(lengths, budget):
+def balanced_lengths(lengths, budget):
     """The original's "pop from the longest" rule in closed form.
 
     Popping from the longest (ties: the later segment) until the total fits
