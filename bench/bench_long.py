@@ -196,19 +196,15 @@ def train_and_evaluate(args, setting, train, held_out):
     }
 
 
-def piece_counts(tokenizer, texts):
-    return [int(n) for n in tokenizer(texts).row_lengths().numpy()]
-
-
 def cost_table(args, examples):
     """ms per document for `predict` with windows (max pooling) and with truncation, and the
     windows per document, as documents grow; the models are timed in turn, best of 3 rounds."""
     import numpy as np
 
-    from bert_keras.text.windows import window_starts
+    from bert_keras.tasks.windowing import preprocess_windows
 
     models = {setting: classifier(args, setting) for setting in ("truncation", "max")}
-    tokenizer = models["truncation"].preprocessor.tokenizer
+    preprocessor = models["truncation"].preprocessor
     lines = [
         f"Cost per document (predict, batches of {args.batch_size} documents, best of 3 rounds; "
         f"load {os.getloadavg()[0]:.1f}):",
@@ -219,9 +215,8 @@ def cost_table(args, examples):
     for count in args.cost_paragraphs:
         documents = long_documents(examples, args.eval_articles, args.cost_documents, count, args.seed)
         questions, texts = pairs(documents)
-        pieces = piece_counts(tokenizer, texts)
-        budget = np.array([args.max_seq_length - 3 - n for n in piece_counts(tokenizer, questions)], np.int64)
-        windows = window_starts(np.array(pieces, np.int64), budget, args.doc_stride).row_lengths().numpy()
+        windows = preprocess_windows(preprocessor, (questions, texts), args.doc_stride)
+        pieces, windows = windows.num_pieces.numpy(), windows.starts.row_lengths().numpy()
         best = dict.fromkeys(models, float("inf"))
         for model in models.values():
             model.predict((questions, texts), batch_size=args.batch_size, verbose=0)  # warm-up: trace the shapes
