@@ -159,6 +159,15 @@ def classifier(args, setting):
     )
 
 
+def area_under_roc(scores, labels):
+    """The chance that a positive scores above a negative (ties count half): whether the
+    scores rank documents right even when a short training has not yet set the threshold."""
+
+    positive, negative = scores[labels == 1], scores[labels == 0]
+    above = (positive[:, None] > negative[None, :]).mean() + 0.5 * (positive[:, None] == negative[None, :]).mean()
+    return float(above)
+
+
 def train_and_evaluate(args, setting, train, held_out):
     """{accuracy, accuracy by answer position, minutes} of one setting: `--steps` batches of
     the training documents in one seeded order (the same for every setting)."""
@@ -180,15 +189,17 @@ def train_and_evaluate(args, setting, train, held_out):
     model.fit(pairs(batches), labels, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=0)
     minutes = (time.perf_counter() - start) / 60
     start = time.perf_counter()
-    predicted = model.predict(pairs(held_out), batch_size=args.batch_size, verbose=0).argmax(-1)
+    logits = model.predict(pairs(held_out), batch_size=args.batch_size, verbose=0)
     eval_seconds = time.perf_counter() - start
-    correct = predicted == np.array([d.label for d in held_out])
+    labels = np.array([d.label for d in held_out])
+    correct = logits.argmax(-1) == labels
     by_position = {}
     for document, right in zip(held_out, correct):
         if document.label:
             by_position.setdefault(document.answer_position, []).append(right)
     return {
         "accuracy": float(correct.mean()),
+        "auc": area_under_roc(logits[:, 1] - logits[:, 0], labels),
         "by_position": {p: float(np.mean(v)) for p, v in sorted(by_position.items())},
         "negatives": float(correct[[d.label == 0 for d in held_out]].mean()),
         "minutes": minutes,
@@ -259,15 +270,15 @@ def run(args):
         print(setting, results[setting], f"load {os.getloadavg()[0]:.1f}", flush=True)
     positions = sorted({p for r in results.values() for p in r["by_position"]})
     lines = [
-        "| setting | dev accuracy | negatives | positives, answer paragraph at "
+        "| setting | dev accuracy | AUC | negatives | positives, answer paragraph at "
         + " | ".join(str(p + 1) for p in positions)
         + " | train min | predict ms / document |",
-        "|---|---|---|" + "---|" * len(positions) + "---|---|",
+        "|---|---|---|---|" + "---|" * len(positions) + "---|---|",
     ]
     for setting, r in results.items():
         cells = [f"{r['by_position'].get(p, float('nan')):.3f}" for p in positions]
         lines.append(
-            f"| {setting} | {r['accuracy']:.3f} | {r['negatives']:.3f} | "
+            f"| {setting} | {r['accuracy']:.3f} | {r['auc']:.3f} | {r['negatives']:.3f} | "
             + " | ".join(cells)
             + f" | {r['minutes']:.1f} | {r['eval_ms']:.0f} |"
         )
