@@ -28,6 +28,7 @@ from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
 
 LABELS_FILE = "labels.txt"
+DEFAULT_MAX_WINDOWS = 16  # windows per served document of a head with a doc_stride
 # Bytes of input text kept per segment per token of the sequence: a bound on the work a
 # huge request can cause that never cuts text that could still fit the sequence.
 BYTES_PER_TOKEN = 100
@@ -50,6 +51,7 @@ def export_for_serving(
     top_k=5,
     compute_dtype=None,
     micro_batches=4,
+    max_windows=None,
 ):
     """Writes `export_dir/<version>/` for TF Serving and returns that path.
 
@@ -66,6 +68,9 @@ def export_for_serving(
     AVX512-BF16 or AMX); the residual stream, LayerNorm, softmax, embedding tables and
     outputs stay float32, which keeps pooled outputs within about 1e-2 of float32.
     What the model answers is its `ServingSignature` (`serving_tasks.serving_signature`).
+    A head with a `doc_stride` is served whole documents, windowed in the graph, at most
+    `max_windows` windows each (default: the model's, else `DEFAULT_MAX_WINDOWS`); a
+    longer one is refused with INVALID_ARGUMENT.
     """
     if not isinstance(preprocessor, BertPreprocessor):
         raise TypeError(f"preprocessor must be a BertPreprocessor, got {type(preprocessor).__name__}")
@@ -75,12 +80,21 @@ def export_for_serving(
     if path.exists():
         raise FileExistsError(f"{path} exists; TF Serving versions are immutable, pick a new version")
     segments, labels = trained_inputs(model, segments, labels)
-    preprocessor = _bounded(preprocessor)
+    doc_stride = getattr(model, "doc_stride", None)
+    if doc_stride is not None:
+        max_windows = max_windows or model.max_windows or DEFAULT_MAX_WINDOWS
+    elif max_windows is not None:
+        raise ValueError(
+            f"max_windows bounds the windows of long documents; this {type(model).__name__} has no doc_stride"
+        )
+    preprocessor = _bounded(preprocessor, doc_stride, max_windows)
     if compute_dtype is not None:
         if compute_dtype == "bfloat16":
             warn_if_slow_bfloat16("the bfloat16 export (on a CPU like this one)")
         model = with_dtype(model, compute_dtype)
     signature = serving_signature(model, preprocessor, labels, top_k)
+    if doc_stride is not None:
+        signature.max_windows = max_windows
     segments = tuple(segments or signature.segments)
     run_text = text_runner(signature, micro_batches)
 
@@ -138,9 +152,12 @@ def trained_inputs(model, segments=None, labels=None):
     return (segments if segments is not None else trained_segments, labels if labels is not None else trained_labels)
 
 
-def _bounded(preprocessor):
-    """A copy of the preprocessor whose tokenizer reads a bounded prefix of each text."""
+def _bounded(preprocessor, doc_stride=None, max_windows=None):
+    """A copy of the preprocessor whose tokenizer reads a bounded prefix of each text
+    (with windows: of what `max_windows` windows `doc_stride` apart can hold)."""
     max_tokens = preprocessor.packer.seq_length or preprocessor.packer.max_seq_length
+    if doc_stride is not None:
+        max_tokens += (max_windows - 1) * doc_stride
     config = preprocessor.tokenizer.get_config()
     if config["max_input_bytes"] is None:
         config["max_input_bytes"] = BYTES_PER_TOKEN * max_tokens

@@ -4,8 +4,10 @@ import keras
 import tensorflow as tf
 
 from bert_keras.checkpoint import Transposed
+from bert_keras.tasks.preprocessing import is_packed
 from bert_keras.tasks.serving_signature import ServingSignature, as_float32, label_table
 from bert_keras.tasks.task import BertTask, default_optimizer, output_layer
+from bert_keras.tasks.windowing import WINDOW_POOLING, encode_windows, is_windowed, pool_windows, window_arguments
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -22,15 +24,42 @@ class BertClassifier(BertTask):
             probabilities.
         preprocessor: optional `BertPreprocessor` for raw text in fit/evaluate/predict
             (strings `[B]`, or a tuple `(text_a, text_b)` of them).
+        doc_stride: None truncates long texts (as the original); a number reads them in
+            windows of the preprocessor's length, each `doc_stride` pieces after the last
+            (run_squad's windows; for pairs the first text is repeated in each, the
+            second windowed), in fit, evaluate, predict and the export.
+        window_pooling: how a document's answer comes from its windows' logits, in
+            training as in prediction: "mean" (their average: labels that hold for the
+            whole text) or "max" (the highest logit of each class: evidence that sits in
+            one window; the loss, taken per document, trains the window that holds it).
+        max_windows: the most windows a document may have (None: no bound); beyond it
+            is an error (INVALID_ARGUMENT from a served model).
 
     Call: packed dict of int `[B, L]` -> float32 logits `[B, K]` (`[B, 1]` scores for
-    regression).
+    regression); windowed inputs `[B, W, L]` (`bert_keras.tasks.windowing`) -> the
+    logits of each document pooled over its windows.
     """
 
     hf_architecture = "BertForSequenceClassification"
+    window_argument_names = ("doc_stride", "window_pooling", "max_windows")
 
-    def __init__(self, encoder, num_classes=2, dropout=0.1, preprocessor=None, multi_label=False, **kwargs):
+    def __init__(
+        self,
+        encoder,
+        num_classes=2,
+        dropout=0.1,
+        preprocessor=None,
+        multi_label=False,
+        doc_stride=None,
+        window_pooling="mean",
+        max_windows=None,
+        **kwargs,
+    ):
         super().__init__(encoder, preprocessor, **kwargs)
+        self.doc_stride, self.max_windows = window_arguments(doc_stride, max_windows)
+        if window_pooling not in WINDOW_POOLING:
+            raise ValueError(f"window_pooling must be one of {WINDOW_POOLING}, got {window_pooling!r}")
+        self.window_pooling = window_pooling
         if num_classes < 1:
             raise ValueError(f"num_classes must be positive, got {num_classes}")
         if multi_label and num_classes == 1:
@@ -43,6 +72,10 @@ class BertClassifier(BertTask):
         self.built = True
 
     def call(self, inputs, training=None):
+        if is_packed(inputs) and is_windowed(inputs):
+            outputs, mask = encode_windows(self.encoder, inputs, training, outputs=("pooled_output",))
+            logits = self.logits(self.dropout(outputs["pooled_output"], training=training))
+            return pool_windows(logits, mask, self.window_pooling)
         pooled = self._encode(inputs, training)["pooled_output"]
         return self.logits(self.dropout(pooled, training=training))
 
@@ -84,6 +117,9 @@ class BertClassifier(BertTask):
             "num_classes": self.num_classes,
             "dropout": self.dropout_rate,
             "multi_label": self.multi_label,
+            "doc_stride": self.doc_stride,
+            "window_pooling": self.window_pooling,
+            "max_windows": self.max_windows,
         }
 
     # --- checkpoints ------------------------------------------------------------------

@@ -3,6 +3,7 @@
 import tensorflow as tf
 
 from bert_keras.models.encoder import INPUT_NAMES
+from bert_keras.tasks.windowing import preprocess_windows
 
 
 def as_float32(tensor):
@@ -25,6 +26,10 @@ class ServingSignature:
     default `from_ids` returns the model's dict of outputs as float32; subclasses override
     it for other outputs, and `from_text` when text needs more than packing (e.g. answers
     mapped back to it).
+
+    A head with a `doc_stride` is served whole documents: `pack` makes its windows in the
+    graph, at most `max_windows` per document (the model's, unless the exporter sets
+    another), and `serve_ids` takes windowed ids `[batch, windows, seq]`.
     """
 
     micro_batching = True
@@ -35,6 +40,30 @@ class ServingSignature:
         self.token_outputs = model.token_output_names
         self.preprocessor = preprocessor
         self.label_table = label_table
+        self.doc_stride = getattr(model, "doc_stride", None)
+        self.max_windows = getattr(model, "max_windows", None)
+        if self.doc_stride is not None:
+            self.micro_batching = False  # micro-batches cut `[batch, seq]` rows, not windows
+
+    def pack(self, texts):
+        """Request texts (one `[batch]` string tensor per segment) -> packed model inputs,
+        windowed with a `doc_stride`; a document longer than the bounded tokenizer reads
+        (see `export_for_serving`) or than `max_windows` is refused (INVALID_ARGUMENT)."""
+        if self.doc_stride is None:
+            return self.preprocessor(texts)
+        limit = self.preprocessor.tokenizer.max_input_bytes
+        if limit is not None and self.max_windows is not None:
+            checks = [
+                tf.debugging.assert_less_equal(
+                    tf.strings.length(text),
+                    limit,
+                    message=f"a document is longer than the {limit} bytes max_windows={self.max_windows} windows read",
+                )
+                for text in texts
+            ]
+            with tf.control_dependencies(checks):
+                texts = [tf.identity(text) for text in texts]
+        return preprocess_windows(self.preprocessor, texts, self.doc_stride, self.max_windows).inputs
 
     def run(self, packed):
         return self.model(packed, training=False)
@@ -44,15 +73,17 @@ class ServingSignature:
         return [tf.TensorSpec([None], tf.string, name=name) for name in segments]
 
     def ids_inputs(self):
-        """`serve_ids`' inputs: the packed int32 `[batch, seq]` tensors."""
-        return [tf.TensorSpec([None, None], tf.int32, name=name) for name in INPUT_NAMES]
+        """`serve_ids`' inputs: the packed int32 `[batch, seq]` (windowed: `[batch,
+        windows, seq]`) tensors."""
+        shape = [None, None] if self.doc_stride is None else [None, None, None]
+        return [tf.TensorSpec(shape, tf.int32, name=name) for name in INPUT_NAMES]
 
     def warmup_inputs(self, segments, texts):
         """A warm-up request's inputs for these texts (TF Serving replays them at load)."""
         return {name: list(texts) for name in segments}
 
     def from_text(self, texts, run):
-        return self.from_ids(self.preprocessor(list(texts)), run)
+        return self.from_ids(self.pack(list(texts)), run)
 
     def from_ids(self, packed, run):
         return {key: as_float32(value) for key, value in run(packed).items()}

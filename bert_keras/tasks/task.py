@@ -20,6 +20,7 @@ from bert_keras.compat import RestoresCompile
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
 from bert_keras.models.saving import load_keras_file, save_checkpoint
 from bert_keras.tasks.preprocessing import holds_strings, is_packed, preprocessor_for, segments_to_tensors, to_tensors
+from bert_keras.tasks.windowing import preprocess_windows
 from bert_keras.text.preprocessor import BertPreprocessor
 
 DEFAULT_BATCH_SIZE = 32
@@ -68,6 +69,11 @@ class BertTask(RestoresCompile, keras.Model):
 
     text_input_names = ("text",)
     token_output_names = ()
+    # Heads that read long texts in windows (`bert_keras.tasks.windowing`) set these in
+    # their constructor and name them in `window_argument_names`; None: truncation.
+    doc_stride = None
+    max_windows = None
+    window_argument_names = ()
 
     def __init__(self, encoder, preprocessor=None, segments=None, labels=None, **kwargs):
         super().__init__(**kwargs)
@@ -86,7 +92,20 @@ class BertTask(RestoresCompile, keras.Model):
 
     def preprocess_samples(self, x, y=None, sample_weight=None):
         """Raw batch -> packed batch; heads whose labels depend on tokenization override it."""
-        return keras.utils.pack_x_y_sample_weight(self.preprocessor(x), y, sample_weight)
+        return keras.utils.pack_x_y_sample_weight(self.pack_text(x), y, sample_weight)
+
+    def pack_text(self, x):
+        """Raw text -> packed inputs: `[B, L]`, or windows `[B, W, L]` with a `doc_stride`."""
+        if self.doc_stride is None:
+            return self.preprocessor(x)
+        return preprocess_windows(self.preprocessor, x, self.doc_stride, self.max_windows).inputs
+
+    def compile(self, *args, jit_compile="auto", **kwargs):
+        """As Keras' `compile`; with windows, "auto" does not pick XLA, which cannot run
+        the gather of real windows (its shape depends on the data)."""
+        if jit_compile == "auto" and self.doc_stride is not None:
+            jit_compile = False
+        super().compile(*args, jit_compile=jit_compile, **kwargs)
 
     def _raw(self, x):
         if isinstance(x, tf.distribute.DistributedDataset):
@@ -281,7 +300,7 @@ class BertTask(RestoresCompile, keras.Model):
         go to the head's constructor."""
         encoder, found = load_encoder(path, format, encoder_config, cls, new_head)
         if isinstance(encoder, cls):
-            return encoder  # a .keras file of this head, as saved
+            return with_arguments(encoder, {k: v for k, v in kwargs.items() if k in cls.window_argument_names})
         weights, arguments = found or (None, {})
         for name, value in arguments.items():
             if name != "labels" and name in kwargs and kwargs[name] != value:
@@ -351,6 +370,18 @@ def load_encoder(path, format=None, encoder_config=None, head_class=None, new_he
             stacklevel=3,
         )
     return encoder, None if arguments is None else (weights, arguments)
+
+
+def with_arguments(model, arguments):
+    """`model` (a head loaded as saved), or a copy with other constructor `arguments`
+    that change no weight (its windows)."""
+    if all(model.get_config().get(name) == value for name, value in arguments.items()):
+        return model
+    copy = type(model).from_config({**model.get_config(), **arguments})
+    copy.set_weights(model.get_weights())
+    if model.compiled:
+        copy.compile_from_config(model.get_compile_config())
+    return copy
 
 
 def with_config(encoder, config):

@@ -147,3 +147,14 @@ def pool_windows(values, mask, pooling="mean", weights=None):
     weights = tf.reshape(weights, tf.shape(mask)) * tf.cast(mask, values.dtype)
     total = tf.reduce_sum(values * weights, axis=1)
     return total / tf.maximum(tf.reduce_sum(weights, axis=1), tf.constant(1e-9, values.dtype))
+
+
+def window_arguments(doc_stride=None, max_windows=None):
+    """Checked `doc_stride` and `max_windows` of a head: positive ints, or None (no
+    windows: truncation; no bound on windows per document)."""
+    for name, value in (("doc_stride", doc_stride), ("max_windows", max_windows)):
+        if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
+            raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+    if max_windows is not None and doc_stride is None:
+        raise ValueError("max_windows bounds the windows of doc_stride; set doc_stride too")
+    return (None if doc_stride is None else int(doc_stride), None if max_windows is None else int(max_windows))

@@ -1,0 +1,158 @@
+"""Long documents in windows (`doc_stride`): the classifier's pooling against numpy over
+the same model's per-window logits, texts that fit one window answered as without
+windows, max pooling learning evidence that sits in one window, and the served model
+answering whole documents as `predict` does, refusing more than `max_windows`."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from harness import TOLERANCE, run_serialization_test, run_task_test, tiny_encoder, tiny_preprocessor
+
+from bert_keras import BertClassifier
+from bert_keras.serving.export import describe
+from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
+from bert_keras.tasks.windowing import preprocess_windows
+
+LONG = "the quick brown fox jumps over the lazy dog , the cat was good , it is a bad film ."
+TEXTS = [LONG, "a good film", "", LONG + " " + LONG, "who did go home ?"]
+SHORT = ["the quick brown fox", "a good film", "", "who did go home ?"]
+QUESTIONS = ["who did go home ?", "where ?", "a", "the cat", "is it good ?"]
+
+
+def classifier(doc_stride=6, window_pooling="mean", num_classes=3, max_seq_length=16, **kwargs):
+    return BertClassifier(
+        tiny_encoder(),
+        num_classes=num_classes,
+        preprocessor=tiny_preprocessor(max_seq_length=max_seq_length),
+        doc_stride=doc_stride,
+        window_pooling=window_pooling,
+        **kwargs,
+    )
+
+
+def window_logits(model, texts):
+    """Each document's per-window logits, from the same weights without windows."""
+    plain = BertClassifier(model.encoder, model.num_classes, preprocessor=model.preprocessor)
+    plain.logits.set_weights(model.logits.get_weights())
+    windows = preprocess_windows(model.preprocessor, texts, model.doc_stride)
+    counts = windows.starts.row_lengths().numpy()
+    return [
+        plain({name: value[row, :count] for name, value in windows.inputs.items()}).numpy()
+        for row, count in enumerate(counts)
+    ]
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+@pytest.mark.parametrize("pair", [False, True])
+def test_pooling_of_window_logits(pooling, pair):
+    model = classifier(window_pooling=pooling)
+    texts = (tf.constant(QUESTIONS), tf.constant(TEXTS)) if pair else tf.constant(TEXTS)
+    per_window = window_logits(model, texts)
+    assert max(len(logits) for logits in per_window) > 2
+    expected = np.stack([logits.mean(0) if pooling == "mean" else logits.max(0) for logits in per_window])
+    x = (np.array(QUESTIONS), np.array(TEXTS)) if pair else np.array(TEXTS)
+    np.testing.assert_allclose(model.predict(x, batch_size=2, verbose=0), expected, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+def test_texts_that_fit_one_window_answer_as_without_windows(pooling):
+    labels = np.array([0, 1, 2, 1])
+    for x in (np.array(SHORT), (np.array(SHORT), np.array(SHORT[::-1]))):
+        model = classifier(window_pooling=pooling, doc_stride=3)
+        plain = BertClassifier(model.encoder, 3, preprocessor=model.preprocessor)
+        plain.logits.set_weights(model.logits.get_weights())
+        np.testing.assert_allclose(model.predict(x, verbose=0), plain.predict(x, verbose=0), atol=1e-6)
+        model.compile()
+        plain.compile()
+        np.testing.assert_allclose(
+            model.evaluate(x, labels, verbose=0), plain.evaluate(x, labels, verbose=0), atol=1e-6
+        )
+
+
+def test_max_pooling_loss_is_per_document():
+    model = classifier(window_pooling="max", dropout=0.0)
+    model.compile()
+    labels = np.array([0, 1, 2, 1, 0])
+    pooled = np.stack([logits.max(0) for logits in window_logits(model, tf.constant(TEXTS))])
+    log_probabilities = pooled - np.log(np.exp(pooled).sum(-1, keepdims=True))
+    expected = -log_probabilities[np.arange(len(labels)), labels].mean()
+    loss, _ = model.evaluate(np.array(TEXTS), labels, batch_size=len(TEXTS), verbose=0)
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+
+
+def keyword_documents(count, seed):
+    """24 filler words; label 1 documents hold "paris" past the first window."""
+    rng = np.random.default_rng(seed)
+    texts, labels = [], []
+    for index in range(count):
+        words = list(rng.choice(["the", "a"], 24))
+        if index % 2:
+            words[rng.integers(6, 24)] = "paris"
+        texts.append(" ".join(words))
+        labels.append(index % 2)
+    return np.array(texts), np.array(labels)
+
+
+@pytest.mark.slow
+def test_max_pooling_learns_evidence_in_one_window():
+    """Truncation never sees the keyword; windows with max pooling learn it."""
+    x, y = keyword_documents(64, 0)
+    test_x, test_y = keyword_documents(64, 1)
+    accuracy = {}
+    for doc_stride in (None, 6):
+        model = BertClassifier(
+            tiny_encoder(),
+            num_classes=2,
+            dropout=0.0,
+            preprocessor=tiny_preprocessor(seq_length=8, max_seq_length=8),
+            doc_stride=doc_stride,
+            window_pooling="max",
+        )
+        model.compile(optimizer=keras.optimizers.Adam(3e-3))
+        model.fit(model.preprocessed_dataset(x, y, batch_size=16).cache(), epochs=40, verbose=0)
+        accuracy[doc_stride] = model.evaluate(test_x, test_y, verbose=0)[1]
+    assert accuracy[6] >= 0.95
+    assert accuracy[None] <= 0.7
+
+
+def test_windows_are_configuration(tmp_path):
+    model = classifier(doc_stride=5, window_pooling="max", max_windows=9)
+    config = model.get_config()
+    assert (config["doc_stride"], config["window_pooling"], config["max_windows"]) == (5, "max", 9)
+    run_serialization_test(model, np.array(TEXTS), tmp_path)
+    model.save(tmp_path / "model.keras")
+    other = BertClassifier.from_checkpoint(tmp_path / "model.keras", doc_stride=7, window_pooling="mean")
+    assert (other.doc_stride, other.window_pooling, other.max_windows) == (7, "mean", 9)
+    model.save_checkpoint(tmp_path / "hf")
+    loaded = BertClassifier.from_checkpoint(tmp_path / "hf", max_seq_length=16, doc_stride=5, window_pooling="max")
+    np.testing.assert_allclose(
+        loaded.predict(np.array(TEXTS), verbose=0), model.predict(np.array(TEXTS), verbose=0), atol=TOLERANCE
+    )
+    for bad in ({"doc_stride": 0}, {"max_windows": 2}, {"doc_stride": 4, "window_pooling": "sum"}):
+        with pytest.raises(ValueError, match="doc_stride|max_windows|window_pooling"):
+            classifier(**{"doc_stride": None, **bad})
+
+
+@pytest.mark.parametrize("pair", [False, True])
+def test_served_documents_equal_predict(tmp_path, pair):
+    model = classifier(window_pooling="max")
+    x = (np.array(QUESTIONS), np.array(TEXTS)) if pair else np.array(TEXTS)
+    request = {"text_a": QUESTIONS, "text_b": TEXTS} if pair else {"text": TEXTS}
+
+    def check(model, out):
+        np.testing.assert_allclose(out["logits"], model.predict(x, verbose=0), atol=TOLERANCE)
+
+    most = int(preprocess_windows(model.preprocessor, tf.constant(LONG + " " + LONG), 6).starts.row_lengths()[0])
+    path = run_task_test(
+        model, tmp_path, x, request, check, fit_data=(x, np.array([0, 1, 2, 1, 0])), export_kwargs={"max_windows": most}
+    )
+    assert describe(path)["serve_ids"]["inputs"]["input_word_ids"] == ["int32", [-1, -1, -1]]
+    predictor = SessionPredictor(path, replay_warmup=False)
+    longer = {name: [" ".join(texts[-2:])] for name, texts in request.items()}
+    with pytest.raises(ServingError, match=f"INVALID_ARGUMENT.*max_windows={most}"):
+        predictor.predict_texts(**longer)
+    huge = {name: [texts[-2] * 100] for name, texts in request.items()}
+    with pytest.raises(ServingError, match="INVALID_ARGUMENT.*bytes"):
+        predictor.predict_texts(**huge)
+    predictor.close()
