@@ -40,9 +40,10 @@ sys.path.insert(0, str(ROOT))
 
 @dataclasses.dataclass
 class LongExample:
-    """A question and a document of `paragraphs` (consecutive paragraphs of `article`, in
-    order, with the question's own paragraph inserted at `answer_position` when `label` is
-    1; `answer_position` is -1 when the document does not hold it)."""
+    """A question (of `article`) and a document of `paragraphs`: consecutive paragraphs of
+    `source_article`, in order, with the question's own paragraph inserted at
+    `answer_position` when `label` is 1; `answer_position` is -1 when the document does not
+    hold it."""
 
     qas_id: str
     question: str
@@ -50,6 +51,7 @@ class LongExample:
     label: int
     article: int
     answer_position: int
+    source_article: int
 
     @property
     def document(self):
@@ -74,7 +76,7 @@ def answer_appears(example, texts):
     return any(answer in text.lower() for text in texts for answer in answers)
 
 
-def long_documents(examples, articles, count, paragraphs_per_document, seed, attempts=20):
+def long_documents(examples, articles, count, paragraphs_per_document, seed, other_articles=False, attempts=20):
     """`count` examples (labels alternating 1, 0 in a seeded order of the questions of
     `articles`), each document `paragraphs_per_document` paragraphs long.
 
@@ -82,10 +84,13 @@ def long_documents(examples, articles, count, paragraphs_per_document, seed, att
     without the question's own, which is inserted at a uniformly random position. Negative:
     a run of `paragraphs_per_document` consecutive paragraphs without it, in which no gold
     answer of the question appears (a run where one does is drawn again, up to `attempts`
-    times; then the question is skipped)."""
+    times; then the question is skipped). With `other_articles` the runs come from another
+    article of `articles` (drawn for each question), so the question's own paragraph is
+    the only one on its topic: an easier task, learnt in fewer steps."""
     rng = random.Random(seed)
     paragraphs, questions = articles_of(examples)
-    pool = [item for article in sorted(set(articles)) for item in questions.get(article, [])]
+    sources = [article for article in sorted(set(articles)) if article in paragraphs]
+    pool = [item for article in sources for item in questions[article]]
     if not pool:
         raise ValueError(f"no SQuAD question in articles {sorted(set(articles))}")
     rng.shuffle(pool)
@@ -94,12 +99,17 @@ def long_documents(examples, articles, count, paragraphs_per_document, seed, att
         if len(documents) == count:
             break
         label = 1 - len(documents) % 2
-        texts = paragraphs[example.article]
-        others = texts[:index] + texts[index + 1 :]
+        source = example.article
+        if other_articles:
+            if len(sources) < 2:
+                raise ValueError(f"documents from other articles need two articles or more, got {sources}")
+            source = rng.choice([article for article in sources if article != example.article])
+        texts = paragraphs[source]
+        others = texts if other_articles else texts[:index] + texts[index + 1 :]
         size = paragraphs_per_document - label
         if len(others) < size:
             raise ValueError(
-                f"article {example.article} has {len(texts)} paragraphs, too few for documents of "
+                f"article {source} has {len(texts)} paragraphs, too few for documents of "
                 f"{paragraphs_per_document} and one more paragraph outside them"
             )
         for _ in range(attempts):
@@ -112,19 +122,19 @@ def long_documents(examples, articles, count, paragraphs_per_document, seed, att
         position = rng.randrange(paragraphs_per_document) if label else -1
         if label:
             run = run[:position] + [example.context] + run[position:]
-        documents.append(LongExample(example.qas_id, example.question, run, label, example.article, position))
+        documents.append(LongExample(example.qas_id, example.question, run, label, example.article, position, source))
     if len(documents) < count:
         raise ValueError(f"articles {sorted(set(articles))} give only {len(documents)} of {count} documents")
     return documents
 
 
-def split(examples, train_articles, eval_articles, train_count, eval_count, paragraphs_per_document, seed):
-    """(train, eval) documents from disjoint article ranges."""
+def split(examples, train_articles, eval_articles, train_count, eval_count, paragraphs_per_document, seed, **kwargs):
+    """(train, eval) documents from disjoint article ranges (`kwargs` go to `long_documents`)."""
     shared = set(train_articles) & set(eval_articles)
     if shared:
         raise ValueError(f"train and eval articles must be disjoint; both hold {sorted(shared)}")
-    train = long_documents(examples, train_articles, train_count, paragraphs_per_document, seed)
-    held_out = long_documents(examples, eval_articles, eval_count, paragraphs_per_document, seed + 1)
+    train = long_documents(examples, train_articles, train_count, paragraphs_per_document, seed, **kwargs)
+    held_out = long_documents(examples, eval_articles, eval_count, paragraphs_per_document, seed + 1, **kwargs)
     return train, held_out
 
 
@@ -224,7 +234,9 @@ def cost_table(args, examples):
         "|---|---|---|---|---|---|",
     ]
     for count in args.cost_paragraphs:
-        documents = long_documents(examples, args.eval_articles, args.cost_documents, count, args.seed)
+        documents = long_documents(
+            examples, args.eval_articles, args.cost_documents, count, args.seed, args.distractors == "other-article"
+        )
         questions, texts = pairs(documents)
         windows = preprocess_windows(preprocessor, (questions, texts), args.doc_stride)
         pieces, windows = windows.num_pieces.numpy(), windows.starts.row_lengths().numpy()
@@ -252,15 +264,24 @@ def run(args):
     from bert_keras.tasks.squad import read_squad
 
     examples = read_squad(args.squad)
+    other_articles = args.distractors == "other-article"
     train, held_out = split(
-        examples, args.train_articles, args.eval_articles, args.train, args.eval, args.paragraphs, args.seed
+        examples,
+        args.train_articles,
+        args.eval_articles,
+        args.train,
+        args.eval,
+        args.paragraphs,
+        args.seed,
+        other_articles=other_articles,
     )
     load = os.getloadavg()
     print(
         f"CPU: {cpu_name()}, {os.cpu_count()} cores (shared); load {load[0]:.1f} at start; "
         f"{len(train)} training documents (articles {args.train_articles.start}-{args.train_articles.stop - 1}), "
         f"{len(held_out)} evaluation documents (articles {args.eval_articles.start}-{args.eval_articles.stop - 1}), "
-        f"{args.paragraphs} paragraphs each; {args.steps} steps of {args.batch_size}, lr {args.learning_rate}, "
+        f"{args.paragraphs} paragraphs each ({args.distractors} distractors); "
+        f"{args.steps} steps of {args.batch_size}, lr {args.learning_rate}, "
         f"max_seq_length {args.max_seq_length}, doc_stride {args.doc_stride}",
         flush=True,
     )
@@ -295,6 +316,12 @@ def main():
     parser.add_argument("--train-articles", type=parse_articles, default=range(0, 36))
     parser.add_argument("--eval-articles", type=parse_articles, default=range(36, 48))
     parser.add_argument("--paragraphs", type=int, default=4, help="paragraphs per document")
+    parser.add_argument(
+        "--distractors",
+        default="same-article",
+        choices=["same-article", "other-article"],
+        help="where a document's other paragraphs come from: the question's article, or another one",
+    )
     parser.add_argument("--train", type=int, default=400, help="training documents")
     parser.add_argument("--eval", type=int, default=200, help="evaluation documents")
     parser.add_argument("--steps", type=int, default=100, help="training steps per setting")

@@ -26,38 +26,44 @@ def squad():
     return data, owner, read_squad(path)
 
 
+@pytest.fixture(scope="module", params=[False, True], ids=["same-article", "other-article"])
+def other_articles(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def documents(squad):
-    return split(squad[2], range(0, 36), range(36, 48), 300, 200, PARAGRAPHS, seed=0)
+def documents(squad, other_articles):
+    return split(squad[2], range(0, 36), range(36, 48), 300, 200, PARAGRAPHS, seed=0, other_articles=other_articles)
 
 
-def test_labels_follow_the_squad_answers(squad, documents):
+def test_labels_follow_the_squad_answers(squad, documents, other_articles):
     data, owner, _ = squad
     for document in documents[0] + documents[1]:
         a, p, answers = owner[document.qas_id]
-        texts = [paragraph["context"] for paragraph in data[a]["paragraphs"]]
+        own = data[a]["paragraphs"][p]["context"]
+        source = document.source_article
+        texts = [paragraph["context"] for paragraph in data[source]["paragraphs"]]
         assert document.article == a and len(document.paragraphs) == PARAGRAPHS
-        indices = [texts.index(text) for text in document.paragraphs]
-        assert len(set(indices)) == PARAGRAPHS
-        own = texts[p]
+        assert (source != a) == other_articles
+        others = list(document.paragraphs)
         if document.label:
-            assert document.paragraphs[document.answer_position] == own
+            assert others.pop(document.answer_position) == own
             answer = answers[0]
             assert own[answer["answer_start"] :][: len(answer["text"])] == answer["text"]
-            indices.remove(p)
         else:
-            assert document.answer_position == -1 and p not in indices
+            assert document.answer_position == -1 and own not in others
             joined = document.document.lower()
             assert not any(answer["text"].lower() in joined for answer in answers)
-        # The other paragraphs: consecutive in the article once the question's own is left out.
-        rest = [i for i in range(len(texts)) if i != p]
-        first = rest.index(indices[0])
-        assert [rest.index(i) for i in indices] == list(range(first, first + len(indices)))
+        # The other paragraphs: distinct, consecutive in their article once the question's own is left out.
+        rest = [text for text in texts if text != own]
+        first = rest.index(others[0])
+        assert others == rest[first : first + len(others)]
 
 
 def test_articles_are_disjoint_and_labels_balanced(documents):
     train, held_out = documents
-    assert {d.article for d in train} <= set(range(36)) and {d.article for d in held_out} <= set(range(36, 48))
+    for part, articles in ((train, set(range(36))), (held_out, set(range(36, 48)))):
+        assert {d.article for d in part} | {d.source_article for d in part} <= articles
     assert len(train) == 300 and len(held_out) == 200
     assert not {d.qas_id for d in train} & {d.qas_id for d in held_out}
     for part in documents:
@@ -74,10 +80,10 @@ def test_documents_need_several_windows(documents):
     assert sum(n > 2 * 128 for n in words) >= 0.95 * len(words)
 
 
-def test_same_seed_same_documents(squad, documents):
-    again = long_documents(squad[2], range(0, 36), 300, PARAGRAPHS, seed=0)
+def test_same_seed_same_documents(squad, documents, other_articles):
+    again = long_documents(squad[2], range(0, 36), 300, PARAGRAPHS, seed=0, other_articles=other_articles)
     assert again == documents[0]
-    other = long_documents(squad[2], range(0, 36), 300, PARAGRAPHS, seed=1)
+    other = long_documents(squad[2], range(0, 36), 300, PARAGRAPHS, seed=1, other_articles=other_articles)
     assert [d.qas_id for d in other] != [d.qas_id for d in again]
 
 
@@ -92,3 +98,5 @@ def test_bad_splits_are_refused(squad):
         long_documents(examples, [16], 10, 21, seed=0)
     with pytest.raises(ValueError, match="give only"):
         long_documents(examples, [16], 10_000, PARAGRAPHS, seed=0)
+    with pytest.raises(ValueError, match="need two articles or more, got \\[16\\]"):
+        long_documents(examples, [16], 10, PARAGRAPHS, seed=0, other_articles=True)
