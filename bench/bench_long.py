@@ -178,9 +178,10 @@ def area_under_roc(scores, labels):
     return float(above)
 
 
-def train_and_evaluate(args, setting, train, held_out):
-    """{accuracy, accuracy by answer position, minutes} of one setting: `--steps` batches of
-    the training documents in one seeded order (the same for every setting)."""
+def train(args, setting, documents):
+    """(model, minutes) of one setting: `--steps` batches of the training documents in one
+    seeded order (the same for every setting)."""
+    import keras
     import numpy as np
 
     from bert_keras import create_optimizer
@@ -190,30 +191,41 @@ def train_and_evaluate(args, setting, train, held_out):
     order = []
     rng = random.Random(args.seed)
     while len(order) < args.steps * args.batch_size:
-        epoch = list(range(len(train)))
+        epoch = list(range(len(documents)))
         rng.shuffle(epoch)
         order += epoch
-    batches = [train[i] for i in order[: args.steps * args.batch_size]]
+    batches = [documents[i] for i in order[: args.steps * args.batch_size]]
     labels = np.array([d.label for d in batches])
     start = time.perf_counter()
-    model.fit(pairs(batches), labels, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=0)
-    minutes = (time.perf_counter() - start) / 60
+    progress = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda step, logs: step % 10 == 9 and print(f"{setting}: step {step + 1}", flush=True)
+    )
+    model.fit(
+        pairs(batches), labels, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[progress]
+    )
+    return model, (time.perf_counter() - start) / 60
+
+
+def evaluate(model, documents, batch_size):
+    """{accuracy, AUC, accuracy on negatives and on positives by answer position, predict
+    ms per document}."""
+    import numpy as np
+
     start = time.perf_counter()
-    logits = model.predict(pairs(held_out), batch_size=args.batch_size, verbose=0)
-    eval_seconds = time.perf_counter() - start
-    labels = np.array([d.label for d in held_out])
+    logits = model.predict(pairs(documents), batch_size=batch_size, verbose=0)
+    seconds = time.perf_counter() - start
+    labels = np.array([d.label for d in documents])
     correct = logits.argmax(-1) == labels
     by_position = {}
-    for document, right in zip(held_out, correct):
+    for document, right in zip(documents, correct):
         if document.label:
             by_position.setdefault(document.answer_position, []).append(right)
     return {
         "accuracy": float(correct.mean()),
         "auc": area_under_roc(logits[:, 1] - logits[:, 0], labels),
         "by_position": {p: float(np.mean(v)) for p, v in sorted(by_position.items())},
-        "negatives": float(correct[[d.label == 0 for d in held_out]].mean()),
-        "minutes": minutes,
-        "eval_ms": 1000 * eval_seconds / len(held_out),
+        "negatives": float(correct[labels == 0].mean()),
+        "eval_ms": 1000 * seconds / len(documents),
     }
 
 
@@ -265,7 +277,7 @@ def run(args):
 
     examples = read_squad(args.squad)
     other_articles = args.distractors == "other-article"
-    train, held_out = split(
+    documents, held_out = split(
         examples,
         args.train_articles,
         args.eval_articles,
@@ -278,7 +290,7 @@ def run(args):
     load = os.getloadavg()
     print(
         f"CPU: {cpu_name()}, {os.cpu_count()} cores (shared); load {load[0]:.1f} at start; "
-        f"{len(train)} training documents (articles {args.train_articles.start}-{args.train_articles.stop - 1}), "
+        f"{len(documents)} training documents (articles {args.train_articles.start}-{args.train_articles.stop - 1}), "
         f"{len(held_out)} evaluation documents (articles {args.eval_articles.start}-{args.eval_articles.stop - 1}), "
         f"{args.paragraphs} paragraphs each ({args.distractors} distractors); "
         f"{args.steps} steps of {args.batch_size}, lr {args.learning_rate}, "
@@ -287,8 +299,17 @@ def run(args):
     )
     results = {}
     for setting in args.settings:
-        results[setting] = train_and_evaluate(args, setting, train, held_out)
+        model, minutes = train(args, setting, documents)
+        results[setting] = {**evaluate(model, held_out, args.batch_size), "minutes": minutes}
         print(setting, results[setting], f"load {os.getloadavg()[0]:.1f}", flush=True)
+    if results:
+        print(accuracy_table(results), flush=True)
+    if args.cost_paragraphs:
+        print(cost_table(args, examples), flush=True)
+    return 0
+
+
+def accuracy_table(results):
     positions = sorted({p for r in results.values() for p in r["by_position"]})
     lines = [
         "| setting | dev accuracy | AUC | negatives | positives, answer paragraph at "
@@ -303,10 +324,7 @@ def run(args):
             + " | ".join(cells)
             + f" | {r['minutes']:.1f} | {r['eval_ms']:.0f} |"
         )
-    print("\n".join(lines), flush=True)
-    if args.cost_paragraphs:
-        print(cost_table(args, examples), flush=True)
-    return 0
+    return "\n".join(lines)
 
 
 def main():
@@ -331,7 +349,7 @@ def main():
     parser.add_argument("--doc-stride", type=int, default=96)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--settings", nargs="+", default=["truncation", "mean", "max"], choices=["truncation", "mean", "max"]
+        "--settings", nargs="*", default=["truncation", "mean", "max"], choices=["truncation", "mean", "max"]
     )
     parser.add_argument("--cost-paragraphs", type=int, nargs="*", default=[1, 2, 4, 8, 16])
     parser.add_argument("--cost-documents", type=int, default=16, help="documents timed per length")
