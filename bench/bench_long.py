@@ -229,22 +229,24 @@ def evaluate(model, documents, batch_size):
     }
 
 
-def cost_table(args, examples):
-    """ms per document for `predict` with windows (max pooling) and with truncation, and the
-    windows per document, as documents grow; the models are timed in turn, best of 3 rounds."""
+def print_cost_table(args, examples):
+    """Prints, row by row as documents grow, ms per document for `predict` with windows (max
+    pooling) and with truncation, and the windows per document; the models are timed in
+    turn, best of 3 rounds."""
     import numpy as np
 
     from bert_keras.tasks.windowing import preprocess_windows
 
     models = {setting: classifier(args, setting) for setting in ("truncation", "max")}
     preprocessor = models["truncation"].preprocessor
-    lines = [
+    header = [
         f"Cost per document (predict, batches of {args.batch_size} documents, best of 3 rounds; "
         f"load {os.getloadavg()[0]:.1f}):",
         "",
         "| paragraphs | pieces (mean) | windows (mean) | truncation ms / document | windows ms / document | ratio |",
         "|---|---|---|---|---|---|",
     ]
+    print("\n".join(header), flush=True)
     for count in args.cost_paragraphs:
         documents = long_documents(
             examples, args.eval_articles, args.cost_documents, count, args.seed, args.distractors == "other-article"
@@ -260,11 +262,11 @@ def cost_table(args, examples):
                 start = time.perf_counter()
                 model.predict((questions, texts), batch_size=args.batch_size, verbose=0)
                 best[setting] = min(best[setting], (time.perf_counter() - start) * 1000 / len(documents))
-        lines.append(
+        print(
             f"| {count} | {np.mean(pieces):.0f} | {np.mean(windows):.1f} | {best['truncation']:.1f} | "
-            f"{best['max']:.1f} | {best['max'] / best['truncation']:.1f}x |"
+            f"{best['max']:.1f} | {best['max'] / best['truncation']:.1f}x |",
+            flush=True,
         )
-    return "\n".join(lines)
 
 
 def run(args):
@@ -305,7 +307,7 @@ def run(args):
     if results:
         print(accuracy_table(results), flush=True)
     if args.cost_paragraphs:
-        print(cost_table(args, examples), flush=True)
+        print_cost_table(args, examples)
     return 0
 
 
