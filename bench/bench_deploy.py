@@ -55,6 +55,8 @@ VARIANTS = [
     ("onnx", "int8"),
 ]
 BASELINE = ("savedmodel", "float32")
+# Our packed ids -> the peer's (int64) inputs.
+PEER_INPUTS = {"input_word_ids": "input_ids", "input_mask": "attention_mask", "input_type_ids": "token_type_ids"}
 
 
 def cpu():
@@ -149,14 +151,23 @@ def runner(format, path):
 
         signature = Interpreter(model_path=str(path), num_threads=THREADS).get_signature_runner("serving_default")
         return lambda packed: signature(**packed)["label_ids"]
+    if format == "peer":  # Hugging Face's model exported by PyTorch (make_peer_onnx.py): logits only
+        session = ort_session(path)
+        return lambda packed: session.run(
+            ["logits"], {peer: packed[ours].astype(np.int64) for ours, peer in PEER_INPUTS.items()}
+        )[0].argmax(-1)
+    session = ort_session(path)
+    return lambda packed: session.run(["label_ids"], packed)[0]
+
+
+def ort_session(path):
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
     # Idle workers would otherwise spin and take the cores from the export timed next.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    return lambda packed: session.run(["label_ids"], packed)[0]
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def thread_cpu_seconds():
@@ -283,13 +294,18 @@ def measure(name, model, texts, labels, folder, with_accuracy):
         exports[format, precision] = json.loads(record.read_text())
         paths[f"{format} {precision}"] = path
         print(f"{name}: exported {format} {precision}: {exports[format, precision]}", flush=True)
+    variants = list(args.variants)
+    if model == "base" and args.peer_onnx:
+        variants.append(("peer", "float32"))
+        exports["peer", "float32"] = {"export_peak_mb": float("nan")}
+        paths["peer float32"] = Path(args.peer_onnx)
     with open(folder / "paths.pkl", "wb") as file:
         pickle.dump(paths, file)
     command = [sys.executable, __file__, "--measure", str(folder / "paths.pkl"), str(folder / "inputs.pkl")]
     measured = last_json(command + ["--rounds", str(args.rounds)])
     print(f"{name}: measured {json.dumps(measured)}", flush=True)
     rows = []
-    for format, precision in args.variants:
+    for format, precision in variants:
         row = exports[format, precision]
         if "error" not in row:
             path = paths[f"{format} {precision}"]
@@ -371,6 +387,10 @@ if __name__ == "__main__":
         type=lambda text: [tuple(item.split(":")) for item in text.split(",")],
         default=VARIANTS,
         help="FORMAT:PRECISION,... (default: all six; savedmodel:float32, the baseline, must be one)",
+    )
+    parser.add_argument(
+        "--peer-onnx",
+        help="BERT-base rows: also time Hugging Face's model exported to ONNX float32 (bench/make_peer_onnx.py)",
     )
     parser.add_argument("--work-dir", help="keep the exports here (default: a temporary folder); reused if there")
     parser.add_argument("--export", nargs=4, metavar=("MODEL", "FORMAT", "PRECISION", "PATH"), help=argparse.SUPPRESS)
