@@ -84,8 +84,9 @@ def training_options(args):
     }
 
 
-def add_window_arguments(parser, pooling=True, default_pooling="mean"):
-    """--doc-stride (and --window-pooling): long texts read in windows, not truncated."""
+def add_window_arguments(parser, pooling=True, default_pooling="mean", served=False):
+    """--doc-stride (and --window-pooling; `served`: --max-windows): long texts read in
+    windows, not truncated."""
     parser.add_argument(
         "--doc-stride",
         type=int,
@@ -99,6 +100,13 @@ def add_window_arguments(parser, pooling=True, default_pooling="mean"):
             default=default_pooling,
             help="a document's logits from its windows': mean (labels of the whole text) or max (evidence "
             "in one window)" + ("" if default_pooling else "; default: the model's"),
+        )
+    if served:
+        parser.add_argument(
+            "--max-windows",
+            type=int,
+            help="with windows (the model's --doc-stride or this one's): the most per served document, beyond "
+            "which a request is refused with INVALID_ARGUMENT (default: the model's, else 16)",
         )
 
 

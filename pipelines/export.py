@@ -46,13 +46,7 @@ def register(subparsers):
         help="longest packed sequence (default: the length the model was fine-tuned at, else 512); "
         "requests are padded only to their longest text",
     )
-    add_window_arguments(parser, default_pooling=None)
-    parser.add_argument(
-        "--max-windows",
-        type=int,
-        help="with windows (the model's --doc-stride or this one's): the most per served document, beyond "
-        "which a request is refused with INVALID_ARGUMENT (default: the model's, else 16)",
-    )
+    add_window_arguments(parser, default_pooling=None, served=True)
     parser.add_argument(
         "--serving-release", default="2.12", help="oldest TF Serving release that must be able to run the export"
     )
