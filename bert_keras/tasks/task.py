@@ -8,7 +8,9 @@ them. The model's own `call` only ever takes packed int inputs, which is what an
 exported serving signature wraps.
 """
 
+import contextlib
 import warnings
+import weakref
 from pathlib import Path
 
 import keras
@@ -25,6 +27,27 @@ from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.training.distribute import needs_static_shapes
 
 DEFAULT_BATCH_SIZE = 32
+# Each task's `preprocess_samples` as one `tf.function`, traced once per input structure:
+# `tf.data` traces a mapped Python function again for every new dataset, and tracing the
+# tokenizer took seconds on each `predict` call on raw text. Weak keys: a cache entry goes
+# with its model.
+_PREPROCESS_FUNCTIONS = weakref.WeakKeyDictionary()
+
+
+def preprocess_function(task):
+    """`task.preprocess_samples` over a dataset element `(x,)` or `(x, y[, w])`, traced once."""
+    function = _PREPROCESS_FUNCTIONS.get(task)
+    if function is None:
+        reference = weakref.ref(task)  # the function must not keep its model alive
+
+        @tf.function
+        def function(*element):
+            if len(element) == 1:
+                return reference().preprocess_samples(element[0])
+            return reference().preprocess_samples(*keras.utils.unpack_x_y_sample_weight(element))
+
+        _PREPROCESS_FUNCTIONS[task] = function
+    return function
 
 
 def output_layer(encoder, units, name, per_token=False):
@@ -187,12 +210,7 @@ class BertTask(RestoresCompile, keras.Model):
                 dataset = dataset.shuffle(int(dataset.cardinality()), reshuffle_each_iteration=True)
             dataset = dataset.batch(batch_size or DEFAULT_BATCH_SIZE)
 
-        def preprocess(*element):
-            if len(element) == 1:
-                return self.preprocess_samples(element[0])
-            return self.preprocess_samples(*keras.utils.unpack_x_y_sample_weight(element))
-
-        return dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        return dataset.map(preprocess_function(self), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None, shuffle=True, **kwargs):
         if self._raw(x):
@@ -208,27 +226,45 @@ class BertTask(RestoresCompile, keras.Model):
                 validation_data = self.preprocessed_dataset(vx, vy, vsw, batch_size)
         elif validation_data is not None and self._raw(validation_data):
             validation_data = self.preprocessed_dataset(validation_data)
-        return super().fit(
-            x,
-            y,
-            batch_size=batch_size,
-            sample_weight=sample_weight,
-            validation_data=validation_data,
-            shuffle=shuffle,
-            **kwargs,
-        )
+        with self._window_bound_errors():
+            return super().fit(
+                x,
+                y,
+                batch_size=batch_size,
+                sample_weight=sample_weight,
+                validation_data=validation_data,
+                shuffle=shuffle,
+                **kwargs,
+            )
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         if self._raw(x):
             x = self.preprocessed_dataset(x, y, sample_weight, batch_size)
             y = sample_weight = batch_size = None
-        return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
+        with self._window_bound_errors():
+            return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         if self._raw(x):
             x = self.preprocessed_dataset(x, batch_size=batch_size)
             batch_size = None
-        return super().predict(x, batch_size=batch_size, **kwargs)
+        with self._window_bound_errors():
+            return super().predict(x, batch_size=batch_size, **kwargs)
+
+    @contextlib.contextmanager
+    def _window_bound_errors(self):
+        """A document past `max_windows` stops the `tf.data` pipeline with an error whose
+        cause is buried in the iterator's text: say it plainly."""
+        try:
+            yield
+        except tf.errors.InvalidArgumentError as error:
+            if self.max_windows is None or f"max_windows={self.max_windows} windows" not in str(error):
+                raise
+            raise ValueError(
+                f"{type(self).__name__}: a document needs more than max_windows={self.max_windows} windows "
+                f"(doc_stride={self.doc_stride}); pass a larger max_windows (with_windows(model, "
+                "max_windows=...)), or split the document"
+            ) from None
 
     def _encode(self, inputs, training):
         if not is_packed(inputs):

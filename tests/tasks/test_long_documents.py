@@ -214,3 +214,21 @@ def test_fit_without_windows_says_what_truncation_cuts(monkeypatch):
         expected = truncation_notice(model.preprocessor, np.array(TEXTS), "training examples")
         assert notices == ([expected] if doc_stride is None else [])
         assert expected.startswith("truncation: 2 of 5 training examples are longer than 16 tokens")
+
+
+def test_predict_past_max_windows_names_the_bound():
+    model = classifier(max_windows=3)
+    assert len(model.predict(np.array(SHORT), verbose=0)) == len(SHORT)  # within the bound
+    with pytest.raises(ValueError, match=r"BertClassifier: a document needs more than max_windows=3 windows"):
+        model.predict(np.array(TEXTS), batch_size=2, verbose=0)
+
+
+def test_predict_on_raw_text_traces_the_preprocessing_once():
+    """Each `predict` on raw text builds a new dataset; its preprocessing is traced once."""
+    from bert_keras.tasks.task import preprocess_function
+
+    model = classifier()
+    first = model.predict(np.array(TEXTS), batch_size=2, verbose=0)
+    second = model.predict(np.array(TEXTS), batch_size=2, verbose=0)
+    np.testing.assert_array_equal(first, second)
+    assert preprocess_function(model).experimental_get_tracing_count() == 1
