@@ -25,9 +25,10 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*starting them from new initial
 
 @functools.cache
 def tagger(doc_stride):
-    return BertTokenClassifier.from_checkpoint(
-        FIXTURES / "tagger", seq_length=None, max_seq_length=SEQ, doc_stride=doc_stride
-    )
+    """The folder's tagger, at the length its tokenizer_config.json gives, as transformers."""
+    model = BertTokenClassifier.from_checkpoint(FIXTURES / "tagger", seq_length=None, doc_stride=doc_stride)
+    assert model.preprocessor.packer.max_seq_length == SEQ
+    return model
 
 
 def test_the_fixture_covers_the_edge_cases():
