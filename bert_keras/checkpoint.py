@@ -556,9 +556,22 @@ def read_cross_encoder(path):
     names = {torch_path: name for name, torch_path in CROSS_ENCODER_ACTIVATIONS.items()}
     if found and found not in names:
         raise ValueError(f"{path}: CrossEncoder activation {found!r}; bert-keras reads {sorted(names)}")
-    lengths = []
-    for name, key in (("tokenizer_config.json", "model_max_length"), ("sentence_bert_config.json", "max_seq_length")):
-        if (path / name).exists():
-            lengths.append(_read_json(path / name).get(key))
-    lengths = [length for length in lengths if isinstance(length, int) and 0 < length < 1_000_000]
+    lengths = [tokenizer_max_length(path), _saved_length(path / "sentence_bert_config.json", "max_seq_length")]
+    lengths = [length for length in lengths if length is not None]
     return {"activation": names.get(found), "max_seq_length": lengths[0] if lengths else None}
+
+
+def _saved_length(path, key):
+    """`key` of the JSON file `path` if it is a length, None if the file or the key is
+    missing or holds transformers' "no limit" placeholder (about 1e30)."""
+    if not Path(path).is_file():
+        return None
+    length = _read_json(path).get(key)
+    return length if isinstance(length, int) and 0 < length < 1_000_000 else None
+
+
+def tokenizer_max_length(folder):
+    """The maximum length `tokenizer_config.json` in a Hugging Face `folder` gives its
+    tokenizer (`model_max_length`, which transformers truncates and windows at); None
+    when unsaid."""
+    return _saved_length(Path(folder) / "tokenizer_config.json", "model_max_length")

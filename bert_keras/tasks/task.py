@@ -352,7 +352,8 @@ class BertTask(RestoresCompile, keras.Model):
         `preprocessor=True` builds one from the vocab.txt beside the checkpoint (or
         `vocab`) padding to `seq_length` (None: each batch to its longest; at most
         `max_seq_length`) and truncating
-        at `max_seq_length` (default: the model's positions, at most 512); `False` leaves
+        at `max_seq_length` (default: a Hugging Face folder's `model_max_length`, else the
+        model's positions, at most 512); `False` leaves
         it out. `encoder_config` overrides the checkpoint's config (e.g. dropout); `kwargs`
         go to the head's constructor."""
         encoder, found = load_encoder(path, format, encoder_config, cls, new_head)
@@ -461,14 +462,18 @@ def with_config(encoder, config):
 
 def checkpoint_preprocessor(encoder, preprocessor, path, vocab=None, lower_case=None, **preprocessor_kwargs):
     """The preprocessor a head loaded from `path` gets: `True` builds one for the encoder's
-    vocabulary (`preprocessor_for`; `max_seq_length` None: the model's positions, at most
-    512, and more is an error), `False`/None none, a `BertPreprocessor` itself."""
+    vocabulary (`preprocessor_for`; `max_seq_length` None: the `model_max_length` of the
+    folder's tokenizer_config.json, as transformers reads the folder, else the model's
+    positions, at most 512; more than the positions is an error), `False`/None none, a
+    `BertPreprocessor` itself."""
     if preprocessor is False or preprocessor is None:
         return None
     if preprocessor is not True:
         return preprocessor
     positions = encoder.config.max_position_embeddings
-    max_seq_length = preprocessor_kwargs.pop("max_seq_length", None) or min(512, positions)
+    saved = checkpoint.tokenizer_max_length(path) if Path(path).is_dir() else None
+    default = saved if saved is not None and saved <= positions else min(512, positions)
+    max_seq_length = preprocessor_kwargs.pop("max_seq_length", None) or default
     if max_seq_length > positions:
         raise ValueError(f"max_seq_length {max_seq_length} exceeds the model's max_position_embeddings {positions}")
     seq_length = preprocessor_kwargs.pop("seq_length", None)

@@ -158,6 +158,24 @@ def test_tf1_round_trip_writes_the_original_head_variables(tmp_path, name):
         np.testing.assert_array_equal(actual[key], expected[key], err_msg=key)
 
 
+def test_a_saved_head_comes_back_with_the_maximum_length_transformers_reads(tmp_path):
+    """`model_max_length` in tokenizer_config.json is where transformers truncates (and
+    windows) text for the folder: a head saved at 24 tokens loads at 24 again, not at its
+    64 positions; the "no limit" placeholder transformers writes leaves the positions."""
+
+    def length(path, **kwargs):
+        return BertTokenClassifier.from_checkpoint(path, **kwargs).preprocessor.packer.max_seq_length
+
+    assert json.loads((FIXTURES / "token/tokenizer_config.json").read_text())["model_max_length"] > 10**20
+    assert length(hf_folder(tmp_path, "token")) == 64
+    BertTokenClassifier.from_checkpoint(hf_folder(tmp_path, "token"), max_seq_length=24).save_checkpoint(
+        tmp_path / "saved"
+    )
+    assert json.loads((tmp_path / "saved/tokenizer_config.json").read_text())["model_max_length"] == 24
+    assert length(tmp_path / "saved") == 24
+    assert length(tmp_path / "saved", max_seq_length=40) == 40
+
+
 def test_weight_name_variants_of_the_hub_load(tmp_path):
     """`LayerNorm.gamma/beta`, no `bert.` prefix, a `position_ids` buffer and a decoder
     saved untied (equal to the embeddings) load to the same logits."""
