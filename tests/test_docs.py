@@ -3,9 +3,11 @@
 Every ```bash and ```python block of README.md and docs/*.md (tests/doc_blocks.py finds them) runs
 in page order inside one workspace whose paths (`corpus/`, `glue/MRPC`, `uncased_L-12_H-768_A-12/`,
 ...) hold small real data from `../shared`: `bert-keras` commands with only flags that shrink the
-work appended (argparse keeps the last value), Python blocks each in a fresh interpreter, with the
-sizes in `PYTHON_TINY` shrunk. A block that cannot run here (Docker, a Cloud TPU, several hosts,
-the benchmark peers) says why on the page, and what can be checked of it is checked.
+work appended (argparse keeps the last value), Python blocks each as a script of its own (fresh
+globals, in this process; in a fresh interpreter when it sets environment variables that
+TensorFlow reads at import), with the sizes in `PYTHON_TINY` shrunk. A block that cannot run here
+(Docker, a Cloud TPU, several hosts, the benchmark peers) says why on the page, and what can be
+checked of it is checked.
 """
 
 import glob
@@ -77,6 +79,9 @@ TINY = {
         "64",
         "--max-predictions-per-seq",
         "10",
+        # One process: tests/data/test_pretraining_shards.py checks that workers make the same shards.
+        "--workers",
+        "1",
     ],
     "bert-keras pretrain": PRETRAIN,
     "bert-keras finetune glue": FINETUNE,
@@ -285,8 +290,17 @@ def test_benchmark_scripts_start(tmp_path):
         assert "usage:" in out, script
 
 
-def run_python(source, cwd):
-    """A Python block as a script of its own, in a fresh interpreter (as a reader would paste it)."""
+def run_python(source, cwd, monkeypatch):
+    """A Python block as a script of its own, as `python -c` runs it: in this process with fresh
+    globals (no interpreter start-up), or in a fresh interpreter when it sets environment
+    variables, which TensorFlow reads when it is first imported."""
+    if "os.environ[" not in source:
+        import keras
+
+        monkeypatch.chdir(cwd)
+        exec(compile(source, "<doc block>", "exec"), {"__name__": "__main__"})
+        keras.mixed_precision.set_global_policy("float32")
+        return
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
     result = subprocess.run(
         [sys.executable, "-c", source], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
@@ -308,7 +322,7 @@ def test_docs_code_runs_in_order(workspace, monkeypatch, capsys):
                     step = step.replace(large, tiny)
                 if "ServingClient(" in step:
                     step = step.replace('model="bert")', f'model="bert", grpc_port={ports[0]}, rest_port={ports[1]})')
-                run_python(step, workspace)
+                run_python(step, workspace, monkeypatch)
             elif step.startswith("export TF_CONFIG"):
                 pass  # used by the multi-worker command below
             elif "--strategy multi_worker" in step:

@@ -63,6 +63,7 @@ def embedder_run(tmp_path_factory, minilm_dir):
     return out
 
 
+@pytest.mark.slow
 def test_finetune_embedder_keeps_the_best_model_by_retrieval(embedder_run, minilm_dir):
     from bert_keras import BertTextEmbedder
     from bert_keras.tasks import retrieval

@@ -126,11 +126,16 @@ def test_sigkill_and_resume(tmp_path):
 
 def test_steps_not_a_multiple_of_checkpoint_every(tmp_path):
     """7 steps checkpointed every 5: a full interval, then one of 2 steps; the backup
-    holds the optimizer after exactly 7 updates."""
-    args = pretrain_command(tmp_path / "run")
+    holds the optimizer after exactly 7 updates. (In this process: RUN_PRETRAIN's parser.)"""
+    from pipelines import pretrain
+
+    args = pretrain_command(tmp_path / "run")[3:]
     args[args.index("--steps") + 1] = "7"
     args[args.index("--checkpoint-every") + 1] = "5"
-    subprocess.run(args, cwd=ROOT, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    parser = argparse.ArgumentParser()
+    pretrain.register(parser.add_subparsers(dest="command"))
+    parsed = parser.parse_args(args)
+    parsed.func(parsed)
     assert completed(tmp_path / "run") == 2
     assert optimizer_iterations(tmp_path / "run") == 7
     assert (tmp_path / "run" / "final" / "encoder.keras").exists()

@@ -118,8 +118,12 @@ def dynamic_masking_dataset(
     # An empty corpus ends `repeat`; the assertion turns that into an error.
     dataset = dataset.repeat().apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
     dataset = dataset.enumerate()
+    # do_not_convert here and in _read_files: the functions use tf.cond/tf.while_loop themselves,
+    # and AutoGraph's conversion of them took longer than building their graphs.
     dataset = dataset.map(
-        lambda index, documents: maker.instances(documents, tf.stack([tf.cast(seed, tf.int64), index])),
+        tf.autograph.experimental.do_not_convert(
+            lambda index, documents: maker.instances(documents, tf.stack([tf.cast(seed, tf.int64), index]))
+        ),
         # AUTOTUNE picks 1 for these few large elements; order does not depend on it.
         num_parallel_calls=parallel_calls or _usable_cores(),
         deterministic=True,
@@ -143,7 +147,7 @@ def _read_files(files, read, readers, seed=None):
         shard = tf.data.Dataset.from_tensor_slices(shard)
         if seed is not None:
             shard = shard.shuffle(len(shard), seed=seed, reshuffle_each_iteration=True)
-        return shard.map(read).prefetch(1)
+        return shard.map(tf.autograph.experimental.do_not_convert(read)).prefetch(1)
 
     return tf.data.Dataset.choose_from_datasets(
         [reader(files[k::readers]) for k in range(readers)],

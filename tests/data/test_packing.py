@@ -192,6 +192,7 @@ def test_pack_dataset_keeps_every_instance_of_the_stream(tmp_path):
     assert len(rows["input_word_ids"]) < 128 / 1.8  # short paragraphs: about two to a row at 256
 
 
+@pytest.mark.slow
 def test_pretrain_with_packing(tmp_path):
     """`pretrain --corpus ... --packing 4`: rows of several instances, the report of the
     packing, the usual metrics, and a resumed run that goes on where it stopped."""

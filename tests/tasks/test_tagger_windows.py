@@ -174,6 +174,7 @@ def test_config_round_trip_and_checks(tokenizer, tmp_path):
         bounded.predict(tf.ragged.constant([WORDS]), verbose=0)
 
 
+@pytest.mark.slow
 def test_served_documents_are_tagged_as_predict_tags_them(tokenizer, tmp_path):
     _, model = taggers(tokenizer, doc_stride=5)
     texts = [" ".join(WORDS), "EU rejects German call", ""]
