@@ -155,18 +155,22 @@ def pairs(documents):
     return [d.question for d in documents], [d.document for d in documents]
 
 
-def classifier(args, setting):
+def classifier(args, setting, weights=None):
     """A new classifier on all-MiniLM-L6-v2 for `setting` (truncation, mean, max), its head
-    initialised and its dropout seeded from `--seed` alike in every setting."""
+    initialised and its dropout seeded from `--seed` alike in every setting; `weights`: the
+    warm start's (windows add no weight, so every setting takes them)."""
     import keras
 
     from bert_keras import BertClassifier
 
     keras.utils.set_random_seed(args.seed)
     windows = {} if setting == "truncation" else {"doc_stride": args.doc_stride, "window_pooling": setting}
-    return BertClassifier.from_checkpoint(
+    model = BertClassifier.from_checkpoint(
         args.model, num_classes=2, seq_length=None, max_seq_length=args.max_seq_length, **windows
     )
+    if weights is not None:
+        model.set_weights(weights)
+    return model
 
 
 def area_under_roc(scores, labels):
@@ -178,23 +182,26 @@ def area_under_roc(scores, labels):
     return float(above)
 
 
-def train(args, setting, documents):
-    """(model, minutes) of one setting: `--steps` batches of the training documents in one
-    seeded order (the same for every setting)."""
+def train(args, setting, documents, steps=None, weights=None):
+    """(model, minutes) of one setting: `steps` (default `--steps`) batches of the training
+    documents in one seeded order (the same for every setting), from `weights` if given."""
     import keras
     import numpy as np
 
     from bert_keras import create_optimizer
 
-    model = classifier(args, setting)
-    model.compile(optimizer=create_optimizer(args.learning_rate, args.steps, max(1, args.steps // 10)))
+    steps = args.steps if steps is None else steps
+    model = classifier(args, setting, weights)
+    if not steps:
+        return model, 0.0
+    model.compile(optimizer=create_optimizer(args.learning_rate, steps, max(1, steps // 10)))
     order = []
     rng = random.Random(args.seed)
-    while len(order) < args.steps * args.batch_size:
+    while len(order) < steps * args.batch_size:
         epoch = list(range(len(documents)))
         rng.shuffle(epoch)
         order += epoch
-    batches = [documents[i] for i in order[: args.steps * args.batch_size]]
+    batches = [documents[i] for i in order[: steps * args.batch_size]]
     labels = np.array([d.label for d in batches])
     start = time.perf_counter()
     progress = keras.callbacks.LambdaCallback(
@@ -304,9 +311,21 @@ def run(args):
         f"max_seq_length {args.max_seq_length}, doc_stride {args.doc_stride}",
         flush=True,
     )
+    weights = None
     results = {}
-    for setting in args.settings:
-        model, minutes = train(args, setting, documents)
+    if args.warm_start_steps:
+        # Relevance learnt first where it is easy to see: documents of one paragraph (one
+        # window), the same training articles; then every setting starts from these weights.
+        short = long_documents(examples, args.train_articles, args.train, 1, args.seed + 2, other_articles)
+        model, minutes = train(args, "truncation", short, steps=args.warm_start_steps)
+        weights = model.get_weights()
+        print(f"warm start: {args.warm_start_steps} steps on one-paragraph documents, {minutes:.1f} min", flush=True)
+        for setting in args.settings:  # the warm start itself, read with each setting
+            name = f"{setting}, warm start only"
+            results[name] = {**evaluate(classifier(args, setting, weights), held_out, args.batch_size), "minutes": 0.0}
+            print(name, results[name], flush=True)
+    for setting in args.settings if args.steps else ():
+        model, minutes = train(args, setting, documents, weights=weights)
         results[setting] = {**evaluate(model, held_out, args.batch_size), "minutes": minutes}
         print(setting, results[setting], f"load {os.getloadavg()[0]:.1f}", flush=True)
     if results:
@@ -349,7 +368,13 @@ def main():
     )
     parser.add_argument("--train", type=int, default=400, help="training documents")
     parser.add_argument("--eval", type=int, default=200, help="evaluation documents")
-    parser.add_argument("--steps", type=int, default=100, help="training steps per setting")
+    parser.add_argument("--steps", type=int, default=100, help="training steps per setting (0: none)")
+    parser.add_argument(
+        "--warm-start-steps",
+        type=int,
+        default=0,
+        help="first fine-tune on one-paragraph documents for this many steps; every setting starts there",
+    )
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--max-seq-length", type=int, default=128)
