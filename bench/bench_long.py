@@ -182,9 +182,10 @@ def area_under_roc(scores, labels):
     return float(above)
 
 
-def train(args, setting, documents, steps=None, weights=None):
+def train(args, setting, documents, steps=None, weights=None, learning_rate=None):
     """(model, minutes) of one setting: `steps` (default `--steps`) batches of the training
-    documents in one seeded order (the same for every setting), from `weights` if given."""
+    documents in one seeded order (the same for every setting), from `weights` if given, at
+    `learning_rate` (default `--learning-rate`)."""
     import keras
     import numpy as np
 
@@ -194,7 +195,8 @@ def train(args, setting, documents, steps=None, weights=None):
     model = classifier(args, setting, weights)
     if not steps:
         return model, 0.0
-    model.compile(optimizer=create_optimizer(args.learning_rate, steps, max(1, steps // 10)))
+    learning_rate = args.learning_rate if learning_rate is None else learning_rate
+    model.compile(optimizer=create_optimizer(learning_rate, steps, max(1, steps // 10)))
     order = []
     rng = random.Random(args.seed)
     while len(order) < steps * args.batch_size:
@@ -317,7 +319,9 @@ def run(args):
         # Relevance learnt first where it is easy to see: documents of one paragraph (one
         # window), the same training articles; then every setting starts from these weights.
         short = long_documents(examples, args.train_articles, args.train, 1, args.seed + 2, other_articles)
-        model, minutes = train(args, "truncation", short, steps=args.warm_start_steps)
+        model, minutes = train(
+            args, "truncation", short, steps=args.warm_start_steps, learning_rate=args.warm_start_learning_rate
+        )
         weights = model.get_weights()
         print(f"warm start: {args.warm_start_steps} steps on one-paragraph documents, {minutes:.1f} min", flush=True)
         for setting in args.settings:  # the warm start itself, read with each setting
@@ -375,6 +379,7 @@ def main():
         default=0,
         help="first fine-tune on one-paragraph documents for this many steps; every setting starts there",
     )
+    parser.add_argument("--warm-start-learning-rate", type=float, help="default: --learning-rate")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--max-seq-length", type=int, default=128)
