@@ -566,7 +566,10 @@ def _saved_length(path, key):
     missing or holds transformers' "no limit" placeholder (about 1e30)."""
     if not Path(path).is_file():
         return None
-    length = _read_json(path).get(key)
+    content = _read_json(path)
+    if not isinstance(content, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(content).__name__}")
+    length = content.get(key)
     return length if isinstance(length, int) and 0 < length < 1_000_000 else None
 
 

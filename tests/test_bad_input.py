@@ -326,3 +326,20 @@ def test_bfloat16_units_are_read_from_cpuinfo(tmp_path):
 
         warn_if_slow_bfloat16("this test", without)
     assert cpu_has_bfloat16(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"", "not valid JSON"),
+        (b"\x00\xff\xfe", "not valid JSON"),
+        (b'{"model_max_length": 3', "not valid JSON"),
+        (b"[1, 2]", "expected a JSON object"),
+    ],
+)
+def test_a_broken_tokenizer_config_is_named(tmp_path, content, problem):
+    from bert_keras.checkpoint import tokenizer_max_length
+
+    (tmp_path / "tokenizer_config.json").write_bytes(content)
+    with pytest.raises(ValueError, match=f"tokenizer_config.json: {problem}"):
+        tokenizer_max_length(tmp_path)
