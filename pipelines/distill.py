@@ -413,6 +413,8 @@ def write_results(args, output_dir, strategy, models, teacher_metrics, finetuned
         "temperature": args.temperature,
         "alpha": 0.0 if args.labels_only else args.alpha,
         "augment": args.augment,
+        "augment_probability": args.augment_probability if args.augment else None,
+        "unlabeled_files": [str(path) for path in args.unlabeled],
         "training_set": data.count,
         "train_seconds": finetuned.evaluations[-1]["train_seconds"],
         "evaluations": finetuned.evaluations[:-1],

@@ -86,6 +86,7 @@ def test_distill_writes_a_smaller_classifier_and_both_metrics(run_files):
     assert student.encoder.config.num_hidden_layers == 2 and student.segments == ("text",)
     results = json.loads((folder / "run" / "distill_results.json").read_text())
     assert results["training_set"] == 8  # 6 labelled + 2 non-blank unlabeled lines
+    assert results["unlabeled_files"] == [str(folder / "unlabeled.txt")] and results["augment_probability"] is None
     labels = [["bad", "good"].index(label) for label in LABELS]
     assert results["teacher"]["accuracy"] == accuracy(labels, teacher.predict(TEXTS, verbose=0).argmax(-1))
     assert results["student"]["accuracy"] == accuracy(labels, student.predict(TEXTS, verbose=0).argmax(-1))
@@ -107,6 +108,7 @@ def test_augmented_copies_join_the_training_set(run_files):
     assert distill(folder, "augmented", "--augment", "2", "--student", "teacher:1") == 0
     results = json.loads((folder / "augmented" / "distill_results.json").read_text())
     assert results["training_set"] == 6 + 2 * 6 and results["augment"] == 2
+    assert results["augment_probability"] == 0.4 and results["unlabeled_files"] == []
 
 
 @pytest.mark.slow
