@@ -276,36 +276,21 @@ def load_teacher(args):
     return strategy, teacher
 
 
-def teacher_labelled(teacher, columns, batch_size):
-    """`Examples` of the texts `columns`, labelled with the teacher's predicted classes."""
-    import numpy as np
-
-    from bert_keras.tasks.glue import Examples, model_inputs
-
-    extra = Examples([f"extra-{i}" for i in range(len(columns[0]))], tuple(columns), None)
-    labels = np.argmax(teacher.predict(model_inputs(extra), batch_size=batch_size, verbose=0), -1)
-    return Examples(extra.guids, extra.texts, labels.tolist())
-
-
 def with_teacher_labelled(args, teacher, train):
-    """`train` plus the `--unlabeled` examples and `--augment` copies of `train`, labelled
-    by the teacher (its predicted class; its logits are the soft targets, as for any example)."""
-    from bert_keras.tasks.distillation import augmented_texts
-    from bert_keras.tasks.glue import Examples
+    """`train` plus the `--unlabeled` examples and `--augment` copies of `train`, labelled by the teacher."""
+    from bert_keras.tasks.distillation import teacher_labelled
 
-    columns = read_unlabeled(args.unlabeled, len(train.texts)) if args.unlabeled else tuple([] for _ in train.texts)
-    if args.augment:
-        copies = augmented_texts(teacher, train.texts, args.augment, args.augment_probability, seed=args.seed)
-        columns = tuple(a + b for a, b in zip(columns, copies))
-    if not columns[0]:
-        return train
-    extra = teacher_labelled(teacher, columns, args.eval_batch_size)
-    print(
-        f"{len(extra)} examples labelled by the teacher "
-        f"({len(extra) - len(train) * args.augment} unlabeled, {len(train) * args.augment} augmented)"
+    unlabeled = read_unlabeled(args.unlabeled, len(train.texts)) if args.unlabeled else None
+    labelled = teacher_labelled(
+        teacher, train, unlabeled, args.augment, args.augment_probability, args.seed, args.eval_batch_size
     )
-    texts = tuple(a + b for a, b in zip(train.texts, extra.texts))
-    return Examples(train.guids + extra.guids, texts, list(train.labels) + extra.labels)
+    if len(labelled) > len(train):
+        augmented = len(train) * args.augment
+        print(
+            f"{len(labelled) - len(train)} examples labelled by the teacher "
+            f"({len(labelled) - len(train) - augmented} unlabeled, {augmented} augmented)"
+        )
+    return labelled
 
 
 def training_batches(args, teacher, train):

@@ -14,7 +14,8 @@ for embedders and regression) with the hard labels, and optionally matches hidde
 The teacher runs on the fly, or its outputs come cached in `y` (`teacher_outputs`).
 
 `augmented_texts(teacher, columns, copies)` makes more training text, as TinyBERT does,
-by replacing words with near ones; the teacher then labels it.
+by replacing words with near ones; `teacher_labelled` adds it (and unlabelled text) to a
+training set with the teacher's labels.
 """
 
 import contextlib
@@ -177,6 +178,27 @@ def augmented_texts(teacher, columns, copies, probability=0.4, candidates=15, se
         return " ".join(words)
 
     return tuple([variant(text) for text in column for _ in range(copies)] for column in columns)
+
+
+def teacher_labelled(teacher, train, extra_columns=None, augment=0, probability=0.4, seed=0, batch_size=64):
+    """`train` (`glue.Examples`) plus the texts `extra_columns` (one list per segment, e.g.
+    unlabelled text) and `augment` copies of `train` (`augmented_texts`), the added
+    examples labelled with the classifier `teacher`'s predicted class. Their soft targets
+    are the teacher's logits, as for any example the distiller trains on."""
+    from bert_keras.tasks.glue import Examples, model_inputs
+
+    columns = tuple(list(column) for column in extra_columns) if extra_columns else tuple([] for _ in train.texts)
+    if len(columns) != len(train.texts):
+        raise ValueError(f"{len(columns)} column(s) of extra text; the training set has {len(train.texts)}")
+    if augment:
+        copies = augmented_texts(teacher, train.texts, augment, probability, seed=seed)
+        columns = tuple(a + b for a, b in zip(columns, copies))
+    if not columns[0]:
+        return train
+    extra = Examples([f"extra-{i}" for i in range(len(columns[0]))], columns, None)
+    labels = np.argmax(teacher.predict(model_inputs(extra), batch_size=batch_size, verbose=0), -1)
+    texts = tuple(a + b for a, b in zip(train.texts, columns))
+    return Examples(train.guids + extra.guids, texts, list(train.labels) + labels.tolist())
 
 
 class BertDistiller(BertTask):

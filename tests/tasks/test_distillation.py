@@ -20,6 +20,7 @@ from bert_keras.tasks.distillation import (
     replacement_words,
     student_encoder,
     student_of,
+    teacher_labelled,
 )
 from bert_keras.training.distillation import FeatureMatchingLoss, SoftTargetLoss
 
@@ -72,6 +73,21 @@ def test_augmentation_replaces_words_by_their_nearest_in_the_teachers_embeddings
     assert 0.18 < replaced < 0.32
     with pytest.raises(ValueError, match="copies >= 1 and 0 < probability <= 1"):
         augmented_texts(teacher, (["the film"],), copies=0)
+
+
+def test_teacher_labelled_adds_unlabelled_text_and_copies_with_the_teachers_classes():
+    from bert_keras.tasks.glue import Examples
+
+    teacher = tiny_teacher(num_classes=3)
+    train = Examples(["a", "b"], (["the film", "a fox"],), [2, 2])
+    assert teacher_labelled(teacher, train) is train  # nothing to add
+    labelled = teacher_labelled(teacher, train, (["the lazy dog", "bad"],), augment=2, probability=1.0, seed=3)
+    (copies,) = augmented_texts(teacher, train.texts, 2, 1.0, seed=3)
+    added = ["the lazy dog", "bad", *copies]
+    assert labelled.texts == (["the film", "a fox", *added],) and len(labelled.guids) == 2 + 2 + 2 * 2
+    assert labelled.labels == [2, 2, *np.argmax(teacher.predict(np.array(added, object), verbose=0), -1).tolist()]
+    with pytest.raises(ValueError, match="2 column"):
+        teacher_labelled(teacher, train, (["a"], ["b"]))
 
 
 def test_evenly_spaced_layers_are_distilberts():
