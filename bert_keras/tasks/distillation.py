@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras.models.encoder import BertEncoder
+from bert_keras.tasks.classifier import BertClassifier
 from bert_keras.tasks.preprocessing import is_packed
 from bert_keras.tasks.task import BertTask, default_optimizer
 from bert_keras.tasks.text_embedder import BertTextEmbedder
@@ -187,6 +188,14 @@ def teacher_labelled(teacher, train, extra_columns=None, augment=0, probability=
     are the teacher's logits, as for any example the distiller trains on."""
     from bert_keras.tasks.glue import Examples, model_inputs
 
+    if not (isinstance(teacher, BertClassifier) and teacher.num_classes >= 2):
+        raise ValueError(
+            f"teacher_labelled labels with a classifier's classes; the teacher is a {type(teacher).__name__}"
+        )
+    if train.labels is None:
+        raise ValueError("teacher_labelled adds to a labelled training set; this one has no labels")
+    if extra_columns and any(isinstance(column, str) for column in extra_columns):
+        raise ValueError("extra_columns: one list of texts per segment, e.g. (texts,), not the texts themselves")
     columns = tuple(list(column) for column in extra_columns) if extra_columns else tuple([] for _ in train.texts)
     if len(columns) != len(train.texts):
         raise ValueError(f"{len(columns)} column(s) of extra text; the training set has {len(train.texts)}")

@@ -88,6 +88,12 @@ def test_teacher_labelled_adds_unlabelled_text_and_copies_with_the_teachers_clas
     assert labelled.labels == [2, 2, *np.argmax(teacher.predict(np.array(added, object), verbose=0), -1).tolist()]
     with pytest.raises(ValueError, match="2 column"):
         teacher_labelled(teacher, train, (["a"], ["b"]))
+    with pytest.raises(ValueError, match="one list of texts per segment"):
+        teacher_labelled(teacher, train, ["the lazy dog"])  # a bare list would be read letter by letter
+    with pytest.raises(ValueError, match="no labels"):
+        teacher_labelled(teacher, Examples(["a"], (["the film"],), None), augment=1)
+    with pytest.raises(ValueError, match="classifier's classes; the teacher is a BertTextEmbedder"):
+        teacher_labelled(tiny_teacher(BertTextEmbedder), train, augment=1)
 
 
 def test_evenly_spaced_layers_are_distilberts():
