@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from bert_keras.models.encoder import BertEncoder
 from bert_keras.tasks.classifier import BertClassifier
+from bert_keras.tasks.glue import Examples, model_inputs
 from bert_keras.tasks.preprocessing import is_packed
 from bert_keras.tasks.task import BertTask, default_optimizer
 from bert_keras.tasks.text_embedder import BertTextEmbedder
@@ -186,8 +187,6 @@ def teacher_labelled(teacher, train, extra_columns=None, augment=0, probability=
     unlabelled text) and `augment` copies of `train` (`augmented_texts`), the added
     examples labelled with the classifier `teacher`'s predicted class. Their soft targets
     are the teacher's logits, as for any example the distiller trains on."""
-    from bert_keras.tasks.glue import Examples, model_inputs
-
     if not (isinstance(teacher, BertClassifier) and teacher.num_classes >= 2):
         raise ValueError(
             f"teacher_labelled labels with a classifier's classes; the teacher is a {type(teacher).__name__}"
