@@ -234,7 +234,10 @@ def read_unlabeled(paths, segments):
 
     texts = tuple([] for _ in range(segments))
     for path in paths:
-        for number, line in enumerate(read_text(path, "unlabeled text").splitlines(), 1):
+        lines = read_text(path, "unlabeled text").splitlines()
+        if not any(line.strip() for line in lines):
+            raise ValueError(f"{path}: no text in this --unlabeled file")
+        for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             fields = line.split("\t")

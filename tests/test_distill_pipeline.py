@@ -158,6 +158,15 @@ def test_bad_input_is_one_line(run_files, capsys):
     (folder / "pairs.txt").write_text("one\ttwo\n")
     assert distill(folder, "pairs", "--unlabeled", str(folder / "pairs.txt")) == 2
     assert "pairs.txt:1: 2 tab-separated text(s); the teacher takes 1" in capsys.readouterr().err
+    broken = {
+        "empty.txt": b"\n \n",
+        "binary.txt": b"\x00\x01\x02",
+        "truncated.txt": "a good film\nun bon caf\u00e9".encode()[:-1],
+    }
+    for name, content in broken.items():
+        (folder / name).write_bytes(content)
+        assert distill(folder, "broken", "--unlabeled", str(folder / name)) == 2
+        assert f"{folder / name}: " in capsys.readouterr().err
     assert distill(folder, "bad-embedder", teacher="embedder.keras") == 2  # a labelled TSV, not pairs
     assert (
         "train.tsv: header ['text', 'label'] lacks column(s) ['text_a', 'text_b', 'score']" in capsys.readouterr().err
