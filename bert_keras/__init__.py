@@ -1,38 +1,37 @@
 """bert-keras: BERT on TensorFlow 2 and Keras 3.
 
 The package's folders are its tiers, each importing only from those below it
-(checked by import-linter, see pyproject.toml and docs/architecture.md):
-`startup`/`compat` (TensorFlow's import, private Keras/TensorFlow hooks), `files`,
-`config`/`checkpoint` (formats), `layers`, `text`, `models`, `training`, `tasks` and
-`data`, `serving`; the `bert-keras` commands live in `pipelines/`.
+(checked by import-linter, see pyproject.toml and docs/architecture.md): `compat`
+(private Keras/TensorFlow hooks), `files`, `config`/`checkpoint` (formats), `layers`,
+`text`, `models`, `training`, `tasks` and `data`, `serving`; the `bert-keras` commands
+live in `pipelines/`. Importing it sets no environment variable and registers only its
+own layers, models and heads with Keras (for `.keras` loading).
 """
 
-import os
+import keras
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+if keras.backend.backend() != "tensorflow":
+    raise ImportError(
+        f"bert_keras runs on Keras' TensorFlow backend, but Keras {keras.version()} is set to "
+        f"{keras.backend.backend()!r} (KERAS_BACKEND or ~/.keras/keras.json): set KERAS_BACKEND=tensorflow"
+    )
 
-from bert_keras.startup import quiet_start_up  # noqa: E402
-
-with quiet_start_up():  # TensorFlow's C++ start-up lines kept out (see bert_keras.startup)
-    import tensorflow  # noqa: F401
-    import tensorflow_text  # noqa: F401
-
-from bert_keras.config import BertConfig  # noqa: E402
-from bert_keras.models.encoder import BertEncoder  # noqa: E402
-from bert_keras.models.pretrainer import BertPretrainer  # noqa: E402
-from bert_keras.tasks.classifier import BertClassifier  # noqa: E402
-from bert_keras.tasks.feature_extractor import BertFeatureExtractor  # noqa: E402
-from bert_keras.tasks.multiple_choice import BertMultipleChoice  # noqa: E402
-from bert_keras.tasks.reranker import BertReranker  # noqa: E402
-from bert_keras.tasks.span_labeler import BertSpanLabeler  # noqa: E402
-from bert_keras.tasks.task import BertTask  # noqa: E402
-from bert_keras.tasks.text_embedder import BertTextEmbedder  # noqa: E402
-from bert_keras.tasks.token_classifier import BertTokenClassifier  # noqa: E402
-from bert_keras.text.packer import BertPacker  # noqa: E402
-from bert_keras.text.preprocessor import BertPreprocessor  # noqa: E402
-from bert_keras.text.tokenizer import BertTokenizer  # noqa: E402
-from bert_keras.training.contrastive import CoSENTLoss, MultipleNegativesRankingLoss  # noqa: E402
-from bert_keras.training.optimization import LAMB, AdamWeightDecay, WarmupLinearDecay, create_optimizer  # noqa: E402
+from bert_keras.config import BertConfig
+from bert_keras.models.encoder import BertEncoder
+from bert_keras.models.pretrainer import BertPretrainer
+from bert_keras.tasks.classifier import BertClassifier
+from bert_keras.tasks.feature_extractor import BertFeatureExtractor
+from bert_keras.tasks.multiple_choice import BertMultipleChoice
+from bert_keras.tasks.reranker import BertReranker
+from bert_keras.tasks.span_labeler import BertSpanLabeler
+from bert_keras.tasks.task import BertTask
+from bert_keras.tasks.text_embedder import BertTextEmbedder
+from bert_keras.tasks.token_classifier import BertTokenClassifier
+from bert_keras.text.packer import BertPacker
+from bert_keras.text.preprocessor import BertPreprocessor
+from bert_keras.text.tokenizer import BertTokenizer
+from bert_keras.training.contrastive import CoSENTLoss, MultipleNegativesRankingLoss
+from bert_keras.training.optimization import LAMB, AdamWeightDecay, WarmupLinearDecay, create_optimizer
 
 __all__ = [
     "AdamWeightDecay",

@@ -2,40 +2,52 @@
 
 The rest of bert_keras uses public APIs only (tests/test_architecture.py looks for
 `keras.src`, `tensorflow.python`, `_pywrap` and the hooks below elsewhere). Each hook
-relies on internals a minor release may change without notice, so `check()` runs each
-one on the installed versions and raises if one no longer takes effect; tests/test_compat.py
-runs it, and docs/development.md says what to do when it fails.
+relies on internals a minor release may change without notice, so tests/compat_check.py
+runs each one on the installed versions and raises if one no longer takes effect
+(tests/test_compat.py runs it; docs/development.md says what to do when it fails).
+Importing this module changes nothing in Keras or TensorFlow: the hooks are mixins,
+functions, and one patch that is active only inside a `with` block.
 
-The hooks:
+The hooks and the private symbols each relies on:
 - `ClipsSummedGradients`: optimizer mixin, global-norm clipping of the gradient summed
-  over replicas (overrides `_clip_gradients` and `_all_reduce_sum_gradients`).
-- `variable_index`: a variable's slot in the optimizer's per-variable lists (`_get_variable_index`).
+  over replicas: overrides `Optimizer._clip_gradients` and `Optimizer._all_reduce_sum_gradients`
+  (and calls Keras' own through `super()`).
+- `variable_index`: a variable's slot in the optimizer's per-variable lists:
+  `Optimizer._get_variable_index`.
 - `TensorBoard`: epoch metrics and each epoch's last step written whatever the batch-level
-  summary condition (overrides `_log_epoch_metrics`, writes with `_train_writer`).
-- `accept_raw_inputs` / `keep_input_dtype`: a layer's call gets its inputs as given
-  (`_convert_input_args`, `_allow_non_tensor_positional_args`).
-- `RestoresCompile`: `.keras` loading compiles a model whose `compile` is overridden
-  (`compile_from_config`, which Keras skips for those).
-- `patch_multi_worker_fit`: keras-team/keras#20585, `fit` under tf.distribute strategies
-  (patches `keras.src.backend.tensorflow.trainer`).
-- `saved_object`: a bare SavedModel object (`tf.__internal__.tracking.AutoTrackable`).
-- `dataset_graph`: the graph of a `tf.data.Dataset` (`_as_serialized_graph`), for tests.
-- `onednn_enabled`: whether TensorFlow runs oneDNN kernels (`_pywrap_util_port`), for tests.
+  summary condition: overrides `TensorBoard._log_epoch_metrics`, writes with
+  `TensorBoard._train_writer`.
+- `accept_raw_inputs` / `keep_input_dtype`: a layer's call gets its inputs as given:
+  sets `Layer._convert_input_args` and `Layer._allow_non_tensor_positional_args`.
+- `RestoresCompile`: `.keras` loading compiles a model whose `compile` is overridden:
+  Keras calls `Model.compile_from_config` only for models that do not override `compile`.
+- `keras_20585_workaround`: keras-team/keras#20585, `fit` under more than one replica:
+  replaces, inside its block, `TensorFlowTrainer._maybe_symbolic_build` and the module
+  function `reduce_per_replica` of `keras.src.backend.tensorflow.trainer` (which the
+  train and test functions look up when they are traced); calls that module's
+  `_collective_all_reduce_multi_worker`, reads `TensorFlowTrainer._distribute_strategy`,
+  and iterates Keras' `TFEpochIterator` as its own `_maybe_symbolic_build` does
+  (`(_, _, steps)` triples, `next(steps)` a distributed batch).
+- `saved_object`: a bare SavedModel object: `tf.__internal__.tracking.AutoTrackable`.
+- `dataset_graph`: the graph of a `tf.data.Dataset`, for tests: `Dataset._as_serialized_graph`.
+- `onednn_enabled`: whether TensorFlow runs oneDNN kernels, for tests:
+  `tensorflow.python.util._pywrap_util_port.IsMklEnabled`.
+
+Outside this module, one private layout: bert_keras/serving/tfserving/c_api_loader.py
+compiles `c_api_predict.c` against the TensorFlow wheel's C headers (`tf.sysconfig`) and
+`libtensorflow_cc.so.2`, and loads tf.text's op libraries from `tensorflow_text/python/ops/_*.so`;
+when that build fails, `bert-keras export` reports its C++ loader check as skipped.
 """
 
-import os
-import tempfile
-from pathlib import Path
+import contextlib
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import tensorflow as tf
 
 # The first Keras release with the upstream fix of keras-team/keras#20585 (None: not
-# fixed yet, patch every Keras 3). tests/training/test_distribute.py runs unpatched Keras
-# on two workers and fails once the bug is gone: then set this to that Keras version.
+# fixed yet, work around it on every Keras 3). tests/training/test_distribute.py runs
+# unpatched Keras on two workers and fails once the bug is gone: then set this to that
+# Keras version.
 KERAS_20585_FIXED_IN = None
 
 
@@ -119,30 +131,53 @@ def keras_version():
     return tuple(int(part) for part in keras.version().split(".")[:2])
 
 
-def multi_worker_fit_needs_patch():
+def keras_20585_unfixed():
     """Whether the installed Keras is one keras-team/keras#20585 affects."""
     version = keras_version()
     return version >= (3, 0) and (KERAS_20585_FIXED_IN is None or version < KERAS_20585_FIXED_IN)
 
 
-def patch_multi_worker_fit():
-    """Patches keras-team/keras#20585 in this process (idempotent; a no-op where not needed).
+def keras_20585_affects(strategy):
+    """Whether `fit` under `strategy` meets keras-team/keras#20585: more than one replica
+    in sync (so that Keras' build reduces a per-replica batch) on an unfixed Keras. One
+    device, or a mirrored strategy over one device, feeds plain batches and is unaffected."""
+    return strategy.num_replicas_in_sync > 1 and keras_20585_unfixed()
 
-    Keras 3's TensorFlow trainer breaks on a multi-worker strategy in two places:
+
+@contextlib.contextmanager
+def keras_20585_workaround(strategy):
+    """`fit` (and its validation) under `strategy` works around keras-team/keras#20585
+    inside this block; where the bug does not bite (`keras_20585_affects`) nothing changes.
+
+    Keras 3's TensorFlow trainer breaks on more than one replica in two places:
     1. `_maybe_symbolic_build` takes one distributed batch and `strategy.reduce`s it
-       ("MEAN") to a plain batch; the collective reduce cannot convert the `PerReplica`
-       input ("Attempt to convert a value (PerReplica...) ... to a Tensor"). Under
-       MirroredStrategy the same reduce turns integer token ids into floats, so a model
-       with compiled losses or metrics fails to build.
+       ("MEAN") to a plain batch. On a multi-worker strategy the collective reduce cannot
+       convert the `PerReplica` input ("Attempt to convert a value (PerReplica...) ... to
+       a Tensor"); on a mirrored strategy over several devices it turns integer token ids
+       into floats, so a model not yet built fails to build.
     2. `reduce_per_replica` reduces the step's scalar metrics with
-       `strategy.reduce("MEAN", v, axis=0)`, which fails on scalars.
+       `strategy.reduce("MEAN", v, axis=0)`, which fails on scalars (multi-worker only).
     The fix: build from the first local replica's batch (only its shapes and dtypes
     matter), and on multi-worker strategies average scalars over replicas with
-    `axis=None`; everything else goes to Keras' own code. `resolve_strategy` calls this
-    for every strategy but "default".
+    `axis=None`; everything else goes to Keras' own code. Keras' own functions are back
+    when the block ends; train and test steps traced inside it keep the fix. Nested
+    blocks leave the patch to the outermost.
     """
-    if not multi_worker_fit_needs_patch():
+    if not keras_20585_affects(strategy) or keras_20585_patched():
+        yield
         return
+    trainer = _keras_trainer()
+    keras_build, keras_reduce = trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica
+    trainer.TensorFlowTrainer._maybe_symbolic_build = _build_from_a_local_batch(keras_build)
+    trainer.reduce_per_replica = _reduce_scalars_over_workers(keras_reduce, trainer._collective_all_reduce_multi_worker)
+    try:
+        yield
+    finally:
+        trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica = keras_build, keras_reduce
+
+
+def _keras_trainer():
+    """Keras' TensorFlow trainer module, or a clear error where a patched name is gone."""
     from keras.src.backend.tensorflow import trainer
 
     missing = [
@@ -156,15 +191,21 @@ def patch_multi_worker_fit():
     ]
     if missing:
         raise RuntimeError(
-            f"Keras {keras.version()} no longer has {missing}: bert_keras.compat cannot patch "
+            f"Keras {keras.version()} no longer has {missing}: bert_keras.compat cannot work around "
             "keras-team/keras#20585; check whether Keras fixed it and update KERAS_20585_FIXED_IN"
         )
-    if getattr(trainer.reduce_per_replica, "patched_for_keras_20585", False):
-        return
-    multi_worker = trainer._collective_all_reduce_multi_worker
-    keras_build = trainer.TensorFlowTrainer._maybe_symbolic_build
-    keras_reduce = trainer.reduce_per_replica
+    return trainer
 
+
+def keras_20585_patched():
+    """Whether Keras' trainer is patched now (a `keras_20585_workaround` block is running)."""
+    from keras.src.backend.tensorflow import trainer
+
+    functions = (trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica)
+    return any(getattr(function, "works_around_keras_20585", False) for function in functions)
+
+
+def _build_from_a_local_batch(keras_build):
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         strategy = self._distribute_strategy
         if iterator is not None and strategy is not None:
@@ -181,14 +222,18 @@ def patch_multi_worker_fit():
             iterator = None
         return keras_build(self, iterator=iterator, data_batch=data_batch)
 
+    _maybe_symbolic_build.works_around_keras_20585 = True
+    return _maybe_symbolic_build
+
+
+def _reduce_scalars_over_workers(keras_reduce, multi_worker):
     def reduce_per_replica(values, strategy, reduction):
         if reduction in ("auto", "mean") and multi_worker(strategy):
             return tf.nest.map_structure(lambda value: strategy.reduce("MEAN", value, axis=None), values)
         return keras_reduce(values, strategy, reduction)
 
-    reduce_per_replica.patched_for_keras_20585 = True
-    trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
-    trainer.reduce_per_replica = reduce_per_replica
+    reduce_per_replica.works_around_keras_20585 = True
+    return reduce_per_replica
 
 
 def saved_object():
@@ -207,220 +252,3 @@ def onednn_enabled():
     from tensorflow.python.util import _pywrap_util_port
 
     return bool(_pywrap_util_port.IsMklEnabled())
-
-
-def check():
-    """Runs every hook on the installed Keras, TensorFlow and tf.text and raises
-    `AssertionError` naming the first that no longer takes effect. A few seconds, on CPU."""
-    _check_clipping()
-    _check_variable_index()
-    _check_tensorboard()
-    _check_raw_inputs()
-    _check_restores_compile()
-    _check_multi_worker_patch()
-    _check_saved_object()
-    _check_dataset_graph()
-    _check_onednn_enabled()
-
-
-class _ClippedSGD(ClipsSummedGradients, keras.optimizers.SGD):
-    pass
-
-
-def _check_clipping():
-    """One replica and, where the process has two CPU devices, two: a gradient of norm 10
-    per replica moves the weights by exactly `global_clipnorm`, the sum being clipped
-    (not each replica's share)."""
-    devices = [device.name for device in tf.config.list_logical_devices("CPU")]
-    strategies = [tf.distribute.get_strategy()]
-    if len(devices) >= 2:
-        strategies.append(tf.distribute.MirroredStrategy(devices[:2]))
-    for strategy in strategies:
-        moved = _clipped_step(strategy)
-        assert abs(moved - 1.0) < 1e-5, (
-            f"ClipsSummedGradients: a step on {strategy.num_replicas_in_sync} replica(s) moved the weights by "
-            f"{moved:.4f}, not the clip norm 1.0: Keras' _clip_gradients/_all_reduce_sum_gradients changed"
-        )
-
-
-def _clipped_step(strategy):
-    """How far one clipped SGD step (learning rate 1) moves weights at 0."""
-    with strategy.scope():
-        variable = keras.Variable(np.zeros(4, "float32"))
-        optimizer = _ClippedSGD(learning_rate=1.0, global_clipnorm=1.0, name="clipped_sgd")
-        optimizer.build([variable])
-
-    def step():
-        optimizer.apply_gradients([(tf.constant([5.0, 5.0, 5.0, 5.0]), variable)])
-
-    strategy.run(tf.function(step))
-    return float(np.linalg.norm(keras.ops.convert_to_numpy(variable)))
-
-
-def _check_variable_index():
-    class Recording(keras.optimizers.Optimizer):
-        def build(self, var_list):
-            super().build(var_list)
-            self.seen = []
-
-        def update_step(self, gradient, variable, learning_rate):
-            self.seen.append(variable_index(self, variable))
-
-    variables = [keras.Variable(np.zeros(2, "float32")), keras.Variable(np.zeros(3, "float32"))]
-    optimizer = Recording(learning_rate=0.1)
-    optimizer.apply_gradients([(tf.ones(2), variables[0]), (tf.ones(3), variables[1])])
-    assert optimizer.seen == [0, 1], f"variable_index: update_step's variables gave indices {optimizer.seen}"
-
-
-def _check_tensorboard():
-    """Epochs of 3 batches with `update_freq=2` end off the batch-level condition; their
-    held-out metrics and their last step's training loss must still reach the logs."""
-    inputs = keras.Input((2,))
-    model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
-    model.compile(optimizer="sgd", loss="mse")
-    x, y = np.ones((6, 2), "float32"), np.ones((6, 1), "float32")
-    with tempfile.TemporaryDirectory() as logs:
-        callback = TensorBoard(logs, update_freq=2)
-        model.fit(x, y, batch_size=2, epochs=2, validation_data=(x, y), verbose=0, callbacks=[callback])
-        validation, train = (_logged_steps(Path(logs) / split) for split in ("validation", "train"))
-    assert validation.get("epoch_loss") == {0, 1}, (
-        f"TensorBoard: the held-out epoch_loss reached the validation log at epochs {validation.get('epoch_loss')}, "
-        "not 0 and 1: Keras' _log_epoch_metrics changed"
-    )
-    assert train.get("batch_loss") == {2, 3, 4, 6}, (
-        f"TensorBoard: batch_loss was logged at steps {train.get('batch_loss')}, not 2, 3 (the first epoch's end), "
-        "4 and 6: Keras' batch summaries changed"
-    )
-
-
-def _logged_steps(folder):
-    """{tag: {steps}} of the scalar summaries in a TensorBoard log folder."""
-    steps = {}
-    for events in folder.glob("events.out.tfevents.*"):
-        for record in tf.data.TFRecordDataset(str(events)):
-            event = tf.compat.v1.Event.FromString(record.numpy())
-            for value in event.summary.value:
-                steps.setdefault(value.tag, set()).add(event.step)
-    return steps
-
-
-def _check_raw_inputs():
-    class Seen(keras.layers.Layer):
-        def __init__(self, **kwargs):
-            super().__init__(**kwargs)
-            accept_raw_inputs(self)
-            self.built = True
-
-        def call(self, inputs, length):
-            self.seen = (inputs, length)
-            return tf.constant(0.0)
-
-    layer = Seen()
-    try:
-        layer(["a", "b"], 3)
-    except (TypeError, ValueError) as error:
-        raise AssertionError(f"accept_raw_inputs: Keras refused a list and an int: {error}") from error
-    inputs, length = layer.seen
-    assert isinstance(inputs, list) and isinstance(length, int), (
-        f"accept_raw_inputs: the layer got {layer.seen!r}, not the list and int it was called with"
-    )
-
-    class Dtype(keras.layers.Layer):
-        def __init__(self, **kwargs):
-            super().__init__(**kwargs)
-            keep_input_dtype(self)
-
-        def call(self, inputs):
-            self.seen = inputs.dtype
-            return inputs
-
-    layer = Dtype(dtype="mixed_bfloat16")
-    layer(tf.ones((1, 2), "float32"))
-    assert layer.seen == tf.float32, f"keep_input_dtype: a mixed_bfloat16 layer got {layer.seen.name} inputs"
-
-
-@keras.saving.register_keras_serializable(package="bert_keras_compat_check")
-class _CompilingModel(RestoresCompile, keras.Model):
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.dense = keras.layers.Dense(1)
-
-    def call(self, inputs):
-        return self.dense(inputs)
-
-    def compile(self, optimizer="sgd", loss="mse", **kwargs):
-        super().compile(optimizer=optimizer, loss=loss, **kwargs)
-
-
-def _check_restores_compile():
-    model = _CompilingModel()
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate=0.25), loss="mae")
-    model(np.ones((1, 2), "float32"))
-    model.optimizer.build(model.trainable_variables)
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "model.keras"
-        model.save(path)
-        loaded = keras.saving.load_model(path)
-    optimizer = getattr(loaded, "optimizer", None)
-    assert isinstance(optimizer, keras.optimizers.Adam) and abs(float(optimizer.learning_rate) - 0.25) < 1e-7, (
-        f"RestoresCompile: the loaded model's optimizer is {optimizer!r}, not the saved Adam(0.25): "
-        "Keras' compile_from_config changed"
-    )
-
-
-def _check_multi_worker_patch():
-    if not multi_worker_fit_needs_patch():
-        return
-    patch_multi_worker_fit()  # raises if its targets are gone
-    from keras.src.backend.tensorflow import trainer
-
-    assert getattr(trainer.reduce_per_replica, "patched_for_keras_20585", False), (
-        "patch_multi_worker_fit: keras.src.backend.tensorflow.trainer.reduce_per_replica is not the patched one"
-    )
-    assert trainer.TensorFlowTrainer._maybe_symbolic_build.__module__ == __name__, (
-        "patch_multi_worker_fit: TensorFlowTrainer._maybe_symbolic_build is not the patched one"
-    )
-    # Keras must still call the patched names: fit's build goes through _maybe_symbolic_build.
-    calls = []
-    patched = trainer.TensorFlowTrainer._maybe_symbolic_build
-
-    def recording(self, *args, **kwargs):
-        calls.append(True)
-        return patched(self, *args, **kwargs)
-
-    trainer.TensorFlowTrainer._maybe_symbolic_build = recording
-    try:
-        strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-        with strategy.scope():
-            inputs = keras.Input((2,))
-            model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
-            model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
-        model.fit(np.ones((4, 2), "float32"), np.ones((4, 1), "float32"), batch_size=2, verbose=0)
-    finally:
-        trainer.TensorFlowTrainer._maybe_symbolic_build = patched
-    assert calls, "patch_multi_worker_fit: fit under a strategy no longer calls TensorFlowTrainer._maybe_symbolic_build"
-
-
-def _check_saved_object():
-    root = saved_object()
-    root.variables = [tf.Variable(2.0)]
-    root.__call__ = tf.function(lambda x: x * root.variables[0], input_signature=[tf.TensorSpec([], tf.float32)])
-    with tempfile.TemporaryDirectory() as folder:
-        tf.saved_model.save(root, folder)
-        loaded = tf.saved_model.load(folder)
-        value = float(loaded(tf.constant(3.0)))
-    assert value == 6.0 and len(loaded.variables) == 1, f"saved_object: the loaded object answered {value}"
-
-
-def _check_dataset_graph():
-    graph = dataset_graph(tf.data.Dataset.range(3).map(lambda x: x + 1))
-    ops = {node.op for node in graph.node}
-    assert {"RangeDataset", "MapDataset"} <= ops, f"dataset_graph: the graph has ops {sorted(ops)}"
-
-
-def _check_onednn_enabled():
-    switch = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
-    if switch in ("0", "1"):
-        assert onednn_enabled() == (switch == "1"), f"onednn_enabled() disagrees with TF_ENABLE_ONEDNN_OPTS={switch}"
-    else:
-        assert isinstance(onednn_enabled(), bool)

@@ -3,8 +3,9 @@
 Each pipeline module exposes `register(subparsers)`, which adds its sub-command
 and sets `func` on the parser's defaults to a callable taking the parsed args.
 Parsing imports no TensorFlow (`--help` answers at once); TensorFlow's C++ start-up
-lines are kept out (`bert_keras.startup`) unless `TF_CPP_MIN_LOG_LEVEL` is set (0 shows
-them all); a user's error or Ctrl-C ends in one line, not a traceback.
+lines are kept out (`pipelines.startup`: the command's doing, not the library's) unless
+`TF_CPP_MIN_LOG_LEVEL` is set (0 shows them all); a user's error or Ctrl-C ends in one
+line, not a traceback.
 """
 
 import argparse
@@ -18,6 +19,7 @@ import threading
 import warnings
 
 from pipelines.arguments import check_input_paths
+from pipelines.startup import quiet_start_up
 
 # Commands that go on where they stopped when run again.
 RESUMABLE = {
@@ -103,7 +105,8 @@ def main(argv=None):
         if not getattr(args, "tensorflow", True):
             with package_without_tensorflow():
                 return args.func(args) or 0
-        import bert_keras  # noqa: F401  TensorFlow and tf.text, without their start-up lines (bert_keras.startup)
+        with quiet_start_up():
+            import bert_keras  # noqa: F401  TensorFlow and tf.text, without their C++ start-up lines
 
         return args.func(args) or 0
     except USER_ERRORS as error:

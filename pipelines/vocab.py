@@ -4,6 +4,7 @@ import sys
 import time
 
 from pipelines.arguments import InputPath
+from pipelines.startup import quiet_start_up
 
 
 def register(subparsers):
@@ -85,8 +86,6 @@ def run(args):
                 file=sys.stderr,
             )
     else:
-        from bert_keras.startup import quiet_start_up
-
         with quiet_start_up():  # Beam's file systems import TensorFlow
             from bert_keras.text import vocab_beam
 

@@ -15,8 +15,11 @@ import time
 
 import numpy as np
 
-from bert_keras.serving.client import ServingClient
-from bert_keras.serving.tfserving.session import ServingError
+from pipelines.startup import quiet_start_up
+
+with quiet_start_up():  # a program, like the `bert-keras` commands: no TensorFlow C++ start-up lines
+    from bert_keras.serving.client import ServingClient
+    from bert_keras.serving.tfserving.session import ServingError
 
 TEXTS = [
     "a gripping, beautifully acted film",

@@ -1,6 +1,6 @@
-"""The `bert-keras` command as a user meets it: fast help, no start-up noise, one-line
-errors and interrupts, fine-tuning runs that never overwrite silently and leave a light
-model."""
+"""The `bert-keras` command as a user meets it: fast help, no start-up noise (unless asked
+for), one-line errors and interrupts, fine-tuning runs that never overwrite silently and
+leave a light model."""
 
 import os
 import signal
@@ -16,8 +16,8 @@ import pytest
 from conftest import DATA, require
 
 from bert_keras import BertConfig, BertEncoder
-from bert_keras.startup import START_UP_LINES
 from pipelines.cli import main as cli
+from pipelines.startup import START_UP_LINES
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -67,17 +67,37 @@ def test_a_command_prints_no_tensorflow_start_up_lines(tmp_path):
     assert "learning 200 pieces" in out.stderr  # the command's own lines still show
 
 
-def test_the_serving_client_import_prints_no_tensorflow_start_up_lines():
-    """The README's `ServingClient` snippet and serving/smoke.py import bert_keras, not the CLI;
-    the script's own stderr still shows."""
-    code = (
-        "import os; os.write(2, b'a line of our own\\n')\n"
-        "from bert_keras.serving.client import ServingClient\n"
-        "import tensorflow as tf; tf.constant(1.0) + 1.0; print('ok')"  # the first op probes for CUDA
+@pytest.mark.parametrize("level", [None, "0"])
+def test_tensorflow_start_up_lines_show_only_when_asked_for(tmp_path, level):
+    """A command that loads TensorFlow (`plot` of a folder without logs: TensorFlow, then
+    a one-line error) keeps its C++ start-up lines out; `TF_CPP_MIN_LOG_LEVEL=0` shows them."""
+    (tmp_path / "run").mkdir()
+    env = user_env() if level is None else {**user_env(), "TF_CPP_MIN_LOG_LEVEL": level}
+    out = subprocess.run(
+        [str(BIN / "bert-keras"), "plot", "run"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=user_env(), cwd=ROOT)
-    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
-    assert out.stderr == "a line of our own\n", out.stderr
+    assert out.returncode == 2, out.stderr
+    error = "bert-keras plot: error: no TensorBoard logs (events.out.tfevents.*) under run"
+    assert out.stderr.splitlines()[-1] == error
+    start_up = [line for line in out.stderr.splitlines() if START_UP_LINES.match(line)]
+    if level is None:
+        assert out.stderr == error + "\n"
+    else:
+        assert start_up, out.stderr
+
+
+def test_the_smoke_script_prints_no_tensorflow_start_up_lines():
+    """serving/smoke.py is a program too: its start-up is as quiet as the commands'."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "serving" / "smoke.py"), "--help"],
+        capture_output=True,
+        text=True,
+        env=user_env(),
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert out.returncode == 0 and out.stdout.startswith("usage: smoke.py"), out.stderr
+    assert out.stderr == "", out.stderr
 
 
 def test_ctrl_c_is_one_line_with_the_resume_hint(tmp_path):

@@ -1,13 +1,15 @@
-"""`bert_keras.compat.check()` passes on the installed Keras, TensorFlow and tf.text, and
-each of its checks fails once its hook is taken away (so a release that stops calling a
-hook is caught, not only one that removes the symbol)."""
+"""`compat_check.check()` passes on the installed Keras, TensorFlow and tf.text, and each
+of its checks fails once its hook is taken away (so a release that stops calling a hook is
+caught, not only one that removes the symbol)."""
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import compat_check
 import pytest
 
 from bert_keras import compat
@@ -16,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_check_passes_on_two_replicas():
-    """docs/development.md's block, as written: two CPU devices, so that the clipping check
-    also runs on two replicas (the sum is clipped, not each replica's share)."""
+    """docs/development.md's block, as written: two CPU devices, so that the clipping and
+    keras#20585 checks also run on two replicas (the sum is clipped, not each replica's share;
+    a model of token ids builds)."""
     (block,) = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "development.md").read_text(), re.S)
     result = subprocess.run(
         [sys.executable, "-c", block],
@@ -34,49 +37,98 @@ def test_check_passes_on_two_replicas():
 def test_clipping_check_fails_without_the_hook(monkeypatch):
     monkeypatch.delattr(compat.ClipsSummedGradients, "_all_reduce_sum_gradients")
     with pytest.raises(AssertionError, match="moved the weights by 10.0000"):
-        compat._check_clipping()
+        compat_check._check_clipping()
 
 
 def test_tensorboard_check_fails_with_keras_own_epoch_logging(monkeypatch):
     """Keras 3.15 still loses the held-out metrics of an epoch that ends off `update_freq`."""
     monkeypatch.delattr(compat.TensorBoard, "_log_epoch_metrics")
     with pytest.raises(AssertionError, match=r"held-out epoch_loss reached the validation log at epochs \{1\}"):
-        compat._check_tensorboard()
+        compat_check._check_tensorboard()
 
 
 def test_tensorboard_check_fails_without_the_epochs_last_step(monkeypatch):
     monkeypatch.delattr(compat.TensorBoard, "on_epoch_end")
     with pytest.raises(AssertionError, match=r"batch_loss was logged at steps \{2, 4, 6\}"):
-        compat._check_tensorboard()
+        compat_check._check_tensorboard()
 
 
 @pytest.mark.parametrize("hook", ["accept_raw_inputs", "keep_input_dtype"])
 def test_raw_inputs_check_fails_when_keras_converts_them(monkeypatch, hook):
-    monkeypatch.setattr(compat, hook, lambda layer: None)
+    monkeypatch.setattr(compat_check, hook, lambda layer: None)
     with pytest.raises(AssertionError, match=hook):
-        compat._check_raw_inputs()
+        compat_check._check_raw_inputs()
 
 
 def test_compile_check_fails_when_loading_skips_compile(monkeypatch):
     monkeypatch.delattr(compat.RestoresCompile, "compile_from_config")
     with pytest.warns(UserWarning, match="compile"), pytest.raises(AssertionError, match="RestoresCompile"):
-        compat._check_restores_compile()
+        compat_check._check_restores_compile()
 
 
-def test_multi_worker_check_fails_on_unpatched_keras(monkeypatch):
-    from keras.src.backend.tensorflow import trainer
-
-    monkeypatch.setattr(compat, "patch_multi_worker_fit", lambda: None)
-    monkeypatch.setattr(trainer, "reduce_per_replica", lambda values, strategy, reduction: values)
-    with pytest.raises(AssertionError, match="reduce_per_replica is not the patched one"):
-        compat._check_multi_worker_patch()
+def test_keras_20585_check_fails_when_the_workaround_patches_nothing(monkeypatch):
+    monkeypatch.setattr(compat_check, "keras_20585_workaround", lambda strategy: contextlib.nullcontext())
+    with pytest.raises(AssertionError, match="is not the patched one inside the block"):
+        compat_check._check_keras_20585_workaround()
 
 
-def test_multi_worker_patch_is_skipped_once_keras_has_the_fix(monkeypatch):
+def test_keras_20585_check_fails_when_the_patch_outlives_its_block(monkeypatch):
+    blocks = []
+
+    @contextlib.contextmanager
+    def leaking(strategy):
+        blocks.append(compat.keras_20585_workaround(strategy))
+        blocks[-1].__enter__()
+        yield
+
+    monkeypatch.setattr(compat_check, "keras_20585_workaround", leaking)
+    try:
+        with pytest.raises(AssertionError, match="Keras' own trainer functions are not back after the block"):
+            compat_check._check_keras_20585_workaround()
+    finally:
+        for block in reversed(blocks):
+            block.__exit__(None, None, None)
+    assert not compat.keras_20585_patched()
+
+
+def test_keras_20585_still_bites_two_mirrored_replicas():
+    """Unpatched Keras cannot build a model of token ids under `fit` on two mirrored replicas
+    (the build averages the replicas' batches into floats): the workaround is needed beyond
+    multi-worker. Fails once Keras builds it: then see KERAS_20585_FIXED_IN."""
+    code = (
+        "import sys, tensorflow as tf\n"
+        "cpu = tf.config.list_physical_devices('CPU')[0]\n"
+        "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)\n"
+        "sys.path.insert(0, 'tests')\n"
+        "import compat_check\n"
+        "try:\n"
+        "    compat_check._fit_integer_inputs(tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1']))\n"
+        "except AssertionError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "fit on 2 replicas failed to build a model of integer inputs" in result.stdout, result.stdout
+    assert "token ids must be integers, got float32" in result.stdout, result.stdout
+
+
+def test_keras_20585_workaround_is_skipped_once_keras_has_the_fix(monkeypatch):
+    two_replicas = type("TwoReplicas", (), {"num_replicas_in_sync": 2})()
+    one_replica = type("OneReplica", (), {"num_replicas_in_sync": 1})()
     monkeypatch.setattr(compat, "KERAS_20585_FIXED_IN", compat.keras_version())
-    assert not compat.multi_worker_fit_needs_patch()
+    assert not compat.keras_20585_unfixed() and not compat.keras_20585_affects(two_replicas)
+    with compat.keras_20585_workaround(two_replicas):
+        assert not compat.keras_20585_patched()
     monkeypatch.setattr(compat, "KERAS_20585_FIXED_IN", (compat.keras_version()[0] + 1, 0))
-    assert compat.multi_worker_fit_needs_patch()
+    assert compat.keras_20585_unfixed() and compat.keras_20585_affects(two_replicas)
+    assert not compat.keras_20585_affects(one_replica)
 
 
 def test_pins_hold_the_installed_versions():

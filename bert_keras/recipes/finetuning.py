@@ -13,6 +13,7 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
+from bert_keras.compat import keras_20585_workaround
 from bert_keras.models.dtype import with_dtype
 from bert_keras.training import distribute
 from bert_keras.training.callbacks import EvaluateAndKeepBest, StopAfterSteps, TensorBoard, TimeBudget
@@ -92,7 +93,7 @@ def finetune(
         + f"), batch {fitted_batch}, "
         f"lr {learning_rate} with {warmup_proportion:.0%} warm-up"
     )
-    with distribute.chief_path(output_dir, strategy) as output_dir:
+    with distribute.chief_path(output_dir, strategy) as output_dir, keras_20585_workaround(strategy):
         output_dir.mkdir(parents=True, exist_ok=True)
         keeper = EvaluateAndKeepBest(evaluate, main_metric, on_best)
         budget = [TimeBudget(max_train_minutes)] if max_train_minutes else []

@@ -1,7 +1,8 @@
 """`tf.distribute` for every pipeline: one script from one CPU to many GPUs, hosts or TPUs.
 
 - `resolve_strategy` turns `--strategy` into a strategy; build models and optimizers
-  in its `scope()`.
+  in its `scope()`, and `fit` inside `compat.keras_20585_workaround(strategy)` (Keras'
+  trainer breaks on more than one replica; the recipes do it).
 - `distribute_dataset` feeds `fit` through `distribute_datasets_from_function`: each
   input pipeline (one per worker or TPU host) builds its own dataset of per-replica
   batches, global batch / replicas each, reading its share of the files
@@ -23,7 +24,6 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from bert_keras.compat import patch_multi_worker_fit
 from bert_keras.models.dtype import warn_if_slow_bfloat16
 
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
@@ -41,7 +41,8 @@ def resolve_strategy(name="default", tpu=None, devices=None):
     - tpu: TPUStrategy on the TPU named by `tpu` ("local", a name or a grpc:// address;
       none: from the environment, as on a Cloud TPU VM).
 
-    Every strategy but "default" patches keras-team/keras#20585 (`compat.patch_multi_worker_fit`).
+    Resolving changes nothing in Keras: `fit` on more than one replica needs
+    `compat.keras_20585_workaround(strategy)` around it (keras-team/keras#20585).
     Resolve it before other TensorFlow work: multi-worker collectives are configured
     when TensorFlow starts its runtime.
     """
@@ -53,7 +54,6 @@ def resolve_strategy(name="default", tpu=None, devices=None):
         raise ValueError(f"a TPU address applies to strategy 'tpu', not to {name!r}")
     if name == "default":
         return tf.distribute.get_strategy()
-    patch_multi_worker_fit()
     if name == "one_device":
         if devices and len(devices) > 1:
             raise ValueError(f"one_device takes one device, got {list(devices)}")

@@ -55,6 +55,7 @@ def pretrain(strategy, files, initial_weights, vocab_size, packing=0):
     import keras
 
     from bert_keras import BertEncoder
+    from bert_keras.compat import keras_20585_workaround
     from bert_keras.data.pretraining_inputs import PretrainingInputs
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.training import distribute
@@ -71,7 +72,8 @@ def pretrain(strategy, files, initial_weights, vocab_size, packing=0):
         lambda batch, context: inputs.batches(batch, context, packing=packing, packing_window=64),
         GLOBAL_BATCH,
     )
-    model.fit(dataset, steps_per_epoch=STEPS, epochs=1, verbose=0)
+    with keras_20585_workaround(strategy):  # as the pre-training recipe's fit
+        model.fit(dataset, steps_per_epoch=STEPS, epochs=1, verbose=0)
     return model.get_weights()
 
 
@@ -128,7 +130,7 @@ def mirrored(out):
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
 
-    from bert_keras import BertEncoder
+    from bert_keras import BertEncoder, compat
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.tasks.classifier import BertClassifier
     from bert_keras.training import distribute
@@ -137,7 +139,6 @@ def mirrored(out):
     inputs = json.loads((out / "inputs.json").read_text())
     one_device = distribute.resolve_strategy("default")
     two_cpus = distribute.resolve_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
-    (out / "mirrored.json").write_text(json.dumps({"replicas": two_cpus.num_replicas_in_sync}))
     results = {}
 
     keras.utils.set_random_seed(1)
@@ -165,6 +166,8 @@ def mirrored(out):
     for name, strategy in (("one_device", one_device), ("mirrored", two_cpus)):
         results[f"embed_{name}"] = embed(strategy, initial, inputs["vocab"], inputs["sentences"], out / f"embed_{name}")
     save_weights(out / "mirrored.npz", results)
+    report = {"replicas": two_cpus.num_replicas_in_sync, "patched_after": compat.keras_20585_patched()}
+    (out / "mirrored.json").write_text(json.dumps(report))
 
 
 def save_weights(path, runs):
@@ -205,7 +208,8 @@ def keras_20585_error(strategy):
 
 
 def worker(index, ports, data, out):
-    """One of two MultiWorkerMirrored workers: the upstream probe, then pre-training."""
+    """One of two MultiWorkerMirrored workers: the upstream probe, then pre-training; the
+    report says whether Keras' trainer was still patched after it."""
     os.environ["TF_CONFIG"] = json.dumps(
         {
             "cluster": {"worker": [f"127.0.0.1:{port}" for port in ports.split(",")]},
@@ -217,9 +221,8 @@ def worker(index, ports, data, out):
     from bert_keras import compat
     from bert_keras.training import distribute
 
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # before the patch, for the probe
-    upstream_error = keras_20585_error(strategy)
-    compat.patch_multi_worker_fit()
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    upstream_error = keras_20585_error(strategy)  # outside keras_20585_workaround: Keras as it is
     data, out = Path(data), Path(out)
     inputs = json.loads((data / "inputs.json").read_text())
     initial = load_weights(data / "initial.npz")["initial"]
@@ -231,6 +234,7 @@ def worker(index, ports, data, out):
                 "upstream_error": upstream_error,
                 "replicas": strategy.num_replicas_in_sync,
                 "chief": distribute.is_chief(strategy),
+                "patched_after": compat.keras_20585_patched(),
             }
         )
     )

@@ -82,7 +82,9 @@ def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
     (tmp_path / "inputs.json").write_text(json.dumps(inputs))
     result = run(["mirrored", tmp_path])
     assert result.returncode == 0, result.stderr[-4000:]
-    assert json.loads((tmp_path / "mirrored.json").read_text())["replicas"] == 2
+    report = json.loads((tmp_path / "mirrored.json").read_text())
+    assert report["replicas"] == 2
+    assert report["patched_after"] is False  # the recipes' keras#20585 workaround undid itself
     weights = load_weights(tmp_path / "mirrored.npz")
     for task in ("pretrain", "packed", "finetune", "embed"):
         one_device, mirrored = weights[f"{task}_one_device"], weights[f"{task}_mirrored"]
@@ -171,6 +173,7 @@ def test_two_workers_match_one_process(two_workers):
     import keras
 
     assert [r["replicas"] for r in two_workers["reports"]] == [2, 2]
+    assert [r["patched_after"] for r in two_workers["reports"]] == [False, False]
     assert [r["chief"] for r in two_workers["reports"]] == [True, False]
     worker0, worker1 = two_workers["weights"]
     assert max_difference(worker0, worker1) == 0.0  # replicas stay identical
@@ -332,6 +335,36 @@ def test_resolve_strategy_rejects_bad_requests(monkeypatch):
     assert distribute.check_global_batch(mirrored, 8) == 8
     with pytest.raises(ValueError, match="global batch size 7 is not divisible by the 2 replicas"):
         distribute.check_global_batch(type("TwoReplicas", (), {"num_replicas_in_sync": 2})(), 7)
+
+
+def test_keras_20585_workaround_patches_only_where_the_bug_bites_and_undoes_itself():
+    """Resolving a strategy patches nothing; the workaround patches Keras' trainer only for
+    more than one replica (one device and a mirrored strategy over one device feed plain
+    batches, which Keras builds from as it is), only inside its block, also on an error."""
+    from bert_keras.compat import keras_20585_patched, keras_20585_unfixed, keras_20585_workaround
+
+    if not keras_20585_unfixed():
+        pytest.skip("this Keras has the upstream fix of keras-team/keras#20585")
+    one_replica = [
+        distribute.resolve_strategy("default"),
+        distribute.resolve_strategy("one_device", devices=["/cpu:0"]),
+        distribute.resolve_strategy("mirrored", devices=["/cpu:0"]),
+    ]
+    assert not keras_20585_patched()
+    for strategy in one_replica:
+        assert strategy.num_replicas_in_sync == 1
+        with keras_20585_workaround(strategy):
+            assert not keras_20585_patched(), strategy
+    two_replicas = type("TwoReplicas", (), {"num_replicas_in_sync": 2})()
+    with keras_20585_workaround(two_replicas):
+        assert keras_20585_patched()
+        with keras_20585_workaround(two_replicas):  # nested: the outermost block undoes it
+            pass
+        assert keras_20585_patched()
+    assert not keras_20585_patched()
+    with pytest.raises(RuntimeError, match="fit failed"), keras_20585_workaround(two_replicas):
+        raise RuntimeError("fit failed")
+    assert not keras_20585_patched()
 
 
 def test_shard_files_by_input_pipeline():

@@ -1,11 +1,12 @@
-"""TensorFlow imported without its C++ start-up lines (standard library only).
+"""TensorFlow imported without its C++ start-up lines, for programs (standard library only).
 
 On a CPU-only machine `import tensorflow` and its first op write lines such as
 `E0000 ... failed call to cuInit` and `Could not find cuda drivers` to file descriptor 2,
-below Python's `sys.stderr`. `import bert_keras` and the `bert-keras` commands (and so
-`ServingClient`, `serving/smoke.py`) import TensorFlow through `quiet_start_up`, which
-drops those lines and sets `TF_CPP_MIN_LOG_LEVEL=3` for what follows; any other line
-still shows, and a `TF_CPP_MIN_LOG_LEVEL` set beforehand (0 shows everything) is kept.
+below Python's `sys.stderr`. The `bert-keras` commands and `serving/smoke.py` import
+TensorFlow through `quiet_start_up`, which drops those lines and sets
+`TF_CPP_MIN_LOG_LEVEL=3` for what follows; any other line still shows, and a
+`TF_CPP_MIN_LOG_LEVEL` set beforehand (0 shows everything) is kept. The library itself
+(`import bert_keras`) leaves the process's environment and file descriptors alone.
 """
 
 import contextlib
