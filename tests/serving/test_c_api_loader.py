@@ -8,7 +8,12 @@ request fails the load there (servables/tensorflow/saved_model_warmup_util.cc); 
 here. The loader's process registers only the tf.text op libraries TF Serving 2.12 links.
 """
 
+import dataclasses
+import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -33,9 +38,10 @@ from bert_keras.serving.hub_export import export_hub_style
 from bert_keras.serving.ops import check_serving_ops
 from bert_keras.serving.tfserving import c_api_loader
 from bert_keras.serving.tfserving.c_api_loader import CApiError, CApiPredictor, build, serving_op_libraries
-from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
+from bert_keras.serving.tfserving.session import ServingError, SessionPredictor, make_request
 from bert_keras.tasks.multiple_choice import pack_choices
 
+ROOT = Path(__file__).resolve().parents[2]
 needs_gcc = pytest.mark.skipif(
     shutil.which("gcc") is None, reason="gcc is not on PATH: the C-API loader cannot be compiled"
 )
@@ -278,5 +284,71 @@ def test_compile_error_is_shown(monkeypatch, tmp_path):
     broken = tmp_path / "c_api_predict.c"
     broken.write_text("int main(void) { return undefined_name; }\n")
     monkeypatch.setattr(c_api_loader, "SOURCE", broken)
-    with pytest.raises(CApiError, match="(?s)compiling c_api_predict.c failed.*undefined_name"):
+    with pytest.raises(
+        c_api_loader.Unavailable, match="(?s)compiling c_api_predict.c failed.*undefined_name"
+    ) as caught:
         c_api_loader.build(tmp_path / "cache")
+    assert re.fullmatch(r"compiling c_api_predict.c failed: .*error: .*undefined_name.*", caught.value.reason)
+
+
+def tiny_encoder_file(folder):
+    """A tiny encoder's `.keras` file and its vocab.txt, for `bert-keras export`."""
+    BertEncoder(dataclasses.replace(CONFIG, num_hidden_layers=1)).save(folder / "encoder.keras")
+    (folder / "vocab.txt").write_text("".join(f"{token}\n" for token in VOCAB), encoding="utf-8")
+    return [str(folder / "encoder.keras"), "--vocab", str(folder / "vocab.txt")]
+
+
+def test_export_whose_loader_cannot_be_built_is_written_with_the_check_skipped(tmp_path):
+    """A compiler that fails (not a missing one) and an empty build cache: the export is
+    still written and loads; the C++ loader check is one `skipped` line with the reason."""
+    (tmp_path / "bin").mkdir()
+    gcc = tmp_path / "bin" / "gcc"
+    gcc.write_text("#!/bin/sh\necho 'gcc: fatal error: cannot execute cc1: No such file or directory' >&2\nexit 1\n")
+    gcc.chmod(0o755)
+    (tmp_path / "cache").mkdir()  # $XDG_CACHE_HOME: c_api_loader.build caches under it, empty here
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "PYTHONPATH": str(ROOT),
+    }
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "bert-keras"), "export", *tiny_encoder_file(tmp_path), "--out", "m"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    skipped = [line for line in out.stdout.splitlines() if "C++ loader check" in line]
+    assert skipped == [
+        "  C++ loader check skipped: compiling c_api_predict.c failed: "
+        "gcc: fatal error: cannot execute cc1: No such file or directory"
+    ], out.stdout
+    assert "Traceback" not in out.stderr
+    predictor = SessionPredictor(tmp_path / "m" / "1")
+    try:
+        outputs = predictor.predict(make_request("bert", "serving_default", {"text": ["the quick brown fox"]}))
+    finally:
+        predictor.close()
+    assert tf.make_ndarray(outputs.outputs["pooled_output"]).shape == (1, CONFIG.hidden_size)
+    assert not any((tmp_path / "cache").rglob("c_api_predict"))
+
+
+@needs_gcc
+def test_a_loader_that_runs_and_disagrees_fails_the_export(monkeypatch, tmp_path):
+    """The check built and ran: answers that differ from the session loader's fail the command."""
+    from pipelines.cli import main
+
+    replay_warmup = CApiPredictor.replay_warmup
+
+    def off_by_one(self):
+        return [
+            {key: value + 1 if value.dtype.kind == "f" else value for key, value in outputs.items()}
+            for outputs in replay_warmup(self)
+        ]
+
+    monkeypatch.setattr(CApiPredictor, "replay_warmup", off_by_one)
+    with pytest.raises(CApiError, match="differs between TF Serving's C\\+\\+ loader and the TF1 session loader"):
+        main(["export", *tiny_encoder_file(tmp_path), "--out", str(tmp_path / "m")])

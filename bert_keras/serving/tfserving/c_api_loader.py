@@ -44,7 +44,18 @@ class CApiError(RuntimeError):
     """The C-API loader could not be built, or could not load an export."""
 
 
-class NoCompiler(CApiError):
+class Unavailable(CApiError):
+    """The C-API loader cannot be built or started on this machine (no gcc, a compile or
+    link that fails against the TensorFlow wheel's private layout, an unwritable cache):
+    its check cannot run, which says nothing about an export. The first line of the
+    message is the `reason`; the rest, the compiler's command and output."""
+
+    @property
+    def reason(self):
+        return str(self).splitlines()[0]
+
+
+class NoCompiler(Unavailable):
     """gcc is missing, so the C-API loader cannot be built on this machine."""
 
 
@@ -64,7 +75,10 @@ def build(cache_dir=None):
     binary = Path(cache_dir) / key / "c_api_predict"
     if binary.exists():
         return binary
-    binary.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        binary.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise Unavailable(f"the C-API loader's build cache {binary.parent} cannot be written: {error}") from None
     partial = binary.with_name(f"{binary.name}.{os.getpid()}.tmp")
     command = [
         compiler,
@@ -80,11 +94,21 @@ def build(cache_dir=None):
         *tf.sysconfig.get_link_flags(),
         f"-Wl,-rpath,{lib}",
     ]
-    result = subprocess.run(command, capture_output=True, text=True)
+    try:
+        result = subprocess.run(command, capture_output=True, text=True)
+    except OSError as error:
+        raise Unavailable(f"compiling {SOURCE.name} failed: {compiler} did not run: {error}") from None
     if result.returncode != 0:
-        raise CApiError(f"compiling {SOURCE.name} failed:\n$ {' '.join(command)}\n{result.stderr}")
+        summary = _first_error(result.stderr) or f"{compiler} exited with {result.returncode}"
+        raise Unavailable(f"compiling {SOURCE.name} failed: {summary}\n$ {' '.join(command)}\n{result.stderr}")
     partial.replace(binary)  # atomic, so a concurrent build never runs half a file
     return binary
+
+
+def _first_error(output):
+    """The compiler's first `error:` line (else its last line), stripped."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return next((line for line in lines if re.search(r"\berror:", line)), lines[-1] if lines else "")
 
 
 @functools.cache
@@ -94,9 +118,12 @@ def text_op_libraries(binary):
 
     folder = Path(importlib.util.find_spec("tensorflow_text").origin).parent / "python" / "ops"
     paths = sorted(str(path) for path in folder.glob("_*.so"))
-    result = subprocess.run([str(binary), "--ops", *paths], capture_output=True)
-    if result.returncode != 0:
-        raise CApiError(f"listing the ops of tf.text's libraries failed: {_tail(result.stderr)}")
+    try:
+        result = subprocess.run([str(binary), "--ops", *paths], capture_output=True)
+    except OSError as error:
+        raise Unavailable(f"the C-API loader {binary} did not start: {error}") from None
+    if result.returncode != 0:  # before any export is read: the loader itself does not run here
+        raise Unavailable(f"listing the ops of tf.text's libraries failed: {_tail(result.stderr)}")
     stream = io.BytesIO(result.stdout)
     libraries = {}
     for _ in paths:
