@@ -11,12 +11,13 @@ functions, and one patch that is active only inside a `with` block.
 The hooks and the private symbols each relies on:
 - `ClipsSummedGradients`: optimizer mixin, global-norm clipping of the gradient summed
   over replicas: overrides `Optimizer._clip_gradients` and `Optimizer._all_reduce_sum_gradients`
-  (and calls Keras' own through `super()`).
+  and calls Keras' own through `super()` (the latter returns `(gradient, variable)` pairs).
 - `variable_index`: a variable's slot in the optimizer's per-variable lists:
   `Optimizer._get_variable_index`.
 - `TensorBoard`: epoch metrics and each epoch's last step written whatever the batch-level
   summary condition: overrides `TensorBoard._log_epoch_metrics`, writes with
-  `TensorBoard._train_writer`.
+  `TensorBoard._train_writer`, and names and numbers the step as Keras' own batch summaries
+  (`batch_<metric>`, steps counted from 1 in each `fit`).
 - `accept_raw_inputs` / `keep_input_dtype`: a layer's call gets its inputs as given:
   sets `Layer._convert_input_args` and `Layer._allow_non_tensor_positional_args`.
 - `RestoresCompile`: `.keras` loading compiles a model whose `compile` is overridden:
@@ -35,8 +36,9 @@ The hooks and the private symbols each relies on:
 
 Outside this module, one private layout: bert_keras/serving/tfserving/c_api_loader.py
 compiles `c_api_predict.c` against the TensorFlow wheel's C headers (`tf.sysconfig`) and
-`libtensorflow_cc.so.2`, and loads tf.text's op libraries from `tensorflow_text/python/ops/_*.so`;
-when that build fails, `bert-keras export` reports its C++ loader check as skipped.
+`libtensorflow_cc.so.2` (where the wheel keeps the C API), loads tf.text's op libraries from
+`tensorflow_text/python/ops/_*.so`, and parses the protos of `tensorflow.core`; when that
+build fails, `bert-keras export` reports its C++ loader check as skipped.
 """
 
 import contextlib
