@@ -8,10 +8,9 @@ beside `best.keras`, for `bert-keras export --labels`.
 Example: `bert-keras finetune tsv --train train.tsv --dev dev.tsv --output-dir runs/mine`.
 """
 
-import json
 from pathlib import Path
 
-from pipelines.arguments import InputPath, add_window_arguments
+from pipelines.arguments import InputPath, add_window_arguments, report_truncation
 
 HELP = "your own TSV files with text [, text_b] and label columns"
 DEFAULTS = dict(learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128)
@@ -25,28 +24,23 @@ def add_arguments(parser):
 
 
 def run(args):
-    from bert_keras.tasks.glue import accuracy, label_examples, read_labelled_tsv
-    from pipelines.finetune import train_classifier
+    from bert_keras.datasets.classification import tsv_data
+    from bert_keras.tasks.classifier import BertClassifier
+    from pipelines.finetune.common import build_head, train, write_best_metrics
 
-    train_texts, train_labels = read_labelled_tsv(args.train)
-    dev_texts, dev_labels = read_labelled_tsv(args.dev)
-    if len(train_texts) != len(dev_texts):
-        raise ValueError(f"{args.train} has {len(train_texts)} text column(s) but {args.dev} has {len(dev_texts)}")
-    classes = list(args.labels or sorted(set(train_labels)))
-    if len(classes) < 2:
-        raise ValueError(f"{args.train}: need at least two classes, found {classes}")
-    train_examples = label_examples(train_texts, train_labels, classes, args.train).head(args.max_examples)
-    dev_examples = label_examples(dev_texts, dev_labels, classes, args.dev).head(args.max_examples)
-    print(f"{len(train_examples)} training and {len(dev_examples)} dev examples; classes {classes}")
-    _, best = train_classifier(
+    data = tsv_data(args.train, args.dev, args.labels, args.max_examples)
+    classes = list(data.labels)
+    print(f"{data.train_size} training and {data.dev_size} dev examples; classes {classes}")
+    strategy, model = build_head(
         args,
-        train_examples,
-        {Path(args.dev).name: dev_examples},
-        classes,
-        lambda labels, predicted: {"accuracy": accuracy(labels, predicted)},
-        "accuracy",
+        BertClassifier,
+        **data.head_arguments(),
+        doc_stride=args.doc_stride,
+        window_pooling=args.window_pooling,
     )
+    report_truncation(args, model.preprocessor, data.training_texts(), "training examples")
+    best = train(args, strategy, model, data)
     output_dir = Path(args.output_dir)  # written after training: a run that fails leaves no files
     (output_dir / "labels.txt").write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
-    (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
+    write_best_metrics(args, best)
     return 0
