@@ -9,6 +9,7 @@ from pipelines.arguments import (
     add_checkpoint_arguments,
     add_training_arguments,
     checkpoint_source,
+    report_truncation,
     training_options,
 )
 from pipelines.setup import set_up_training
@@ -81,6 +82,18 @@ def build_head(args, head_class, seq_length=None, **head_arguments):
         f"lower_case={model.preprocessor.tokenizer.lower_case}"
     )
     return strategy, model
+
+
+def train_classifier(args, data):
+    """A `BertClassifier` of `data`'s classes (`--doc-stride`, `--window-pooling`) trained
+    on it by `train`, truncation reported first. Returns (model with the best weights, best metrics)."""
+    from bert_keras.tasks.classifier import BertClassifier
+
+    strategy, model = build_head(
+        args, BertClassifier, **data.head_arguments(), doc_stride=args.doc_stride, window_pooling=args.window_pooling
+    )
+    report_truncation(args, model.preprocessor, data.training_texts(), "training examples")
+    return model, train(args, strategy, model, data)
 
 
 def train(args, strategy, model, data):

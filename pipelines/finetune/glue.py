@@ -7,7 +7,7 @@ Example: `bert-keras finetune glue --task sst-2 --data-dir ../shared/data/glue/S
 --output-dir runs/sst2`.
 """
 
-from pipelines.arguments import InputPath, add_window_arguments, report_truncation
+from pipelines.arguments import InputPath, add_window_arguments
 
 HELP = "GLUE sentence(-pair) classification and regression"
 DEFAULTS = dict(learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128)
@@ -24,8 +24,7 @@ def add_arguments(parser):
 
 def run(args):
     from bert_keras.datasets.glue import get_task, glue_data, read_test_sets, write_submissions
-    from bert_keras.tasks.classifier import BertClassifier
-    from pipelines.finetune.common import build_head, train, write_best_metrics
+    from pipelines.finetune.common import train_classifier, write_best_metrics
 
     task = get_task(args.task)
     data = glue_data(args.data_dir, task, args.max_examples)
@@ -34,15 +33,7 @@ def run(args):
         f"{task.name}: {len(data.train)} training examples, "
         + ", ".join(f"{len(v)} in {k}" for k, v in data.devs.items())
     )
-    strategy, model = build_head(
-        args,
-        BertClassifier,
-        **data.head_arguments(),
-        doc_stride=args.doc_stride,
-        window_pooling=args.window_pooling,
-    )
-    report_truncation(args, model.preprocessor, data.training_texts(), "training examples")
-    best = train(args, strategy, model, data)
+    model, best = train_classifier(args, data)
     for target, count in write_submissions(model, test_sets, task, args.output_dir, args.eval_batch_size):
         print(f"wrote {count} test predictions to {target}")
     write_best_metrics(args, best)

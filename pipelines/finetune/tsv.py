@@ -10,7 +10,7 @@ Example: `bert-keras finetune tsv --train train.tsv --dev dev.tsv --output-dir r
 
 from pathlib import Path
 
-from pipelines.arguments import InputPath, add_window_arguments, report_truncation
+from pipelines.arguments import InputPath, add_window_arguments
 
 HELP = "your own TSV files with text [, text_b] and label columns"
 DEFAULTS = dict(learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128)
@@ -25,21 +25,12 @@ def add_arguments(parser):
 
 def run(args):
     from bert_keras.datasets.classification import tsv_data
-    from bert_keras.tasks.classifier import BertClassifier
-    from pipelines.finetune.common import build_head, train, write_best_metrics
+    from pipelines.finetune.common import train_classifier, write_best_metrics
 
     data = tsv_data(args.train, args.dev, args.labels, args.max_examples)
     classes = list(data.labels)
     print(f"{data.train_size} training and {data.dev_size} dev examples; classes {classes}")
-    strategy, model = build_head(
-        args,
-        BertClassifier,
-        **data.head_arguments(),
-        doc_stride=args.doc_stride,
-        window_pooling=args.window_pooling,
-    )
-    report_truncation(args, model.preprocessor, data.training_texts(), "training examples")
-    best = train(args, strategy, model, data)
+    _, best = train_classifier(args, data)
     output_dir = Path(args.output_dir)  # written after training: a run that fails leaves no files
     (output_dir / "labels.txt").write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
     write_best_metrics(args, best)
