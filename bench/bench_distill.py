@@ -99,17 +99,17 @@ def sst2(models, predictors, args):
 
 
 def conll(models, predictors, args):
-    from bert_keras.tasks.conll import conll_scores, read_conll
+    from bert_keras.datasets.conll import ConllData
 
-    sentences = read_conll(SHARED / "data" / "conll2003" / "eng.testa")[: args.dev_limit]
-    f1 = {name: conll_scores(model, sentences, 64)[0]["f1"] for name, model in models.items()}
-    return np.array([" ".join(s.words).encode() for s in sentences], dtype=object), f1, "testa F1"
+    data = ConllData(SHARED / "data" / "conll2003", max_examples=args.dev_limit)
+    f1 = {name: data.evaluate(model, 64)["f1"] for name, model in models.items()}
+    return np.array([" ".join(s.words).encode() for s in data.dev], dtype=object), f1, "testa F1"
 
 
 def embedder(models, predictors, args):
     from bench_embed import squad, squad_split
 
-    from bert_keras.tasks import retrieval
+    from bert_keras.datasets import retrieval
 
     questions, paragraphs, owners = squad()
     _, held_out = squad_split(questions)

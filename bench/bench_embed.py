@@ -162,7 +162,7 @@ def write_squad_pairs(out_dir, questions, paragraphs, owners, train, train_pairs
 def retrieval_table(model, questions, paragraphs, owners, train_pairs, steps, out_dir):
     """Held-out half of the questions against all paragraphs: zero-shot and fine-tuned."""
     from bert_keras import BertTextEmbedder
-    from bert_keras.tasks import retrieval
+    from bert_keras.datasets import retrieval
 
     train, held_out = squad_split(questions)
     queries = [questions[i] for i in held_out]
@@ -212,7 +212,7 @@ def search_worker(size, dim=384, queries=100):
     memory-mapped file: (seconds, peak resident MB of this process)."""
     import resource
 
-    from bert_keras.tasks import retrieval
+    from bert_keras.datasets import retrieval
 
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as folder:

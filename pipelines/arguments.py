@@ -84,6 +84,29 @@ def training_options(args):
     }
 
 
+def add_training_arguments(parser, output_help, overwrite_help, learning_rate, epochs, batch_size, max_seq_length):
+    """The flags of a fine-tuning run (`finetune`'s tasks and `distill`): --output-dir and
+    --overwrite, the schedule and its limits, evaluation, seed, distribution, XLA, progress."""
+    parser.add_argument("--output-dir", required=True, help=output_help)
+    parser.add_argument("--overwrite", action="store_true", help=overwrite_help)
+    parser.add_argument("--epochs", type=float, default=epochs)
+    parser.add_argument("--batch-size", type=int, default=batch_size)
+    parser.add_argument("--learning-rate", type=float, default=learning_rate)
+    parser.add_argument("--warmup-proportion", type=float, default=0.1)
+    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--max-seq-length", type=int, default=max_seq_length)
+    parser.add_argument("--max-train-steps", type=int, help="stop after this many updates (tests, time budgets)")
+    parser.add_argument("--max-examples", type=int, help="use only the first N training and evaluation examples")
+    parser.add_argument(
+        "--max-train-minutes", type=float, help="time budget: stop after the step that exceeds it, then evaluate"
+    )
+    parser.add_argument("--eval-batch-size", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    add_distribution_arguments(parser)
+    parser.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
+    parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Keras progress output")
+
+
 def add_window_arguments(parser, pooling=True, default_pooling="mean", served=False):
     """--doc-stride (and --window-pooling; `served`: --max-windows): long texts read in
     windows, not truncated."""

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from pipelines.arguments import CheckpointPath, InputPath, add_distribution_arguments
+from pipelines.setup import set_up_training
 
 
 def register(subparsers):
@@ -145,16 +146,11 @@ def phases(args):
 
 
 def run(args):
-    import keras
-
     from bert_keras.recipes.pretraining import pretrain
     from bert_keras.training import distribute
 
     plan = phases(args)
-    strategy = distribute.resolve_strategy(args.strategy, tpu=args.tpu, devices=args.devices)
-    if args.mixed_precision:
-        keras.mixed_precision.set_global_policy(distribute.mixed_precision_policy())
-    keras.utils.set_random_seed(args.seed)
+    strategy = set_up_training(args)
     with strategy.scope():
         pretrainer = build_pretrainer(args)
     pretrain(

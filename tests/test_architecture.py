@@ -62,11 +62,11 @@ def test_ruff_lint_and_format_are_clean():
 
 
 def pipeline_functions():
-    for path in sorted((ROOT / "pipelines").glob("*.py")):
+    for path in sorted((ROOT / "pipelines").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                yield path.name, node
+                yield str(path.relative_to(ROOT / "pipelines")), node
 
 
 def test_pipelines_only_parse_print_and_call_the_library():

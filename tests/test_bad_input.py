@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bert_keras import BertConfig, BertEncoder, BertTokenizer
+from bert_keras.datasets.conll import read_conll
+from bert_keras.datasets.squad import read_squad
+from bert_keras.datasets.tsv import read_rows
 from bert_keras.models.dtype import cpu_has_bfloat16
-from bert_keras.tasks.conll import read_conll
-from bert_keras.tasks.glue import read_rows
-from bert_keras.tasks.squad import read_squad
 from pipelines.cli import main as cli
 
 VOCAB = DATA / "vocab" / "vocab.txt"

@@ -8,7 +8,7 @@ import pytest
 from conftest import DATA, require
 
 from bench.bench_long import long_documents, split
-from bert_keras.tasks.squad import read_squad
+from bert_keras.datasets.squad import read_squad
 
 SQUAD = DATA / "squad" / "dev-v1.1.json"
 PARAGRAPHS = 4

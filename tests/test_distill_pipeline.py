@@ -14,8 +14,8 @@ import pytest
 from harness import TINY, tiny_preprocessor
 
 from bert_keras import BertClassifier, BertEncoder, BertTextEmbedder, BertTokenClassifier
-from bert_keras.tasks import conll, retrieval
-from bert_keras.tasks.glue import accuracy
+from bert_keras.datasets import conll, retrieval
+from bert_keras.datasets.metrics import accuracy
 from pipelines.cli import main
 
 TEXTS = ["the film is good", "the film is bad", "a quick brown fox jumps", "the lazy dog", "it was good !", "bad"]
@@ -100,6 +100,10 @@ def test_labels_only_and_cached_teacher(run_files):
     assert distill(folder, "baseline", "--labels-only", "--student", "teacher:1") == 0
     assert json.loads((folder / "baseline" / "distill_results.json").read_text())["alpha"] == 0.0
     assert distill(folder, "cached", "--cache-teacher", "--student", "teacher:1") == 0
+    # --overwrite replaces the run: the old run's files go first (a stale epoch's logs with them).
+    (folder / "cached" / "logs" / "stale").mkdir()
+    assert distill(folder, "cached", "--cache-teacher", "--student", "teacher:1", "--overwrite") == 0
+    assert not (folder / "cached" / "logs" / "stale").exists() and (folder / "cached" / "best.keras").exists()
 
 
 @pytest.mark.slow
@@ -153,6 +157,9 @@ def test_bad_input_is_one_line(run_files, capsys):
     (folder / "full" / "notes.txt").write_text("mine")
     assert distill(folder, "full") == 2
     assert "is not empty" in capsys.readouterr().err
+    assert distill(folder, "full", "--overwrite") == 2  # a file no distillation writes is never removed
+    assert "holds files no distillation writes (notes.txt)" in capsys.readouterr().err
+    assert (folder / "full" / "notes.txt").read_text() == "mine"
     assert distill(folder, "cache", "--cache-teacher", "--hidden-weight", "1") == 2
     assert "--cache-teacher keeps logits only" in capsys.readouterr().err
     (folder / "pairs.txt").write_text("one\ttwo\n")

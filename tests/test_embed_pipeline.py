@@ -66,7 +66,7 @@ def embedder_run(tmp_path_factory, minilm_dir):
 @pytest.mark.slow
 def test_finetune_embedder_keeps_the_best_model_by_retrieval(embedder_run, minilm_dir):
     from bert_keras import BertTextEmbedder
-    from bert_keras.tasks import retrieval
+    from bert_keras.datasets import retrieval
 
     history = json.loads((embedder_run / "eval_results.json").read_text())
     assert {"recall@1", "recall@10", "mrr@10", "ndcg@10"} <= set(history[0])

@@ -96,7 +96,7 @@ def test_finetune_tsv_with_windows_then_export(tmp_path, capsys, monkeypatch):
 
     from bert_keras import BertConfig, BertEncoder
     from bert_keras.serving.tfserving.session import SessionPredictor
-    from pipelines import finetune
+    from pipelines.finetune import common as finetune
 
     rows = [row.split("\t") for row in require(DATA / "glue" / "SST-2" / "dev.tsv").read_text().splitlines()[1:41]]
     documents = ["\t".join([" ".join(text for text, _ in rows[i : i + 4]), rows[i][1]]) for i in range(0, 40, 4)]

@@ -27,8 +27,7 @@ import tensorflow as tf
 
 from bert_keras.models.encoder import BertEncoder
 from bert_keras.tasks.classifier import BertClassifier
-from bert_keras.tasks.glue import Examples, model_inputs
-from bert_keras.tasks.preprocessing import is_packed
+from bert_keras.tasks.preprocessing import is_packed, text_columns
 from bert_keras.tasks.task import BertTask, default_optimizer
 from bert_keras.tasks.text_embedder import BertTextEmbedder
 from bert_keras.tasks.token_classifier import IGNORE_LABEL, BertTokenClassifier
@@ -183,10 +182,11 @@ def augmented_texts(teacher, columns, copies, probability=0.4, candidates=15, se
 
 
 def teacher_labelled(teacher, train, extra_columns=None, augment=0, probability=0.4, seed=0, batch_size=64):
-    """`train` (`glue.Examples`) plus the texts `extra_columns` (one list per segment, e.g.
-    unlabelled text) and `augment` copies of `train` (`augmented_texts`), the added
-    examples labelled with the classifier `teacher`'s predicted class. Their soft targets
-    are the teacher's logits, as for any example the distiller trains on."""
+    """`train` (a dataclass of `guids`, `texts`, one list per segment, and `labels`, as
+    `datasets.classification.Examples`) plus the texts `extra_columns` (one list per
+    segment, e.g. unlabelled text) and `augment` copies of `train` (`augmented_texts`),
+    the added examples labelled with the classifier `teacher`'s predicted class. Their
+    soft targets are the teacher's logits, as for any example the distiller trains on."""
     if not (isinstance(teacher, BertClassifier) and teacher.num_classes >= 2):
         raise ValueError(
             f"teacher_labelled labels with a classifier's classes; the teacher is a {type(teacher).__name__}"
@@ -203,10 +203,13 @@ def teacher_labelled(teacher, train, extra_columns=None, augment=0, probability=
         columns = tuple(a + b for a, b in zip(columns, copies))
     if not columns[0]:
         return train
-    extra = Examples([f"extra-{i}" for i in range(len(columns[0]))], columns, None)
-    labels = np.argmax(teacher.predict(model_inputs(extra), batch_size=batch_size, verbose=0), -1)
-    texts = tuple(a + b for a, b in zip(train.texts, columns))
-    return Examples(train.guids + extra.guids, texts, list(train.labels) + labels.tolist())
+    labels = np.argmax(teacher.predict(text_columns(columns), batch_size=batch_size, verbose=0), -1)
+    return dataclasses.replace(
+        train,
+        guids=list(train.guids) + [f"extra-{i}" for i in range(len(columns[0]))],
+        texts=tuple(a + b for a, b in zip(train.texts, columns)),
+        labels=list(train.labels) + labels.tolist(),
+    )
 
 
 class BertDistiller(BertTask):
@@ -323,16 +326,7 @@ class BertDistiller(BertTask):
         return outputs
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        if isinstance(y, dict) and TEACHER_OUTPUTS in y:
-            if self.intermediate:
-                raise ValueError("cached teacher outputs hold no hidden states: run the teacher on the fly")
-            labels, teacher_outputs, teacher_features = y.get("labels"), y[TEACHER_OUTPUTS], None
-        else:
-            labels, teacher_outputs, teacher_features = y, None, None
-            if self.needs_teacher:
-                with recording_encoder_outputs(self.teacher, attention=bool(self.attention_weight)) as record:
-                    teacher_outputs = self.teacher(x, training=False)
-                teacher_features = record
+        labels, teacher_outputs, teacher_features = self._teacher_targets(x, y)
         weight = sample_weight
         if self.per_token:
             weight = tf.cast(x["input_mask"], tf.float32)
@@ -352,6 +346,19 @@ class BertDistiller(BertTask):
         if not losses:
             raise ValueError("no loss: alpha=1 needs the teacher (or its cached outputs), alpha<1 needs labels")
         return tf.add_n(losses)
+
+    def _teacher_targets(self, x, y):
+        """(labels, teacher outputs, teacher features): the outputs cached in `y`, or the
+        teacher run on `x` (with its hidden states and attention maps when matched)."""
+        if isinstance(y, dict) and TEACHER_OUTPUTS in y:
+            if self.intermediate:
+                raise ValueError("cached teacher outputs hold no hidden states: run the teacher on the fly")
+            return y.get("labels"), y[TEACHER_OUTPUTS], None
+        if not self.needs_teacher:
+            return y, None, None
+        with recording_encoder_outputs(self.teacher, attention=bool(self.attention_weight)) as record:
+            teacher_outputs = self.teacher(x, training=False)
+        return y, teacher_outputs, record
 
     def _intermediate_losses(self, x, teacher_features):
         student_features = self._student_features

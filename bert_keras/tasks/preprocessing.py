@@ -77,3 +77,10 @@ def segments_to_tensors(x):
     if isinstance(x, dict):
         return {key: to_tensors(value) for key, value in x.items()}
     return to_tensors(x)
+
+
+def text_columns(texts):
+    """Raw text for a head's `fit`/`predict` from one list of strings per segment: the
+    one segment's array of strings, or a tuple of arrays for pairs."""
+    columns = tuple(np.array(segment, dtype=object) for segment in texts)
+    return columns[0] if len(columns) == 1 else columns

@@ -20,7 +20,6 @@ from bert_keras import checkpoint
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.tasks.classifier import BertClassifier
 from bert_keras.tasks.multiple_choice import pack_choices
-from bert_keras.tasks.retrieval import retrieval_metrics, top_k
 from bert_keras.tasks.serving_signature import ServingSignature, as_float32, check_no_labels
 
 ACTIVATIONS = {"sigmoid": tf.sigmoid, "identity": tf.identity, "tanh": tf.tanh}
@@ -175,40 +174,3 @@ class RerankerSignature(ServingSignature):
     def from_ids(self, packed, run):
         logits = as_float32(run(packed))[:, 0]
         return {"scores": ACTIVATIONS[self.model.activation](logits), "logits": logits}
-
-
-def mine_hard_negatives(embedder, anchors, positives, count, documents=None, batch_size=64):
-    """`count` hard negatives per row: the documents (`documents`, default the distinct
-    `positives`) that `embedder` (a `BertTextEmbedder`) ranks highest for the anchor,
-    skipping every positive of that anchor. Returns a list of `count` texts per row."""
-    documents = list(dict.fromkeys(documents if documents is not None else positives))
-    wanted = {}
-    for anchor, positive in zip(anchors, positives):
-        wanted.setdefault(anchor, set()).add(positive)
-    most = max(len(texts) for texts in wanted.values())
-    if len(documents) < count + most:
-        raise ValueError(f"{len(documents)} documents are too few to mine {count} negatives per query")
-    queries = list(wanted)
-    _, indices = top_k(
-        embedder.encode_queries(queries, batch_size=batch_size),
-        embedder.encode_documents(documents, batch_size=batch_size),
-        k=count + most,
-    )
-    mined = {
-        query: [documents[i] for i in row if documents[i] not in wanted[query]][:count]
-        for query, row in zip(queries, indices)
-    }
-    return [mined[anchor] for anchor in anchors]
-
-
-def ranking_metrics(reranker, queries, candidates, relevant, batch_size=64):
-    """recall@1/5/10, MRR@10 and nDCG@10 (`retrieval.retrieval_metrics`) of `reranker`
-    ordering each query's `candidates` (a list of texts per query); `relevant` holds the
-    indices of the relevant ones in each list."""
-    pairs = [(query, text) for query, texts in zip(queries, candidates) for text in texts]
-    scores = reranker.predict(pairs, batch_size=batch_size, verbose=0) if pairs else np.zeros(0)
-    orders, start = [], 0
-    for texts in candidates:
-        orders.append(np.argsort(-scores[start : start + len(texts)], kind="stable"))
-        start += len(texts)
-    return retrieval_metrics(orders, relevant)

@@ -76,7 +76,7 @@ def test_augmentation_replaces_words_by_their_nearest_in_the_teachers_embeddings
 
 
 def test_teacher_labelled_adds_unlabelled_text_and_copies_with_the_teachers_classes():
-    from bert_keras.tasks.glue import Examples
+    from bert_keras.datasets.classification import Examples
 
     teacher = tiny_teacher(num_classes=3)
     train = Examples(["a", "b"], (["the film", "a fox"],), [2, 2])

@@ -195,8 +195,7 @@ def test_convert_reads_a_cross_encoder_folder_as_a_reranker(tmp_path):
 def test_dev_lists_do_not_favour_a_reranker_that_scores_every_pair_alike():
     """In the file the relevant document comes first; ties keep their order, so unshuffled
     lists would give a constant reranker recall@1 of 1."""
-    from bert_keras.tasks.reranker import ranking_metrics
-    from pipelines.reranker import dev_candidates
+    from bert_keras.datasets.reranking import dev_candidates, ranking_metrics
 
     rows = [
         (f"query {q}", f"{'relevant' if d == 0 else 'other'} {q} {d}", float(d == 0))

@@ -16,7 +16,7 @@ from conftest import DATA, REFERENCE, require
 from harness import VOCAB, run_task_test, tiny_encoder, tiny_preprocessor
 
 from bert_keras import BertTextEmbedder, CoSENTLoss, MultipleNegativesRankingLoss
-from bert_keras.tasks import retrieval
+from bert_keras.datasets import retrieval
 from bert_keras.training.contrastive import text_fingerprints
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

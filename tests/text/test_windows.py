@@ -43,7 +43,7 @@ def test_budget_per_document(lengths, budgets, doc_stride):
 
 def test_max_context_ties_go_to_the_first_window():
     """Squad's own implementation (used for SQuAD features) agrees, ties included."""
-    from bert_keras.tasks.squad import _max_context_window
+    from bert_keras.datasets.squad import _max_context_window
 
     for n, budget, stride in [(10, 4, 2), (9, 4, 1), (30, 7, 3), (12, 6, 6), (5, 5, 1)]:
         spans = run_squad_spans(n, budget, stride)

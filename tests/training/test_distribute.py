@@ -442,7 +442,7 @@ def test_training_datasets_have_fully_defined_shapes(tmp_path):
 
     from bert_keras import BertEncoder, BertTokenizer
     from bert_keras.data.dynamic_masking import dynamic_masking_dataset
-    from bert_keras.tasks import squad
+    from bert_keras.datasets import squad
     from bert_keras.tasks.classifier import BertClassifier
     from bert_keras.tasks.preprocessing import preprocessor_for
     from bert_keras.tasks.token_classifier import BertTokenClassifier

@@ -1,25 +1,26 @@
-"""SQuAD v1.1 / v2.0 for a `BertSpanLabeler`: windowed features, n-best decoding mapped
-back to the context through byte offsets, and EM/F1 exactly as the official scripts.
+"""SQuAD v1.1 / v2.0 for a `BertSpanLabeler`: the json files read, windowed features,
+their batches and logits; decoding and EM/F1 are `squad_scoring`.
 
 As the original run_squad: the context is cut into windows of `max_seq_length` tokens
 (`[CLS] question [SEP] window [SEP]`, question cut to `max_query_length`) that start
 `doc_stride` tokens apart; a token is scored only from the window where it has the
-most context; the `n_best_size` best starts and ends of each window form candidate
-spans of at most `max_answer_length` tokens; v2.0 answers "" when the null score
-(the [CLS] logits) beats the best span by more than `null_score_diff_threshold`.
+most context (`_max_context_window`).
 
-`bert-keras finetune squad` (pipelines/squad.py) trains and scores with these.
+`SquadData` is the `TaskData` that `bert-keras finetune squad` trains and scores with.
 """
 
 import collections
 import dataclasses
 import json
-import re
-import string
 from pathlib import Path
 
+import numpy as np
+import tensorflow as tf
+
+from bert_keras.datasets.squad_scoring import decode, evaluate
+from bert_keras.datasets.task_data import TaskData
 from bert_keras.files import read_text
-from bert_keras.tasks.span_labeler import MAX_ANSWER_TOKENS, PADDING_LOGIT
+from bert_keras.tasks.span_labeler import PADDING_LOGIT
 
 
 @dataclasses.dataclass
@@ -113,8 +114,6 @@ def _answer(answer):
 
 def tokenize_with_offsets(tokenizer, texts, batch_size=512):
     """[(ids, byte starts, byte ends)] per text, numpy."""
-    import tensorflow as tf
-
     result = []
     for start in range(0, len(texts), batch_size):
         ids, starts, ends = tokenizer.tokenize_with_offsets(tf.constant(texts[start : start + batch_size]))
@@ -125,8 +124,6 @@ def tokenize_with_offsets(tokenizer, texts, batch_size=512):
 
 def make_features(examples, tokenizer, max_seq_length=384, doc_stride=128, max_query_length=64):
     """Windows of every example (see the module doc), as `Features`."""
-    import numpy as np
-
     contexts = sorted({example.context for example in examples})
     context_tokens = dict(zip(contexts, tokenize_with_offsets(tokenizer, contexts)))
     questions = tokenize_with_offsets(tokenizer, [example.question for example in examples])
@@ -200,8 +197,6 @@ def _answer_tokens(example, starts, ends):
 def _max_context_window(windows, num_tokens):
     """For each context token, the window in which min(left, right context) + 0.01 *
     window length is highest (the first such window on ties), as the original."""
-    import numpy as np
-
     best_score = np.full(num_tokens, -1.0)
     best = np.zeros(num_tokens, "int64")
     for number, (offset, length) in enumerate(windows):
@@ -213,145 +208,11 @@ def _max_context_window(windows, num_tokens):
     return best
 
 
-def decode(
-    examples,
-    features,
-    start_logits,
-    end_logits,
-    n_best_size=20,
-    max_answer_length=MAX_ANSWER_TOKENS,
-    version_2=False,
-    null_score_diff_threshold=0.0,
-):
-    """{qas_id: answer text}, {qas_id: n-best list}, {qas_id: null score diff} (v2.0)."""
-    import numpy as np
-
-    by_example = collections.defaultdict(list)
-    for feature, example_index in enumerate(features.example_index):
-        by_example[int(example_index)].append(feature)
-    predictions, nbest_json, null_odds = {}, {}, {}
-    for index, example in enumerate(examples):
-        context = example.context.encode("utf-8")
-        candidates = []
-        null_score = None
-        for feature in by_example[index]:
-            starts, ends = start_logits[feature], end_logits[feature]
-            if version_2:
-                score = float(starts[0] + ends[0])
-                null_score = score if null_score is None else min(null_score, score)
-            top_starts = np.argsort(-starts, kind="stable")[:n_best_size]
-            top_ends = np.argsort(-ends, kind="stable")[:n_best_size]
-            s, e = np.meshgrid(top_starts, top_ends, indexing="ij")
-            s, e = s.ravel(), e.ravel()
-            valid = (
-                (features.token_start[feature][s] >= 0)
-                & (features.token_start[feature][e] >= 0)
-                & features.max_context[feature][s]
-                & (e >= s)
-                & (e - s + 1 <= max_answer_length)
-            )
-            for i, j in zip(s[valid], e[valid]):
-                candidates.append(
-                    (
-                        float(starts[i] + ends[j]),
-                        float(starts[i]),
-                        float(ends[j]),
-                        int(features.token_start[feature][i]),
-                        int(features.token_end[feature][j]),
-                    )
-                )
-        candidates.sort(key=lambda c: -c[0])
-        nbest, seen = [], set()
-        for _total, start_logit, end_logit, begin, end in candidates:
-            text = context[begin:end].decode("utf-8", errors="ignore")
-            if text in seen:
-                continue
-            seen.add(text)
-            nbest.append({"text": text, "start_logit": start_logit, "end_logit": end_logit})
-            if len(nbest) == n_best_size:
-                break
-        if version_2:
-            # The original keeps the null answer among the n-best when it scores.
-            nbest.append({"text": "", "start_logit": null_score, "end_logit": 0.0})
-            nbest.sort(key=lambda entry: -(entry["start_logit"] + entry["end_logit"]))
-            nbest = nbest[:n_best_size]
-        if not nbest:
-            nbest = [{"text": "empty", "start_logit": 0.0, "end_logit": 0.0}]
-        totals = np.array([entry["start_logit"] + entry["end_logit"] for entry in nbest])
-        probabilities = np.exp(totals - totals.max())
-        probabilities /= probabilities.sum()
-        for entry, probability in zip(nbest, probabilities):
-            entry["probability"] = float(probability)
-        nbest_json[example.qas_id] = nbest
-        best_non_null = next((entry for entry in nbest if entry["text"]), None)
-        if not version_2:
-            predictions[example.qas_id] = nbest[0]["text"]
-            continue
-        best_score = best_non_null["start_logit"] + best_non_null["end_logit"] if best_non_null else float("-inf")
-        null_odds[example.qas_id] = null_score - best_score
-        predictions[example.qas_id] = (
-            ""
-            if best_non_null is None or null_score - best_score > null_score_diff_threshold
-            else best_non_null["text"]
-        )
-    return predictions, nbest_json, null_odds
-
-
-# --- the official evaluation scripts (v1.1 and v2.0), transcribed ---------------------
-
-_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
-_PUNCTUATION = set(string.punctuation)
-
-
-def normalize_answer(text):
-    """Lower-case, drop punctuation, drop the articles a/an/the, squeeze white space."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
-
-
-def exact_match(prediction, truth):
-    return float(normalize_answer(prediction) == normalize_answer(truth))
-
-
-def f1_score(prediction, truth, version_2=False):
-    """Token F1 of the normalised texts. v1.1 scores 0 when nothing is shared (even
-    two empty answers); v2.0 scores 1 when both are empty and 0 when one is."""
-    predicted, gold = normalize_answer(prediction).split(), normalize_answer(truth).split()
-    if version_2 and (not predicted or not gold):
-        return float(predicted == gold)
-    common = collections.Counter(predicted) & collections.Counter(gold)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(predicted), same / len(gold)
-    return 2 * precision * recall / (precision + recall)
-
-
-def evaluate(examples, predictions, version_2=False):
-    """{"exact_match", "f1"} in percent over `examples`, each the max over its gold
-    answers; a question without a prediction scores 0. v2.0 uses only gold answers that
-    are non-empty after normalisation, or [""] for unanswerable questions."""
-    total_em = total_f1 = 0.0
-    for example in examples:
-        golds = [answer["text"] for answer in example.answers]
-        if version_2:
-            golds = [text for text in golds if normalize_answer(text)] or [""]
-        if example.qas_id not in predictions:
-            continue
-        prediction = predictions[example.qas_id]
-        total_em += max(exact_match(prediction, gold) for gold in golds)
-        total_f1 += max(f1_score(prediction, gold, version_2) for gold in golds)
-    count = max(len(examples), 1)
-    return {"exact_match": 100.0 * total_em / count, "f1": 100.0 * total_f1 / count}
-
-
 # --- batching and prediction -------------------------------------------------------
 
 
 def feature_batches(features, batch_size, shuffle=False, seed=0, labelled=True):
     """Batches of features cut to the longest window in the batch (dynamic padding)."""
-    import tensorflow as tf
-
     inputs = features.inputs()
     data = (
         (inputs, {"start_logits": features.start_positions, "end_logits": features.end_positions})
@@ -371,8 +232,6 @@ def feature_batches(features, batch_size, shuffle=False, seed=0, labelled=True):
 
 
 def predict_logits(model, features, batch_size):
-    import numpy as np
-
     starts, ends = [], []
     for (inputs,) in feature_batches(features, batch_size, labelled=False):
         outputs = model.predict_on_batch(inputs)
@@ -380,3 +239,69 @@ def predict_logits(model, features, batch_size):
         starts.append(np.pad(outputs["start_logits"], ((0, 0), (0, width)), constant_values=PADDING_LOGIT))
         ends.append(np.pad(outputs["end_logits"], ((0, 0), (0, width)), constant_values=PADDING_LOGIT))
     return np.concatenate(starts), np.concatenate(ends)
+
+
+class SquadData(TaskData):
+    """SQuAD json files (`train_articles`/`predict_articles`: slices of their articles;
+    the first `max_examples` questions) for a `BertSpanLabeler`: trained on packed
+    windows (`prepare` cuts them with the model's tokenizer), scored by the official
+    EM/F1 of the decoded answers and kept by F1. `options` are `make_features`' window
+    sizes and `decode`'s n-best settings."""
+
+    labels = None
+    main_metric = "f1"
+    preprocessed = True
+
+    def __init__(
+        self,
+        train_file,
+        predict_file,
+        train_articles=None,
+        predict_articles=None,
+        max_examples=None,
+        version_2=False,
+        **options,
+    ):
+        self.train = read_squad(train_file, train_articles)[:max_examples]
+        self.dev = read_squad(predict_file, predict_articles)[:max_examples]
+        self.version_2 = version_2
+        self.window_options = {
+            k: options[k] for k in ("max_seq_length", "doc_stride", "max_query_length") if k in options
+        }
+        self.decode_options = {
+            k: options[k] for k in ("n_best_size", "max_answer_length", "null_score_diff_threshold") if k in options
+        }
+        self.train_features = self.dev_features = None
+        self.decoded = None  # the last evaluation's predictions, n-best lists and null odds
+        self.dev_size = len(self.dev)
+
+    @property
+    def train_size(self):
+        """Training windows (after `prepare`)."""
+        return len(self.train_features)
+
+    def prepare(self, model):
+        tokenizer = model.preprocessor.tokenizer
+        self.train_features = make_features(self.train, tokenizer, **self.window_options)
+        self.dev_features = make_features(self.dev, tokenizer, **self.window_options)
+
+    def train_batches(self, batch_size, seed):
+        return feature_batches(self.train_features, batch_size, shuffle=True, seed=seed)
+
+    def evaluate(self, model, batch_size):
+        start_logits, end_logits = predict_logits(model, self.dev_features, batch_size)
+        self.decoded = decode(
+            self.dev, self.dev_features, start_logits, end_logits, version_2=self.version_2, **self.decode_options
+        )
+        return evaluate(self.dev, self.decoded[0], self.version_2)
+
+    def write_predictions(self, output_dir):
+        """The last evaluation's answers in the official formats: predictions.json,
+        nbest_predictions.json (and null_odds.json for v2.0)."""
+        output_dir = Path(output_dir)
+        predictions, nbest, null_odds = self.decoded
+        text = json.dumps(predictions, indent=2, ensure_ascii=False)
+        (output_dir / "predictions.json").write_text(text + "\n")
+        (output_dir / "nbest_predictions.json").write_text(json.dumps(nbest, indent=2, ensure_ascii=False) + "\n")
+        if self.version_2:
+            (output_dir / "null_odds.json").write_text(json.dumps(null_odds, indent=2) + "\n")

@@ -6,15 +6,21 @@ The paper's CoNLL-2003 results use "maximal document context": `document_context
 packs each sentence with the words around it in its document (`-DOCSTART-` lines
 delimit documents), and only the sentence's own words are labelled and scored.
 
-`bert-keras finetune conll` (pipelines/conll.py) trains and scores with these.
+`ConllData` is the `TaskData` that `bert-keras finetune conll` and `distill --task conll`
+train and score with.
 """
 
 import dataclasses
 import itertools
 from pathlib import Path
 
+import numpy as np
+import tensorflow as tf
+
+from bert_keras.datasets.task_data import TaskData
 from bert_keras.files import read_text
 from bert_keras.tasks.token_classifier import IGNORE_LABEL
+from bert_keras.training.finetuning import length_grouped_batches
 
 # IOB2 tags of CoNLL-2003, "O" first.
 LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
@@ -90,9 +96,6 @@ def document_context(sentences, tokenizer, max_seq_length):
     and after it in turn, so it sits near the middle; a side stops at its first word
     that does not fit, or at the document's edge. A sentence that alone does not fit
     gets no context."""
-    import numpy as np
-    import tensorflow as tf
-
     words = [word for sentence in sentences for word in sentence.words]
     counts = tokenizer(tf.constant(words, tf.string)).row_lengths().numpy() if words else np.zeros(0, "int64")
     ends = np.cumsum([len(sentence.words) for sentence in sentences], dtype="int64")
@@ -170,6 +173,32 @@ def _start_of_chunk(prev_tag, tag, prev_type, type_):
     )
 
 
+def _count_chunks(gold_tags, guessed_tags, correct_chunks, found_gold, found_guessed):
+    """Adds one sentence's correct, gold and guessed chunks per type to the counts."""
+    in_correct = False
+    last_gold, last_gold_type, last_guess, last_guess_type = "O", "", "O", ""
+    for gold, guess in zip(list(gold_tags) + ["O"], list(guessed_tags) + ["O"]):  # "O": the boundary
+        gold_tag, gold_type = _split(gold)
+        guess_tag, guess_type = _split(guess)
+        gold_end = _end_of_chunk(last_gold, gold_tag, last_gold_type, gold_type)
+        guess_end = _end_of_chunk(last_guess, guess_tag, last_guess_type, guess_type)
+        if in_correct:
+            if gold_end and guess_end and last_guess_type == last_gold_type:
+                in_correct = False
+                correct_chunks[last_gold_type] = correct_chunks.get(last_gold_type, 0) + 1
+            elif gold_end != guess_end or guess_type != gold_type:
+                in_correct = False
+        gold_start = _start_of_chunk(last_gold, gold_tag, last_gold_type, gold_type)
+        guess_start = _start_of_chunk(last_guess, guess_tag, last_guess_type, guess_type)
+        if gold_start and guess_start and guess_type == gold_type:
+            in_correct = True
+        if gold_start:
+            found_gold[gold_type] = found_gold.get(gold_type, 0) + 1
+        if guess_start:
+            found_guessed[guess_type] = found_guessed.get(guess_type, 0) + 1
+        last_gold, last_gold_type, last_guess, last_guess_type = gold_tag, gold_type, guess_tag, guess_type
+
+
 def conlleval(gold_sentences, predicted_sentences):
     """Entity precision/recall/F1 (overall and per type) and token accuracy, computed
     as conlleval.pl does: a predicted entity counts only if its start, end and type all
@@ -179,28 +208,7 @@ def conlleval(gold_sentences, predicted_sentences):
     for gold_tags, guessed_tags in zip(gold_sentences, predicted_sentences, strict=True):
         if len(gold_tags) != len(guessed_tags):
             raise ValueError(f"sentence with {len(gold_tags)} gold tags got {len(guessed_tags)} predictions")
-        in_correct = False
-        last_gold, last_gold_type, last_guess, last_guess_type = "O", "", "O", ""
-        for gold, guess in zip(list(gold_tags) + ["O"], list(guessed_tags) + ["O"]):  # "O": the boundary
-            gold_tag, gold_type = _split(gold)
-            guess_tag, guess_type = _split(guess)
-            gold_end = _end_of_chunk(last_gold, gold_tag, last_gold_type, gold_type)
-            guess_end = _end_of_chunk(last_guess, guess_tag, last_guess_type, guess_type)
-            if in_correct:
-                if gold_end and guess_end and last_guess_type == last_gold_type:
-                    in_correct = False
-                    correct_chunks[last_gold_type] = correct_chunks.get(last_gold_type, 0) + 1
-                elif gold_end != guess_end or guess_type != gold_type:
-                    in_correct = False
-            gold_start = _start_of_chunk(last_gold, gold_tag, last_gold_type, gold_type)
-            guess_start = _start_of_chunk(last_guess, guess_tag, last_guess_type, guess_type)
-            if gold_start and guess_start and guess_type == gold_type:
-                in_correct = True
-            if gold_start:
-                found_gold[gold_type] = found_gold.get(gold_type, 0) + 1
-            if guess_start:
-                found_guessed[guess_type] = found_guessed.get(guess_type, 0) + 1
-            last_gold, last_gold_type, last_guess, last_guess_type = gold_tag, gold_type, guess_tag, guess_type
+        _count_chunks(gold_tags, guessed_tags, correct_chunks, found_gold, found_guessed)
         tokens += len(gold_tags)
         correct_tokens += sum(g == p for g, p in zip(gold_tags, guessed_tags))
 
@@ -226,9 +234,6 @@ def predict_tags(model, sentences, batch_size, contexts=None):
     """IOB2 tags per word: the argmax at each word's first piece ("O" for words cut by
     truncation or with no pieces). With `contexts` (`document_context(sentences, ...)`)
     each sentence is tagged among the words around it."""
-    import numpy as np
-    import tensorflow as tf
-
     words = tf.ragged.constant([c.words for c in contexts] if contexts else [s.words for s in sentences])
     dataset = tf.data.Dataset.from_tensor_slices(words).batch(batch_size).map(model.word_start_positions)
     predictions = []
@@ -256,11 +261,6 @@ def tagging_batches(sentences, batch_size, seed, contexts=None):
     """Raw training batches of (words, tag ids per word) for `fit` (`training_examples`:
     with `contexts`, each sentence among its unlabelled context words): shuffled, of
     examples of similar lengths (`length_grouped_batches`)."""
-    import numpy as np
-    import tensorflow as tf
-
-    from bert_keras.training.finetuning import length_grouped_batches
-
     word_lists, label_lists = training_examples(sentences, contexts)
     words = tf.ragged.constant(word_lists)
     labels = tf.ragged.constant(label_lists, dtype=tf.int32)
@@ -274,3 +274,44 @@ def conll_scores(model, sentences, batch_size, contexts=None):
     predicted = predict_tags(model, sentences, batch_size, contexts)
     scores = conlleval([s.tags for s in sentences], predicted)
     return {name: scores[name] for name in ("precision", "recall", "f1", "accuracy")}, predicted
+
+
+class ConllData(TaskData):
+    """CoNLL-2003's `eng.train` and `eng.<eval_split>` of `data_dir` (the first
+    `max_examples` sentences of each) for a `BertTokenClassifier`, scored by conlleval
+    and kept by entity F1. With `document_context`, each sentence is read among the
+    words around it in its document, up to `max_seq_length` pieces (`prepare`)."""
+
+    labels = LABELS
+    main_metric = "f1"
+
+    def __init__(self, data_dir, eval_split="testa", max_examples=None, document_context=False, max_seq_length=None):
+        self.train = read_conll(Path(data_dir) / "eng.train")[:max_examples]
+        self.dev = read_conll(Path(data_dir) / f"eng.{eval_split}")[:max_examples]
+        self.train_size, self.dev_size = len(self.train), len(self.dev)
+        self.document_context, self.max_seq_length = document_context, max_seq_length
+        self.train_contexts = self.dev_contexts = None
+        self.predicted = None  # the last evaluation's tags
+
+    def head_arguments(self):
+        return {"num_classes": len(LABELS), "labels": LABELS}
+
+    def prepare(self, model):
+        if self.document_context:
+            tokenizer = model.preprocessor.tokenizer
+            self.train_contexts = document_context(self.train, tokenizer, self.max_seq_length)
+            self.dev_contexts = document_context(self.dev, tokenizer, self.max_seq_length)
+
+    def training_texts(self):
+        return [" ".join(words) for words in training_examples(self.train, self.train_contexts)[0]]
+
+    def train_batches(self, batch_size, seed):
+        return tagging_batches(self.train, batch_size, seed, self.train_contexts)
+
+    def evaluate(self, model, batch_size):
+        metrics, self.predicted = conll_scores(model, self.dev, batch_size, self.dev_contexts)
+        return metrics
+
+    def write_predictions(self, output_dir):
+        """The last evaluation's tags as `word gold predicted` lines, `predictions.txt`."""
+        write_predictions(Path(output_dir) / "predictions.txt", self.dev, self.predicted)

@@ -15,7 +15,6 @@ length are kept) or any BERT checkpoint (mean pooling, L2-normalised). Writes
 Example: `bert-keras finetune embedder --train pairs.tsv --dev dev_pairs.tsv --output-dir runs/embed`.
 """
 
-import json
 from pathlib import Path
 
 from pipelines.arguments import InputPath, add_window_arguments, report_truncation
@@ -40,14 +39,12 @@ def add_arguments(parser):
 
 
 def run(args):
-    from bert_keras.tasks import retrieval
+    from bert_keras.datasets.retrieval import PairData
     from bert_keras.tasks.text_embedder import BertTextEmbedder
-    from bert_keras.training.contrastive import CoSENTLoss, MultipleNegativesRankingLoss
     from pipelines.arguments import checkpoint_source
-    from pipelines.finetune import train, training_setup
+    from pipelines.finetune.common import train, training_setup, write_best_metrics
 
-    (columns, scores), (dev_columns, dev_scores) = retrieval.read_pair_files(args.train, args.dev, args.max_examples)
-    count = len(next(iter(columns.values())))
+    data = PairData(args.train, args.dev, args.max_examples, args.scale, args.symmetric)
     source = checkpoint_source(args.init)
     strategy, seq_length = training_setup(args)
     with strategy.scope():
@@ -63,25 +60,12 @@ def run(args):
     print(
         f"encoder {source}: L{model.encoder.config.num_hidden_layers}/H{model.encoder.config.hidden_size}, "
         f"{model.pooling} pooling{', normalised' if model.normalize else ''}, "
-        f"up to {model.preprocessor.packer.max_seq_length} tokens; {count} training pairs"
+        f"up to {model.preprocessor.packer.max_seq_length} tokens; {data.train_size} training pairs"
     )
-
-    def evaluate(model):
-        return retrieval.embedder_scores(model, dev_columns, dev_scores, args.eval_batch_size)
-
-    all_texts = [text for column in columns.values() for text in column]
-    report_truncation(args, model.preprocessor, all_texts, "training texts")
-    batches = retrieval.pair_batches(columns, scores, args.batch_size, args.seed)
-    loss = (
-        CoSENTLoss(args.scale)
-        if scores is not None
-        else MultipleNegativesRankingLoss(args.scale, symmetric=args.symmetric)
-    )
-    best = train(
-        model, args, batches, count, evaluate, "spearman" if scores is not None else "ndcg@10", strategy, loss=loss
-    )
+    report_truncation(args, model.preprocessor, data.training_texts(), "training texts")
+    best = train(args, strategy, model, data)
     output_dir = Path(args.output_dir)
     model.save_checkpoint(output_dir / "sentence-transformers")
-    (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
+    write_best_metrics(args, best)
     print(f"sentence-transformers folder: {output_dir / 'sentence-transformers'}")
     return 0

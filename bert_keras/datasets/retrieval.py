@@ -11,7 +11,11 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.tasks.glue import pearson, spearman
+from bert_keras.datasets.metrics import pearson, spearman
+from bert_keras.datasets.task_data import TaskData
+from bert_keras.datasets.tsv import read_rows
+from bert_keras.training.contrastive import CoSENTLoss, MultipleNegativesRankingLoss
+from bert_keras.training.finetuning import length_grouped_batches
 
 RECALL_AT = (1, 5, 10)
 
@@ -116,8 +120,6 @@ PAIRS, SCORED = ("anchor", "positive", "negative"), ("text_a", "text_b", "score"
 def read_pairs(path):
     """(columns {name: [texts]}, scores or None) of a pairs TSV whose header names them:
     anchor, positive [, negative], or text_a, text_b, score."""
-    from bert_keras.tasks.glue import read_rows
-
     rows = read_rows(path, header=False)
     if not rows:
         raise ValueError(f"{path}: empty file; need a header (anchor positive [negative], or text_a text_b score)")
@@ -164,8 +166,6 @@ def read_pair_files(train_path, dev_path, max_examples=None):
 def pair_batches(columns, scores, batch_size, seed):
     """Raw training batches of an embedder for `fit`: the text columns (and the scores as
     `y` when given), shuffled, of pairs of similar lengths."""
-    from bert_keras.training.finetuning import length_grouped_batches
-
     texts = tuple(np.array(column, dtype=object) for column in columns.values())
     lengths = sum(np.char.str_len(np.array(column, dtype=str)) for column in columns.values())
     data = (texts,) if scores is None else (texts, np.asarray(scores, "float32"))
@@ -186,3 +186,31 @@ def embedder_scores(model, columns, scores, batch_size):
         model.encode_documents(documents, batch_size=batch_size),
         relevant,
     )
+
+
+class PairData(TaskData):
+    """An embedder's pair files (`read_pair_files`): in-batch negatives
+    (MultipleNegativesRankingLoss) scored as retrieval, kept by nDCG@10; or scored pairs
+    (CoSENT) scored by correlation, kept by Spearman. `scale` is the losses' cosine
+    scale, `symmetric` also ranks anchors for each positive."""
+
+    labels = None
+
+    def __init__(self, train_path, dev_path, max_examples=None, scale=20.0, symmetric=False):
+        (self.columns, self.scores), (self.dev_columns, self.dev_scores) = read_pair_files(
+            train_path, dev_path, max_examples
+        )
+        scored = self.scores is not None
+        self.main_metric = "spearman" if scored else "ndcg@10"
+        self.loss = CoSENTLoss(scale) if scored else MultipleNegativesRankingLoss(scale, symmetric=symmetric)
+        self.train_size = len(next(iter(self.columns.values())))
+        self.dev_size = len(next(iter(self.dev_columns.values())))
+
+    def training_texts(self):
+        return [text for column in self.columns.values() for text in column]
+
+    def train_batches(self, batch_size, seed):
+        return pair_batches(self.columns, self.scores, batch_size, seed)
+
+    def evaluate(self, model, batch_size):
+        return embedder_scores(model, self.dev_columns, self.dev_scores, batch_size)

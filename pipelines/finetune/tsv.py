@@ -8,7 +8,6 @@ beside `best.keras`, for `bert-keras export --labels`.
 Example: `bert-keras finetune tsv --train train.tsv --dev dev.tsv --output-dir runs/mine`.
 """
 
-import json
 from pathlib import Path
 
 from pipelines.arguments import InputPath, add_window_arguments
@@ -25,28 +24,14 @@ def add_arguments(parser):
 
 
 def run(args):
-    from bert_keras.tasks.glue import accuracy, label_examples, read_labelled_tsv
-    from pipelines.finetune import train_classifier
+    from bert_keras.datasets.classification import tsv_data
+    from pipelines.finetune.common import train_classifier, write_best_metrics
 
-    train_texts, train_labels = read_labelled_tsv(args.train)
-    dev_texts, dev_labels = read_labelled_tsv(args.dev)
-    if len(train_texts) != len(dev_texts):
-        raise ValueError(f"{args.train} has {len(train_texts)} text column(s) but {args.dev} has {len(dev_texts)}")
-    classes = list(args.labels or sorted(set(train_labels)))
-    if len(classes) < 2:
-        raise ValueError(f"{args.train}: need at least two classes, found {classes}")
-    train_examples = label_examples(train_texts, train_labels, classes, args.train).head(args.max_examples)
-    dev_examples = label_examples(dev_texts, dev_labels, classes, args.dev).head(args.max_examples)
-    print(f"{len(train_examples)} training and {len(dev_examples)} dev examples; classes {classes}")
-    _, best = train_classifier(
-        args,
-        train_examples,
-        {Path(args.dev).name: dev_examples},
-        classes,
-        lambda labels, predicted: {"accuracy": accuracy(labels, predicted)},
-        "accuracy",
-    )
+    data = tsv_data(args.train, args.dev, args.labels, args.max_examples)
+    classes = list(data.labels)
+    print(f"{data.train_size} training and {data.dev_size} dev examples; classes {classes}")
+    _, best = train_classifier(args, data)
     output_dir = Path(args.output_dir)  # written after training: a run that fails leaves no files
     (output_dir / "labels.txt").write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
-    (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
+    write_best_metrics(args, best)
     return 0

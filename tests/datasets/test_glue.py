@@ -8,18 +8,8 @@ import numpy as np
 import pytest
 from conftest import DATA, require
 
-from bert_keras.tasks.glue import (
-    TASKS,
-    accuracy,
-    average_ranks,
-    f1,
-    glue_metrics,
-    matthews_corrcoef,
-    pearson,
-    read_split,
-    spearman,
-    write_submission,
-)
+from bert_keras.datasets.glue import TASKS, glue_metrics, read_split, write_submission
+from bert_keras.datasets.metrics import accuracy, average_ranks, f1, matthews_corrcoef, pearson, spearman
 from pipelines.cli import main as cli
 
 GLUE = DATA / "glue"

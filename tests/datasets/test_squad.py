@@ -7,18 +7,9 @@ import pytest
 from conftest import DATA, require
 
 from bert_keras import BertTokenizer
-from bert_keras.tasks.squad import (
-    Example,
-    _max_context_window,
-    decode,
-    evaluate,
-    exact_match,
-    f1_score,
-    make_features,
-    normalize_answer,
-    read_squad,
-)
-from pipelines.squad import parse_slice
+from bert_keras.datasets.squad import Example, _max_context_window, make_features, read_squad
+from bert_keras.datasets.squad_scoring import decode, evaluate, exact_match, f1_score, normalize_answer
+from pipelines.finetune.squad import parse_slice
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +169,7 @@ def test_finetune_squad_end_to_end_tiny(tmp_path, capsys):
     import keras
 
     from bert_keras import BertConfig, BertEncoder
-    from bert_keras.tasks.squad import predict_logits
+    from bert_keras.datasets.squad import predict_logits
     from pipelines.cli import main as cli
 
     dev = str(require(DATA / "squad" / "dev-v1.1.json"))

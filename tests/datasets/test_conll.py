@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import DATA, require
 
-from bert_keras.tasks.conll import LABELS, conlleval, iob1_to_iob2, read_conll
+from bert_keras.datasets.conll import LABELS, conlleval, iob1_to_iob2, read_conll
 from pipelines.cli import main as cli
 
 CONLL = DATA / "conll2003"
@@ -97,7 +97,7 @@ def test_finetune_conll_end_to_end_tiny(tmp_path, capsys, flags):
     import keras
 
     from bert_keras import BertConfig, BertEncoder
-    from bert_keras.tasks.conll import document_context, predict_tags
+    from bert_keras.datasets.conll import document_context, predict_tags
 
     vocab = require(DATA / "vocab" / "vocab.txt")
     data = tmp_path / "conll"
@@ -173,7 +173,7 @@ def test_reader_numbers_documents_at_docstart_lines(tmp_path):
 
 def test_document_context_on_the_real_dev_set():
     from bert_keras import BertTokenizer
-    from bert_keras.tasks.conll import IGNORE_LABEL, document_context, training_examples
+    from bert_keras.datasets.conll import IGNORE_LABEL, document_context, training_examples
 
     tokenizer = BertTokenizer(str(require(DATA / "vocab" / "vocab.txt")))
     sentences = read_conll(require(CONLL / "eng.testa"))
@@ -217,7 +217,7 @@ def test_document_context_on_the_real_dev_set():
 
 def test_document_context_is_balanced_and_leaves_long_sentences_alone():
     from bert_keras import BertTokenizer
-    from bert_keras.tasks.conll import Sentence, document_context
+    from bert_keras.datasets.conll import Sentence, document_context
 
     tokenizer = BertTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "##b"])
     words = ["a", "b", "a", "bb", "a", "b", "a", "b", "a"]  # "bb": b ##b, 2 pieces

@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bert_keras.tasks.conll import conlleval
-from bert_keras.tasks.glue import accuracy, f1, glue_metrics, matthews_corrcoef
-from bert_keras.tasks.squad import evaluate, read_squad
+from bert_keras.datasets.conll import conlleval
+from bert_keras.datasets.glue import glue_metrics
+from bert_keras.datasets.metrics import accuracy, f1, matthews_corrcoef
+from bert_keras.datasets.squad import read_squad
+from bert_keras.datasets.squad_scoring import evaluate
 
 DATA = Path(__file__).resolve().parent / "data"
 

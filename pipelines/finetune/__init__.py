@@ -1,0 +1,41 @@
+"""`bert-keras finetune glue|squad|conll|tsv|embedder|reranker`: the original fine-tuning recipe through `model.fit`.
+
+Shared here: the common flags, the encoder/preprocessor set-up, and `train`, which runs
+a benchmark's `TaskData` (`bert_keras.datasets`) through the library's run,
+`bert_keras.recipes.finetune`: the optimiser (AdamW, linear warm-up over 10% of the
+steps, then linear decay), evaluation with the task's official metric after every
+epoch, the best model kept as `best.keras`, progress bars and TensorBoard logs.
+"""
+
+import importlib
+
+from pipelines.finetune.common import RUN_FILES, add_common_arguments
+from pipelines.setup import fresh_output_dir
+
+TASK_MODULES = ("glue", "squad", "conll", "tsv", "embedder", "reranker")
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "finetune",
+        help="fine-tune on GLUE, SQuAD, CoNLL-2003, your own TSV, or text pairs for embeddings",
+        description=__doc__,
+    )
+    tasks = parser.add_subparsers(dest="task", required=True)
+    for name in TASK_MODULES:
+        module = importlib.import_module(f"pipelines.finetune.{name}")
+        task_parser = tasks.add_parser(name, help=module.HELP, description=module.__doc__)
+        add_common_arguments(task_parser, **module.DEFAULTS)
+        module.add_arguments(task_parser)
+        task_parser.set_defaults(func=in_fresh_output_dir(module.run))
+
+
+def in_fresh_output_dir(run):
+    """`run(args)` into an empty `--output-dir` (`fresh_output_dir`: `--overwrite`
+    removes the fine-tuning run there first; GLUE submissions are TASK.tsv)."""
+
+    def run_in_fresh_output_dir(args):
+        fresh_output_dir(args.output_dir, args.overwrite, RUN_FILES, "fine-tuning run", run_suffixes=(".tsv",))
+        return run(args)
+
+    return run_in_fresh_output_dir
