@@ -349,7 +349,7 @@ class LocalModelServer:
                     return function(request)
                 except ServingError as caught:
                     context.abort(grpc.StatusCode[caught.code], caught.message)
-                except Exception as caught:  # noqa: BLE001  (answer INTERNAL rather than drop the call)
+                except Exception as caught:  # answer INTERNAL rather than drop the call
                     context.abort(grpc.StatusCode.INTERNAL, f"{type(caught).__name__}: {caught}")
 
             return method
