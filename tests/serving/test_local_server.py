@@ -28,6 +28,7 @@ from bert_keras import BertClassifier, BertConfig, BertEncoder, BertPreprocessor
 from bert_keras.serving import export
 from bert_keras.serving.client import ServingClient
 from bert_keras.serving.tfserving import json_tensor
+from bert_keras.serving.tfserving.json_reply import json_from_tensors
 from bert_keras.serving.tfserving.session import ServingError, SessionPredictor, decode_response, make_request
 
 VOCAB = [
@@ -306,7 +307,7 @@ TO_JSON_CASES = {  # test name: ({name: array}, format, expected JSON)
 @pytest.mark.parametrize("case", TO_JSON_CASES)
 def test_tensors_to_json(case):
     tensors, format, expected = TO_JSON_CASES[case]
-    assert as_strings(json_tensor.json_from_tensors(tensors, format)) == as_strings(expected)
+    assert as_strings(json_from_tensors(tensors, format)) == as_strings(expected)
 
 
 @pytest.mark.parametrize(
@@ -327,7 +328,7 @@ def test_tensors_to_json(case):
 )
 def test_tensors_to_json_errors(tensors, message):
     with pytest.raises(ServingError, match=f"INVALID_ARGUMENT: .*{message}"):
-        json_tensor.json_from_tensors(tensors, "row")
+        json_from_tensors(tensors, "row")
 
 
 # --- the server ----------------------------------------------------------------------

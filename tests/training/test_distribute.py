@@ -20,6 +20,7 @@ from distribute_runs import GLOBAL_BATCH, PREDICTIONS, SEQ_LENGTH, load_weights
 from bert_keras.data import pretraining_shards
 from bert_keras.data.example_encoder import serialize_instance
 from bert_keras.data.instances import Instance
+from bert_keras.data.shard_manifest import manifest_path
 from bert_keras.data.tfrecords import pretraining_dataset, shard_names
 from bert_keras.training import distribute
 
@@ -556,7 +557,7 @@ def test_multi_worker_with_an_empty_shard_stops_both_workers_clearly(tmp_path, c
     prefix = tmp_path / "shard"
     pretraining_shards.create_pretraining_data([corpus], prefix, BertTokenizer(str(require(VOCAB))), num_shards=2)
     files = shard_names(prefix, 2)
-    manifest = json.loads(Path(pretraining_shards.manifest_path(prefix)).read_text())
+    manifest = json.loads(Path(manifest_path(prefix)).read_text())
     assert manifest["empty_shards"] == [Path(files[1]).name]
     assert "1 of 2 shard file(s) hold no instances" in capsys.readouterr().err
 

@@ -53,6 +53,11 @@ STATUS_CODES = (
 )  # tensorflow::error::Code, numbered 0..16 in this order
 
 
+def error(code, message):
+    """A `ServingError` with TF Serving's status `code`."""
+    return ServingError(f"{code}: {message}")
+
+
 class SessionPredictor:
     """Serves one SavedModel version through `tf.compat.v1.saved_model.loader.load`."""
 
