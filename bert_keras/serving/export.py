@@ -20,6 +20,8 @@ from pathlib import Path
 
 import keras
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.serving.layout import EXTRA_DIR, WARMUP_PATH, serving_signatures
@@ -191,8 +193,6 @@ def write_warmup_requests(path, model_name, requests):
     """TF Serving replays these PredictionLog records at load, before taking traffic.
 
     `requests`: the string inputs of each request, `{name: strings}`."""
-    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
-
     with tf.io.TFRecordWriter(str(path)) as writer:
         for inputs in requests:
             request = predict_pb2.PredictRequest(
@@ -211,8 +211,6 @@ def read_labels(export_path):
 
 def describe(export_path):
     """Signature names -> input and output names, dtypes and shapes (like saved_model_cli)."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
     saved_model = saved_model_pb2.SavedModel.FromString((Path(export_path) / "saved_model.pb").read_bytes())
     return {
         name: {

@@ -25,6 +25,18 @@ import threading
 from concurrent import futures
 from pathlib import Path
 
+import grpc
+import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
+from tensorflow_serving.config import model_server_config_pb2
+
 from bert_keras.serving.tfserving.rest_api import RestApi
 from bert_keras.serving.tfserving.rest_http import RestServer
 from bert_keras.serving.tfserving.session import ServingError, SessionPredictor, error
@@ -36,9 +48,6 @@ MAX_REQUEST_BYTES = 16 << 20
 
 def model_server_config(model_base=None, name="bert", config_file=None):
     """The ModelServerConfig to serve: `config_file` (text format) or one model at `model_base`."""
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
-
     config = model_server_config_pb2.ModelServerConfig()
     if config_file is not None:
         text_format.Parse(Path(config_file).read_text(), config)
@@ -162,9 +171,6 @@ class LocalModelServer(RestApi):
         return model, version, signature, outputs
 
     def predict(self, request):
-        import tensorflow as tf
-        from tensorflow_serving.apis import predict_pb2
-
         model, version, signature, outputs = self.run(request)
         response = predict_pb2.PredictResponse()
         response.model_spec.name, response.model_spec.signature_name = model.name, signature
@@ -175,8 +181,6 @@ class LocalModelServer(RestApi):
 
     def metadata(self, request):
         """GetModelMetadataRequest -> GetModelMetadataResponse (signature_def only, as TF Serving)."""
-        from tensorflow_serving.apis import get_model_metadata_pb2
-
         if not request.HasField("model_spec"):
             raise error("INVALID_ARGUMENT", "Missing ModelSpec")
         if not request.metadata_field:
@@ -196,8 +200,6 @@ class LocalModelServer(RestApi):
 
     def status(self, request):
         """GetModelStatusRequest -> GetModelStatusResponse; a version label is not resolved, as in TF Serving."""
-        from tensorflow_serving.apis import get_model_status_pb2
-
         if not request.HasField("model_spec"):
             raise error("INVALID_ARGUMENT", "Missing ModelSpec")
         name = request.model_spec.name
@@ -233,9 +235,6 @@ class LocalModelServer(RestApi):
     # --- serving ---
 
     def start(self):
-        import grpc
-        from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
-
         server = self
 
         def answer(function):

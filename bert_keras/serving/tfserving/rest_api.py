@@ -9,6 +9,8 @@ import json
 import re
 import urllib.parse
 
+from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2, predict_pb2
+
 from bert_keras.serving.tfserving import json_tensor
 from bert_keras.serving.tfserving.json_reply import json_from_tensors
 from bert_keras.serving.tfserving.session import STATUS_CODES, ServingError, error, proto_json
@@ -49,8 +51,6 @@ class RestApi:
         return HTTP_STATUS[status.code], json_tensor.encode(json.dumps({"error": status.message}, ensure_ascii=False))
 
     def _rest_reply(self, method, path, shown, body):
-        from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2, predict_pb2
-
         match = _PREDICTION_PATH if method == "POST" else _STATUS_PATH if method == "GET" else None
         match = match and match.fullmatch(path)
         if not match:
@@ -89,8 +89,6 @@ class RestApi:
         raise error("INVALID_ARGUMENT", f"Malformed request: {method} {shown}")
 
     def _rest_predict(self, spec, body):
-        from tensorflow_serving.apis import predict_pb2
-
         request = predict_pb2.PredictRequest(model_spec=spec)
         doc = json_tensor.parse_json(body)
         resolved = None  # (model, version), once the signature is looked up
