@@ -19,7 +19,7 @@ from bert_keras import BertConfig, BertEncoder
 from bert_keras.startup import START_UP_LINES
 from pipelines.cli import main as cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 

@@ -16,7 +16,7 @@ from bert_keras import BertConfig, BertEncoder, BertPretrainer
 from bert_keras.models.saving import save_checkpoint
 from pipelines.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
 VOCAB = DATA / "vocab" / "vocab.txt"
 SAMPLE = DATA / "pretraining" / "sample_text.txt"

@@ -25,7 +25,7 @@ from bert_keras.training.optimization import create_optimizer
 
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
 VOCAB = DATA / "vocab" / "vocab.txt"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_loss_decreases_on_sample_text(tmp_path):
