@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from conftest import DATA, require
+from conftest import DATA, VOCAB_FILE, require
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,13 +26,12 @@ from bert_keras.data.tfrecords import expand_files
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
 GUTENBERG = DATA / "pretraining" / "gutenberg"
-VOCAB = DATA / "vocab" / "vocab.txt"
 SMALL = shards.Recipe(dupe_factor=2, random_seed=7)
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return BertTokenizer(str(require(VOCAB)))
+    return BertTokenizer(str(require(VOCAB_FILE)))
 
 
 def records(path):
@@ -187,7 +186,15 @@ def test_shards_are_the_recipe_on_their_documents_whatever_the_workers(tmp_path,
 
 
 def cli(*args):
-    return [sys.executable, "-m", "pipelines.cli", "create-pretraining-data", "--vocab", str(VOCAB), *map(str, args)]
+    return [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "create-pretraining-data",
+        "--vocab",
+        str(VOCAB_FILE),
+        *map(str, args),
+    ]
 
 
 def test_a_killed_run_resumes_to_the_same_bytes(tmp_path, two_books):
