@@ -165,7 +165,7 @@ class RestServer(ThreadingHTTPServer):
             raise
 
     def handle_error(self, request, client_address):
-        """A client that went away is no server error; anything else is reported as before."""
+        """A client that went away is no server error; anything else is reported as http.server reports it."""
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
 
