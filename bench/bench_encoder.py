@@ -18,7 +18,7 @@ import time
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 # TensorFlow is imported only where used: torch and TF's LLVM cannot share a process,
 # so each peer runs in its own spawned worker, and the PyTorch one never loads TF.

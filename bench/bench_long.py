@@ -99,33 +99,43 @@ def long_documents(examples, articles, count, paragraphs_per_document, seed, oth
         if len(documents) == count:
             break
         label = 1 - len(documents) % 2
-        source = example.article
-        if other_articles:
-            if len(sources) < 2:
-                raise ValueError(f"documents from other articles need two articles or more, got {sources}")
-            source = rng.choice([article for article in sources if article != example.article])
-        texts = paragraphs[source]
-        others = texts if other_articles else texts[:index] + texts[index + 1 :]
-        size = paragraphs_per_document - label
-        if len(others) < size:
-            raise ValueError(
-                f"article {source} has {len(texts)} paragraphs, too few for documents of "
-                f"{paragraphs_per_document} and one more paragraph outside them"
-            )
-        for _ in range(attempts):
-            start = rng.randrange(len(others) - size + 1)
-            run = others[start : start + size]
-            if label or not answer_appears(example, run):
-                break
-        else:
-            continue
-        position = rng.randrange(paragraphs_per_document) if label else -1
-        if label:
-            run = run[:position] + [example.context] + run[position:]
-        documents.append(LongExample(example.qas_id, example.question, run, label, example.article, position, source))
+        document = _long_document(
+            example, index, label, paragraphs, sources, paragraphs_per_document, other_articles, attempts, rng
+        )
+        if document is not None:
+            documents.append(document)
     if len(documents) < count:
         raise ValueError(f"articles {sorted(set(articles))} give only {len(documents)} of {count} documents")
     return documents
+
+
+def _long_document(example, index, label, paragraphs, sources, paragraphs_per_document, other_articles, attempts, rng):
+    """The document of question `example` (its paragraph `index` of its article) with `label`, as
+    `long_documents` describes; None when no run without a gold answer was drawn in `attempts`."""
+    source = example.article
+    if other_articles:
+        if len(sources) < 2:
+            raise ValueError(f"documents from other articles need two articles or more, got {sources}")
+        source = rng.choice([article for article in sources if article != example.article])
+    texts = paragraphs[source]
+    others = texts if other_articles else texts[:index] + texts[index + 1 :]
+    size = paragraphs_per_document - label
+    if len(others) < size:
+        raise ValueError(
+            f"article {source} has {len(texts)} paragraphs, too few for documents of "
+            f"{paragraphs_per_document} and one more paragraph outside them"
+        )
+    for _ in range(attempts):
+        start = rng.randrange(len(others) - size + 1)
+        run = others[start : start + size]
+        if label or not answer_appears(example, run):
+            break
+    else:
+        return None
+    position = rng.randrange(paragraphs_per_document) if label else -1
+    if label:
+        run = run[:position] + [example.context] + run[position:]
+    return LongExample(example.qas_id, example.question, run, label, example.article, position, source)
 
 
 def split(examples, train_articles, eval_articles, train_count, eval_count, paragraphs_per_document, seed, **kwargs):

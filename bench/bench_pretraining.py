@@ -18,7 +18,7 @@ import time
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 BATCH, SEQ, PREDICTIONS = 8, 128, 20
 

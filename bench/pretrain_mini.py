@@ -20,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--corpus", default=str(SHARED / "pretraining" / "gutenberg"))
@@ -40,32 +40,23 @@ def main():
         action="store_false",
         help="graph mode instead of XLA (XLA is ~10%% faster on CPU)",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    import keras
+
+def held_out_set(book, tokenizer, seq_length):
+    """(batches, instances, accuracy of always the most frequent token, rate of random next
+    sentences) of the held-out book's instances, made once by the original recipe."""
     import numpy as np
     import tensorflow as tf
 
-    from bert_keras import BertConfig, BertEncoder, BertTokenizer
     from bert_keras.data.documents import read_documents, tokenize_documents
-    from bert_keras.data.dynamic_masking import dynamic_masking_dataset
     from bert_keras.data.instances import InstanceMaker, instance_features
     from bert_keras.data.tfrecords import MODEL_NAMES
-    from bert_keras.models.pretrainer import BertPretrainer
-    from bert_keras.training.optimization import create_optimizer
 
-    keras.utils.set_random_seed(0)
-    tokenizer = BertTokenizer(args.vocab)
-    books = sorted(str(p) for p in Path(args.corpus).glob("*.txt"))
-    held_out = [b for b in books if Path(b).name == args.held_out]
-    train_books = [b for b in books if b not in held_out]
-    if not held_out:
-        raise SystemExit(f"{args.held_out} is not in {args.corpus}")
-
-    documents = tokenize_documents(read_documents(held_out[0]), tokenizer)
-    maker = InstanceMaker(tokenizer.vocabulary, max_seq_length=args.seq_length)
+    documents = tokenize_documents(read_documents(book), tokenizer)
+    maker = InstanceMaker(tokenizer.vocabulary, max_seq_length=seq_length)
     instances = maker.instances(documents, 1, random.Random(0))
-    features = [instance_features(i, args.seq_length, 20) for i in instances]
+    features = [instance_features(i, seq_length, 20) for i in instances]
     held = {
         MODEL_NAMES.get(k, k): np.stack([f[k] for f in features]).astype(
             "float32" if k == "masked_lm_weights" else "int32"
@@ -76,6 +67,17 @@ def main():
     labels = [t for i in instances for t in i.masked_lm_ids]
     top_token_accuracy = collections.Counter(labels).most_common(1)[0][1] / len(labels)
     nsp_rate = np.mean([i.is_random_next for i in instances])
+    return eval_set, instances, top_token_accuracy, nsp_rate
+
+
+def pretrain(args, train_books, tokenizer):
+    """(pretrainer, history, seconds) of the mini model trained for `--minutes`."""
+    import keras
+
+    from bert_keras import BertConfig, BertEncoder
+    from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+    from bert_keras.models.pretrainer import BertPretrainer
+    from bert_keras.training.optimization import create_optimizer
 
     train = dynamic_masking_dataset(train_books, tokenizer, args.batch_size, args.seq_length, seed=0)
     pretrainer = BertPretrainer(BertEncoder(BertConfig.preset("mini")))
@@ -97,7 +99,26 @@ def main():
     history = pretrainer.fit(
         train, epochs=10**6, steps_per_epoch=100, callbacks=[TimeBudget()], verbose=2, shuffle=False
     )
-    trained = time.time() - start
+    return pretrainer, history, time.time() - start
+
+
+def main():
+    args = parse_args()
+
+    import keras
+
+    from bert_keras import BertTokenizer
+
+    keras.utils.set_random_seed(0)
+    tokenizer = BertTokenizer(args.vocab)
+    books = sorted(str(p) for p in Path(args.corpus).glob("*.txt"))
+    held_out = [b for b in books if Path(b).name == args.held_out]
+    train_books = [b for b in books if b not in held_out]
+    if not held_out:
+        raise SystemExit(f"{args.held_out} is not in {args.corpus}")
+
+    eval_set, instances, top_token_accuracy, nsp_rate = held_out_set(held_out[0], tokenizer, args.seq_length)
+    pretrainer, history, trained = pretrain(args, train_books, tokenizer)
     steps = int(pretrainer.optimizer.iterations.numpy())
     result = pretrainer.evaluate(eval_set, return_dict=True, verbose=0)
     print(

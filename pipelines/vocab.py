@@ -51,8 +51,24 @@ def register(subparsers):
 
 
 def run(args):
-    from bert_keras.text.vocab import build_vocabulary, count_words, write_vocabulary
+    from bert_keras.text.vocab import build_vocabulary, write_vocabulary
 
+    _check_flags(args)
+    started = time.time()
+    counts = _count_locally(args) if args.runner == "local" else _count_on_beam(args)
+    print(
+        f"counted {sum(counts.values())} words, {len(counts)} distinct, in {time.time() - started:.1f}s",
+        file=sys.stderr,
+    )
+    print(f"learning {args.size} pieces from {len(counts)} distinct words ...", file=sys.stderr, flush=True)
+    learning = time.time()
+    vocabulary = build_vocabulary(counts, args.size, num_unused=args.unused)
+    print(f"learned in {time.time() - learning:.1f}s", file=sys.stderr)
+    write_vocabulary(vocabulary, args.out)
+    print(f"wrote {len(vocabulary)} tokens to {args.out} in {time.time() - started:.1f}s", file=sys.stderr)
+
+
+def _check_flags(args):
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     if args.max_distinct_words is not None and args.max_distinct_words < 1:
@@ -61,7 +77,11 @@ def run(args):
         raise ValueError("--workers and --max-distinct-words are for the local count; a Beam --runner scales its own")
     if args.beam_options and args.runner == "local":
         raise ValueError(f"Beam pipeline options {args.beam_options} need --runner (a Beam runner)")
-    started = time.time()
+
+
+def _count_locally(args):
+    """The corpus' word counts, counted by `--workers` processes, with progress on stderr."""
+    from bert_keras.text.vocab import count_words
 
     # bert_keras.training.progress.is_terminal, without its Keras import
     terminal, last_line = hasattr(sys.stderr, "isatty") and sys.stderr.isatty(), [0.0]
@@ -75,30 +95,22 @@ def run(args):
             last_line[0] = time.time()
             print(text, file=sys.stderr, flush=True)
 
-    if args.runner == "local":
-        counts = count_words(args.corpus, args.lower_case, progress, args.workers, max_words=args.max_distinct_words)
-        if terminal:
-            print(file=sys.stderr)
-        if counts.floor:
-            print(
-                f"pruned to {args.max_distinct_words} distinct words: words seen more than {counts.floor} times "
-                f"are all counted, each at most {counts.floor} short; rarer ones may be missing",
-                file=sys.stderr,
-            )
-    else:
-        with quiet_start_up():  # Beam's file systems import TensorFlow
-            from bert_keras.text import vocab_beam
+    counts = count_words(args.corpus, args.lower_case, progress, args.workers, max_words=args.max_distinct_words)
+    if terminal:
+        print(file=sys.stderr)
+    if counts.floor:
+        print(
+            f"pruned to {args.max_distinct_words} distinct words: words seen more than {counts.floor} times "
+            f"are all counted, each at most {counts.floor} short; rarer ones may be missing",
+            file=sys.stderr,
+        )
+    return counts
 
-        print(f"counting words on {args.runner} ...", file=sys.stderr, flush=True)
-        options = [f"--runner={args.runner}", *args.beam_options]
-        counts = vocab_beam.count_words(args.corpus, f"{args.out}.counts", options, lower_case=args.lower_case)
-    print(
-        f"counted {sum(counts.values())} words, {len(counts)} distinct, in {time.time() - started:.1f}s",
-        file=sys.stderr,
-    )
-    print(f"learning {args.size} pieces from {len(counts)} distinct words ...", file=sys.stderr, flush=True)
-    learning = time.time()
-    vocabulary = build_vocabulary(counts, args.size, num_unused=args.unused)
-    print(f"learned in {time.time() - learning:.1f}s", file=sys.stderr)
-    write_vocabulary(vocabulary, args.out)
-    print(f"wrote {len(vocabulary)} tokens to {args.out} in {time.time() - started:.1f}s", file=sys.stderr)
+
+def _count_on_beam(args):
+    with quiet_start_up():  # Beam's file systems import TensorFlow
+        from bert_keras.text import vocab_beam
+
+    print(f"counting words on {args.runner} ...", file=sys.stderr, flush=True)
+    options = [f"--runner={args.runner}", *args.beam_options]
+    return vocab_beam.count_words(args.corpus, f"{args.out}.counts", options, lower_case=args.lower_case)

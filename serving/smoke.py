@@ -64,44 +64,8 @@ def main(argv=None):
     client = ServingClient(args.host, args.model, args.grpc_port, args.rest_port, timeout=30)
     request = request_inputs(client, args.protocol, args.input)
     print(f"serving_default inputs: {', '.join(request)}")
-    latencies, failures, lock = [], [], threading.Lock()
-    deadline = time.monotonic() + args.seconds
-    counter = iter(range(args.requests))
-
-    def worker():
-        while time.monotonic() < deadline:
-            with lock:
-                index = next(counter, None)
-            if index is None:
-                return
-            start = time.perf_counter()
-            try:
-                if args.protocol == "grpc":
-                    outputs = client.predict(**request)
-                    values = [v for v in outputs.values() if v.dtype.kind == "f"]
-                else:
-                    rows = client.predict_rest(**request)
-                    values = [
-                        np.asarray(v, float)
-                        for row in rows
-                        for v in row.values()
-                        if isinstance(v, (float, list)) and not _has_text(v)
-                    ]
-                if not all(np.isfinite(v).all() for v in values):
-                    raise ServingError("non-finite output")
-            except ServingError as error:
-                with lock:
-                    failures.append(str(error))
-                continue
-            with lock:
-                latencies.append(time.perf_counter() - start)
-
     started = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(args.concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    latencies, failures = send_requests(client, args.protocol, request, args.requests, args.concurrency, args.seconds)
     elapsed = time.perf_counter() - started
     print(
         f"{args.protocol} {args.host} model {args.model}: {len(latencies)} ok, {len(failures)} failed "
@@ -116,6 +80,53 @@ def main(argv=None):
     for failure in failures[:3]:
         print(f"failure: {failure}", file=sys.stderr)
     return 1 if failures or not latencies else 0
+
+
+def send_requests(client, protocol, request, requests, concurrency, seconds):
+    """(latencies of the answered requests, failures) of up to `requests` requests in `seconds`."""
+    latencies, failures, lock = [], [], threading.Lock()
+    deadline = time.monotonic() + seconds
+    counter = iter(range(requests))
+
+    def worker():
+        while time.monotonic() < deadline:
+            with lock:
+                index = next(counter, None)
+            if index is None:
+                return
+            start = time.perf_counter()
+            try:
+                check_answer(client, protocol, request)
+            except ServingError as error:
+                with lock:
+                    failures.append(str(error))
+                continue
+            with lock:
+                latencies.append(time.perf_counter() - start)
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return latencies, failures
+
+
+def check_answer(client, protocol, request):
+    """One request; a `ServingError` unless every float output is finite."""
+    if protocol == "grpc":
+        outputs = client.predict(**request)
+        values = [v for v in outputs.values() if v.dtype.kind == "f"]
+    else:
+        rows = client.predict_rest(**request)
+        values = [
+            np.asarray(v, float)
+            for row in rows
+            for v in row.values()
+            if isinstance(v, (float, list)) and not _has_text(v)
+        ]
+    if not all(np.isfinite(v).all() for v in values):
+        raise ServingError("non-finite output")
 
 
 def _has_text(value):

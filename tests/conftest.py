@@ -11,6 +11,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 DATA = SHARED / "data"
 REFERENCE = SHARED / "reference"
+VOCAB_FILE = DATA / "vocab" / "vocab.txt"  # the uncased BERT-base vocabulary
 
 
 def require(path):

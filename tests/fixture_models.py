@@ -8,7 +8,7 @@ import numpy as np
 
 from bert_keras import BertClassifier, BertConfig, BertEncoder, BertPreprocessor, BertPretrainer, BertTokenizer
 
-VOCAB = [
+FIXTURE_VOCAB = [
     "[PAD]",
     "[UNK]",
     "[CLS]",
@@ -31,7 +31,7 @@ VOCAB = [
     "b",
 ]
 CONFIG = BertConfig(
-    vocab_size=len(VOCAB),
+    vocab_size=len(FIXTURE_VOCAB),
     hidden_size=8,
     num_hidden_layers=1,
     num_attention_heads=2,
@@ -57,7 +57,7 @@ def with_fixture_weights(model):
 
 
 def tiny_classifier():
-    preprocessor = BertPreprocessor(BertTokenizer(VOCAB), seq_length=12)
+    preprocessor = BertPreprocessor(BertTokenizer(FIXTURE_VOCAB), seq_length=12)
     return with_fixture_weights(BertClassifier(BertEncoder(CONFIG), num_classes=3, preprocessor=preprocessor))
 
 

@@ -7,6 +7,9 @@ saved one weight for weight and output for output; an export must answer, throug
 TF1 session loader that TF Serving uses, what the Keras model computes on the same text.
 """
 
+import shutil
+from pathlib import Path
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -64,6 +67,60 @@ TINY = BertConfig(
     intermediate_size=32,
     max_position_embeddings=64,
 )
+# An encoder config of odd sizes (vocabulary 99, feed-forward 37, 24 positions), for tests
+# on random ids that a swapped dimension would fail.
+ODD_TINY = BertConfig(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=24,
+)
+# The vocabulary of the tiny serving exports (tests/serving).
+SERVING_VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "##es",
+    "jump",
+    "##s",
+    ",",
+    ".",
+    "!",
+    "a",
+    "b",
+    "c",
+    "中",
+    "文",
+]
+# Texts a served model must answer without failing: empty, blank, 1 MB, invalid UTF-8, NUL
+# bytes, scripts of other alphabets and the special tokens as text.
+BAD_TEXTS = [
+    "",
+    "     ",
+    "x" * (1 << 20),
+    b"\xff\xfe invalid \xc3\x28 utf-8",
+    "nul\x00bytes\x00",
+    "emoji 🙂🙃 中文 עברית العربية",
+    "[MASK] [CLS] [SEP]",
+]
+# Texts of many lengths, more than MIN_MICRO_BATCH of them, so that a request splits
+# into several length-sorted micro-batches of different padded lengths.
+VARIED_TEXTS = [
+    " ".join(["the quick brown fox", "jumps !", "a b c", "中文"][: 1 + i % 4] * (1 + i % 7)) for i in range(37)
+]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# Hugging Face BertFor* folders and the outputs transformers computed for them
+# (written by tests/fixtures/make_task_references.py).
+TASK_FIXTURES = FIXTURES / "tasks"
+TASK_REFERENCES = np.load(TASK_FIXTURES / "references.npz")
 SERVING_RELEASE = "2.12"  # the op gate the exports must pass, as in test_export.py
 TOLERANCE = 1e-5  # export vs Keras model, float32
 
@@ -75,6 +132,33 @@ def tiny_encoder(seed=0):
 
 def tiny_preprocessor(seq_length=None, max_seq_length=32):
     return BertPreprocessor(BertTokenizer(VOCAB), seq_length=seq_length, max_seq_length=max_seq_length)
+
+
+def random_inputs(batch=3, seq=11, config=ODD_TINY, seed=0):
+    rng = np.random.default_rng(seed)
+    mask = np.ones((batch, seq), "int32")
+    mask[0, seq // 2 :] = 0
+    return {
+        "input_word_ids": rng.integers(0, config.vocab_size, (batch, seq)).astype("int32") * mask,
+        "input_mask": mask,
+        "input_type_ids": (rng.random((batch, seq)) < 0.5).astype("int32") * mask,
+    }
+
+
+def max_diff(actual, expected, mask=None):
+    actual = keras.ops.convert_to_numpy(actual)
+    if mask is not None:
+        actual, expected = actual[mask], expected[mask]
+    return float(np.abs(actual - expected).max())
+
+
+def hf_folder(tmp_path, name):
+    """A copy of the fixture folder with the shared vocab.txt beside it."""
+    folder = tmp_path / name
+    if not folder.exists():
+        shutil.copytree(TASK_FIXTURES / name, folder)
+        shutil.copy(TASK_FIXTURES / "vocab.txt", folder)
+    return folder
 
 
 def assert_outputs_close(actual, expected, atol=TOLERANCE):

@@ -1,6 +1,6 @@
 """The package's tiers, checked from the code: the import-linter contracts in
-pyproject.toml pass, every module belongs to a tier, and no modules import each other
-in a circle."""
+pyproject.toml pass, every module belongs to a tier, no modules import each other
+in a circle, and modules and functions stay short."""
 
 import ast
 import re
@@ -59,6 +59,30 @@ def test_ruff_lint_and_format_are_clean():
     for command in (["check", "--no-cache", "."], ["format", "--check", "--no-cache", "."]):
         result = subprocess.run([str(ruff), *command], cwd=ROOT, capture_output=True, text=True)
         assert result.returncode == 0, f"ruff {' '.join(command)}:\n{result.stdout}{result.stderr}"
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 80
+
+
+def test_library_modules_and_functions_are_short():
+    """One role a file and a function a reader takes in at once: no module of bert_keras over
+    400 lines, no function over 80."""
+    long_modules, long_functions = [], []
+    for path in sorted((ROOT / "bert_keras").rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        name = path.relative_to(ROOT).as_posix()
+        lines = source.count("\n")
+        if lines > MAX_MODULE_LINES:
+            long_modules.append(f"{name} ({lines} lines)")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{name}:{node.name} ({length} lines)")
+    assert not long_modules + long_functions, (
+        f"modules of bert_keras over {MAX_MODULE_LINES} lines: {long_modules}; "
+        f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
+    )
 
 
 def pipeline_functions():

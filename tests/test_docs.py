@@ -195,29 +195,7 @@ def walk():
 def test_every_code_block_runs_or_says_why():
     blocks = all_blocks()
     assert len([b for b in blocks if b.language in CODE_LANGUAGES]) > 20
-    problems = []
-    for block in blocks:
-        if block.language in CODE_ALIASES:
-            problems.append(f"{block}: tag it python or bash, so that it is tested")
-        elif block.language not in CODE_LANGUAGES:
-            if re.search(r"^(bert-keras |from bert_keras|import )", block.text, re.M):
-                problems.append(f"{block}: code in a block tagged neither python nor bash")
-        elif block.marker == "not run" and not block.detail:
-            problems.append(f"{block}: `not run:` without a reason")
-        elif block.marker == "run by":
-            path, _, name = block.detail.partition("::")
-            source = (ROOT / path).read_text(encoding="utf-8") if (ROOT / path).is_file() else ""
-            if f"def {name}(" not in source or f'"{name}"' not in source or "block_run_by" not in source:
-                problems.append(f"{block}: {block.detail} is not a test that reads this block (block_run_by)")
-        elif block.marker == "same as":
-            file = ROOT / block.detail
-            tests = (path.read_text(encoding="utf-8") for path in (ROOT / "tests").rglob("test_*.py"))
-            if not file.is_file() or file.read_text(encoding="utf-8").strip() != block.text.strip():
-                problems.append(f"{block}: not the text of {block.detail}")
-            elif not any(block.detail in test or file.name in test for test in tests):
-                problems.append(f"{block}: no test under tests/ names {block.detail}")
-        elif block.marker is None and block.language == "bash":
-            problems += [f"{block}: the walk cannot run `{c}`" for c in block.commands() if not c.startswith(RUNNABLE)]
+    problems = [problem for block in blocks for problem in block_problems(block)]
     for page in pages():
         lines = (ROOT / page).read_text(encoding="utf-8").splitlines()
         for number, line in enumerate(lines):
@@ -225,6 +203,45 @@ def test_every_code_block_runs_or_says_why():
             if MARKER.match(line) and not FENCE.match(following):
                 problems.append(f"{page}:{number + 1}: a marker with no code block after it")
     assert not problems, "blocks neither run nor explained:\n" + "\n".join(problems)
+
+
+def block_problems(block):
+    """Why a block is neither run by the walk nor explained, if it is not."""
+    if block.language in CODE_ALIASES:
+        return [f"{block}: tag it python or bash, so that it is tested"]
+    if block.language not in CODE_LANGUAGES:
+        if re.search(r"^(bert-keras |from bert_keras|import )", block.text, re.M):
+            return [f"{block}: code in a block tagged neither python nor bash"]
+        return []
+    if block.marker == "not run" and not block.detail:
+        return [f"{block}: `not run:` without a reason"]
+    if block.marker == "run by":
+        return run_by_problems(block)
+    if block.marker == "same as":
+        return same_as_problems(block)
+    if block.marker is None and block.language == "bash":
+        return [f"{block}: the walk cannot run `{c}`" for c in block.commands() if not c.startswith(RUNNABLE)]
+    return []
+
+
+def run_by_problems(block):
+    """A `run by: PATH::TEST` block must be read by that test (block_run_by)."""
+    path, _, name = block.detail.partition("::")
+    source = (ROOT / path).read_text(encoding="utf-8") if (ROOT / path).is_file() else ""
+    if f"def {name}(" not in source or f'"{name}"' not in source or "block_run_by" not in source:
+        return [f"{block}: {block.detail} is not a test that reads this block (block_run_by)"]
+    return []
+
+
+def same_as_problems(block):
+    """A `same as: FILE` block must be FILE's text, and a test must name FILE."""
+    file = ROOT / block.detail
+    tests = (path.read_text(encoding="utf-8") for path in (ROOT / "tests").rglob("test_*.py"))
+    if not file.is_file() or file.read_text(encoding="utf-8").strip() != block.text.strip():
+        return [f"{block}: not the text of {block.detail}"]
+    if not any(block.detail in test or file.name in test for test in tests):
+        return [f"{block}: no test under tests/ names {block.detail}"]
+    return []
 
 
 def heading_anchor(heading):
@@ -308,91 +325,121 @@ def run_python(source, cwd, monkeypatch):
     assert result.returncode == 0, f"{source}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
 
 
+# What the commands promise to leave behind.
+OUTPUTS = (
+    "bert-base-hf/model.safetensors",
+    "bert-base.keras",
+    "bert-base-tf1/bert_model.ckpt.index",
+    "vocab.txt",
+    "data/train.tfrecord-00000-of-00002",
+    "runs/pretrain/final/encoder_hf/config.json",
+    "runs/pretrain/training_curves.png",
+    "runs/mrpc/MRPC.tsv",
+    "runs/squad/predictions.json",
+    "runs/ner/best.keras",
+    "runs/mine/labels.txt",
+    "features.jsonl",
+    "vectors.npy",
+    "runs/embed/sentence-transformers/modules.json",
+    "serving/models/embed/1/saved_model.pb",
+    "serving/models/bert/1/saved_model.pb",
+    "serving/models/fill_mask/1/saved_model.pb",
+    "serving/hub/bert/preprocess/saved_model.pb",
+    "serving/hub/bert/encoder/saved_model.pb",
+    "sst2.keras",
+)
+
+
+class DocsWalk:
+    """Runs the walk's steps in the workspace: what ran, the shrinking rules used, and the
+    model server the docs start (and its clients talk to)."""
+
+    def __init__(self, workspace, monkeypatch):
+        self.workspace, self.monkeypatch = workspace, monkeypatch
+        self.ran, self.used = [], set()
+        self.server = self.ports = None
+
+    def run(self, block, step):
+        if block.language == "python":
+            self.python(step)
+        elif step.startswith("export TF_CONFIG"):
+            pass  # used by the multi-worker command below
+        elif "--strategy" in step:
+            self.strategy(step)
+        elif step.startswith(("bert-keras serve ", "curl ", "python serving/smoke.py")):
+            self.serving(step)
+        else:
+            run_cli(step, self.workspace, self.monkeypatch)
+        self.ran.append(step)
+
+    def python(self, step):
+        self.used |= {large for large in PYTHON_TINY if large in step}
+        for large, tiny in PYTHON_TINY.items():
+            step = step.replace(large, tiny)
+        if "ServingClient(" in step:
+            ports = self.ports
+            step = step.replace('model="bert")', f'model="bert", grpc_port={ports[0]}, rest_port={ports[1]})')
+        run_python(step, self.workspace, self.monkeypatch)
+
+    def strategy(self, step):
+        flags = " ".join(shlex.quote(f) for f in tiny_flags(step))
+        if "--strategy multi_worker" in step:
+            # The command on a cluster of one worker (this host).
+            config = {"cluster": {"worker": [f"127.0.0.1:{free_port()}"]}, "task": {"type": "worker", "index": 0}}
+            run_shell(
+                f"{step} {flags} --output runs/multi_worker", self.workspace, env={"TF_CONFIG": json.dumps(config)}
+            )
+        else:
+            run_shell(f"{step} {flags} --output runs/{len(self.ran)}", self.workspace)
+
+    def serving(self, step):
+        """`bert-keras serve` started on free ports, and the clients of the pages sent there."""
+        if step.startswith("bert-keras serve "):
+            self.ports = free_port(), free_port()
+            self.server = subprocess.Popen(
+                [
+                    str(BIN / "bert-keras"),
+                    *shlex.split(step)[1:],
+                    "--grpc-port",
+                    str(self.ports[0]),
+                    "--rest-port",
+                    str(self.ports[1]),
+                ],
+                cwd=self.workspace,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+            assert self.server.stdout.readline().startswith("serving serving/models/bert")
+        elif step.startswith("curl "):
+            out = run_shell(step.replace("8501", str(self.ports[1])), self.workspace)
+            assert json.loads(out)["predictions"][0]["labels"] in ("negative", "positive")
+        else:
+            out = run_shell(
+                f"{step} --grpc-port {self.ports[0]} --rest-port {self.ports[1]} --requests 4 --concurrency 1",
+                self.workspace,
+            )
+            assert " 0 failed" in out, out
+
+    def close(self):
+        if self.server is not None:
+            self.server.terminate()
+            self.server.wait(timeout=30)
+
+
 @pytest.mark.slow
 def test_docs_code_runs_in_order(workspace, monkeypatch, capsys):
-    ran, used = [], set()
-    server = ports = None
+    docs = DocsWalk(workspace, monkeypatch)
     try:
         for block, step in walk():
-            if step in ran:
-                continue  # the README's tour repeats commands of the pages
-            if block.language == "python":
-                used |= {large for large in PYTHON_TINY if large in step}
-                for large, tiny in PYTHON_TINY.items():
-                    step = step.replace(large, tiny)
-                if "ServingClient(" in step:
-                    step = step.replace('model="bert")', f'model="bert", grpc_port={ports[0]}, rest_port={ports[1]})')
-                run_python(step, workspace, monkeypatch)
-            elif step.startswith("export TF_CONFIG"):
-                pass  # used by the multi-worker command below
-            elif "--strategy multi_worker" in step:
-                # The command on a cluster of one worker (this host).
-                config = {"cluster": {"worker": [f"127.0.0.1:{free_port()}"]}, "task": {"type": "worker", "index": 0}}
-                flags = " ".join(shlex.quote(f) for f in tiny_flags(step))
-                run_shell(
-                    f"{step} {flags} --output runs/multi_worker", workspace, env={"TF_CONFIG": json.dumps(config)}
-                )
-            elif "--strategy" in step:
-                flags = " ".join(shlex.quote(f) for f in tiny_flags(step))
-                run_shell(f"{step} {flags} --output runs/{len(ran)}", workspace)
-            elif step.startswith("bert-keras serve "):
-                ports = free_port(), free_port()
-                server = subprocess.Popen(
-                    [
-                        str(BIN / "bert-keras"),
-                        *shlex.split(step)[1:],
-                        "--grpc-port",
-                        str(ports[0]),
-                        "--rest-port",
-                        str(ports[1]),
-                    ],
-                    cwd=workspace,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                    text=True,
-                    env={**os.environ, "PYTHONPATH": str(ROOT)},
-                )
-                assert server.stdout.readline().startswith("serving serving/models/bert")
-            elif step.startswith("curl "):
-                out = run_shell(step.replace("8501", str(ports[1])), workspace)
-                assert json.loads(out)["predictions"][0]["labels"] in ("negative", "positive")
-            elif step.startswith("python serving/smoke.py"):
-                out = run_shell(
-                    f"{step} --grpc-port {ports[0]} --rest-port {ports[1]} --requests 4 --concurrency 1", workspace
-                )
-                assert " 0 failed" in out, out
-            else:
-                run_cli(step, workspace, monkeypatch)
-            ran.append(step)
+            if step not in docs.ran:  # the README's tour repeats commands of the pages
+                docs.run(block, step)
     finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=30)
-    assert used == set(PYTHON_TINY), f"shrinking rules that match no block: {set(PYTHON_TINY) - used}"
+        docs.close()
+    assert docs.used == set(PYTHON_TINY), f"shrinking rules that match no block: {set(PYTHON_TINY) - docs.used}"
     capsys.readouterr()
-    assert any(c.startswith("bert-keras finetune tsv") for c in ran)
-    assert sum("ServingClient(" in step or "hub.KerasLayer(" in step for step in ran) == 2  # the Python blocks ran
-    # What the commands promise to leave behind.
-    for path in (
-        "bert-base-hf/model.safetensors",
-        "bert-base.keras",
-        "bert-base-tf1/bert_model.ckpt.index",
-        "vocab.txt",
-        "data/train.tfrecord-00000-of-00002",
-        "runs/pretrain/final/encoder_hf/config.json",
-        "runs/pretrain/training_curves.png",
-        "runs/mrpc/MRPC.tsv",
-        "runs/squad/predictions.json",
-        "runs/ner/best.keras",
-        "runs/mine/labels.txt",
-        "features.jsonl",
-        "vectors.npy",
-        "runs/embed/sentence-transformers/modules.json",
-        "serving/models/embed/1/saved_model.pb",
-        "serving/models/bert/1/saved_model.pb",
-        "serving/models/fill_mask/1/saved_model.pb",
-        "serving/hub/bert/preprocess/saved_model.pb",
-        "serving/hub/bert/encoder/saved_model.pb",
-        "sst2.keras",
-    ):
+    assert any(c.startswith("bert-keras finetune tsv") for c in docs.ran)
+    assert sum("ServingClient(" in step or "hub.KerasLayer(" in step for step in docs.ran) == 2  # the Python blocks ran
+    for path in OUTPUTS:
         assert (workspace / path).exists(), path

@@ -47,7 +47,7 @@ def test_squad_post_processing_snippet(tmp_path, monkeypatch, capsys):
     BertSpanLabeler(tiny_encoder(), preprocessor=tiny_preprocessor()).save(tmp_path / "runs" / "squad" / "best.keras")
     monkeypatch.chdir(tmp_path)
     namespace = {}
-    exec(python_block("test_squad_post_processing_snippet"), namespace)  # noqa: S102 - our own docs
+    exec(python_block("test_squad_post_processing_snippet"), namespace)
     assert set(namespace["predictions"]) == {"1", "2"}
     # Every predicted answer is text of the context (n-best spans map back through byte offsets).
     assert all(answer in context for answer in namespace["predictions"].values())
@@ -68,7 +68,7 @@ def test_checkpoint_snippet_loads_and_saves(tmp_path, monkeypatch):
     exec(
         python_block("test_checkpoint_snippet_loads_and_saves").replace("uncased_L-12_H-768_A-12/", str(source)),
         namespace,
-    )  # noqa: S102
+    )
     original, _, _ = read(source)
     written, _, _ = read(tmp_path / "bert-base-hf")
     assert sorted(written) == sorted(name for name in original if not name.startswith("cls/"))
@@ -103,7 +103,7 @@ def test_tokenizer_snippet_gives_the_original_tokenizers_ids(tmp_path, monkeypat
     shutil.copy(require(DATA / "vocab" / "vocab.txt"), tmp_path / "vocab.txt")
     monkeypatch.chdir(tmp_path)
     namespace = {}
-    exec(python_block("test_tokenizer_snippet_gives_the_original_tokenizers_ids"), namespace)  # noqa: S102
+    exec(python_block("test_tokenizer_snippet_gives_the_original_tokenizers_ids"), namespace)
     packed, pair = namespace["packed"], namespace["pair"]
     assert {key: tuple(value.shape) for key, value in packed.items()} == {
         "input_word_ids": (2, 128),
@@ -123,7 +123,7 @@ def test_tokenizer_snippet_gives_the_original_tokenizers_ids(tmp_path, monkeypat
 
 def test_encoder_snippet_runs():
     namespace = {}
-    exec(python_block("test_encoder_snippet_runs").replace('preset("base")', 'preset("tiny")'), namespace)  # noqa: S102
+    exec(python_block("test_encoder_snippet_runs").replace('preset("base")', 'preset("tiny")'), namespace)
     outputs = namespace["outputs"]
     assert tuple(outputs["sequence_output"].shape) == (1, 4, 128)
     assert len(outputs["encoder_outputs"]) == len(outputs["attention_probs"]) == 2

@@ -1,2 +1,4 @@
-"""Pre-training data: the original recipe, sharded and parallel (local processes or Apache
-Beam), TFRecords, and dynamic masking in tf.data."""
+"""Pre-training data: the original recipe (`documents`, `instances`), made into TFRecords
+shard by shard in local processes or on Apache Beam (`pretraining_shards`), dynamic masking
+in tf.data (`dynamic_masking`), packing short instances into rows (`packing`), and the
+batches a pre-training run reads (`pretraining_inputs`)."""

@@ -109,28 +109,12 @@ class InstanceMaker:
 
     def mask(self, input_ids, rng):
         """(masked ids, sorted positions, original ids at those positions)."""
-        cls_id, sep_id = self.cls_id, self.sep_id
         num_to_predict = min(self.max_predictions_per_seq, max(1, int(round(len(input_ids) * self.masked_lm_prob))))
         if self.whole_word_mask:
-            candidates = []
-            for i, token in enumerate(input_ids):
-                if token == cls_id or token == sep_id:
-                    continue
-                if candidates and self.continuation[token]:
-                    candidates[-1].append(i)
-                else:
-                    candidates.append([i])
-            shuffle(candidates, rng)
-            # The original also skips sets overlapping masked positions; the sets are disjoint.
-            chosen = []
-            for index_set in candidates:
-                if len(chosen) >= num_to_predict:
-                    break
-                if len(chosen) + len(index_set) <= num_to_predict:
-                    chosen.extend(index_set)
+            chosen = self._whole_words(input_ids, num_to_predict, rng)
         else:
             # Single positions: the original's loop takes the first num_to_predict of them.
-            candidates = [i for i, token in enumerate(input_ids) if token != cls_id and token != sep_id]
+            candidates = [i for i, token in enumerate(input_ids) if token != self.cls_id and token != self.sep_id]
             shuffle(candidates, rng)
             chosen = candidates[:num_to_predict]
         output = list(input_ids)
@@ -141,6 +125,26 @@ class InstanceMaker:
                 output[index] = rng.randint(0, self.vocab_size - 1)
         masked = sorted(chosen)
         return output, masked, [input_ids[i] for i in masked]
+
+    def _whole_words(self, input_ids, num_to_predict, rng):
+        """Positions of whole words (a piece and its ## continuations) in random order, up to `num_to_predict`."""
+        candidates = []
+        for i, token in enumerate(input_ids):
+            if token == self.cls_id or token == self.sep_id:
+                continue
+            if candidates and self.continuation[token]:
+                candidates[-1].append(i)
+            else:
+                candidates.append([i])
+        shuffle(candidates, rng)
+        # The original also skips sets overlapping masked positions; the sets are disjoint.
+        chosen = []
+        for index_set in candidates:
+            if len(chosen) >= num_to_predict:
+                break
+            if len(chosen) + len(index_set) <= num_to_predict:
+                chosen.extend(index_set)
+        return chosen
 
 
 def shuffle(items, rng):

@@ -1,25 +1,17 @@
 """Pre-training data at corpus scale: input shards made one at a time, in parallel, resumably.
 
-The unit of work is an input shard: the documents that start in one slice of the input
-bytes (the input files in order, read as one stream; `shard_bytes` per slice, or
-`num_shards` equal slices). A document starts at the beginning of a file, at a blank
-line in "lines" files and at the blank line before a chapter heading in "prose" files
-(see `documents`), so a shard's documents are exactly those a whole-file read
-gives. Each shard is made on its own, as google-research/bert's README tells users of the
-original tool to do by hand (shard the input, run the tool on each shard): next-sentence
-"random" segments come from other documents of the same shard, and shard k's instances
-are those the original tool makes from the shard's documents with
+Each input shard (`input_shards`) is made on its own, as google-research/bert's README tells
+users of the original tool to do by hand (shard the input, run the tool on each shard):
+next-sentence "random" segments come from other documents of the same shard, and shard k's
+instances are those the original tool makes from the shard's documents with
 `--random_seed=random_seed + k`. Its TFRecord file is therefore a pure function of
 (seed, shard): any worker, any order and any rerun writes the same bytes, and memory
 depends on the shard size, not the corpus size.
 
-Files are written whole or not at all (a temporary name, then a rename). The manifest
-`OUTPUT.manifest.json` records the settings (recipe, seed, vocabulary hash, inputs, shard
-plan) and each finished shard's counts; it is updated as shards finish, so a rerun of the
-same command skips them, and it refuses to mix in shards made with other settings.
+Files are written whole or not at all (a temporary name, then a rename); the manifest
+(`shard_manifest`) records each finished shard, so a rerun of the same command skips them.
 """
 
-import bisect
 import concurrent.futures
 import dataclasses
 import json
@@ -29,27 +21,15 @@ import random
 import sys
 import time
 
+import keras
 import tensorflow as tf
 
-from bert_keras.data.documents import (
-    detect_format,
-    is_heading,
-    parse_documents,
-    tokenize_documents,
-    tokenizer_fingerprint,
-)
+from bert_keras.data.documents import tokenize_documents, tokenizer_fingerprint
 from bert_keras.data.example_encoder import serialize_instance
+from bert_keras.data.input_shards import DEFAULT_SHARD_BYTES, describe, plan_shards, read_shard
 from bert_keras.data.instances import InstanceMaker
-from bert_keras.data.tfrecords import MANIFEST_SUFFIX, shard_names
-
-# ~40 MB of records held per worker at dupe factor 10, ~250 documents of a novel's chapter size;
-# small enough that N workers share out even a few shards evenly.
-DEFAULT_SHARD_BYTES = 2 << 20
-# Longer lines are dropped with a warning: no sentence is that long, and the recipe cuts
-# over-long segments one random draw per token (a 50 MB line would take minutes).
-MAX_LINE_BYTES = 1 << 20
-MANIFEST_VERSION = 2
-_BINARY_PROBE_BYTES = 8192
+from bert_keras.data.shard_manifest import MANIFEST_VERSION, finished_shards, manifest_path, write_manifest
+from bert_keras.text.tokenizer import BertTokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,158 +55,6 @@ class Recipe:
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class Shard:
-    """Input shard `index`: the documents starting in byte range [start, end) of each span's file."""
-
-    index: int
-    output: str
-    spans: tuple  # ((path, format, start, end), ...)
-
-
-def plan_shards(input_files, output, shard_bytes=DEFAULT_SHARD_BYTES, num_shards=None, format="auto"):
-    """Input files -> (inputs, skipped, shards); reads only the head of each file.
-
-    `inputs` lists each usable file's path, size and document format; `skipped` names
-    each empty or binary file and why (they make no documents).
-    """
-    inputs, skipped = [], []
-    for path in input_files:
-        path = str(path)
-        size = tf.io.gfile.stat(path).length
-        with tf.io.gfile.GFile(path, "rb") as file:
-            head = file.read(_BINARY_PROBE_BYTES)
-            if not head:
-                skipped.append({"path": path, "reason": "empty file"})
-                continue
-            if b"\0" in head:
-                skipped.append({"path": path, "reason": f"binary file (NUL byte at offset {head.index(0)})"})
-                continue
-            file_format = format
-            if format == "auto":
-                file.seek(0)
-                lines = [file.readline() for _ in range(2000)]  # what detect_format looks at
-                file_format = detect_format(b"".join(lines).decode("utf-8", errors="ignore"))
-        inputs.append({"path": path, "bytes": size, "format": file_format})
-    total = sum(item["bytes"] for item in inputs)
-    if num_shards is not None:
-        if num_shards < 1:
-            raise ValueError(f"num_shards must be >= 1, got {num_shards}")
-        cuts = [total * k // num_shards for k in range(num_shards + 1)]
-    else:
-        if shard_bytes < 1:
-            raise ValueError(f"shard_bytes must be >= 1, got {shard_bytes}")
-        cuts = [*range(0, total, shard_bytes), total] if total else [0, 0]
-    names = [os.path.basename(name) for name in shard_names(output, len(cuts) - 1)]
-    spans = [[] for _ in names]
-    base = 0  # of the file in the input stream
-    for item in inputs:
-        end = base + item["bytes"]
-        k = bisect.bisect_right(cuts, base) - 1  # the first shard that can hold bytes of this file
-        while k < len(names) and cuts[k] < end:
-            start, stop = max(cuts[k], base) - base, min(cuts[k + 1], end) - base
-            if start < stop:
-                spans[k].append((item["path"], item["format"], start, stop))
-            k += 1
-        base = end
-    return inputs, skipped, [Shard(k, name, tuple(spans[k])) for k, name in enumerate(names)]
-
-
-def _is_blank(line):
-    return not line.decode("utf-8", errors="ignore").strip()
-
-
-def _is_heading(line):
-    return is_heading(line.decode("utf-8", errors="ignore").strip())
-
-
-def document_start(file, offset, format, size):
-    """The first offset >= `offset` where a document starts (or `size`), in an open binary file.
-
-    "lines": the start of a blank line. "prose": the start of the blank line just before
-    a one-line heading paragraph. Cutting a file at such offsets splits no document.
-    """
-    if offset <= 0:
-        return 0
-    if offset >= size:
-        return size
-    file.seek(offset - 1)
-    file.readline()  # now at the first line that starts at or after `offset`
-    blank_at = None
-    while True:
-        position = file.tell()
-        line = file.readline()
-        if not line:
-            return size
-        if _is_blank(line):
-            if format == "lines":
-                return position
-            blank_at = position
-            continue
-        if blank_at is not None and _is_heading(line):
-            after = file.readline()
-            if not after or _is_blank(after):
-                return blank_at
-        blank_at = None
-
-
-def _line_number(path, offset):
-    with tf.io.gfile.GFile(path, "rb") as file:
-        line, done = 1, 0
-        while done < offset:
-            chunk = file.read(min(1 << 20, offset - done))
-            line += chunk.count(b"\n")
-            done += len(chunk)
-        return line
-
-
-def _drop_long_lines(raw, path, first, warnings):
-    lines = raw.split(b"\n")
-    long = [i for i, line in enumerate(lines) if len(line) > MAX_LINE_BYTES]
-    if not long:
-        return raw
-    line_number = _line_number(path, first)
-    for i in long:
-        warnings.append(
-            f"{path}:{line_number + i}: a line of {len(lines[i])} bytes (over {MAX_LINE_BYTES}) "
-            "is not a sentence; skipped"
-        )
-    return b"\n".join(line for i, line in enumerate(lines) if len(line) <= MAX_LINE_BYTES)
-
-
-def read_shard(shard):
-    """A shard's documents (lists of sentences) and warnings about its input."""
-    documents, warnings = [], []
-    for path, format, start, end in shard.spans:
-        size = tf.io.gfile.stat(path).length
-        with tf.io.gfile.GFile(path, "rb") as file:
-            first = document_start(file, start, format, size)
-            last = document_start(file, end, format, size)
-            file.seek(first)
-            raw = file.read(last - first)
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            text = None
-            at = first + error.start
-            warnings.append(
-                f"{path}:{_line_number(path, at)}: invalid UTF-8 at byte {at}; "
-                "invalid bytes are dropped, as the original tool does"
-            )
-        if len(raw) > MAX_LINE_BYTES:
-            kept = _drop_long_lines(raw, path, first, warnings)
-            if kept is not raw:
-                raw, text = kept, None
-        if text is None:
-            text = raw.decode("utf-8", errors="ignore")
-        documents.extend(parse_documents(text, format))
-    return documents, warnings
-
-
-def _describe(shard):
-    return ", ".join(f"{path} bytes {start}-{end}" for path, _, start, end in shard.spans) or "no input"
-
-
 class ShardMaker:
     """Makes one shard's TFRecord file: what each worker holds (a tokenizer and the recipe)."""
 
@@ -238,8 +66,6 @@ class ShardMaker:
     @classmethod
     def from_config(cls, tokenizer_config, recipe):
         """The maker of another process (a local worker or a Beam worker), from `tokenizer_config`."""
-        from bert_keras.text.tokenizer import BertTokenizer
-
         return cls(BertTokenizer.from_config(tokenizer_config), recipe)
 
     def __call__(self, shard, directory):
@@ -250,11 +76,11 @@ class ShardMaker:
         records = []
         if len(tokenized) == 1:
             warnings.append(
-                f"{_describe(shard)}: only 1 document, and next-sentence pairs need 2 in a shard: "
+                f"{describe(shard)}: only 1 document, and next-sentence pairs need 2 in a shard: "
                 "no instances (use larger shards)"
             )
         elif not tokenized:
-            warnings.append(f"{_describe(shard)}: no documents: no instances")
+            warnings.append(f"{describe(shard)}: no documents: no instances")
         else:
             records = self.maker.instances(
                 tokenized,
@@ -277,43 +103,6 @@ class ShardMaker:
             "instances": len(records),
             "warnings": warnings,
         }
-
-
-def manifest_path(output):
-    return f"{output}{MANIFEST_SUFFIX}"
-
-
-def write_manifest(output, settings, entries, complete):
-    """Writes the manifest atomically: settings, finished shards in index order, totals."""
-    entries = sorted(entries, key=lambda entry: entry["index"])
-    manifest = {
-        **settings,
-        "status": "complete" if complete else "incomplete",
-        "shards": entries,
-        "documents": sum(entry["documents"] for entry in entries),
-        "instances": sum(entry["instances"] for entry in entries),
-        "empty_shards": [entry["output"] for entry in entries if not entry["instances"]],
-    }
-    path = manifest_path(output)
-    with tf.io.gfile.GFile(f"{path}.partial", "w") as file:
-        file.write(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    tf.io.gfile.rename(f"{path}.partial", path, overwrite=True)
-
-
-def finished_shards(output, directory, settings):
-    """Manifest entries of the shards a previous run of the same settings finished."""
-    path = manifest_path(output)
-    if not tf.io.gfile.exists(path):
-        return []
-    with tf.io.gfile.GFile(path) as file:
-        previous = json.load(file)
-    changed = sorted(key for key in settings if previous.get(key) != settings[key])
-    if changed:
-        raise ValueError(
-            f"{output} was made with other settings (they differ in {', '.join(changed)}); "
-            "remove it and its manifest, or choose another output"
-        )
-    return [e for e in previous["shards"] if tf.io.gfile.exists(os.path.join(directory, e["output"]))]
 
 
 def tokenizer_config(tokenizer):
@@ -357,6 +146,71 @@ def make_shards(shards, directory, tokenizer, recipe, workers=1):
         pool.shutdown(cancel_futures=True)
 
 
+def _settings(recipe, tokenizer, inputs, skipped, shards):
+    """What the manifest records so that a rerun makes the same shards, or refuses to mix."""
+    return {
+        "version": MANIFEST_VERSION,
+        "recipe": dataclasses.asdict(recipe),
+        "tokenizer": tokenizer_fingerprint(tokenizer),
+        "inputs": inputs,
+        "skipped_inputs": skipped,
+        "plan": [{"output": shard.output, "spans": [list(span) for span in shard.spans]} for shard in shards],
+    }
+
+
+def _make_on_beam(beam_runner, todo, directory, tokenizer, recipe, output, settings, entries, log):
+    """Runs the Beam pipeline, which writes the manifest; returns its entries."""
+    done = {entry["index"] for entry in entries}
+    beam_runner(todo, directory, tokenizer, recipe, output, settings, entries)
+    with tf.io.gfile.GFile(manifest_path(output)) as file:
+        entries = json.load(file)["shards"]
+    for warning in (w for entry in entries if entry["index"] not in done for w in entry["warnings"]):
+        log(f"warning: {warning}")
+    return entries
+
+
+def _make_locally(todo, total, directory, tokenizer, recipe, workers, output, settings, entries, log, progress):
+    """Makes the shards in `workers` processes, updating the manifest as they finish; returns its entries."""
+    bar = None
+    if progress:
+        bar = keras.utils.Progbar(total, unit_name="shard")
+        bar.update(len(entries))
+    next_write = 0.0
+    for entry in make_shards(todo, directory, tokenizer, recipe, workers):
+        entries.append(entry)
+        for warning in entry["warnings"]:
+            log(f"warning: {warning}")
+        complete = len(entries) == total
+        if complete or time.monotonic() >= next_write:
+            # The manifest grows with the shards: rewrite it at most 5% of the time.
+            started = time.monotonic()
+            write_manifest(output, settings, entries, complete)
+            next_write = started + 20 * (time.monotonic() - started)
+        if bar is not None:
+            bar.update(len(entries))
+    return entries
+
+
+def _count_instances(entries, total, input_files, skipped, log):
+    """The instances in all shards; a warning for empty shards, an error when there are none."""
+    count = sum(entry["instances"] for entry in entries)
+    empty = [entry["output"] for entry in entries if not entry["instances"]]
+    if empty and count:
+        log(
+            f"warning: {len(empty)} of {total} shard file(s) hold no instances ({', '.join(empty)}; "
+            "listed as empty_shards in the manifest): a worker of `pretrain --strategy multi_worker` given only "
+            "these has no data; make fewer, larger shards"
+        )
+    if count == 0:
+        raise ValueError(
+            f"no instances from {', '.join(map(str, input_files))}: next-sentence pairs need at least "
+            "2 non-empty documents in a shard"
+            + "".join(f"; {warning}" for entry in entries for warning in entry["warnings"])
+            + "".join(f"; skipped {item['path']}: {item['reason']}" for item in skipped)
+        )
+    return count
+
+
 def create_pretraining_data(
     input_files,
     output,
@@ -383,14 +237,7 @@ def create_pretraining_data(
     inputs, skipped, shards = plan_shards(input_files, output, shard_bytes, num_shards, format)
     for item in skipped:
         log(f"skipping {item['path']}: {item['reason']}")
-    settings = {
-        "version": MANIFEST_VERSION,
-        "recipe": dataclasses.asdict(recipe),
-        "tokenizer": tokenizer_fingerprint(tokenizer),
-        "inputs": inputs,
-        "skipped_inputs": skipped,
-        "plan": [{"output": shard.output, "spans": [list(span) for span in shard.spans]} for shard in shards],
-    }
+    settings = _settings(recipe, tokenizer, inputs, skipped, shards)
     entries = finished_shards(output, directory, settings)
     done = {entry["index"] for entry in entries}
     todo = [shard for shard in shards if shard.index not in done]
@@ -400,44 +247,9 @@ def create_pretraining_data(
     )
     write_manifest(output, settings, entries, complete=not todo)
     if beam_runner is not None:
-        beam_runner(todo, directory, tokenizer, recipe, output, settings, entries)
-        with tf.io.gfile.GFile(manifest_path(output)) as file:
-            entries = json.load(file)["shards"]
-        for warning in (w for entry in entries if entry["index"] not in done for w in entry["warnings"]):
-            log(f"warning: {warning}")
+        entries = _make_on_beam(beam_runner, todo, directory, tokenizer, recipe, output, settings, entries, log)
     else:
-        bar = None
-        if progress:
-            import keras
-
-            bar = keras.utils.Progbar(len(shards), unit_name="shard")
-            bar.update(len(done))
-        next_write = 0.0
-        for entry in make_shards(todo, directory, tokenizer, recipe, workers):
-            entries.append(entry)
-            for warning in entry["warnings"]:
-                log(f"warning: {warning}")
-            complete = len(entries) == len(shards)
-            if complete or time.monotonic() >= next_write:
-                # The manifest grows with the shards: rewrite it at most 5% of the time.
-                started = time.monotonic()
-                write_manifest(output, settings, entries, complete)
-                next_write = started + 20 * (time.monotonic() - started)
-            if bar is not None:
-                bar.update(len(entries))
-    count = sum(entry["instances"] for entry in entries)
-    empty = [entry["output"] for entry in entries if not entry["instances"]]
-    if empty and count:
-        log(
-            f"warning: {len(empty)} of {len(shards)} shard file(s) hold no instances ({', '.join(empty)}; "
-            "listed as empty_shards in the manifest): a worker of `pretrain --strategy multi_worker` given only "
-            "these has no data; make fewer, larger shards"
+        entries = _make_locally(
+            todo, len(shards), directory, tokenizer, recipe, workers, output, settings, entries, log, progress
         )
-    if count == 0:
-        raise ValueError(
-            f"no instances from {', '.join(map(str, input_files))}: next-sentence pairs need at least "
-            "2 non-empty documents in a shard"
-            + "".join(f"; {warning}" for entry in entries for warning in entry["warnings"])
-            + "".join(f"; skipped {item['path']}: {item['reason']}" for item in skipped)
-        )
-    return count
+    return _count_instances(entries, len(shards), input_files, skipped, log)

@@ -76,28 +76,17 @@ def finetune(
     steps_per_epoch, epochs, planned = schedule(num_examples, fitted_batch, epochs, max_train_steps)
     # Epochs are of equal length, so the plan may run a few steps past max_train_steps: stop at it.
     total = min(planned, max_train_steps or planned)
-    last_epoch = total - (epochs - 1) * steps_per_epoch
     with strategy.scope():
         optimizer = create_optimizer(learning_rate, total, int(warmup_proportion * total), weight_decay=weight_decay)
         model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
-    batches = (train_batches if preprocessed else model.preprocessed_dataset(train_batches)).repeat()
-    seq_length = max_seq_length if distribute.needs_static_shapes(strategy) else None
-    dataset = distribute.distribute_dataset(
-        strategy,
-        lambda _, context: distribute.split_global_batches(batches, fitted_batch, context, seq_length),
-        fitted_batch,
-    )
-    print(
-        f"training {total} steps ({epochs} epoch(s) of {steps_per_epoch}"
-        + (f", the last {last_epoch}" if total < planned else "")
-        + f"), batch {fitted_batch}, "
-        f"lr {learning_rate} with {warmup_proportion:.0%} warm-up"
-    )
+    dataset = _replica_batches(model, train_batches, preprocessed, strategy, fitted_batch, max_seq_length)
+    _print_plan(total, planned, epochs, steps_per_epoch, fitted_batch, learning_rate, warmup_proportion)
     with distribute.chief_path(output_dir, strategy) as output_dir, keras_20585_workaround(strategy):
         output_dir.mkdir(parents=True, exist_ok=True)
         keeper = EvaluateAndKeepBest(evaluate, main_metric, on_best)
-        budget = [TimeBudget(max_train_minutes)] if max_train_minutes else []
         verbose, progress = fit_progress(verbose)
+        stops = [TimeBudget(max_train_minutes)] if max_train_minutes else []
+        stops += [StopAfterSteps(total, steps_per_epoch)] if total < planned else []
         start = time.perf_counter()
         history = model.fit(
             dataset,
@@ -106,8 +95,7 @@ def finetune(
             verbose=verbose,
             callbacks=[
                 *progress,
-                *budget,
-                *([StopAfterSteps(total, steps_per_epoch)] if total < planned else []),
+                *stops,
                 keeper,
                 TensorBoard(str(output_dir / "logs"), update_freq=max(1, steps_per_epoch // 20)),
             ],
@@ -121,3 +109,25 @@ def finetune(
         f"model in {output_dir / 'best.keras'}"
     )
     return FinetuningRun(model, history, keeper.best, keeper.history)
+
+
+def _replica_batches(model, train_batches, preprocessed, strategy, batch_size, max_seq_length):
+    """The training batches, packed unless `preprocessed`, repeated and split into per-replica
+    batches (padded to `max_seq_length` where the strategy needs static shapes)."""
+    batches = (train_batches if preprocessed else model.preprocessed_dataset(train_batches)).repeat()
+    seq_length = max_seq_length if distribute.needs_static_shapes(strategy) else None
+    return distribute.distribute_dataset(
+        strategy,
+        lambda _, context: distribute.split_global_batches(batches, batch_size, context, seq_length),
+        batch_size,
+    )
+
+
+def _print_plan(total, planned, epochs, steps_per_epoch, batch_size, learning_rate, warmup_proportion):
+    last_epoch = total - (epochs - 1) * steps_per_epoch
+    print(
+        f"training {total} steps ({epochs} epoch(s) of {steps_per_epoch}"
+        + (f", the last {last_epoch}" if total < planned else "")
+        + f"), batch {batch_size}, "
+        f"lr {learning_rate} with {warmup_proportion:.0%} warm-up"
+    )

@@ -13,6 +13,7 @@ import urllib.parse
 import urllib.request
 
 import numpy as np
+from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2
 
 from bert_keras.serving.tfserving.session import ServingError, decode_response, make_request, proto_json
 
@@ -146,8 +147,6 @@ class ServingClient:
 
     def metadata(self):
         """gRPC GetModelMetadata: {signature name: SignatureDef as JSON}."""
-        from tensorflow_serving.apis import get_model_metadata_pb2
-
         request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
         self._model_spec(request.model_spec)
         signatures = get_model_metadata_pb2.SignatureDefMap()
@@ -160,8 +159,6 @@ class ServingClient:
 
     def status(self):
         """ModelService.GetModelStatus: the `model_version_status` list."""
-        from tensorflow_serving.apis import get_model_status_pb2
-
         request = get_model_status_pb2.GetModelStatusRequest()
         self._model_spec(request.model_spec)
         return proto_json(self._grpc("GetModelStatus", request))["model_version_status"]

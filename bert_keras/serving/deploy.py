@@ -33,6 +33,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.serving.serving_tasks import FillMaskSignature, serving_signature
@@ -128,8 +129,6 @@ class LiteRTPacker:
     row was tokenized exactly, with ops LiteRT runs (tf.text's kernels and builtins)."""
 
     def __init__(self, tokenizer, max_seq_length, pad_to_multiple_of=1):
-        import tensorflow_text as tf_text
-
         self.tokenizer = tokenizer
         self.max_seq_length = int(max_seq_length)
         self.pad_to_multiple_of = int(pad_to_multiple_of)

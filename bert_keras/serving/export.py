@@ -20,6 +20,8 @@ from pathlib import Path
 
 import keras
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.serving.layout import EXTRA_DIR, WARMUP_PATH, serving_signatures
@@ -72,21 +74,13 @@ def export_for_serving(
     `max_windows` windows each (default: the model's, else `DEFAULT_MAX_WINDOWS`); a
     longer one is refused with INVALID_ARGUMENT.
     """
-    if not isinstance(preprocessor, BertPreprocessor):
-        raise TypeError(f"preprocessor must be a BertPreprocessor, got {type(preprocessor).__name__}")
-    if segments is not None and (not segments or len(set(segments)) != len(segments)):
-        raise ValueError(f"segments must be distinct input names, got {segments!r}")
+    _check_arguments(preprocessor, segments)
     path = Path(export_dir) / str(int(version))
     if path.exists():
         raise FileExistsError(f"{path} exists; TF Serving versions are immutable, pick a new version")
     segments, labels = trained_inputs(model, segments, labels)
     doc_stride = getattr(model, "doc_stride", None)
-    if doc_stride is not None:
-        max_windows = max_windows or model.max_windows or DEFAULT_MAX_WINDOWS
-    elif max_windows is not None:
-        raise ValueError(
-            f"max_windows bounds the windows of long documents; this {type(model).__name__} has no doc_stride"
-        )
+    max_windows = _max_windows(model, doc_stride, max_windows)
     preprocessor = _bounded(preprocessor, doc_stride, max_windows)
     if compute_dtype is not None:
         if compute_dtype == "bfloat16":
@@ -96,6 +90,36 @@ def export_for_serving(
     if doc_stride is not None:
         signature.max_windows = max_windows
     segments = tuple(segments or signature.segments)
+    _write_archive(path, signature, preprocessor, segments, micro_batches)
+    _write_assets(path, preprocessor, labels)
+    if warmup_texts:
+        batches = (list(warmup_texts), list(warmup_texts)[:1])
+        write_warmup_requests(
+            path / WARMUP_PATH, model_name, [signature.warmup_inputs(segments, batch) for batch in batches]
+        )
+    return path
+
+
+def _check_arguments(preprocessor, segments):
+    if not isinstance(preprocessor, BertPreprocessor):
+        raise TypeError(f"preprocessor must be a BertPreprocessor, got {type(preprocessor).__name__}")
+    if segments is not None and (not segments or len(set(segments)) != len(segments)):
+        raise ValueError(f"segments must be distinct input names, got {segments!r}")
+
+
+def _max_windows(model, doc_stride, max_windows):
+    """The windows served per document: only a head with a `doc_stride` has them."""
+    if doc_stride is not None:
+        return max_windows or model.max_windows or DEFAULT_MAX_WINDOWS
+    if max_windows is not None:
+        raise ValueError(
+            f"max_windows bounds the windows of long documents; this {type(model).__name__} has no doc_stride"
+        )
+    return None
+
+
+def _write_archive(path, signature, preprocessor, segments, micro_batches):
+    """The SavedModel: `serving_default` on text and `serve_ids` on packed ids."""
     run_text = text_runner(signature, micro_batches)
 
     def serve_text(*texts):
@@ -120,6 +144,10 @@ def export_for_serving(
         input_signature=signature.ids_inputs(),
     )
     archive.write_out(str(path), verbose=False)
+
+
+def _write_assets(path, preprocessor, labels):
+    """`assets/vocab.txt` and `assets.extra/labels.txt` beside the graph."""
     # The graph holds the vocabulary as constants; this copy is for people and tools.
     (path / "assets").mkdir(exist_ok=True)
     vocab = "".join(f"{token}\n" for token in preprocessor.tokenizer.vocabulary)
@@ -128,12 +156,6 @@ def export_for_serving(
     extra.mkdir()
     if labels is not None:
         (extra / LABELS_FILE).write_text("".join(f"{label}\n" for label in labels), encoding="utf-8")
-    if warmup_texts:
-        batches = (list(warmup_texts), list(warmup_texts)[:1])
-        write_warmup_requests(
-            path / WARMUP_PATH, model_name, [signature.warmup_inputs(segments, batch) for batch in batches]
-        )
-    return path
 
 
 def trained_inputs(model, segments=None, labels=None):
@@ -171,8 +193,6 @@ def write_warmup_requests(path, model_name, requests):
     """TF Serving replays these PredictionLog records at load, before taking traffic.
 
     `requests`: the string inputs of each request, `{name: strings}`."""
-    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
-
     with tf.io.TFRecordWriter(str(path)) as writer:
         for inputs in requests:
             request = predict_pb2.PredictRequest(
@@ -191,8 +211,6 @@ def read_labels(export_path):
 
 def describe(export_path):
     """Signature names -> input and output names, dtypes and shapes (like saved_model_cli)."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
     saved_model = saved_model_pb2.SavedModel.FromString((Path(export_path) / "saved_model.pb").read_bytes())
     return {
         name: {

@@ -4,6 +4,7 @@ oldest model server that links each of them."""
 from pathlib import Path
 
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
 
 # Oldest TensorFlow Serving release whose model server links each tf.text op we may emit.
 # tf.text's first ops were linked in 2019 (tensorflow/serving#1405, first in 2.1);
@@ -23,8 +24,6 @@ SERVING_RELEASE_OF_OP = {
 
 def graph_ops(export_path):
     """Every op type in the exported graph and its function library."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
     saved_model = saved_model_pb2.SavedModel.FromString((Path(export_path) / "saved_model.pb").read_bytes())
     ops = set()
     for meta_graph in saved_model.meta_graphs:

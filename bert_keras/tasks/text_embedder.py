@@ -18,7 +18,7 @@ from bert_keras import checkpoint
 from bert_keras.models.saving import save_checkpoint
 from bert_keras.tasks.preprocessing import is_packed
 from bert_keras.tasks.serving_signature import ServingSignature, check_no_labels
-from bert_keras.tasks.task import BertTask, checkpoint_preprocessor, load_encoder, with_arguments
+from bert_keras.tasks.task import BertTask, checkpoint_preprocessor, default_optimizer, load_encoder, with_arguments
 from bert_keras.tasks.windowing import encode_windows, is_windowed, pool_windows, window_arguments
 from bert_keras.training.contrastive import MultipleNegativesRankingLoss, text_fingerprints
 from bert_keras.training.progress import progress_bar
@@ -128,8 +128,6 @@ class BertTextEmbedder(BertTask):
 
     def compile(self, optimizer="auto", loss="auto", metrics=None, **kwargs):
         """Defaults: AdamW 2e-5 (sentence-transformers' rate) and in-batch negatives."""
-        from bert_keras.tasks.task import default_optimizer
-
         if optimizer == "auto":
             optimizer = default_optimizer(2e-5)
         if loss == "auto":

@@ -17,6 +17,7 @@ so padding windows cost nothing; `pool_windows` pools per-window values per docu
 
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from bert_keras.models.encoder import INPUT_NAMES
@@ -164,8 +165,6 @@ def truncation_notice(preprocessor, texts, what="examples", batch_size=1024):
     """The line that says what truncation without windows cuts from `texts` (strings, or
     a tuple of segments' strings): how many of them lose pieces and how many pieces in
     all; None when nothing is cut."""
-    import numpy as np
-
     segments = [np.asarray(segment, dtype=object) for segment in (texts if isinstance(texts, tuple) else [texts])]
     count = len(segments[0])
     dropped = []

@@ -1,1 +1,2 @@
-"""Training: optimizers and schedules, tf.distribute strategies, callbacks, and the reusable fine-tuning pieces."""
+"""Training: optimizers and schedules, tf.distribute strategies, callbacks and progress
+output, contrastive and distillation losses, and the reusable fine-tuning pieces."""

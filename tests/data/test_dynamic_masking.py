@@ -11,9 +11,13 @@ from conftest import DATA, require
 
 from bert_keras import BertTokenizer
 from bert_keras.compat import dataset_graph
-from bert_keras.data import dynamic_masking as dm
+from bert_keras.data import graph_documents
 from bert_keras.data.documents import detect_format, read_documents, split_sentences, tokenize_documents
+from bert_keras.data.dynamic_masking import dynamic_masking_dataset
+from bert_keras.data.graph_documents import file_documents
+from bert_keras.data.graph_instances import GraphInstanceMaker, _sample_without_replacement
 from bert_keras.data.instances import InstanceMaker, truncate_seq_pair
+from bert_keras.data.token_cache import cache_tokenized_files, read_token_file
 
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
 GUTENBERG = DATA / "pretraining" / "gutenberg"
@@ -69,10 +73,10 @@ def test_documents_equal_the_python_reader(tmp_path, books):
     long.write_text("wrapped prose line\r\n" * 1999 + "ends here.\r\n\r\n" + "A sentence.\r\n" * 3000, newline="")
     for path in [require(SAMPLE), *books, tricky, lines, long]:
         expected = read_documents(path)
-        documents = dm.file_documents(tf.io.read_file(str(path))).to_list()
+        documents = file_documents(tf.io.read_file(str(path))).to_list()
         assert [[s.decode() for s in d] for d in documents] == expected, path
     assert detect_format(tricky.read_text(errors="ignore")) == "prose"
-    forced = dm.file_documents(tf.io.read_file(str(lines)), "prose").to_list()
+    forced = file_documents(tf.io.read_file(str(lines)), "prose").to_list()
     assert [[s.decode() for s in d] for d in forced] == read_documents(lines, "prose")
 
 
@@ -86,7 +90,7 @@ def test_sentence_splitting_equals_the_python_splitter():
         "   ",
         "One sentence only",
     ]
-    ours = dm.split_sentences(tf.constant(paragraphs)).to_list()
+    ours = graph_documents.split_sentences(tf.constant(paragraphs)).to_list()
     assert [[s.decode() for s in row] for row in ours] == [split_sentences(p) for p in paragraphs]
 
 
@@ -95,7 +99,7 @@ def test_sentence_splitting_equals_the_python_splitter():
 
 @pytest.fixture(scope="module")
 def gutenberg_batches(tokenizer, books):
-    dataset = dm.dynamic_masking_dataset(books, tokenizer, batch_size=256, seed=1)
+    dataset = dynamic_masking_dataset(books, tokenizer, batch_size=256, seed=1)
     return stacked(take(dataset, 16)), tokenizer
 
 
@@ -140,13 +144,13 @@ def test_masked_positions_are_a_uniform_sample(limit, slots):
     rng = np.random.RandomState(0)
     population = rng.randint(1, limit + 1, 4000).astype("int32")
     count = np.minimum(population, rng.randint(0, slots + 1, 4000)).astype("int32")
-    drawn = dm._sample_without_replacement(population, count, slots, limit, tf.constant([3, 4], tf.int64)).numpy()
+    drawn = _sample_without_replacement(population, count, slots, limit, tf.constant([3, 4], tf.int64)).numpy()
     for row, (size, k) in enumerate(zip(population, count)):
         numbers = drawn[row, :k]
         assert len(set(numbers)) == k and (numbers >= 0).all() and (numbers < size).all()
         assert (drawn[row, k:] == slots + size).all()
     rows = 20000
-    drawn = dm._sample_without_replacement(
+    drawn = _sample_without_replacement(
         np.full(rows, 100, "int32"), np.full(rows, 10, "int32"), slots, limit, tf.constant([1, 2], tf.int64)
     ).numpy()[:, :10]
     frequency = np.bincount(drawn.ravel(), minlength=100)
@@ -159,7 +163,7 @@ def recipe_and_graph(tokenizer, books, seeds=4, **settings):
     documents = tokenize_documents([d for f in books for d in read_documents(f)], tokenizer)
     recipe = InstanceMaker(tokenizer.vocabulary, **settings)
     expected = [i for s in range(seeds) for i in recipe.instances(documents, 1, random.Random(s))]
-    maker = dm.GraphInstanceMaker(recipe)
+    maker = GraphInstanceMaker(recipe)
     make = tf.function(maker.instances)
     ragged = as_ragged(documents)
     ours = stacked(
@@ -193,7 +197,7 @@ def test_pairs_have_the_recipes_statistics(tokenizer, books, short_seq_prob, tol
 
 def test_truncation_keeps_the_recipes_lengths():
     """`truncate_seq_pair` cuts the same number of tokens from each side (which end is random)."""
-    maker = dm.GraphInstanceMaker(InstanceMaker(["[CLS]", "[SEP]", "[MASK]", "a"], max_seq_length=13))
+    maker = GraphInstanceMaker(InstanceMaker(["[CLS]", "[SEP]", "[MASK]", "a"], max_seq_length=13))
     rng = random.Random(0)
     pairs = [(rng.randint(1, 20), rng.randint(0, 20)) for _ in range(400)]
     a_length, b_length = (tf.constant(x, tf.int32) for x in zip(*pairs))
@@ -238,7 +242,7 @@ def test_whole_word_masking_skips_words_that_do_not_fit_as_the_recipe():
     documents = [[[4] + [5] * rng.randint(0, 5) for _ in range(400)] for _ in range(20)]
     recipe = InstanceMaker(vocabulary, short_seq_prob=0.0, whole_word_mask=True)
     expected = [len(i.masked_lm_positions) for s in range(4) for i in recipe.instances(documents, 1, random.Random(s))]
-    make = tf.function(dm.GraphInstanceMaker(recipe).instances)
+    make = tf.function(GraphInstanceMaker(recipe).instances)
     ours = np.concatenate(
         [
             (make(as_ragged(documents), tf.constant([s, 0], tf.int64))["masked_lm_weights"].numpy() > 0).sum(1)
@@ -254,7 +258,7 @@ def test_whole_word_masking_skips_words_that_do_not_fit_as_the_recipe():
 
 def test_reproducible_resumable_and_new_every_epoch(tmp_path, tokenizer):
     def batches(seed=3, skip=0, parallel_calls=None, token_cache=None):
-        dataset = dm.dynamic_masking_dataset(
+        dataset = dynamic_masking_dataset(
             [require(SAMPLE)],
             tokenizer,
             batch_size=4,
@@ -294,28 +298,28 @@ def test_token_cache_holds_the_tokenized_documents_and_resumes(tmp_path, tokeniz
         text.write_bytes(open(book, "rb").read()[:200_000])
     files = [str(text) for text in texts]
     cache = tmp_path / "cache"
-    paths = dm.cache_tokenized_files(files, tokenizer, str(cache))
+    paths = cache_tokenized_files(files, tokenizer, str(cache))
     assert [Path(path).parent for path in paths] == [cache, cache] and len(set(paths)) == 2
     for file, path in zip(files, paths):
-        documents = dm.read_token_file(path)
+        documents = read_token_file(path)
         expected = tokenize_documents(read_documents(file), tokenizer)
         assert documents.to_list() == expected
     # A run killed after the first file: the next run keeps it and makes only the second.
     first_written = Path(paths[0]).stat().st_mtime_ns
     Path(paths[1]).unlink()
-    assert dm.cache_tokenized_files(files, tokenizer, str(cache)) == paths
+    assert cache_tokenized_files(files, tokenizer, str(cache)) == paths
     assert Path(paths[0]).stat().st_mtime_ns == first_written and Path(paths[1]).exists()
     assert not list(cache.glob("*partial*"))
     # New keys for a changed input and for another tokenizer.
     texts[1].write_bytes(texts[1].read_bytes() + b"\nOne more line.\n")
-    changed = dm.cache_tokenized_files(files, tokenizer, str(cache))
+    changed = cache_tokenized_files(files, tokenizer, str(cache))
     assert changed[0] == paths[0] and changed[1] != paths[1]
     cased = BertTokenizer(tokenizer.vocabulary, lower_case=False)
-    assert set(dm.cache_tokenized_files(files, cased, str(cache))).isdisjoint(changed)
+    assert set(cache_tokenized_files(files, cased, str(cache))).isdisjoint(changed)
     # A damaged token file is an error naming it, not a wrong stream.
     Path(changed[0]).write_bytes(Path(changed[0]).read_bytes()[:-8])
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)not a whole bert-keras token file.*a\.txt"):
-        dm.read_token_file(changed[0])
+        read_token_file(changed[0])
 
 
 def test_no_python_in_the_pipeline(tokenizer):
@@ -326,7 +330,7 @@ def test_no_python_in_the_pipeline(tokenizer):
         nodes = list(graph.node) + [node for function in graph.library.function for node in function.node_def]
         return {node.op for node in nodes} & {"PyFunc", "EagerPyFunc", "PyFuncStateless", "GeneratorDataset"}
 
-    dataset = dm.dynamic_masking_dataset([require(SAMPLE)], tokenizer, batch_size=4)
+    dataset = dynamic_masking_dataset([require(SAMPLE)], tokenizer, batch_size=4)
     assert python_ops(dataset) == set()
     # The check sees a generator, and Python called from inside a map function.
     generator = tf.data.Dataset.from_generator(lambda: iter([1]), output_signature=tf.TensorSpec([], tf.int32))
@@ -371,12 +375,12 @@ def test_bad_input(tmp_path, tokenizer, cached):
     text = tmp_path / "text.txt"
     text.write_bytes(b"First \xff line.\nSecond line.\n\nOther \xc3( document.\nIts end.\n")
     files = [str(empty), str(garbage), str(text)]
-    batches = take(dm.dynamic_masking_dataset(files, tokenizer, 2, 32, 5, token_cache=cache), 3)
+    batches = take(dynamic_masking_dataset(files, tokenizer, 2, 32, 5, token_cache=cache), 3)
     assert all(b["input_mask"].sum() > 0 for b in batches)
     for bad in ([str(empty)], [str(empty), str(garbage)]):
         with pytest.raises(tf.errors.FailedPreconditionError, match="infinite"):
-            take(dm.dynamic_masking_dataset(bad, tokenizer, 2, 32, 5, token_cache=cache), 1)
+            take(dynamic_masking_dataset(bad, tokenizer, 2, 32, 5, token_cache=cache), 1)
     with pytest.raises(ValueError, match="document format"):
-        dm.dynamic_masking_dataset([str(text)], tokenizer, 2, format="markdown")
+        dynamic_masking_dataset([str(text)], tokenizer, 2, format="markdown")
     with pytest.raises(FileNotFoundError, match="no input files match"):
-        dm.dynamic_masking_dataset([str(tmp_path / "none*.txt")], tokenizer, 2)
+        dynamic_masking_dataset([str(tmp_path / "none*.txt")], tokenizer, 2)

@@ -40,9 +40,7 @@ def original_truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
             trunc_tokens.pop()
 
 
-def original_create_masked_lm_predictions(
-    tokens, masked_lm_prob, max_predictions_per_seq, vocab_words, rng, do_whole_word_mask
-):
+def original_candidate_indexes(tokens, do_whole_word_mask):
     cand_indexes = []
     for i, token in enumerate(tokens):
         if token == "[CLS]" or token == "[SEP]":
@@ -51,6 +49,39 @@ def original_create_masked_lm_predictions(
             cand_indexes[-1].append(i)
         else:
             cand_indexes.append([i])
+    return cand_indexes
+
+
+def original_masked_token(token, vocab_words, rng):
+    if rng.random() < 0.8:
+        masked_token = "[MASK]"
+    else:
+        if rng.random() < 0.5:
+            masked_token = token
+        else:
+            masked_token = vocab_words[rng.randint(0, len(vocab_words) - 1)]
+    return masked_token
+
+
+def original_random_next(all_documents, document_index, target_b_length, rng):
+    tokens_b = []
+    for _ in range(10):
+        random_document_index = rng.randint(0, len(all_documents) - 1)
+        if random_document_index != document_index:
+            break
+    random_document = all_documents[random_document_index]
+    random_start = rng.randint(0, len(random_document) - 1)
+    for j in range(random_start, len(random_document)):
+        tokens_b.extend(random_document[j])
+        if len(tokens_b) >= target_b_length:
+            break
+    return tokens_b
+
+
+def original_create_masked_lm_predictions(
+    tokens, masked_lm_prob, max_predictions_per_seq, vocab_words, rng, do_whole_word_mask
+):
+    cand_indexes = original_candidate_indexes(tokens, do_whole_word_mask)
     rng.shuffle(cand_indexes)
     output_tokens = list(tokens)
     num_to_predict = min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
@@ -70,14 +101,7 @@ def original_create_masked_lm_predictions(
             continue
         for index in index_set:
             covered_indexes.add(index)
-            if rng.random() < 0.8:
-                masked_token = "[MASK]"
-            else:
-                if rng.random() < 0.5:
-                    masked_token = tokens[index]
-                else:
-                    masked_token = vocab_words[rng.randint(0, len(vocab_words) - 1)]
-            output_tokens[index] = masked_token
+            output_tokens[index] = original_masked_token(tokens[index], vocab_words, rng)
             masked_lms.append((index, tokens[index]))
     masked_lms = sorted(masked_lms, key=lambda x: x[0])
     return output_tokens, [p for p, _ in masked_lms], [label for _, label in masked_lms]
@@ -119,16 +143,7 @@ def original_create_instances_from_document(
                 if len(current_chunk) == 1 or rng.random() < 0.5:
                     is_random_next = True
                     target_b_length = target_seq_length - len(tokens_a)
-                    for _ in range(10):
-                        random_document_index = rng.randint(0, len(all_documents) - 1)
-                        if random_document_index != document_index:
-                            break
-                    random_document = all_documents[random_document_index]
-                    random_start = rng.randint(0, len(random_document) - 1)
-                    for j in range(random_start, len(random_document)):
-                        tokens_b.extend(random_document[j])
-                        if len(tokens_b) >= target_b_length:
-                            break
+                    tokens_b = original_random_next(all_documents, document_index, target_b_length, rng)
                     num_unused_segments = len(current_chunk) - a_end
                     i -= num_unused_segments
                 else:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from conftest import DATA, require
+from conftest import DATA, VOCAB_FILE, require
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,19 +19,19 @@ from bert_keras import BertTokenizer
 from bert_keras.data import pretraining_shards as shards
 from bert_keras.data.documents import parse_documents, read_documents, tokenize_documents
 from bert_keras.data.example_encoder import serialize_instance
+from bert_keras.data.input_shards import document_start, plan_shards, read_shard
 from bert_keras.data.instances import Instance, instance_features
 from bert_keras.data.tfrecords import expand_files
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
 GUTENBERG = DATA / "pretraining" / "gutenberg"
-VOCAB = DATA / "vocab" / "vocab.txt"
 SMALL = shards.Recipe(dupe_factor=2, random_seed=7)
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return BertTokenizer(str(require(VOCAB)))
+    return BertTokenizer(str(require(VOCAB_FILE)))
 
 
 def records(path):
@@ -84,7 +84,7 @@ LINES = [
 def test_cutting_at_document_starts_splits_no_document(lines, newline, format, offsets):
     raw = newline.join(lines)
     file = io.BytesIO(raw)
-    cuts = sorted({0, len(raw), *(shards.document_start(file, int(f * len(raw)), format, len(raw)) for f in offsets)})
+    cuts = sorted({0, len(raw), *(document_start(file, int(f * len(raw)), format, len(raw)) for f in offsets)})
     pieces = [
         document
         for low, high in zip(cuts[:-1], cuts[1:])
@@ -102,7 +102,7 @@ def test_shards_cut_the_input_stream_into_consecutive_slices(tmp_path, shard_byt
     for i, size in enumerate(sizes):
         files.append(tmp_path / f"f{i}.txt")
         files[-1].write_bytes(b"x" * size)
-    _, _, plan = shards.plan_shards(files, tmp_path / "d", shard_bytes, num_shards, format="lines")
+    _, _, plan = plan_shards(files, tmp_path / "d", shard_bytes, num_shards, format="lines")
     total = sum(sizes)
     assert len(plan) == (num_shards or -(-total // shard_bytes))
     bases = dict(zip(map(str, files), [0, 5, 6, 18]))
@@ -176,17 +176,25 @@ def test_shards_are_the_recipe_on_their_documents_whatever_the_workers(tmp_path,
     )
     assert one == two
     assert output_bytes(tmp_path / "w1") == output_bytes(tmp_path / "w2")
-    _, _, plan = shards.plan_shards(files, tmp_path / "w1" / "d", 150_000)
+    _, _, plan = plan_shards(files, tmp_path / "w1" / "d", 150_000)
     assert [len(shard.spans) for shard in plan] == [1, 1, 1, 2, 1, 1]  # shard 3: one book's end, the other's start
     whole = [d for f in files for d in read_documents(f)]
-    read = [shards.read_shard(shard)[0] for shard in plan]
+    read = [read_shard(shard)[0] for shard in plan]
     assert [d for documents in read for d in documents] == whole  # every document in exactly one shard
     for shard, documents in zip(plan, read):
         assert records(tmp_path / "w1" / shard.output) == expected_records(documents, tokenizer, SMALL, shard.index)
 
 
 def cli(*args):
-    return [sys.executable, "-m", "pipelines.cli", "create-pretraining-data", "--vocab", str(VOCAB), *map(str, args)]
+    return [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "create-pretraining-data",
+        "--vocab",
+        str(VOCAB_FILE),
+        *map(str, args),
+    ]
 
 
 def test_a_killed_run_resumes_to_the_same_bytes(tmp_path, two_books):

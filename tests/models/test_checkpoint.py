@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import DATA, REFERENCE, require
-from test_encoder import TINY, random_inputs
+from harness import ODD_TINY as TINY
+from harness import random_inputs
 
 from bert_keras import BertConfig, BertEncoder, checkpoint
 from bert_keras.models.saving import save_checkpoint

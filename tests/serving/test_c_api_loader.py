@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_export import BAD_TEXTS, VARIED_TEXTS, VOCAB
+from harness import BAD_TEXTS, SERVING_VOCAB, VARIED_TEXTS
 
 from bert_keras import (
     BertClassifier,
@@ -52,7 +52,7 @@ MAX_SEQ_LENGTH = 64
 TEXTS = [t if isinstance(t, bytes) else t.encode() for t in BAD_TEXTS + ["the [MASK] fox!", "中 [MASK] 文"]]
 TEXTS += [t.encode() for t in VARIED_TEXTS]
 CONFIG = BertConfig(
-    vocab_size=len(VOCAB),
+    vocab_size=len(SERVING_VOCAB),
     hidden_size=16,
     num_hidden_layers=2,
     num_attention_heads=2,
@@ -63,7 +63,7 @@ CONFIG = BertConfig(
 
 def fill_mask_outputs(model, packed):
     """Top-3 fillers of each [MASK], from the Keras model's MLM logits."""
-    is_mask = packed["input_word_ids"].numpy() == VOCAB.index("[MASK]")
+    is_mask = packed["input_word_ids"].numpy() == SERVING_VOCAB.index("[MASK]")
     positions = tf.ragged.boolean_mask(tf.broadcast_to(tf.range(is_mask.shape[1]), is_mask.shape), is_mask)
     logits = model({**packed, "masked_lm_positions": positions.to_tensor()})["mlm_logits"]
     top = tf.math.top_k(tf.nn.softmax(logits), k=3)
@@ -130,7 +130,7 @@ def visible_weights(model):
 
 
 def preprocessor(seq_length=None):
-    return BertPreprocessor(BertTokenizer(VOCAB), seq_length=seq_length, max_seq_length=MAX_SEQ_LENGTH)
+    return BertPreprocessor(BertTokenizer(SERVING_VOCAB), seq_length=seq_length, max_seq_length=MAX_SEQ_LENGTH)
 
 
 def text_inputs(segments, texts):
@@ -294,7 +294,7 @@ def test_compile_error_is_shown(monkeypatch, tmp_path):
 def tiny_encoder_file(folder):
     """A tiny encoder's `.keras` file and its vocab.txt, for `bert-keras export`."""
     BertEncoder(dataclasses.replace(CONFIG, num_hidden_layers=1)).save(folder / "encoder.keras")
-    (folder / "vocab.txt").write_text("".join(f"{token}\n" for token in VOCAB), encoding="utf-8")
+    (folder / "vocab.txt").write_text("".join(f"{token}\n" for token in SERVING_VOCAB), encoding="utf-8")
     return [str(folder / "encoder.keras"), "--vocab", str(folder / "vocab.txt")]
 
 

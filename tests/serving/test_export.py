@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import REFERENCE, require
+from harness import BAD_TEXTS, SERVING_VOCAB, VARIED_TEXTS
 
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
 from bert_keras.models.dtype import with_dtype
@@ -17,29 +18,6 @@ from bert_keras.serving.client import ServingClient
 from bert_keras.serving.ops import check_serving_ops
 from bert_keras.serving.serving_tasks import MIN_MICRO_BATCH
 from bert_keras.serving.tfserving.session import ServingError, SessionPredictor, make_request
-
-VOCAB = [
-    "[PAD]",
-    "[UNK]",
-    "[CLS]",
-    "[SEP]",
-    "[MASK]",
-    "the",
-    "quick",
-    "brown",
-    "fox",
-    "##es",
-    "jump",
-    "##s",
-    ",",
-    ".",
-    "!",
-    "a",
-    "b",
-    "c",
-    "中",
-    "文",
-]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +36,7 @@ def minilm_exports(tmp_path_factory, minilm_dir):
 @pytest.fixture(scope="module")
 def tiny_export(tmp_path_factory):
     config = BertConfig(
-        vocab_size=len(VOCAB),
+        vocab_size=len(SERVING_VOCAB),
         hidden_size=16,
         num_hidden_layers=2,
         num_attention_heads=2,
@@ -66,7 +44,7 @@ def tiny_export(tmp_path_factory):
         max_position_embeddings=64,
     )
     encoder = BertEncoder(config)
-    preprocessor = BertPreprocessor(BertTokenizer(VOCAB), seq_length=None, max_seq_length=64)
+    preprocessor = BertPreprocessor(BertTokenizer(SERVING_VOCAB), seq_length=None, max_seq_length=64)
     path = export.export_for_serving(encoder, preprocessor, tmp_path_factory.mktemp("tiny"), version=3)
     return encoder, preprocessor, path
 
@@ -163,17 +141,6 @@ def test_saved_model_cli_show_and_run(tiny_export, tmp_path):
     np.testing.assert_allclose(pooled, expected, atol=1e-5)
 
 
-BAD_TEXTS = [
-    "",
-    "     ",
-    "x" * (1 << 20),
-    b"\xff\xfe invalid \xc3\x28 utf-8",
-    "nul\x00bytes\x00",
-    "emoji 🙂🙃 中文 עברית العربية",
-    "[MASK] [CLS] [SEP]",
-]
-
-
 def test_bad_text_gives_valid_outputs(tiny_export):
     encoder, preprocessor, path = tiny_export
     predictor = SessionPredictor(path)
@@ -189,13 +156,6 @@ def test_bad_text_gives_valid_outputs(tiny_export):
     assert big["pooled_output"].shape == (1000, 16)
     empty = predictor.predict_texts(text=np.array([], dtype=object).astype(bytes))
     assert empty["pooled_output"].shape == (0, 16)
-
-
-# Texts of many lengths, more than MIN_MICRO_BATCH of them, so that a request splits
-# into several length-sorted micro-batches of different padded lengths.
-VARIED_TEXTS = [
-    " ".join(["the quick brown fox", "jumps !", "a b c", "中文"][: 1 + i % 4] * (1 + i % 7)) for i in range(37)
-]
 
 
 def test_micro_batches_equal_one_padded_batch(tiny_export):
@@ -572,7 +532,7 @@ def test_cli_export_compute_dtype(tiny_export, tmp_path):
 
     encoder, _, _ = tiny_export
     encoder.save(tmp_path / "encoder.keras")
-    (tmp_path / "vocab.txt").write_text("".join(f"{token}\n" for token in VOCAB), encoding="utf-8")
+    (tmp_path / "vocab.txt").write_text("".join(f"{token}\n" for token in SERVING_VOCAB), encoding="utf-8")
     pooled = {}
     for dtype in ("float32", "bfloat16"):
         argv = [

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from google.protobuf import text_format
+from harness import SERVING_VOCAB
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,30 +29,9 @@ from bert_keras import BertClassifier, BertConfig, BertEncoder, BertPreprocessor
 from bert_keras.serving import export
 from bert_keras.serving.client import ServingClient
 from bert_keras.serving.tfserving import json_tensor
+from bert_keras.serving.tfserving.json_reply import json_from_tensors
 from bert_keras.serving.tfserving.session import ServingError, SessionPredictor, decode_response, make_request
 
-VOCAB = [
-    "[PAD]",
-    "[UNK]",
-    "[CLS]",
-    "[SEP]",
-    "[MASK]",
-    "the",
-    "quick",
-    "brown",
-    "fox",
-    "##es",
-    "jump",
-    "##s",
-    ",",
-    ".",
-    "!",
-    "a",
-    "b",
-    "c",
-    "中",
-    "文",
-]
 LABELS = ["neg", "neutral", "pos"]
 SERVE_IDS_ROW = {"input_word_ids": [2, 5, 6, 3], "input_mask": [1, 1, 1, 1], "input_type_ids": [0, 0, 0, 0]}
 
@@ -306,7 +286,7 @@ TO_JSON_CASES = {  # test name: ({name: array}, format, expected JSON)
 @pytest.mark.parametrize("case", TO_JSON_CASES)
 def test_tensors_to_json(case):
     tensors, format, expected = TO_JSON_CASES[case]
-    assert as_strings(json_tensor.json_from_tensors(tensors, format)) == as_strings(expected)
+    assert as_strings(json_from_tensors(tensors, format)) == as_strings(expected)
 
 
 @pytest.mark.parametrize(
@@ -327,7 +307,7 @@ def test_tensors_to_json(case):
 )
 def test_tensors_to_json_errors(tensors, message):
     with pytest.raises(ServingError, match=f"INVALID_ARGUMENT: .*{message}"):
-        json_tensor.json_from_tensors(tensors, "row")
+        json_from_tensors(tensors, "row")
 
 
 # --- the server ----------------------------------------------------------------------
@@ -339,14 +319,14 @@ def served(tmp_path_factory):
     from bert_keras.serving.tfserving.local_server import LocalModelServer
 
     config = BertConfig(
-        vocab_size=len(VOCAB),
+        vocab_size=len(SERVING_VOCAB),
         hidden_size=16,
         num_hidden_layers=1,
         num_attention_heads=2,
         intermediate_size=32,
         max_position_embeddings=64,
     )
-    preprocessor = BertPreprocessor(BertTokenizer(VOCAB), seq_length=None, max_seq_length=64)
+    preprocessor = BertPreprocessor(BertTokenizer(SERVING_VOCAB), seq_length=None, max_seq_length=64)
     base = tmp_path_factory.mktemp("tiny")
     for version in (1, 2):
         tf.keras.utils.set_random_seed(version)

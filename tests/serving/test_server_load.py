@@ -9,32 +9,13 @@ import time
 
 import numpy as np
 import pytest
+from harness import SERVING_VOCAB
 
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
 from bert_keras.serving import export
 from bert_keras.serving.client import ServingClient
 from bert_keras.serving.tfserving.session import ServingError, make_request
 
-VOCAB = [
-    "[PAD]",
-    "[UNK]",
-    "[CLS]",
-    "[SEP]",
-    "[MASK]",
-    "the",
-    "quick",
-    "brown",
-    "fox",
-    "##es",
-    "jump",
-    "##s",
-    ",",
-    ".",
-    "!",
-    "a",
-    "b",
-    "c",
-]
 LIMIT = 1 << 20  # max_request_bytes of the server under test
 BODY = json.dumps({"instances": [{"text": "the quick brown fox"}, {"text": "a b c!"}]}).encode()
 
@@ -44,14 +25,14 @@ def server(tmp_path_factory):
     from bert_keras.serving.tfserving.local_server import LocalModelServer
 
     config = BertConfig(
-        vocab_size=len(VOCAB),
+        vocab_size=len(SERVING_VOCAB),
         hidden_size=16,
         num_hidden_layers=1,
         num_attention_heads=2,
         intermediate_size=32,
         max_position_embeddings=64,
     )
-    preprocessor = BertPreprocessor(BertTokenizer(VOCAB), seq_length=None, max_seq_length=64)
+    preprocessor = BertPreprocessor(BertTokenizer(SERVING_VOCAB), seq_length=None, max_seq_length=64)
     base = tmp_path_factory.mktemp("load")
     export.export_for_serving(BertEncoder(config), preprocessor, base, version=1)
     server = LocalModelServer(
@@ -79,7 +60,7 @@ def test_256_concurrent_connections_are_all_answered(server):
             start.wait()
             outcome = [post(server.rest_port, BODY, connection)[0] for _ in range(2)]
             connection.close()
-        except Exception as caught:  # noqa: BLE001  (a reset or refusal is what is counted)
+        except Exception as caught:  # a reset or refusal is what is counted
             outcome = [f"{type(caught).__name__}: {caught}"]
         with lock:
             results.extend(outcome)
@@ -153,7 +134,7 @@ def test_a_large_batch_runs_in_slices_with_the_same_answers(server):
     """600 texts of mixed lengths, run 64 rows at a time, equal one padded run (per-token
     outputs where there are tokens: at padding, each run holds what it computed there)."""
     rng = np.random.default_rng(0)
-    texts = [" ".join(rng.choice(VOCAB[5:], size=rng.integers(0, 30))) for _ in range(600)]
+    texts = [" ".join(rng.choice(SERVING_VOCAB[5:], size=rng.integers(0, 30))) for _ in range(600)]
     request = make_request("tiny", "serving_default", {"text": texts})
     model = server.models["tiny"].versions[1]
     _, whole = model.run(request)

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_task_checkpoints import REFERENCES, hf_folder
+from harness import TASK_REFERENCES, hf_folder
 
 from bert_keras import BertReranker
 from bert_keras.tasks.reranker import RerankerLoss
@@ -32,11 +32,11 @@ def columns(pairs):
 def test_scores_and_ranking_are_cross_encoders(reranker):
     assert reranker.activation == "sigmoid" and reranker.preprocessor.packer.max_seq_length == 24
     scores = reranker.predict(columns(PAIRS), verbose=0)
-    np.testing.assert_allclose(scores, REFERENCES["cross_encoder/scores"], rtol=1e-5)
+    np.testing.assert_allclose(scores, TASK_REFERENCES["cross_encoder/scores"], rtol=1e-5)
     np.testing.assert_allclose(reranker.predict(PAIRS, verbose=0), scores)  # a list of pairs, as CrossEncoder takes
     hits = reranker.rank(PAIRS[1][0], [d for _, d in PAIRS], top_k=3, return_documents=True)
-    assert [hit["corpus_id"] for hit in hits] == REFERENCES["cross_encoder/rank_ids"].tolist()
-    np.testing.assert_allclose([hit["score"] for hit in hits], REFERENCES["cross_encoder/rank_scores"], rtol=1e-5)
+    assert [hit["corpus_id"] for hit in hits] == TASK_REFERENCES["cross_encoder/rank_ids"].tolist()
+    np.testing.assert_allclose([hit["score"] for hit in hits], TASK_REFERENCES["cross_encoder/rank_scores"], rtol=1e-5)
     assert hits[0]["text"] == PAIRS[hits[0]["corpus_id"]][1]
 
 
@@ -57,7 +57,7 @@ def test_activation_of_older_folders(tmp_path, stored, activation):
     (folder / "config.json").write_text(json.dumps({**config, **stored}))
     model = BertReranker.from_checkpoint(folder)
     assert model.activation == activation
-    expected = REFERENCES["cross_encoder/logits"]
+    expected = TASK_REFERENCES["cross_encoder/logits"]
     if activation == "sigmoid":
         expected = 1 / (1 + np.exp(-expected))
     np.testing.assert_allclose(model.predict(columns(PAIRS), verbose=0), expected, rtol=1e-5)
@@ -141,7 +141,7 @@ def test_exported_reranker_serves_query_and_document(tmp_path, reranker):
     served = tf.saved_model.load(str(tmp_path / "export" / "1"))
     query, document = columns(PAIRS)
     outputs = served.signatures["serving_default"](query=tf.constant(query), document=tf.constant(document))
-    np.testing.assert_allclose(outputs["scores"], REFERENCES["cross_encoder/scores"], rtol=1e-5)
+    np.testing.assert_allclose(outputs["scores"], TASK_REFERENCES["cross_encoder/scores"], rtol=1e-5)
 
 
 def test_keras_file_round_trip(tmp_path, reranker):
@@ -189,7 +189,7 @@ def test_convert_reads_a_cross_encoder_folder_as_a_reranker(tmp_path):
     folder = hf_folder(tmp_path, "cross_encoder")
     model = load_model(folder)
     assert isinstance(model, BertReranker) and model.activation == "sigmoid"
-    np.testing.assert_allclose(model.predict(PAIRS, verbose=0), REFERENCES["cross_encoder/scores"], rtol=1e-5)
+    np.testing.assert_allclose(model.predict(PAIRS, verbose=0), TASK_REFERENCES["cross_encoder/scores"], rtol=1e-5)
 
 
 def test_dev_lists_do_not_favour_a_reranker_that_scores_every_pair_alike():

@@ -9,6 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from harness import TASK_FIXTURES as FIXTURES
+from harness import TASK_REFERENCES as REFERENCES
+from harness import hf_folder
 from safetensors.numpy import load_file, save_file
 
 from bert_keras import (
@@ -23,8 +26,6 @@ from bert_keras import (
 from bert_keras.models.saving import save_checkpoint
 from pipelines.cli import main as cli
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
-REFERENCES = np.load(FIXTURES / "references.npz")
 HEADS = {
     "sequence_single": BertClassifier,
     "sequence_multi": BertClassifier,
@@ -39,15 +40,6 @@ LABELS = {
     "token": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"],
 }
 pytestmark = pytest.mark.filterwarnings("ignore:.*starting them from new initial values")
-
-
-def hf_folder(tmp_path, name):
-    """A copy of the fixture folder with the shared vocab.txt beside it."""
-    folder = tmp_path / name
-    if not folder.exists():
-        shutil.copytree(FIXTURES / name, folder)
-        shutil.copy(FIXTURES / "vocab.txt", folder)
-    return folder
 
 
 def packed(name):

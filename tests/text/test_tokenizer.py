@@ -7,23 +7,19 @@ property tests compare against a line-by-line port of the original algorithm
 
 import json
 import unicodedata
-from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REFERENCE, SHARED, VOCAB_FILE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
-VOCAB = SHARED / "data" / "vocab" / "vocab.txt"
-REFERENCE = SHARED / "reference"
-
-pytestmark = pytest.mark.skipif(not VOCAB.exists(), reason=f"shared data folder {SHARED} is absent")
+pytestmark = pytest.mark.skipif(not VOCAB_FILE.exists(), reason=f"shared data folder {SHARED} is absent")
 
 
 def read_reference(name):
@@ -33,7 +29,7 @@ def read_reference(name):
 
 @pytest.fixture(scope="module")
 def vocabulary():
-    with open(VOCAB, encoding="utf-8") as lines:
+    with open(VOCAB_FILE, encoding="utf-8") as lines:
         return [line.strip() for line in lines]
 
 
@@ -251,7 +247,7 @@ def test_detokenize_joins_pieces(uncased):
 
 
 def test_serialization_round_trip(vocabulary):
-    tokenizer = BertTokenizer(str(VOCAB), lower_case=False, max_input_bytes=1000, name="wordpiece")
+    tokenizer = BertTokenizer(str(VOCAB_FILE), lower_case=False, max_input_bytes=1000, name="wordpiece")
     config = tokenizer.get_config()
     assert config["vocabulary"] == vocabulary
     restored = keras.layers.deserialize(keras.layers.serialize(tokenizer))

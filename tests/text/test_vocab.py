@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 import tensorflow_text as tf_text
+from conftest import REFERENCE, SHARED
 
 from bert_keras.text.tokenizer import _REMOVED_PATTERN, BertTokenizer
 from bert_keras.text.vocab import build_vocabulary, corpus_parts, count_words, read_part, reserved_tokens
 from bert_keras.text.words import split_words
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
 SAMPLE_TEXT = SHARED / "data" / "pretraining" / "sample_text.txt"
-REFERENCE = SHARED / "reference"
 
 pytestmark = pytest.mark.skipif(not SAMPLE_TEXT.exists(), reason=f"shared data folder {SHARED} is absent")
 

@@ -1,15 +1,14 @@
 """`WordPieceLearner` against tf.text's learner itself (the reference), on real and synthetic counts."""
 
 import random
-from pathlib import Path
 
 import pytest
+from conftest import SHARED
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as reference
 
 from bert_keras.text import wordpiece_learner
 from bert_keras.text.vocab import build_vocabulary, count_words, reserved_tokens
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
 PRETRAINING = SHARED / "data" / "pretraining"
 
 needs_data = pytest.mark.skipif(not PRETRAINING.exists(), reason=f"shared data folder {SHARED} is absent")

@@ -14,18 +14,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import DATA, require
+from conftest import DATA, VOCAB_FILE, require
 from distribute_runs import GLOBAL_BATCH, PREDICTIONS, SEQ_LENGTH, load_weights
 
 from bert_keras.data import pretraining_shards
 from bert_keras.data.example_encoder import serialize_instance
 from bert_keras.data.instances import Instance
+from bert_keras.data.shard_manifest import manifest_path
 from bert_keras.data.tfrecords import pretraining_dataset, shard_names
 from bert_keras.training import distribute
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = Path(__file__).resolve().parent / "distribute_runs.py"
-VOCAB = DATA / "vocab" / "vocab.txt"
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
 SYNTHETIC_VOCAB = 100
 
@@ -76,7 +76,7 @@ def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
     inputs = {
         "files": synthetic_records(tmp_path),
         "vocab_size": SYNTHETIC_VOCAB,
-        "vocab": str(require(VOCAB)),
+        "vocab": str(require(VOCAB_FILE)),
         "sentences": (sentences * 3)[: 10 * GLOBAL_BATCH],
     }
     (tmp_path / "inputs.json").write_text(json.dumps(inputs))
@@ -210,7 +210,7 @@ def start_pretraining_workers(files, output, ports, temp_dirs):
         "--config",
         "tiny",
         "--vocab",
-        str(VOCAB),
+        str(VOCAB_FILE),
         "--data",
         *map(str, files),
         "--output",
@@ -263,7 +263,7 @@ def test_multi_worker_pretraining_resumes_after_a_worker_dies(tmp_path):
 
     from bert_keras import BertTokenizer
 
-    tokenizer = BertTokenizer(str(require(VOCAB)))
+    tokenizer = BertTokenizer(str(require(VOCAB_FILE)))
     # The sample twice, as two input shards: the same text with two seeds.
     recipe = pretraining_shards.Recipe(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3)
     pretraining_shards.create_pretraining_data(
@@ -447,7 +447,7 @@ def test_training_datasets_have_fully_defined_shapes(tmp_path):
     from bert_keras.tasks.preprocessing import preprocessor_for
     from bert_keras.tasks.token_classifier import BertTokenClassifier
 
-    tokenizer = BertTokenizer(str(require(VOCAB)))
+    tokenizer = BertTokenizer(str(require(VOCAB_FILE)))
     pretraining = [
         pretraining_dataset(synthetic_records(tmp_path), 4, SEQ_LENGTH, PREDICTIONS),
         dynamic_masking_dataset([require(SAMPLE)], tokenizer, 4, 64, 10),
@@ -459,7 +459,7 @@ def test_training_datasets_have_fully_defined_shapes(tmp_path):
     # and split_global_batches with seq_length; 8 replicas on one host, global batch 16.
     context = tf.distribute.InputContext(num_replicas_in_sync=8)
     encoder = BertEncoder(tiny_config(30522))
-    preprocessor = preprocessor_for(encoder, str(VOCAB), lower_case=True, seq_length=32)
+    preprocessor = preprocessor_for(encoder, str(VOCAB_FILE), lower_case=True, seq_length=32)
     sentences = np.array(["The rain had only ceased.", "Indeed, it was recorded."] * 8, object)
     classifier = BertClassifier(encoder, 2, preprocessor=preprocessor)
     glue = classifier.preprocessed_dataset(sentences, np.zeros(16, "int32"), batch_size=16)
@@ -514,7 +514,7 @@ def test_xla_train_steps_run_with_tokenization_in_tf_data(tmp_path):
     assert max_difference(pretrainer.get_weights(), before) > 0
 
     encoder = BertEncoder(tiny_config(30522))
-    preprocessor = preprocessor_for(encoder, str(require(VOCAB)), lower_case=True, seq_length=16)
+    preprocessor = preprocessor_for(encoder, str(require(VOCAB_FILE)), lower_case=True, seq_length=16)
     classifier = BertClassifier(encoder, 2, preprocessor=preprocessor)
     classifier.compile(jit_compile=True)
     texts, labels = np.array(["a dog.", "the rain had ceased."] * 4, object), np.array([0, 1] * 4, "int32")
@@ -555,7 +555,7 @@ def test_mixed_bfloat16_pretraining(tmp_path, mixed_precision):
         dtypes = set()
         stored.visititems(lambda name, item: dtypes.add(item.dtype) if isinstance(item, h5py.Dataset) else None)
     assert {np.dtype(d).name for d in dtypes} <= {"float32", "int64"} and np.dtype("float32") in dtypes
-    preprocessor = BertPreprocessor(BertTokenizer(str(require(VOCAB))), seq_length=SEQ_LENGTH)
+    preprocessor = BertPreprocessor(BertTokenizer(str(require(VOCAB_FILE))), seq_length=SEQ_LENGTH)
     signature = serving_signature(model.encoder, preprocessor)
     outputs = signature.from_ids(
         {name: batch[name] for name in ("input_word_ids", "input_mask", "input_type_ids")}, signature.run
@@ -587,9 +587,9 @@ def test_multi_worker_with_an_empty_shard_stops_both_workers_clearly(tmp_path, c
     corpus.write_bytes(require(SAMPLE).read_bytes()[:3000])  # 3 documents (2 blank lines)
     assert corpus.read_text().count("\n\n") == 2
     prefix = tmp_path / "shard"
-    pretraining_shards.create_pretraining_data([corpus], prefix, BertTokenizer(str(require(VOCAB))), num_shards=2)
+    pretraining_shards.create_pretraining_data([corpus], prefix, BertTokenizer(str(require(VOCAB_FILE))), num_shards=2)
     files = shard_names(prefix, 2)
-    manifest = json.loads(Path(pretraining_shards.manifest_path(prefix)).read_text())
+    manifest = json.loads(Path(manifest_path(prefix)).read_text())
     assert manifest["empty_shards"] == [Path(files[1]).name]
     assert "1 of 2 shard file(s) hold no instances" in capsys.readouterr().err
 
@@ -617,7 +617,7 @@ def test_multi_worker_with_an_empty_shard_stops_both_workers_clearly(tmp_path, c
             "--config",
             "tiny",
             "--vocab",
-            str(VOCAB),
+            str(VOCAB_FILE),
             "--data",
             *files,
             "--output",

@@ -1,4 +1,4 @@
-"""JSON <-> tensors the way TF Serving's REST API converts them.
+"""JSON -> tensors the way TF Serving's REST API converts them (`json_reply`: tensors -> JSON).
 
 Follows tensorflow_serving/util/json_tensor.cc (tensorflow/serving): request values are
 converted by the signature's input dtypes (strings as JSON strings or `{"b64": ...}`,
@@ -266,35 +266,47 @@ def _type_error(value, dtype):
 def _leaf(value, dtype):
     """One JSON scalar (or b64 object) as a value of `dtype` (AddValueToTensor)."""
     if isinstance(value, dict):
-        if dtype != tf.string:
-            raise _type_error(value, dtype)
-        if not _is_b64(value):
-            raise invalid(f"JSON Value: {show(value)} not formatted correctly for base64 data")
-        return _b64decode(value["b64"])
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return _b64_leaf(value, dtype)
     if dtype == tf.string:
         if isinstance(value, str):
-            try:
-                return value.encode("utf-8", "surrogateescape")
-            except UnicodeEncodeError:  # a \uD8xx escape without its pair, refused by rapidjson's parser
-                raise invalid("JSON Parse error: The surrogate pair in string is invalid.") from None
+            return _utf8(value)
     elif dtype == tf.bool:
         if isinstance(value, bool):
             return value
-    elif dtype in _FLOAT_LIMITS:
-        if number:
-            if not _lossless(value, *_FLOAT_LIMITS[dtype]):
-                raise invalid(
-                    f"Cannot convert JSON value: {show(value)} to {dtype_name(dtype)} without loss of precision."
-                )
-            return value
-    elif dtype in _INT_RANGES:
-        low, high = _INT_RANGES[dtype]
-        if number and isinstance(value, int) and low <= value <= high:
+    elif dtype in _FLOAT_LIMITS or dtype in _INT_RANGES:
+        if _is_number_of(value, dtype):
             return value
     else:
         raise ServingError(f"UNIMPLEMENTED: Conversion of JSON Value: {show(value)} to type: {dtype_name(dtype)}")
     raise _type_error(value, dtype)
+
+
+def _b64_leaf(value, dtype):
+    """A `{"b64": ...}` object: the bytes of a string tensor."""
+    if dtype != tf.string:
+        raise _type_error(value, dtype)
+    if not _is_b64(value):
+        raise invalid(f"JSON Value: {show(value)} not formatted correctly for base64 data")
+    return _b64decode(value["b64"])
+
+
+def _utf8(text):
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a \uD8xx escape without its pair, refused by rapidjson's parser
+        raise invalid("JSON Parse error: The surrogate pair in string is invalid.") from None
+
+
+def _is_number_of(value, dtype):
+    """Whether a JSON number is a value of the numeric `dtype`; a float that would lose precision is an error."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    if dtype in _FLOAT_LIMITS:
+        if not _lossless(value, *_FLOAT_LIMITS[dtype]):
+            raise invalid(f"Cannot convert JSON value: {show(value)} to {dtype_name(dtype)} without loss of precision.")
+        return True
+    low, high = _INT_RANGES[dtype]
+    return isinstance(value, int) and low <= value <= high
 
 
 def _lossless(value, max_int, max_float):
@@ -326,74 +338,3 @@ def _array(leaves, shape, dtype):
     else:
         array = np.array(leaves, dtype=dtype.as_numpy_dtype)
     return array.reshape(shape)
-
-
-def json_from_tensors(outputs, format):
-    """`{name: ndarray}` -> the response text: `predictions` (row) or `outputs` (columnar)."""
-    if not outputs:
-        raise invalid("Cannot convert empty tensor map to JSON")
-    names = sorted(outputs)
-    if format == "columnar":
-        if len(names) == 1:
-            return '{"outputs": ' + _tensor_json(names[0], outputs[names[0]]) + "}"
-        return (
-            '{"outputs": {' + ", ".join(f"{show(name)}: {_tensor_json(name, outputs[name])}" for name in names) + "}}"
-        )
-    batch = None
-    for name in names:
-        if outputs[name].ndim == 0:
-            raise invalid(f"Tensor name: {name} has no shape information ")
-        if batch is not None and outputs[name].shape[0] != batch:
-            raise invalid(
-                f"Tensor name: {name} has inconsistent batch size: {outputs[name].shape[0]} expecting: {batch}"
-            )
-        batch = outputs[name].shape[0]
-    rows = {name: [_tensor_json(name, row) for row in outputs[name]] for name in names}
-    if len(names) == 1:
-        items = rows[names[0]]
-    else:
-        items = ["{" + ", ".join(f"{show(name)}: {rows[name][i]}" for name in names) + "}" for i in range(batch)]
-    return '{"predictions": [' + ", ".join(items) + "]}"
-
-
-def _tensor_json(name, array):
-    as_bytes = name.endswith("_bytes")
-    if not isinstance(array, np.ndarray):  # one row's scalar (np.asarray would strip a bytes' trailing NULs)
-        return _scalar_json(array, as_bytes)
-    return _nest([_scalar_json(value, as_bytes) for value in array.ravel()], array.shape)
-
-
-def _nest(leaves, shape):
-    if not shape:
-        return leaves[0]
-    step = len(leaves) // shape[0] if shape[0] else 0
-    return "[" + ", ".join(_nest(leaves[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])) + "]"
-
-
-def _scalar_json(value, as_bytes):
-    if isinstance(value, bytes):
-        if as_bytes:
-            return '{"b64": "' + base64.b64encode(value).decode("ascii") + '"}'
-        return show(value.decode("utf-8", "surrogateescape"))
-    if isinstance(value, (bool, np.bool_)):
-        return "true" if value else "false"
-    if isinstance(value, (np.floating, float)):
-        return _decimal(value)
-    if isinstance(value, (np.integer, int)):
-        return str(int(value))
-    raise invalid(f"Failed to write JSON value for tensor type: {dtype_name(np.asarray(value).dtype)}")
-
-
-def _decimal(value):
-    """WriteDecimal: six significant digits unless they do not round-trip, whole numbers with '.0'."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "-Infinity" if value < 0 else "Infinity"
-    kind = np.float64 if isinstance(value, (np.float64, float)) else np.float32
-    text = "%.6g" % value
-    if kind(text) != value:
-        text = "%.*g" % (17 if kind is np.float64 else 9, value)
-    if "." not in text and "e" not in text:
-        text += ".0"
-    return text

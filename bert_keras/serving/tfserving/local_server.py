@@ -9,7 +9,7 @@ from a base directory (newest version) or a `--model_config_file` ModelServerCon
 (version policy, labels). Status codes, HTTP codes and error texts follow TF Serving's
 sources (tensorflow_serving/model_servers/http_rest_api_handler.cc, http_server.cc,
 get_model_status_impl.cc, servables/tensorflow/get_model_metadata_impl.cc, predict_util.cc);
-every malformed request gets a JSON `{"error": ...}` reply. Requests run through
+every malformed request gets a JSON `{"error": ...}` reply (`rest_api`, `rest_http`). Requests run through
 `SessionPredictor`, the TF1 session loader path TF Serving itself uses. It is a
 development tool: no batching, no polling for new versions, no config reload.
 
@@ -21,49 +21,33 @@ coming dropped after `request_timeout` seconds, and batches of more than `max_ba
 rows run in slices of that many, so a request's memory is bounded.
 """
 
-import json
-import re
-import socket
-import sys
 import threading
-import time
-import urllib.parse
 from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from bert_keras.serving.tfserving import json_tensor
-from bert_keras.serving.tfserving.session import STATUS_CODES, ServingError, SessionPredictor, proto_json
+import grpc
+import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
+from tensorflow_serving.config import model_server_config_pb2
 
-# ToHTTPStatusCode in tensorflow_serving/model_servers/http_server.cc, in STATUS_CODES order.
-HTTP_STATUS = dict(
-    zip(STATUS_CODES, (200, 499, 500, 400, 504, 404, 409, 403, 429, 400, 409, 400, 501, 500, 503, 500, 401))
-)
-# http_rest_api_util.cc: the REST paths (RE2 \d is ASCII, hence re.ASCII).
-_REST_PATH = re.compile(r"/v1/.*", re.IGNORECASE | re.ASCII)
-_PREDICTION_PATH = re.compile(
-    r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
-    re.IGNORECASE | re.ASCII,
-)
-_STATUS_PATH = re.compile(
-    r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:/(metadata))?", re.IGNORECASE | re.ASCII
-)
-_READ_CHUNK = 1 << 20
-LISTEN_BACKLOG = 1024  # evhttp listens with the system's maximum (SOMAXCONN, 4096 on Linux)
+from bert_keras.serving.tfserving.rest_api import RestApi
+from bert_keras.serving.tfserving.rest_http import RestServer
+from bert_keras.serving.tfserving.session import ServingError, SessionPredictor, error
+
 # The default of --max-request-bytes: 16 MiB, some 100,000 sentences of JSON (gRPC's own
 # default is 4 MiB; TF Serving raises both to 2 GiB, which lets one client take the memory).
 MAX_REQUEST_BYTES = 16 << 20
 
 
-def error(code, message):
-    return ServingError(f"{code}: {message}")
-
-
 def model_server_config(model_base=None, name="bert", config_file=None):
     """The ModelServerConfig to serve: `config_file` (text format) or one model at `model_base`."""
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
-
     config = model_server_config_pb2.ModelServerConfig()
     if config_file is not None:
         text_format.Parse(Path(config_file).read_text(), config)
@@ -121,7 +105,7 @@ class ServedModel:
             predictor.close()
 
 
-class LocalModelServer:
+class LocalModelServer(RestApi):
     """`LocalModelServer(base, name).start()` serves until `stop()`; ports 0 pick free ones.
 
     `model_config_file` (a ModelServerConfig in text format, as tensorflow_model_server's
@@ -187,9 +171,6 @@ class LocalModelServer:
         return model, version, signature, outputs
 
     def predict(self, request):
-        import tensorflow as tf
-        from tensorflow_serving.apis import predict_pb2
-
         model, version, signature, outputs = self.run(request)
         response = predict_pb2.PredictResponse()
         response.model_spec.name, response.model_spec.signature_name = model.name, signature
@@ -200,8 +181,6 @@ class LocalModelServer:
 
     def metadata(self, request):
         """GetModelMetadataRequest -> GetModelMetadataResponse (signature_def only, as TF Serving)."""
-        from tensorflow_serving.apis import get_model_metadata_pb2
-
         if not request.HasField("model_spec"):
             raise error("INVALID_ARGUMENT", "Missing ModelSpec")
         if not request.metadata_field:
@@ -221,8 +200,6 @@ class LocalModelServer:
 
     def status(self, request):
         """GetModelStatusRequest -> GetModelStatusResponse; a version label is not resolved, as in TF Serving."""
-        from tensorflow_serving.apis import get_model_status_pb2
-
         if not request.HasField("model_spec"):
             raise error("INVALID_ARGUMENT", "Missing ModelSpec")
         name = request.model_spec.name
@@ -255,90 +232,9 @@ class LocalModelServer:
             f"Expected {kind} signature method_name to be tensorflow/serving/{method}. Was: {signature.method_name}",
         )
 
-    # --- REST ---
-
-    def rest(self, method, path, body):
-        """One REST request -> (HTTP status, JSON reply bytes); never raises."""
-        path = path.split("?", 1)[0].split("#", 1)[0]  # evhttp's uri_path
-        shown = path.encode("latin-1", "replace").decode("utf-8", "surrogateescape")
-        if not _REST_PATH.fullmatch(path):
-            return 404, json_tensor.encode(json.dumps({"error": f"Not found: {shown}"}, ensure_ascii=False))
-        try:
-            return 200, json_tensor.encode(self._rest_reply(method, path, shown, body))
-        except RecursionError:
-            status = error("INVALID_ARGUMENT", "JSON Value nested too deeply")
-        except ServingError as caught:
-            status = caught
-        except Exception as caught:  # a bug here must still answer, as TF Serving's INTERNAL would
-            status = error("INTERNAL", f"{type(caught).__name__}: {caught}")
-        return HTTP_STATUS[status.code], json_tensor.encode(json.dumps({"error": status.message}, ensure_ascii=False))
-
-    def _rest_reply(self, method, path, shown, body):
-        from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2, predict_pb2
-
-        match = _PREDICTION_PATH if method == "POST" else _STATUS_PATH if method == "GET" else None
-        match = match and match.fullmatch(path)
-        if not match:
-            raise error("INVALID_ARGUMENT", f"Malformed request: {method} {shown}")
-        name, version, label, action = match.groups()
-        spec = model_pb2.ModelSpec(name="" if name is None else _unquote(name))
-        if version is not None:
-            if int(version) >= 2**63:
-                raise error("INVALID_ARGUMENT", f"Failed to convert version: {version} to numeric.")
-            spec.version.value = int(version)
-        if label is not None:
-            spec.version_label = _unquote(label)
-        if method == "POST":
-            if action == "predict":
-                return self._rest_predict(spec, body)
-            if action in ("classify", "regress"):
-                request = predict_pb2.PredictRequest(model_spec=spec)
-                request.model_spec.signature_name = json_tensor.signature_name(json_tensor.parse_json(body))
-                self.classify_or_regress(request, action)
-        elif not spec.name:
-            raise error("INVALID_ARGUMENT", "Missing model name in request.")
-        elif action == "metadata":
-            response = self.metadata(
-                get_model_metadata_pb2.GetModelMetadataRequest(model_spec=spec, metadata_field=["signature_def"])
-            )
-            signatures = get_model_metadata_pb2.SignatureDefMap()
-            response.metadata["signature_def"].Unpack(signatures)
-            return json.dumps(
-                {"model_spec": proto_json(response.model_spec), "metadata": {"signature_def": proto_json(signatures)}},
-                indent=1,
-            )
-        else:  # any other subresource spelling, e.g. METADATA, asks for the status, as in TF Serving
-            return json.dumps(
-                proto_json(self.status(get_model_status_pb2.GetModelStatusRequest(model_spec=spec))), indent=1
-            )
-        raise error("INVALID_ARGUMENT", f"Malformed request: {method} {shown}")
-
-    def _rest_predict(self, spec, body):
-        from tensorflow_serving.apis import predict_pb2
-
-        request = predict_pb2.PredictRequest(model_spec=spec)
-        doc = json_tensor.parse_json(body)
-        resolved = None  # (model, version), once the signature is looked up
-
-        def signature_inputs(name):
-            nonlocal resolved
-            resolved = model, version = self.resolve(request.model_spec)
-            name = name or "serving_default"
-            signature = model.versions[version].meta_graph.signature_def.get(name)
-            if signature is None:
-                raise error("INVALID_ARGUMENT", f'Serving signature name: "{name}" not found in signature def')
-            return signature.inputs
-
-        format = json_tensor.fill_predict_request(doc, signature_inputs, request)
-        *_, outputs = self.run(request, resolved)
-        return json_tensor.json_from_tensors(outputs, format)
-
     # --- serving ---
 
     def start(self):
-        import grpc
-        from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
-
         server = self
 
         def answer(function):
@@ -349,7 +245,7 @@ class LocalModelServer:
                     return function(request)
                 except ServingError as caught:
                     context.abort(grpc.StatusCode[caught.code], caught.message)
-                except Exception as caught:  # noqa: BLE001  (answer INTERNAL rather than drop the call)
+                except Exception as caught:  # answer INTERNAL rather than drop the call
                     context.abort(grpc.StatusCode.INTERNAL, f"{type(caught).__name__}: {caught}")
 
             return method
@@ -372,7 +268,7 @@ class LocalModelServer:
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(), self._grpc)
         self.grpc_port = self._grpc.add_insecure_port(f"{self.host}:{self.grpc_port}")
         self._grpc.start()
-        self._http = _RestServer((self.host, self.rest_port), self._rest_handler(), self.max_connections)
+        self._http = RestServer((self.host, self.rest_port), self, self.max_connections)
         self.rest_port = self._http.server_address[1]
         threading.Thread(target=self._http.serve_forever, daemon=True).start()
         return self
@@ -384,166 +280,3 @@ class LocalModelServer:
             self._http.shutdown()
             self._http.server_close()
         self.close_models()
-
-    def _rest_handler(self):
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as TF Serving's evhttp server
-            default_request_version = "HTTP/1.0"  # replies to unparsable request lines get a status line
-            timeout = 60  # an idle keep-alive connection, or a silent client, is dropped after this
-
-            def setup(self):
-                super().setup()
-                # One reply is written as headers then body: without this, Nagle's algorithm holds
-                # the body for the client's delayed ACK, 40 ms a request on a keep-alive connection.
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def handle_one_request(self):
-                self.deadline = None  # set once the request line arrives
-                super().handle_one_request()
-
-            def parse_request(self):
-                self.deadline = time.monotonic() + server.request_timeout
-                return super().parse_request()
-
-            def _reply(self, status, data, body=True):
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                if self.close_connection:
-                    self.send_header("Connection", "close")
-                self.end_headers()
-                if body:
-                    self.wfile.write(data)
-
-            def send_error(self, code, message=None, explain=None):
-                """http.server's own refusals (bad request line, headers, method) as JSON too."""
-                self.close_connection = True
-                text = message or self.responses.get(code, ("",))[0]
-                self._reply(code, json.dumps({"error": text}).encode("utf-8"), body=self.command != "HEAD")
-
-            def _read_body(self):
-                if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-                    chunks, total = [], 0
-                    while True:
-                        size = int(self.rfile.readline(1024).split(b";")[0].strip() or b"x", 16)
-                        if size == 0:
-                            while self.rfile.readline(1024).strip():  # trailers
-                                pass
-                            return b"".join(chunks)
-                        total += size
-                        self._check_size(total)
-                        chunks.append(self._read_exactly(size))
-                        self.rfile.readline(1024)
-                length = self.headers.get("Content-Length")
-                if length is None:
-                    return b""
-                if not length.strip().isdigit():
-                    raise ValueError(f"invalid Content-Length: {length!r}")
-                self._check_size(int(length))
-                return self._read_exactly(int(length))
-
-            def _discard_the_rest(self, seconds=2.0):
-                """Reads and drops what the client still sends, for a while, before closing:
-                closing with unread bytes resets the connection, and the client would lose
-                the answer it has not read yet."""
-                self.wfile.flush()
-                try:
-                    self.connection.shutdown(socket.SHUT_WR)
-                    self.connection.settimeout(0.2)
-                    stop = time.monotonic() + seconds
-                    while time.monotonic() < stop and self.connection.recv(_READ_CHUNK):
-                        pass
-                except OSError:
-                    pass
-
-            def _check_size(self, size):
-                if size > server.max_request_bytes:
-                    raise RequestTooLarge(
-                        f"Request body of {size} bytes is larger than the server's limit "
-                        f"of {server.max_request_bytes} bytes (--max-request-bytes)"
-                    )
-
-            def _read_exactly(self, size):
-                chunks = []
-                while size > 0:
-                    late = TimeoutError(f"the request body did not arrive within {server.request_timeout:g} s")
-                    remaining = self.deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise late
-                    self.connection.settimeout(remaining)
-                    try:
-                        chunk = self.rfile.read1(min(size, _READ_CHUNK))
-                    except TimeoutError:
-                        raise late from None
-                    finally:
-                        self.connection.settimeout(self.timeout)
-                    if not chunk:
-                        raise ValueError("the request body ended before its Content-Length")
-                    chunks.append(chunk)
-                    size -= len(chunk)
-                return b"".join(chunks)
-
-            def _handle(self, body=True):
-                try:
-                    data = self._read_body()
-                except RequestTooLarge as caught:  # answered unread; the connection cannot be reused
-                    self.close_connection = True
-                    self._reply(413, json.dumps({"error": str(caught)}).encode(), body)
-                    return self._discard_the_rest()
-                except (ValueError, TimeoutError, OSError) as caught:
-                    self.close_connection = True
-                    return self._reply(400, json.dumps({"error": f"Bad request body: {caught}"}).encode(), body)
-                self._reply(*server.rest(self.command, self.path, data), body=body)
-
-            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _handle
-
-            def do_HEAD(self):
-                self._handle(body=False)
-
-            def log_message(self, *args):
-                pass
-
-        return Handler
-
-
-class RequestTooLarge(ValueError):
-    """A request body over `max_request_bytes`."""
-
-
-class _RestServer(ThreadingHTTPServer):
-    """A thread per connection, at most `max_connections` at once: the accept loop waits
-    for a free slot, and connections beyond it wait in the listen backlog."""
-
-    daemon_threads = True
-    request_queue_size = LISTEN_BACKLOG
-
-    def __init__(self, address, handler, max_connections):
-        self.slots = threading.BoundedSemaphore(max_connections)
-        super().__init__(address, handler)
-
-    def process_request(self, request, client_address):
-        self.slots.acquire()
-        try:
-            super().process_request(request, client_address)
-        except Exception:
-            self.slots.release()
-            raise
-
-    def handle_error(self, request, client_address):
-        """A client that went away is no server error; anything else is reported as before."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-
-def _unquote(text):
-    """Percent-decoded path segment (curl_easy_unescape) as a proto string."""
-    raw = urllib.parse.unquote_to_bytes(text.encode("latin-1", "replace"))
-    return json_tensor.proto_text(raw.decode("utf-8", "surrogateescape"))

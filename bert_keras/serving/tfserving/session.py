@@ -10,6 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the tf.text ops, as TF Serving links them)
+from google.protobuf import json_format
+from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
 from bert_keras.serving.layout import WARMUP_PATH, serving_signatures
 
@@ -53,12 +56,15 @@ STATUS_CODES = (
 )  # tensorflow::error::Code, numbered 0..16 in this order
 
 
+def error(code, message):
+    """A `ServingError` with TF Serving's status `code`."""
+    return ServingError(f"{code}: {message}")
+
+
 class SessionPredictor:
     """Serves one SavedModel version through `tf.compat.v1.saved_model.loader.load`."""
 
     def __init__(self, export_path, tags=("serve",), replay_warmup=True):
-        import tensorflow_text  # noqa: F401  (registers the tf.text ops, as TF Serving links them)
-
         self.export_path = Path(export_path)
         self.graph = tf.Graph()
         self.session = tf.compat.v1.Session(graph=self.graph)
@@ -108,8 +114,6 @@ class SessionPredictor:
 
     def predict(self, request):
         """`PredictRequest` -> `PredictResponse`, validated as TF Serving validates it."""
-        from tensorflow_serving.apis import predict_pb2
-
         name, results = self.run(request)
         response = predict_pb2.PredictResponse()
         response.model_spec.CopyFrom(request.model_spec)
@@ -186,7 +190,6 @@ def warmup_requests(export_path):
     path = Path(export_path) / WARMUP_PATH
     if not path.exists():
         return []
-    from tensorflow_serving.apis import prediction_log_pb2
 
     return [
         prediction_log_pb2.PredictionLog.FromString(record).predict_log.request
@@ -196,8 +199,6 @@ def warmup_requests(export_path):
 
 def make_request(model_name, signature_name, inputs):
     """A `PredictRequest` from a dict of names -> lists/arrays (str lists become tf.string)."""
-    from tensorflow_serving.apis import predict_pb2
-
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model_name
     request.model_spec.signature_name = signature_name
@@ -219,8 +220,6 @@ def decode_response(response):
 
 def proto_json(message):
     """A proto as TF Serving's REST API writes it: every field, int64 as strings, enums by name."""
-    from google.protobuf import json_format
-
     return json_format.MessageToDict(
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )

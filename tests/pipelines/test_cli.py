@@ -19,7 +19,7 @@ from bert_keras import BertConfig, BertEncoder
 from pipelines.cli import main as cli
 from pipelines.startup import START_UP_LINES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 

@@ -7,7 +7,7 @@ import shutil
 import string
 
 import pytest
-from conftest import DATA, REFERENCE, require
+from conftest import DATA, REFERENCE, VOCAB_FILE, require
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +18,6 @@ from bert_keras.datasets.tsv import read_rows
 from bert_keras.models.dtype import cpu_has_bfloat16
 from pipelines.cli import main as cli
 
-VOCAB = DATA / "vocab" / "vocab.txt"
 RECORDS = REFERENCE / "pretraining_trajectory" / "train.tfrecord"
 # Bytes of a real binary file: the start of a TFRecord (lengths, CRCs, protobuf).
 BINARY = b"\xd0\x02\x00\x00\x00\x00\x00\x00\x8b\xe1\x1f\x93\n\xcb\x05\n\x0e"
@@ -51,7 +50,7 @@ def finetune_tsv(tmp_path, train, dev, init, *extra):
             "--init",
             str(init),
             "--vocab",
-            str(require(VOCAB)),
+            str(require(VOCAB_FILE)),
             "--verbose",
             "0",
             *extra,
@@ -109,7 +108,7 @@ def test_finetune_conll_and_squad_on_binary_files(tmp_path, capsys, encoder_file
                 "--init",
                 str(encoder_file),
                 "--vocab",
-                str(require(VOCAB)),
+                str(require(VOCAB_FILE)),
             ]
         )
         == 2
@@ -131,7 +130,7 @@ def test_finetune_conll_and_squad_on_binary_files(tmp_path, capsys, encoder_file
                 "--init",
                 str(encoder_file),
                 "--vocab",
-                str(VOCAB),
+                str(VOCAB_FILE),
             ]
         )
         == 2
@@ -149,7 +148,7 @@ def pretrain(tmp_path, records, *extra):
             "--config",
             "tiny",
             "--vocab",
-            str(require(VOCAB)),
+            str(require(VOCAB_FILE)),
             "--data",
             str(records),
             "--output",

@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import DATA, require
+from conftest import DATA, VOCAB_FILE, require
 
 from bert_keras import BertConfig, BertEncoder, BertTokenizer
 from bert_keras.data import pretraining_shards
@@ -24,12 +24,11 @@ from bert_keras.models.pretrainer import BertPretrainer
 from bert_keras.training.optimization import create_optimizer
 
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
-VOCAB = DATA / "vocab" / "vocab.txt"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_loss_decreases_on_sample_text(tmp_path):
-    tokenizer = BertTokenizer(str(require(VOCAB)))
+    tokenizer = BertTokenizer(str(require(VOCAB_FILE)))
     records = tmp_path / "sample.tfrecord"
     pretraining_shards.create_pretraining_data(
         [require(SAMPLE)], records, tokenizer, pretraining_shards.Recipe(dupe_factor=5), progress=False
@@ -62,7 +61,7 @@ def pretrain_command(output):
         "--config",
         "tiny",
         "--vocab",
-        str(VOCAB),
+        str(VOCAB_FILE),
         "--corpus",
         str(SAMPLE),
         "--output",
@@ -155,7 +154,7 @@ def test_bad_inputs_are_clear_errors(tmp_path):
             "--output",
             str(tmp_path / "o"),
             "--vocab",
-            str(require(VOCAB)),
+            str(require(VOCAB_FILE)),
         ]
     )
     with pytest.raises(FileNotFoundError, match="no input files match"):
@@ -179,7 +178,7 @@ def test_held_out_evaluation_at_every_checkpoint_and_no_nsp(tmp_path, no_nsp):
         "--config",
         "tiny",
         "--vocab",
-        str(require(VOCAB)),
+        str(require(VOCAB_FILE)),
         "--corpus",
         str(require(SAMPLE)),
         "--output",
@@ -210,7 +209,7 @@ def test_held_out_evaluation_at_every_checkpoint_and_no_nsp(tmp_path, no_nsp):
     pretrainer = BertPretrainer.from_checkpoint(output / "final" / "pretrainer_tf1")
     assert pretrainer.next_sentence is not no_nsp
     pretrainer.compile()
-    inputs = PretrainingInputs(BertTokenizer(str(VOCAB)), corpus=[str(held_out)], seq_length=128)
+    inputs = PretrainingInputs(BertTokenizer(str(VOCAB_FILE)), corpus=[str(held_out)], seq_length=128)
     batches = inputs.held_out(4, 3, tf.distribute.InputContext())
     # steps given: Keras 3.15's evaluate on a dataset of unknown length runs one more,
     # phantom step that our own loss means count (see the pipeline's validation_steps).

@@ -10,15 +10,14 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from conftest import DATA, require
+from conftest import DATA, VOCAB_FILE, require
 
 from bert_keras import BertConfig, BertEncoder, BertPretrainer
 from bert_keras.models.saving import save_checkpoint
 from pipelines.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
-VOCAB = DATA / "vocab" / "vocab.txt"
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
 
 
@@ -45,11 +44,11 @@ def assert_same_weights(a, b):
 @pytest.mark.slow
 def test_pretrain_example_is_the_pretrain_command_and_resumes(tmp_path, monkeypatch, capsys):
     steps = 4
-    example = ("pretrain.py", require(VOCAB), require(SAMPLE), tmp_path / "script", steps)
+    example = ("pretrain.py", require(VOCAB_FILE), require(SAMPLE), tmp_path / "script", steps)
     printed = run_example(*example, monkeypatch=monkeypatch, capsys=capsys)
     assert re.search(r"masked LM accuracy by checkpoint interval: (0\.\d{3}, ){3}0\.\d{3}$", printed, re.M), printed
     bert_keras(
-        *("pretrain", "--config", "tiny", "--vocab", VOCAB, "--corpus", SAMPLE, "--output", tmp_path / "cli"),
+        *("pretrain", "--config", "tiny", "--vocab", VOCAB_FILE, "--corpus", SAMPLE, "--output", tmp_path / "cli"),
         *("--steps", steps, "--checkpoint-every", steps // 4, "--warmup-steps", 1, "--learning-rate", 1e-3),
     )
     script, cli = (BertEncoder.from_checkpoint(tmp_path / run / "final" / "encoder.keras") for run in ("script", "cli"))
@@ -70,7 +69,7 @@ def tsv_task(tmp_path):
     (tmp_path / "train.tsv").write_text("text\tlabel\n" + "\n".join(rows[:12]) + "\n", encoding="utf-8")
     (tmp_path / "dev.tsv").write_text("text\tlabel\n" + "\n".join(rows[12:]) + "\n", encoding="utf-8")
     encoder = BertEncoder(BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1))
-    save_checkpoint(encoder, tmp_path / "encoder", "hf", vocab_path=require(VOCAB))
+    save_checkpoint(encoder, tmp_path / "encoder", "hf", vocab_path=require(VOCAB_FILE))
     return tmp_path
 
 
