@@ -377,6 +377,7 @@ def write_results(args, output_dir, strategy, models, teacher_metrics, finetuned
     """`distill_results.json` (both models' dev metrics, sizes and speeds: dev examples a
     second through the whole evaluation, timed one after the other now, as a shared
     machine's load changes over a run) and `labels.txt`."""
+    from bert_keras.checkpoint import write_labels
     from bert_keras.training import distribute
 
     speed = {}
@@ -410,7 +411,7 @@ def write_results(args, output_dir, strategy, models, teacher_metrics, finetuned
     with distribute.chief_path(output_dir, strategy) as chief_dir:
         (chief_dir / "distill_results.json").write_text(json.dumps(results, indent=2) + "\n")
         if data.labels:
-            (chief_dir / "labels.txt").write_text("".join(f"{name}\n" for name in data.labels), encoding="utf-8")
+            write_labels(data.labels, chief_dir / "labels.txt")
     main, teacher_value = data.main, teacher_metrics[data.main]
     ratio = best[main] / teacher_value if teacher_value else float("nan")
     print(

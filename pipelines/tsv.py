@@ -25,6 +25,7 @@ def add_arguments(parser):
 
 
 def run(args):
+    from bert_keras.checkpoint import write_labels
     from bert_keras.tasks.glue import accuracy, label_examples, read_labelled_tsv
     from pipelines.finetune import train_classifier
 
@@ -47,6 +48,6 @@ def run(args):
         "accuracy",
     )
     output_dir = Path(args.output_dir)  # written after training: a run that fails leaves no files
-    (output_dir / "labels.txt").write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
+    write_labels(classes, output_dir / "labels.txt")
     (output_dir / "best_metrics.json").write_text(json.dumps(best, indent=2) + "\n")
     return 0

@@ -21,6 +21,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from bert_keras.checkpoint import write_labels, write_vocab
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.serving.layout import EXTRA_DIR, WARMUP_PATH, serving_signatures
 from bert_keras.serving.serving_tasks import serving_signature, text_runner
@@ -122,12 +123,11 @@ def export_for_serving(
     archive.write_out(str(path), verbose=False)
     # The graph holds the vocabulary as constants; this copy is for people and tools.
     (path / "assets").mkdir(exist_ok=True)
-    vocab = "".join(f"{token}\n" for token in preprocessor.tokenizer.vocabulary)
-    (path / "assets" / "vocab.txt").write_text(vocab, encoding="utf-8")
+    write_vocab(preprocessor.tokenizer.vocabulary, path / "assets" / "vocab.txt")
     extra = path / EXTRA_DIR
     extra.mkdir()
     if labels is not None:
-        (extra / LABELS_FILE).write_text("".join(f"{label}\n" for label in labels), encoding="utf-8")
+        write_labels(labels, extra / LABELS_FILE)
     if warmup_texts:
         batches = (list(warmup_texts), list(warmup_texts)[:1])
         write_warmup_requests(
