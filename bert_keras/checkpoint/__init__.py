@@ -4,7 +4,7 @@ folders (`sentence_transformers`), the text files beside the weights (`text_file
 vocab.txt, labels.txt, tokenizer_config.json), and `read_checkpoint` (`reader`), which
 reads a checkpoint once into a `Checkpoint` that every loader takes."""
 
-from bert_keras.checkpoint.hf import HF_CONFIG, HF_WEIGHTS, head_config, hf_to_original, original_to_hf, write_hf
+from bert_keras.checkpoint.hf import HF_CONFIG
 from bert_keras.checkpoint.reader import (
     Checkpoint,
     detect_format,
@@ -32,7 +32,7 @@ from bert_keras.checkpoint.text_files import (
     write_tokenizer_config,
     write_vocab,
 )
-from bert_keras.checkpoint.tf1 import TF1_CONFIG, TF1_IGNORED, TF1_PREFIX, tf1_prefix, write_tf1
+from bert_keras.checkpoint.tf1 import TF1_IGNORED, TF1_PREFIX, tf1_prefix, write_tf1
 from bert_keras.checkpoint.weights import (
     HEAD_NAMES,
     POOLER_NAMES,
@@ -45,11 +45,9 @@ __all__ = [
     "CROSS_ENCODER_ACTIVATIONS",
     "HEAD_NAMES",
     "HF_CONFIG",
-    "HF_WEIGHTS",
     "LABELS",
     "POOLER_NAMES",
     "ST_POOLING_MODES",
-    "TF1_CONFIG",
     "TF1_IGNORED",
     "TF1_PREFIX",
     "VOCAB",
@@ -59,10 +57,7 @@ __all__ = [
     "activation_name",
     "detect_format",
     "get_original_weights",
-    "head_config",
-    "hf_to_original",
     "is_keras_file",
-    "original_to_hf",
     "read",
     "read_checkpoint",
     "read_labels",
@@ -73,7 +68,6 @@ __all__ = [
     "tokenizer_max_length",
     "vocab_tokens",
     "write",
-    "write_hf",
     "write_labels",
     "write_sentence_transformers",
     "write_tf1",

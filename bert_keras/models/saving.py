@@ -59,7 +59,7 @@ def load_checkpoint(cls, path, format=None, config=None, keras_classes=(), **kwa
 def save_checkpoint(model, path, format, vocab_path=None, head=None):
     """Writes `model` as a `.keras` file, a Hugging Face folder or a TF1 checkpoint,
     with `vocab_path` (default: the one it was loaded with) copied beside the weights
-    and a task head's class and labels (`head`, see `checkpoint.head_config`)."""
+    and a task head's class and labels (`head`, see `checkpoint.hf.head_config`)."""
     if format == "keras":
         model.save(path)
         return

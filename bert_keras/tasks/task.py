@@ -323,7 +323,7 @@ class BertTask(RestoresCompile, keras.Model):
     @classmethod
     def head_arguments(cls, weights, head):
         """The constructor arguments of the head of this kind that a checkpoint holds (its
-        canonical `weights` and `checkpoint.read_head` description), or None if it has none."""
+        canonical `weights` and `Checkpoint.head` description), or None if it has none."""
         return None
 
     def checkpoint_head(self):
