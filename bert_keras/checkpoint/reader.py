@@ -40,12 +40,13 @@ class Checkpoint:
     `format` is 'keras' (nothing else read), 'hf' or 'tf1'; `folder` holds the weights'
     files; `weights` are canonical (`checkpoint.weights`); `vocabulary` the tokens of the
     `vocab_path` beside them (None: no vocab.txt); `tokenizer` what tokenizer_config.json
-    says; `config_values` a Hugging Face config.json as read and `labels` a TF1
-    checkpoint's labels.txt (`head` interprets them); `embedding` a sentence-transformers
-    folder's settings (pooling, normalize, prompts, max_seq_length, lower_case; None for
-    other folders); `max_seq_length` its sentence_bert_config.json's; `cross_encoder`
-    whether it is a CrossEncoder folder and `activation` the torch activation it stores
-    (None when unsaid)."""
+    says; `head` what the checkpoint says of its task head: a dict with `architecture`
+    (config.json's first `architectures`, None for TF1), `labels` (id2label's, or TF1's
+    labels.txt; None when absent or the defaults LABEL_0, ...) and `problem_type`;
+    `embedding` a sentence-transformers folder's settings (pooling, normalize, prompts,
+    max_seq_length, lower_case; None for other folders); `max_seq_length` its
+    sentence_bert_config.json's; `cross_encoder` whether it is a CrossEncoder folder and
+    `activation` the torch activation it stores (None when unsaid)."""
 
     path: Path
     format: str
@@ -55,8 +56,7 @@ class Checkpoint:
     vocab_path: Path | None = None
     vocabulary: list | None = dataclasses.field(default=None, repr=False)
     tokenizer: TokenizerSettings = TokenizerSettings()
-    config_values: dict | None = dataclasses.field(default=None, repr=False)
-    labels: list | None = None
+    head: dict = dataclasses.field(default_factory=lambda: tf1_head(None))
     embedding: dict | None = None
     max_seq_length: int | None = None
     cross_encoder: bool = False
@@ -64,15 +64,6 @@ class Checkpoint:
 
     def __str__(self):
         return str(self.path)  # messages that name a checkpoint given as a path or as read
-
-    @property
-    def head(self):
-        """What the checkpoint says of its task head: a dict with `architecture`
-        (config.json's first `architectures`, None for TF1), `labels` (id2label's, or
-        TF1's labels.txt; None when absent or the defaults LABEL_0, ...) and `problem_type`."""
-        if self.config_values is None:
-            return tf1_head(self.labels)
-        return hf_head(self.config_values, self.folder / HF_CONFIG)
 
     @property
     def head_weights(self):
@@ -135,9 +126,7 @@ def read_checkpoint(path, format=None, sentence_transformers=False):
         embedding = _embedding(path, settings, sentence_transformers)
     folder = embedding["encoder"] if embedding else path
     format = format or detect_format(folder)
-    weights, config, config_values, labels, folder = _read_weights(
-        folder, format, root_config if folder == path else None
-    )
+    weights, config, head, folder = _read_weights(folder, format, root_config if folder == path else None)
     vocab_path = folder / VOCAB if (folder / VOCAB).exists() else None
     max_seq_length, lower_case = read_sentence_bert_config(folder) if folder.is_dir() else (None, None)
     if embedding:
@@ -151,8 +140,7 @@ def read_checkpoint(path, format=None, sentence_transformers=False):
         vocab_path=vocab_path,
         vocabulary=None if vocab_path is None else read_vocab(vocab_path),
         tokenizer=read_tokenizer_config(folder),
-        config_values=config_values,
-        labels=labels,
+        head=head,
         embedding=embedding,
         max_seq_length=max_seq_length,
         cross_encoder=cross,
@@ -175,18 +163,18 @@ def _embedding(path, settings, strict):
 
 
 def _read_weights(path, format, config_values=None):
-    """(weights, config, config.json's values (HF) or None, labels.txt's names (TF1) or
-    None, folder) of a TF1 checkpoint or HF folder; `config_values` is its config.json
-    when already read."""
+    """(weights, config, head, folder) of a TF1 checkpoint or HF folder; `config_values`
+    is its config.json when already read."""
     if format == "tf1":
         prefix, folder = tf1_prefix(path)
         weights = read_tf1_weights(prefix)
-        return weights, _config(folder / TF1_CONFIG), None, read_labels(folder / LABELS), folder
+        return weights, _config(folder / TF1_CONFIG), tf1_head(read_labels(folder / LABELS)), folder
     if format != "hf":
         raise ValueError(f"cannot read weights from format {format!r}; use one of ['tf1', 'hf']")
     weights = read_hf_weights(path)
     values = config_values if config_values is not None else _config_values(path / HF_CONFIG)
-    return weights, BertConfig.from_json_values(values, path / HF_CONFIG), values, None, path
+    config = BertConfig.from_json_values(values, path / HF_CONFIG)
+    return weights, config, hf_head(values, path / HF_CONFIG), path
 
 
 def _config_values(path):
