@@ -129,13 +129,11 @@ class BertConfig:
     @classmethod
     def from_json_file(cls, path):
         """Reads an original `bert_config.json` or a Hugging Face `config.json`."""
-        path = Path(path)
-        try:
-            values = json.loads(read_text(path, "BERT config"))
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not valid JSON: {error}") from None
-        if not isinstance(values, dict):
-            raise ValueError(f"{path} does not hold a JSON object")
+        return cls.from_json_values(read_config_json(path), path)
+
+    @classmethod
+    def from_json_values(cls, values, path):
+        """Builds from the JSON object `read_config_json` read from `path` (named in errors)."""
         model_type = values.get("model_type", "bert")
         if model_type != "bert":
             raise ValueError(f"{path} describes a {model_type!r} model, not BERT")
@@ -165,3 +163,16 @@ class BertConfig:
 
     def write_hf_json(self, path):
         Path(path).write_text(json.dumps(self.to_hf_dict(), indent=2) + "\n")
+
+
+def read_config_json(path):
+    """The JSON object of a config file, read once: its checkpoint's other settings
+    (labels, head class, sentence-transformers activation) come from the same read."""
+    path = Path(path)
+    try:
+        values = json.loads(read_text(path, "BERT config"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{path} does not hold a JSON object")
+    return values

@@ -370,9 +370,9 @@ def _init_checkpoint(init):
 
 
 def _copy_vocab(init, vocab):
-    from bert_keras import checkpoint
+    from bert_keras.checkpoint import read_checkpoint
 
-    _, _, source = checkpoint.read(init)
+    source = read_checkpoint(init).vocab_path
     if source is None:
         raise ValueError(f"no vocab.txt beside {init}")
     vocab.write_bytes(Path(source).read_bytes())

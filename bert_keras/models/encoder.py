@@ -171,7 +171,7 @@ class BertEncoder(keras.Model):
 
     @classmethod
     def from_original_weights(cls, weights, config, source="checkpoint"):
-        """An encoder with canonical `{original name: array}` weights (`checkpoint.read`)."""
+        """An encoder with canonical `{original name: array}` weights (`checkpoint.read_checkpoint`)."""
         encoder = cls(config)
         set_original_weights(
             encoder.original_weight_map(), weights, ignore=HEAD_NAMES, source=source, optional=POOLER_NAMES

@@ -2,8 +2,9 @@
 
 A model class provides `original_weight_map()` (its variables -> original names, see
 `checkpoint.set_original_weights`), `from_original_weights(weights, config, source)`,
-`config` and `vocab_path`. Reading, format detection, the `.keras` case and the vocab
-beside the weights are then the same for the encoder and the pre-training model.
+`config` and `vocab_path`. Reading (`checkpoint.read_checkpoint`, once), the `.keras`
+case and the vocab beside the weights are then the same for the encoder, the
+pre-training model and the encoder under a task head.
 """
 
 import zipfile
@@ -11,13 +12,13 @@ from pathlib import Path
 
 import keras
 
-from bert_keras import checkpoint
+from bert_keras.checkpoint import get_original_weights, read_checkpoint, write
 
 
 def load_keras_file(path, cls=keras.Model):
-    """`keras.saving.load_model(path)`, which must hold a `cls`: the one `.keras` loader,
-    with errors that name a missing, truncated or foreign file (for a truncated one Keras
-    says "File not found") or a model of another class."""
+    """`keras.saving.load_model(path)`, which must hold a `cls` (a class or a tuple of
+    them): the one `.keras` loader, with errors that name a missing, truncated or foreign
+    file (for a truncated one Keras says "File not found") or a model of another class."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no .keras file at {path}")
@@ -33,31 +34,34 @@ def load_keras_file(path, cls=keras.Model):
         raise ValueError(f"{path}: corrupt: {corrupt} inside fails its CRC check")
     model = keras.saving.load_model(path)
     if not isinstance(model, cls):
-        raise ValueError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
+        wanted = " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
+        raise ValueError(f"{path} holds a {type(model).__name__}, not a {wanted}")
     return model
 
 
-def load_checkpoint(cls, path, format=None, config=None, **kwargs):
+def load_checkpoint(cls, path, format=None, config=None, keras_classes=(), **kwargs):
     """A `cls` from a TF1 checkpoint, a Hugging Face folder or a `.keras` file, read once.
 
-    `config` overrides the config file beside the weights (e.g. to change dropout);
-    `kwargs` go to `cls.from_original_weights`.
+    `path` is a path or a `checkpoint.Checkpoint` already read. `config` overrides the
+    config file beside the weights (e.g. to change dropout); `kwargs` go to
+    `cls.from_original_weights`. A `.keras` file must hold a `cls`, or one of
+    `keras_classes`, returned as saved (a task head whose encoder a task asks for).
     """
-    format = format or checkpoint.detect_format(path)
-    if format == "keras":
-        return load_keras_file(path, cls)
-    weights, found_config, vocab_path = checkpoint.read(path, format)
-    model = cls.from_original_weights(weights, config or found_config, f"{format} checkpoint {path}", **kwargs)
-    model.vocab_path = vocab_path
+    found = read_checkpoint(path, format)
+    if found.format == "keras":
+        return load_keras_file(found.path, (*keras_classes, cls) if keras_classes else cls)
+    source = f"{found.format} checkpoint {found.path}"
+    model = cls.from_original_weights(found.weights, config or found.config, source, **kwargs)
+    model.vocab_path = found.vocab_path
     return model
 
 
 def save_checkpoint(model, path, format, vocab_path=None, head=None):
     """Writes `model` as a `.keras` file, a Hugging Face folder or a TF1 checkpoint,
     with `vocab_path` (default: the one it was loaded with) copied beside the weights
-    and a task head's class and labels (`head`, see `checkpoint.head_config`)."""
+    and a task head's class and labels (`head`, see `checkpoint.hf.head_config`)."""
     if format == "keras":
         model.save(path)
         return
-    weights = checkpoint.get_original_weights(model.original_weight_map())
-    checkpoint.write(weights, model.config, path, format, vocab_path or model.vocab_path, head)
+    weights = get_original_weights(model.original_weight_map())
+    write(weights, model.config, path, format, vocab_path or model.vocab_path, head)

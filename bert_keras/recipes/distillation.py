@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from bert_keras.checkpoint import write_labels
 from bert_keras.recipes.finetuning import finetune
 from bert_keras.tasks.distillation import BertDistiller, student_of
 from bert_keras.training import distribute
@@ -120,7 +121,7 @@ def _write_results(output_dir, strategy, results, labels):
     with distribute.chief_path(output_dir, strategy) as chief_dir:
         (chief_dir / "distill_results.json").write_text(json.dumps(results, indent=2) + "\n")
         if labels:
-            (chief_dir / "labels.txt").write_text("".join(f"{name}\n" for name in labels), encoding="utf-8")
+            write_labels(labels, chief_dir / "labels.txt")
 
 
 def _speeds(data, models, batch_size):

@@ -35,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bert_keras.checkpoint import write_vocab
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.serving.serving_tasks import FillMaskSignature, serving_signature
 from bert_keras.tasks.serving_signature import ServingSignature
@@ -231,9 +232,7 @@ def custom_ops(flatbuffer):
 
 
 def write_vocabulary(tokenizer, path):
-    vocab = Path(path).with_suffix(".vocab.txt")
-    vocab.write_text("".join(f"{token}\n" for token in tokenizer.vocabulary), encoding="utf-8")
-    return vocab
+    return write_vocab(tokenizer.vocabulary, Path(path).with_suffix(".vocab.txt"))
 
 
 def _check_quantize(format, quantize):

@@ -23,6 +23,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
+from bert_keras.checkpoint import write_labels, write_vocab
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.serving.layout import EXTRA_DIR, WARMUP_PATH, serving_signatures
 from bert_keras.serving.serving_tasks import serving_signature, text_runner
@@ -150,12 +151,11 @@ def _write_assets(path, preprocessor, labels):
     """`assets/vocab.txt` and `assets.extra/labels.txt` beside the graph."""
     # The graph holds the vocabulary as constants; this copy is for people and tools.
     (path / "assets").mkdir(exist_ok=True)
-    vocab = "".join(f"{token}\n" for token in preprocessor.tokenizer.vocabulary)
-    (path / "assets" / "vocab.txt").write_text(vocab, encoding="utf-8")
+    write_vocab(preprocessor.tokenizer.vocabulary, path / "assets" / "vocab.txt")
     extra = path / EXTRA_DIR
     extra.mkdir()
     if labels is not None:
-        (extra / LABELS_FILE).write_text("".join(f"{label}\n" for label in labels), encoding="utf-8")
+        write_labels(labels, extra / LABELS_FILE)
 
 
 def trained_inputs(model, segments=None, labels=None):

@@ -3,11 +3,7 @@ sentence-transformers CrossEncoder folder: a reranker), or
 the head variables of a TF1 checkpoint (run_squad's, run_classifier's, the pre-training
 heads), so `bert-keras convert` moves a task model whole."""
 
-from pathlib import Path
-
-import tensorflow as tf
-
-from bert_keras import checkpoint
+from bert_keras.checkpoint import read_checkpoint
 from bert_keras.models.encoder import BertEncoder
 from bert_keras.models.pretrainer import BertPretrainer
 from bert_keras.models.saving import load_keras_file
@@ -21,37 +17,33 @@ HEADS = {cls.hf_architecture: cls for cls in (BertClassifier, BertTokenClassifie
 PRETRAINING = ("BertForPreTraining", "BertForMaskedLM")
 
 
-def model_class(path, format=None):
-    """The class of the model a TF1 checkpoint or Hugging Face folder holds."""
-    format = format or checkpoint.detect_format(path)
-    if format == "hf":
-        if checkpoint.is_cross_encoder(path):
+def model_class(found):
+    """The class of the model a `checkpoint.Checkpoint` of a TF1 checkpoint or Hugging
+    Face folder holds."""
+    if found.format == "hf":
+        if found.cross_encoder:
             return BertReranker
-        architecture = checkpoint.read_head(path, format)["architecture"]
+        architecture = found.head["architecture"]
         if architecture in PRETRAINING:
             return BertPretrainer
         return HEADS.get(architecture, BertEncoder)
-    path = Path(path)
-    prefix = tf.train.latest_checkpoint(str(path)) if path.is_dir() else str(path)
-    names = {name for name, _ in tf.train.list_variables(prefix or str(path))}
-    if "cls/squad/output_weights" in names:
+    if "cls/squad/output_weights" in found.weights:
         return BertSpanLabeler
-    if "output_weights" in names:
+    if "output_weights" in found.weights:
         return BertClassifier
-    if any(name.startswith("cls/predictions/") for name in names):
+    if any(name.startswith("cls/predictions/") for name in found.weights):
         return BertPretrainer
     return BertEncoder
 
 
 def load_model(path, format=None):
-    """The whole model of any checkpoint: a `.keras` file as saved; an encoder,
-    pre-training model or task head (with its labels, and a preprocessor when a
+    """The whole model of any checkpoint, read once: a `.keras` file as saved; an
+    encoder, pre-training model or task head (with its labels, and a preprocessor when a
     vocab.txt is beside the weights) from a TF1 checkpoint or Hugging Face folder."""
-    format = format or checkpoint.detect_format(path)
-    if format == "keras":
-        return load_keras_file(path)
-    cls = model_class(path, format)
+    found = read_checkpoint(path, format)
+    if found.format == "keras":
+        return load_keras_file(found.path)
+    cls = model_class(found)
     if cls in (BertEncoder, BertPretrainer):
-        return cls.from_checkpoint(path, format=format)
-    folder = Path(path) if Path(path).is_dir() else Path(path).parent
-    return cls.from_checkpoint(path, format=format, preprocessor=(folder / checkpoint.VOCAB).exists())
+        return cls.from_checkpoint(found)
+    return cls.from_checkpoint(found, preprocessor=found.vocabulary is not None)

@@ -1,44 +1,49 @@
 """Raw text for the heads: a preprocessor matched to an encoder's vocabulary, and raw
 inputs (strings, lists, arrays) told apart from packed ones and made into tensors."""
 
-import json
+import os
 from pathlib import Path
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.files import read_text
+from bert_keras.checkpoint import read_tokenizer_config, read_vocab
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
 from bert_keras.text.vocab import check_vocabulary
 
 
-def infer_lower_case(vocab_path):
-    """Uncased unless `tokenizer_config.json` beside the vocab says otherwise or the
-    vocabulary holds upper-case word pieces (cased vocabularies hold thousands)."""
-    vocab_path = Path(vocab_path)
-    tokenizer_config = vocab_path.parent / "tokenizer_config.json"
-    if tokenizer_config.exists():
-        values = json.loads(tokenizer_config.read_text(encoding="utf-8"))
-        if "do_lower_case" in values:
-            return bool(values["do_lower_case"])
-    lines = read_text(vocab_path, "vocab").split("\n")
-    upper = sum(1 for line in lines if not line.startswith("[") and line.strip().lower() != line.strip())
+def infer_lower_case(vocab, saved_lower_case=None):
+    """Uncased unless the tokenizer's settings say otherwise (`saved_lower_case`, or the
+    tokenizer_config.json beside a vocab.txt path) or the vocabulary (a vocab.txt path
+    or its tokens) holds upper-case word pieces (cased vocabularies hold thousands)."""
+    if isinstance(vocab, (str, os.PathLike)):
+        saved_lower_case = read_tokenizer_config(Path(vocab).parent).lower_case
+        vocab = read_vocab(vocab)
+    if saved_lower_case is not None:
+        return saved_lower_case
+    upper = sum(1 for token in vocab if not token.startswith("[") and token.lower() != token)
     return upper < 100
 
 
-def preprocessor_for(encoder, vocab=None, lower_case=None, checkpoint=None, **preprocessor_kwargs):
+def preprocessor_for(encoder, vocab=None, lower_case=None, checkpoint=None, saved=None, **preprocessor_kwargs):
     """A `BertPreprocessor` for `encoder`'s vocabulary (the vocab.txt found beside its
     checkpoint unless `vocab` is given), checked against the checkpoint (named
-    `checkpoint` in errors): `check_vocabulary`."""
+    `checkpoint` in errors): `check_vocabulary`. `saved` is the `checkpoint.Checkpoint`
+    the encoder was read from: its vocabulary and tokenizer settings, read already."""
     checkpoint = checkpoint or (Path(encoder.vocab_path).parent if encoder.vocab_path else "being used")
-    vocab = vocab or encoder.vocab_path
-    if vocab is None:
+    own = encoder.vocab_path if saved is None else saved.vocabulary
+    if vocab is None and own is None:
         raise ValueError(f"no vocab.txt beside the checkpoint {checkpoint}; pass vocab= (--vocab)")
-    check_vocabulary(vocab, encoder.config.vocab_size, checkpoint, encoder.vocab_path)
+    if vocab is None:  # the checkpoint's own
+        vocab, saved_lower_case = own, None if saved is None else saved.tokenizer.lower_case
+        check_vocabulary(vocab, encoder.config.vocab_size, checkpoint)
+    else:
+        saved_lower_case = None
+        check_vocabulary(vocab, encoder.config.vocab_size, checkpoint, own)
     if lower_case is None:
-        lower_case = infer_lower_case(vocab)
+        lower_case = infer_lower_case(vocab, saved_lower_case)
     return BertPreprocessor(BertTokenizer(vocab, lower_case=lower_case), **preprocessor_kwargs)
 
 

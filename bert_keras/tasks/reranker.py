@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras import checkpoint
+from bert_keras.checkpoint import CROSS_ENCODER_ACTIVATIONS, HF_CONFIG, activation_name, read_checkpoint
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.tasks.classifier import BertClassifier
 from bert_keras.tasks.multiple_choice import pack_choices
@@ -141,19 +141,22 @@ class BertReranker(BertClassifier):
         return {}
 
     @classmethod
-    def from_checkpoint(cls, path, seq_length=None, max_seq_length=None, activation=None, **kwargs):
+    def from_checkpoint(cls, path, seq_length=None, max_seq_length=None, activation=None, format=None, **kwargs):
         """A reranker from a sentence-transformers CrossEncoder folder (its activation and
-        max length; sigmoid by default), any one-label BertForSequenceClassification, or a
-        new head on any encoder checkpoint; pairs are padded to the longest in each batch
+        max length: the tokenizer's `model_max_length`, else sentence_bert_config.json's;
+        sigmoid by default), any one-label BertForSequenceClassification, or a new head on
+        any encoder checkpoint; pairs are padded to the longest in each batch
         (`seq_length=None`), as CrossEncoder does. Other arguments as `BertTask.from_checkpoint`."""
-        settings = {}
-        if Path(path).is_dir() and (Path(path) / checkpoint.HF_CONFIG).exists():
-            settings = checkpoint.read_cross_encoder(path)
+        found = read_checkpoint(path, format)
+        saved_activation, saved_length = None, None
+        if found.format == "hf":
+            saved_activation = activation_name(found.activation, found.path)
+            saved_length = found.tokenizer.max_length or found.max_seq_length
         return super().from_checkpoint(
-            path,
+            found,
             seq_length=seq_length,
-            max_seq_length=max_seq_length or settings.get("max_seq_length"),
-            activation=activation or settings.get("activation") or "sigmoid",
+            max_seq_length=max_seq_length or saved_length,
+            activation=activation or saved_activation or "sigmoid",
             **kwargs,
         )
 
@@ -163,10 +166,10 @@ class BertReranker(BertClassifier):
         tokenizer files) that `CrossEncoder(path)` loads with the same scores."""
         super().save_checkpoint(path, format)
         if format == "hf":
-            config_file = Path(path) / checkpoint.HF_CONFIG
+            config_file = Path(path) / HF_CONFIG
             values = json.loads(config_file.read_text(encoding="utf-8"))
             values.pop("problem_type", None)
-            values["sentence_transformers"] = {"activation_fn": checkpoint.CROSS_ENCODER_ACTIVATIONS[self.activation]}
+            values["sentence_transformers"] = {"activation_fn": CROSS_ENCODER_ACTIVATIONS[self.activation]}
             config_file.write_text(json.dumps(values, indent=2) + "\n", encoding="utf-8")
 
 

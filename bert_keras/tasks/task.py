@@ -16,12 +16,12 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from bert_keras import checkpoint
-from bert_keras.checkpoint import set_original_weights, write_tokenizer_config
+from bert_keras.checkpoint import VOCAB, read_checkpoint, write_tokenizer_config, write_vocab
 from bert_keras.compat import RestoresCompile
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
-from bert_keras.models.saving import load_keras_file, save_checkpoint
-from bert_keras.tasks.preprocessing import holds_strings, is_packed, preprocessor_for, segments_to_tensors, to_tensors
+from bert_keras.models.saving import save_checkpoint
+from bert_keras.tasks.head_loading import load_head, with_arguments
+from bert_keras.tasks.preprocessing import holds_strings, is_packed, segments_to_tensors, to_tensors
 from bert_keras.tasks.windowing import preprocess_windows, truncation_notice
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.training.distribute import needs_static_shapes
@@ -323,7 +323,7 @@ class BertTask(RestoresCompile, keras.Model):
     @classmethod
     def head_arguments(cls, weights, head):
         """The constructor arguments of the head of this kind that a checkpoint holds (its
-        canonical `weights` and `checkpoint.read_head` description), or None if it has none."""
+        canonical `weights` and `Checkpoint.head` description), or None if it has none."""
         return None
 
     def checkpoint_head(self):
@@ -356,23 +356,20 @@ class BertTask(RestoresCompile, keras.Model):
         model's positions, at most 512); `False` leaves
         it out. `encoder_config` overrides the checkpoint's config (e.g. dropout); `kwargs`
         go to the head's constructor."""
-        encoder, found = load_encoder(path, format, encoder_config, cls, new_head)
-        if isinstance(encoder, cls):
-            return with_arguments(encoder, {k: v for k, v in kwargs.items() if k in cls.window_argument_names})
-        weights, arguments = found or (None, {})
-        for name, value in arguments.items():
-            if name != "labels" and name in kwargs and kwargs[name] != value:
-                raise ValueError(
-                    f"{path} holds a trained {cls.__name__} head with {name}={value!r}, not {kwargs[name]!r}; "
-                    "pass new_head=True to start a new head instead"
-                )
-        preprocessor = checkpoint_preprocessor(
-            encoder, preprocessor, path, vocab, lower_case, seq_length=seq_length, max_seq_length=max_seq_length
+        return load_head(
+            cls,
+            read_checkpoint(path, format),
+            encoder_config,
+            new_head,
+            dict(
+                preprocessor=preprocessor,
+                vocab=vocab,
+                lower_case=lower_case,
+                seq_length=seq_length,
+                max_seq_length=max_seq_length,
+            ),
+            **kwargs,
         )
-        model = cls(encoder, preprocessor=preprocessor, **{**arguments, **kwargs})
-        if weights is not None:
-            set_original_weights(model.head_weight_map(), weights, ignore=".", source=f"checkpoint {path}")
-        return model
 
     def save_checkpoint(self, path, format="hf"):
         """Writes the model with its head as a Hugging Face BertFor* folder (config.json
@@ -386,48 +383,11 @@ class BertTask(RestoresCompile, keras.Model):
         path.mkdir(parents=True, exist_ok=True)
         vocab_path = self.vocab_path
         if self.preprocessor is not None:
-            vocab_path = path / "vocab.txt"
             tokenizer = self.preprocessor.tokenizer
-            vocab_path.write_text("".join(f"{token}\n" for token in tokenizer.vocabulary), encoding="utf-8")
+            vocab_path = write_vocab(tokenizer.vocabulary, path / VOCAB)
             if format == "hf":
                 write_tokenizer_config(path, tokenizer.lower_case, self.preprocessor.packer.max_seq_length)
         save_checkpoint(self, path, format, vocab_path, self.checkpoint_head())
-
-
-def load_encoder(path, format=None, encoder_config=None, head_class=None, new_head=False):
-    """(encoder, found) from any checkpoint: `found` is (canonical weights, constructor
-    arguments) of `head_class`'s trained head when the checkpoint holds one (and not
-    `new_head`), else None. A `.keras` file of `head_class` comes back whole as `encoder`;
-    other `.keras` files must hold a `BertEncoder`."""
-    format = format or checkpoint.detect_format(path)
-    if format == "keras":
-        model = load_keras_file(path)
-        if head_class is not None and isinstance(model, head_class):
-            if not new_head:
-                return model, None
-            model = model.encoder
-        if not isinstance(model, BertEncoder):
-            wanted = f"a {head_class.__name__} or " if head_class is not None else "a "
-            raise ValueError(f"{path} holds a {type(model).__name__}, not {wanted}BertEncoder")
-        encoder = model
-        if encoder_config is not None:
-            encoder = with_config(encoder, encoder_config)
-        return encoder, None
-    weights, config, vocab_path = checkpoint.read(path, format)
-    encoder = BertEncoder.from_original_weights(weights, encoder_config or config, f"{format} checkpoint {path}")
-    encoder.vocab_path = vocab_path
-    if head_class is None or new_head:
-        return encoder, None
-    head = checkpoint.read_head(path, format)
-    arguments = head_class.head_arguments(weights, head)
-    other = head["architecture"] not in (None, "BertModel", "BertForPreTraining", "BertForMaskedLM")
-    if arguments is None and other and head_class.hf_architecture is not None:
-        warnings.warn(
-            f"{path} holds a {head['architecture']} head, not a {head_class.__name__}: starting a new head "
-            "on its encoder",
-            stacklevel=3,
-        )
-    return encoder, None if arguments is None else (weights, arguments)
 
 
 def with_windows(model, **arguments):
@@ -438,51 +398,3 @@ def with_windows(model, **arguments):
     if unknown:
         raise ValueError(f"a {type(model).__name__} has no windows to set ({', '.join(unknown)})")
     return with_arguments(model, arguments)
-
-
-def with_arguments(model, arguments):
-    """`model` (a head loaded as saved), or a copy with other constructor `arguments`
-    that change no weight (its windows)."""
-    if all(model.get_config().get(name) == value for name, value in arguments.items()):
-        return model
-    copy = type(model).from_config({**model.get_config(), **arguments})
-    copy.set_weights(model.get_weights())
-    if model.compiled:
-        copy.compile_from_config(model.get_compile_config())
-    return copy
-
-
-def with_config(encoder, config):
-    """A copy of `encoder` with another config of the same shapes (e.g. dropout)."""
-    copy = BertEncoder(config)
-    copy.set_weights(encoder.get_weights())
-    copy.vocab_path = encoder.vocab_path
-    return copy
-
-
-def checkpoint_preprocessor(encoder, preprocessor, path, vocab=None, lower_case=None, **preprocessor_kwargs):
-    """The preprocessor a head loaded from `path` gets: `True` builds one for the encoder's
-    vocabulary (`preprocessor_for`; `max_seq_length` None: the `model_max_length` of the
-    folder's tokenizer_config.json, as transformers reads the folder, else the model's
-    positions, at most 512; more than the positions is an error), `False`/None none, a
-    `BertPreprocessor` itself."""
-    if preprocessor is False or preprocessor is None:
-        return None
-    if preprocessor is not True:
-        return preprocessor
-    positions = encoder.config.max_position_embeddings
-    saved = checkpoint.tokenizer_max_length(path) if Path(path).is_dir() else None
-    default = saved if saved is not None and saved <= positions else min(512, positions)
-    max_seq_length = preprocessor_kwargs.pop("max_seq_length", None) or default
-    if max_seq_length > positions:
-        raise ValueError(f"max_seq_length {max_seq_length} exceeds the model's max_position_embeddings {positions}")
-    seq_length = preprocessor_kwargs.pop("seq_length", None)
-    return preprocessor_for(
-        encoder,
-        vocab,
-        lower_case,
-        checkpoint=path,
-        seq_length=None if seq_length is None else min(seq_length, max_seq_length),
-        max_seq_length=max_seq_length,
-        **preprocessor_kwargs,
-    )

@@ -14,16 +14,25 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras import checkpoint
+from bert_keras.checkpoint import ST_POOLING_MODES, VOCAB, read_checkpoint, write_sentence_transformers, write_vocab
 from bert_keras.models.saving import save_checkpoint
+from bert_keras.tasks.head_loading import checkpoint_preprocessor, load_encoder, with_arguments
 from bert_keras.tasks.preprocessing import is_packed
 from bert_keras.tasks.serving_signature import ServingSignature, check_no_labels
-from bert_keras.tasks.task import BertTask, checkpoint_preprocessor, default_optimizer, load_encoder, with_arguments
+from bert_keras.tasks.task import BertTask, default_optimizer
 from bert_keras.tasks.windowing import encode_windows, is_windowed, pool_windows, window_arguments
 from bert_keras.training.contrastive import MultipleNegativesRankingLoss, text_fingerprints
 from bert_keras.training.progress import progress_bar
 
-POOLING = tuple(checkpoint.ST_POOLING_MODES)
+POOLING = tuple(ST_POOLING_MODES)
+# The settings of an embedder from a checkpoint that is no sentence-transformers folder.
+NOT_SENTENCE_TRANSFORMERS = {
+    "pooling": "mean",
+    "normalize": True,
+    "max_seq_length": None,
+    "lower_case": None,
+    "prompts": {},
+}
 # Named columns of a dict of texts, in the order the losses read them.
 COLUMNS = ("anchor", "positive", "negative", "text_a", "text_b")
 
@@ -236,23 +245,15 @@ class BertTextEmbedder(BertTask):
         Arguments given override the folder's settings. Texts are padded to the longest
         in each batch (`seq_length=None`), as sentence-transformers does. A `.keras`
         file of an embedder is loaded as saved."""
-        settings = {
-            "encoder": path,
-            "pooling": "mean",
-            "normalize": True,
-            "max_seq_length": None,
-            "lower_case": None,
-            "prompts": {},
-        }
-        if checkpoint.is_sentence_transformers(path):
-            settings = checkpoint.read_sentence_transformers(path)
-        encoder, _ = load_encoder(settings["encoder"], encoder_config=encoder_config, head_class=cls)
+        found = read_checkpoint(path, sentence_transformers=True)
+        encoder = load_encoder(found, cls, encoder_config)
         if isinstance(encoder, cls):  # a .keras file of an embedder, as saved but for its windows
             return with_arguments(encoder, {k: v for k, v in kwargs.items() if k in cls.window_argument_names})
+        settings = found.embedding or NOT_SENTENCE_TRANSFORMERS
         preprocessor = checkpoint_preprocessor(
             encoder,
+            found,
             preprocessor,
-            path,
             vocab,
             settings["lower_case"] if lower_case is None else lower_case,
             seq_length=seq_length,
@@ -282,9 +283,9 @@ class BertTextEmbedder(BertTask):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         tokenizer = self.preprocessor.tokenizer
-        (path / checkpoint.VOCAB).write_text("".join(f"{token}\n" for token in tokenizer.vocabulary), encoding="utf-8")
-        save_checkpoint(self.encoder, path, "hf", vocab_path=path / checkpoint.VOCAB)
-        checkpoint.write_sentence_transformers(
+        vocab_path = write_vocab(tokenizer.vocabulary, path / VOCAB)
+        save_checkpoint(self.encoder, path, "hf", vocab_path=vocab_path)
+        write_sentence_transformers(
             path,
             self.pooling,
             self.normalize,

@@ -43,6 +43,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bert_keras.checkpoint import vocab_tokens
 from bert_keras.compat import accept_raw_inputs
 from bert_keras.files import decode_text
 
@@ -67,10 +68,7 @@ def load_vocabulary(vocabulary):
             raise FileNotFoundError(f"no vocab file at {path}")
         with tf.io.gfile.GFile(path, "rb") as vocab_file:
             text = decode_text(vocab_file.read(), path, "vocab")
-        # The original strips every line.
-        vocabulary = [line.strip() for line in text.split("\n")]
-        while vocabulary and not vocabulary[-1]:
-            vocabulary.pop()
+        vocabulary = vocab_tokens(text)
     vocabulary = list(vocabulary)
     if not vocabulary or not all(isinstance(token, str) for token in vocabulary):
         raise ValueError(

@@ -24,6 +24,7 @@ def add_arguments(parser):
 
 
 def run(args):
+    from bert_keras.checkpoint import write_labels
     from bert_keras.datasets.classification import tsv_data
     from pipelines.finetune.common import train_classifier, write_best_metrics
 
@@ -32,6 +33,6 @@ def run(args):
     print(f"{data.train_size} training and {data.dev_size} dev examples; classes {classes}")
     _, best = train_classifier(args, data)
     output_dir = Path(args.output_dir)  # written after training: a run that fails leaves no files
-    (output_dir / "labels.txt").write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
+    write_labels(classes, output_dir / "labels.txt")
     write_best_metrics(args, best)
     return 0

@@ -5,8 +5,9 @@ import pytest
 import tensorflow as tf
 from conftest import REFERENCE, require
 
-from bert_keras import BertConfig, BertEncoder, checkpoint
-from bert_keras.checkpoint import read
+from bert_keras import BertConfig, BertEncoder
+from bert_keras.checkpoint import read, read_checkpoint
+from bert_keras.models import saving
 from bert_keras.models.pretrainer import BertPretrainer
 from bert_keras.models.saving import save_checkpoint
 from bert_keras.training.optimization import create_optimizer
@@ -134,7 +135,7 @@ def test_new_heads_on_an_encoder_only_checkpoint(tmp_path, monkeypatch):
     encoder = BertEncoder(BertConfig.preset("tiny"))
     save_checkpoint(encoder, tmp_path / "encoder", "hf")
     reads = []
-    monkeypatch.setattr(checkpoint, "read", lambda *args: reads.append(args) or read(*args))
+    monkeypatch.setattr(saving, "read_checkpoint", lambda *args: reads.append(args) or read_checkpoint(*args))
     with pytest.warns(UserWarning, match="no masked-LM/next-sentence heads"):
         pretrainer = BertPretrainer.from_checkpoint(tmp_path / "encoder", new_heads=True)
     assert len(reads) == 1

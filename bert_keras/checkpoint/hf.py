@@ -1,0 +1,175 @@
+"""Hugging Face folders: `config.json` (with `architectures`, `id2label`, `problem_type`
+for a BertFor* head) and `model.safetensors`, whose names and [out, in] Linear weights
+translate to and from the canonical form. No PyTorch: safetensors only."""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from bert_keras.checkpoint.text_files import VOCAB, write_vocab
+from bert_keras.checkpoint.weights import POOLER_NAMES
+
+HF_CONFIG = "config.json"
+HF_WEIGHTS = "model.safetensors"
+# Hugging Face entries that duplicate or derive from other weights (the tied decoder is
+# checked against the word embeddings by `read_hf_weights`).
+HF_IGNORED = re.compile(r"(^embeddings\.position_ids$|^cls\.predictions\.decoder\.(weight|bias)$)")
+# The heads of the original scripts, in their [out, in] layout: run_classifier's
+# `output_weights` [num_labels, H] (also what token classification and multiple choice
+# use) and run_squad's `cls/squad/output_weights` [2, H]; Hugging Face's BertFor* name them so.
+HF_HEADS = {
+    "classifier.weight": "output_weights",
+    "classifier.bias": "output_bias",
+    "qa_outputs.weight": "cls/squad/output_weights",
+    "qa_outputs.bias": "cls/squad/output_bias",
+}
+# The BertFor* classes that have no pooler.
+HF_WITHOUT_POOLER = ("BertForTokenClassification", "BertForQuestionAnswering", "BertForMaskedLM")
+
+
+def hf_to_original(name):
+    """Hugging Face parameter name -> (original name, transpose?)."""
+    name = name.removeprefix("bert.")
+    if name in HF_HEADS:
+        return HF_HEADS[name], False
+    if name == "cls.predictions.bias":
+        return "cls/predictions/output_bias", False
+    if name.startswith("cls.seq_relationship."):
+        return "cls/seq_relationship/output_" + ("weights" if name.endswith("weight") else "bias"), False
+    scope = "" if name.startswith("cls.") else "bert/"
+    *path, leaf = re.sub(r"layer\.(\d+)", r"layer_\1", name).split(".")
+    if path[-1].endswith("_embeddings"):
+        return scope + "/".join(path), False
+    if path[-1] == "LayerNorm":
+        leaf = {"weight": "gamma", "bias": "beta"}.get(leaf, leaf)
+        return scope + "/".join(path + [leaf]), False
+    if leaf == "weight":
+        return scope + "/".join(path + ["kernel"]), True
+    return scope + "/".join(path + [leaf]), False
+
+
+def original_to_hf(name, prefix):
+    """Original name -> (Hugging Face name, transpose?); `prefix` is "bert." or ""."""
+    heads = {original: hf for hf, original in HF_HEADS.items()}
+    if name in heads:
+        return heads[name], False
+    if name == "cls/predictions/output_bias":
+        return "cls.predictions.bias", False
+    if name.startswith("cls/seq_relationship/"):
+        return "cls.seq_relationship." + ("weight" if name.endswith("weights") else "bias"), False
+    scope = prefix if name.startswith("bert/") else ""
+    *path, leaf = re.sub(r"layer_(\d+)", r"layer.\1", name.removeprefix("bert/")).split("/")
+    if leaf.endswith("_embeddings"):
+        return scope + ".".join(path + [leaf, "weight"]), False
+    leaf, transpose = {"kernel": ("weight", True), "gamma": ("weight", False), "beta": ("bias", False)}.get(
+        leaf, (leaf, False)
+    )
+    return scope + ".".join(path + [leaf]), transpose
+
+
+def read_hf_weights(folder):
+    """The canonical weights of a folder's model.safetensors."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    path = Path(folder) / HF_WEIGHTS
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, TypeError, ValueError) as error:
+        raise ValueError(f"cannot read {path}: {error}") from None
+    tensors = {name.removeprefix("bert."): value for name, value in tensors.items()}
+    weights = {}
+    for hf_name, value in tensors.items():
+        if HF_IGNORED.search(hf_name):
+            continue
+        name, transpose = hf_to_original(hf_name)
+        weights[name] = value.T if transpose else value
+    _check_decoder(tensors, weights, path)
+    return weights
+
+
+def _check_decoder(tensors, weights, source):
+    """A masked-LM decoder saved untied (its own weight, or its bias as `decoder.bias`)
+    loads when it equals the word embeddings it is tied to here; a different one is an error."""
+    decoder = tensors.get("cls.predictions.decoder.weight")
+    embeddings = weights.get("bert/embeddings/word_embeddings")
+    if decoder is not None and embeddings is not None and not np.array_equal(decoder, embeddings):
+        raise ValueError(
+            f"{source}: cls.predictions.decoder.weight differs from the word embeddings; bert-keras ties the "
+            "masked-LM decoder to them, so this untied decoder cannot be loaded"
+        )
+    if "cls.predictions.decoder.bias" in tensors:
+        weights.setdefault("cls/predictions/output_bias", tensors["cls.predictions.decoder.bias"])
+
+
+def hf_head(values, source):
+    """What a config.json's `values` say of the task head: a dict with `architecture`
+    (the first `architectures`), `labels` (from `id2label`; None when absent or the
+    defaults LABEL_0, ...) and `problem_type`; `source` names the file in errors."""
+    id2label = values.get("id2label") or {}
+    try:
+        ids = sorted(int(key) for key in id2label)
+    except ValueError:
+        raise ValueError(f"{source}: id2label keys must be integers, got {sorted(id2label)}") from None
+    if ids != list(range(len(ids))):
+        raise ValueError(f"{source}: id2label must number the labels 0..{len(ids) - 1}, got {ids}")
+    labels = [str(id2label[str(i)]) for i in ids] or None
+    if labels == [f"LABEL_{i}" for i in range(len(ids))]:
+        labels = None
+    architectures = values.get("architectures") or [None]
+    return {"architecture": architectures[0], "labels": labels, "problem_type": values.get("problem_type")}
+
+
+def head_config(head):
+    """config.json's fields for a task head: `head` is a dict with `architecture`,
+    `num_labels`, `labels` (names, or None for LABEL_0, ...) and `problem_type` (or None)."""
+    if not head or head.get("num_labels") is None:
+        return {}
+    labels = head.get("labels") or [f"LABEL_{i}" for i in range(head["num_labels"])]
+    values = {
+        "id2label": {str(i): label for i, label in enumerate(labels)},
+        "label2id": {label: i for i, label in enumerate(labels)},
+    }
+    if head.get("problem_type"):
+        values["problem_type"] = head["problem_type"]
+    return values
+
+
+def hf_architecture(weights, head):
+    """The BertFor* class a folder of `weights` is written as: the head's, else
+    BertForPreTraining / BertForMaskedLM with pre-training heads, else BertModel."""
+    if head:
+        return head["architecture"]
+    if any(name.startswith("cls/seq_relationship/") for name in weights):
+        return "BertForPreTraining"
+    if any(name.startswith("cls/") for name in weights):
+        return "BertForMaskedLM"
+    return "BertModel"
+
+
+def write_hf(weights, config, path, vocab=None, head=None):
+    """Writes `config.json` + `model.safetensors` (+ vocab) that transformers loads.
+
+    `head` (see `head_config`) names the task model's BertFor* class and its labels;
+    without one, `hf_architecture` picks the class. The masked-LM decoder weight is tied
+    to the word embeddings, so it is not stored; classes without a pooler get none.
+    """
+    from safetensors.numpy import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    architecture = hf_architecture(weights, head)
+    prefix = "" if architecture == "BertModel" else "bert."
+    tensors = {}
+    for name, value in weights.items():
+        if architecture in HF_WITHOUT_POOLER and re.search(POOLER_NAMES, name):
+            continue
+        hf_name, transpose = original_to_hf(name, prefix)
+        tensors[hf_name] = np.ascontiguousarray(value.T if transpose else value)
+    save_file(tensors, str(path / HF_WEIGHTS), metadata={"format": "pt"})
+    hf_config = {**config.to_hf_dict(), "architectures": [architecture], **head_config(head)}
+    (path / HF_CONFIG).write_text(json.dumps(hf_config, indent=2) + "\n")
+    if vocab is not None:
+        write_vocab(vocab, path / VOCAB)
