@@ -60,7 +60,7 @@ def test_checkpoint_snippet_loads_and_saves(tmp_path, monkeypatch):
     import numpy as np
     from conftest import REFERENCE, require
 
-    from bert_keras.checkpoint import read
+    from bert_keras.checkpoint import read_checkpoint
 
     source = require(REFERENCE / "tiny_pretraining_tf1")
     monkeypatch.chdir(tmp_path)
@@ -69,8 +69,8 @@ def test_checkpoint_snippet_loads_and_saves(tmp_path, monkeypatch):
         python_block("test_checkpoint_snippet_loads_and_saves").replace("uncased_L-12_H-768_A-12/", str(source)),
         namespace,
     )
-    original, _, _ = read(source)
-    written, _, _ = read(tmp_path / "bert-base-hf")
+    original = read_checkpoint(source).weights
+    written = read_checkpoint(tmp_path / "bert-base-hf").weights
     assert sorted(written) == sorted(name for name in original if not name.startswith("cls/"))
     for name, value in written.items():
         np.testing.assert_array_equal(value, original[name], err_msg=name)
