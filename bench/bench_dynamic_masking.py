@@ -144,7 +144,7 @@ def make_records(files, vocab, directory):
         [
             sys.executable,
             "-c",
-            "from pipelines.cli import main; main()",
+            "from bert_keras_cli.cli import main; main()",
             "create-pretraining-data",
             "--input",
             *files,

@@ -176,7 +176,7 @@ def retrieval_table(model, questions, paragraphs, owners, train_pairs, steps, ou
     command = [
         sys.executable,
         "-m",
-        "pipelines.cli",
+        "bert_keras_cli.cli",
         "finetune",
         "embedder",
         "--train",

@@ -103,7 +103,7 @@ def main():
     parser.add_argument("--output-dir", help="default: a temporary folder")
     args = parser.parse_args()
 
-    from pipelines.cli import main as cli
+    from bert_keras_cli.cli import main as cli
 
     budget, seconds_per_step, steps_per_epoch, max_epochs, task_args = TASKS[args.task]
     budget = args.budget_minutes or budget

@@ -144,7 +144,7 @@ def curve(corpus, steps, out, config="mini", learning_rate=5e-4):
         command = [
             sys.executable,
             "-m",
-            "pipelines.cli",
+            "bert_keras_cli.cli",
             "pretrain",
             "--config",
             config,
@@ -183,7 +183,7 @@ def curve(corpus, steps, out, config="mini", learning_rate=5e-4):
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         minutes = (time.perf_counter() - start) / 60
-        from pipelines.plot import read_curves
+        from bert_keras_cli.plot import read_curves
 
         curves = read_curves(output)
         names = ("masked_lm_loss", "masked_lm_accuracy", "next_sentence_loss", "next_sentence_accuracy")

@@ -68,7 +68,7 @@ def run_command(files, output, vocab, *flags, source=ROOT):
     command = [
         sys.executable,
         "-m",
-        "pipelines.cli",
+        "bert_keras_cli.cli",
         "create-pretraining-data",
         "--input",
         *files,

@@ -48,7 +48,7 @@ def finetune_reranker(model, questions, paragraphs, owners, train, args, out_dir
 
     (out_dir / "train.tsv").write_text(rows(train[: args.train_pairs]), encoding="utf-8")
     (out_dir / "dev.tsv").write_text(rows(train[-args.dev_queries :]), encoding="utf-8")
-    command = [sys.executable, "-m", "pipelines.cli", "finetune", "reranker"]
+    command = [sys.executable, "-m", "bert_keras_cli.cli", "finetune", "reranker"]
     command += ["--train", str(out_dir / "train.tsv"), "--dev", str(out_dir / "dev.tsv"), "--init", str(model)]
     command += ["--output-dir", str(out_dir / "run"), "--batch-size", str(args.batch_size)]
     command += ["--max-seq-length", str(args.max_seq_length)]

@@ -72,7 +72,7 @@ def start_server(model_base, code=ROOT):
         [
             sys.executable,
             "-m",
-            "pipelines.cli",
+            "bert_keras_cli.cli",
             "serve",
             str(model_base),
             "--name",

@@ -40,7 +40,7 @@ def cli(*args):
     """A `bert-keras` command in its own process; its stderr on failure."""
     start = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", *map(str, args)],
+        [sys.executable, "-m", "bert_keras_cli.cli", *map(str, args)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -83,7 +83,7 @@ def pretrain(out, args, no_nsp):
         20,
         *flags,
     )
-    from pipelines.plot import read_curves
+    from bert_keras_cli.plot import read_curves
 
     curves = read_curves(out)
     held_out = {

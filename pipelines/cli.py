@@ -3,7 +3,7 @@
 Each pipeline module exposes `register(subparsers)`, which adds its sub-command
 and sets `func` on the parser's defaults to a callable taking the parsed args.
 Parsing imports no TensorFlow (`--help` answers at once); TensorFlow's C++ start-up
-lines are kept out (`pipelines.startup`: the command's doing, not the library's) unless
+lines are kept out (`bert_keras_cli.startup`: the command's doing, not the library's) unless
 `TF_CPP_MIN_LOG_LEVEL` is set (0 shows them all); a user's error or Ctrl-C ends in one
 line, not a traceback.
 """
@@ -18,8 +18,8 @@ import sys
 import threading
 import warnings
 
-from pipelines.arguments import check_input_paths
-from pipelines.startup import quiet_start_up
+from bert_keras_cli.arguments import check_input_paths
+from bert_keras_cli.startup import quiet_start_up
 
 # Commands that go on where they stopped when run again.
 RESUMABLE = {
@@ -52,7 +52,7 @@ def build_parser():
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in PIPELINES:
-        importlib.import_module(f"pipelines.{name}").register(subparsers)
+        importlib.import_module(f"bert_keras_cli.{name}").register(subparsers)
     return parser
 
 

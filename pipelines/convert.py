@@ -1,6 +1,6 @@
 """`bert-keras convert`: move a model between Keras, Hugging Face and TF1 formats, task heads included."""
 
-from pipelines.arguments import CheckpointPath
+from bert_keras_cli.arguments import CheckpointPath
 
 FORMATS = ("keras", "hf", "tf1")
 

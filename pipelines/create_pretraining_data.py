@@ -1,6 +1,6 @@
 """`bert-keras create-pretraining-data`: text -> TFRecords in the original BERT layout."""
 
-from pipelines.arguments import InputPath
+from bert_keras_cli.arguments import InputPath
 
 
 def register(subparsers):

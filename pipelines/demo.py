@@ -151,7 +151,7 @@ class _Stages:
         print(f"      ({time.perf_counter() - begun:.0f} s)")
 
     def command(self, *argv):
-        from pipelines.cli import main as bert_keras
+        from bert_keras_cli.cli import main as bert_keras
 
         argv = [str(arg) for arg in argv]
         print("      $ bert-keras " + " ".join(argv), flush=True)

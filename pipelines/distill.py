@@ -22,8 +22,8 @@ Example: `bert-keras distill --teacher runs/sst2/best.keras --student teacher:3
 --task sst-2 --data-dir ../shared/data/glue/SST-2 --output-dir runs/sst2-student`.
 """
 
-from pipelines.arguments import add_training_arguments, training_options
-from pipelines.setup import fresh_output_dir, set_up_training
+from bert_keras_cli.arguments import add_training_arguments, training_options
+from bert_keras_cli.setup import fresh_output_dir, set_up_training
 
 RUN_FILES = ("best.keras", "labels.txt", "distill_results.json", "eval_results.json", "logs")
 CONLL = "conll"

@@ -9,7 +9,7 @@ length, with a progress bar.
 Example: `bert-keras embed --input questions.txt --output questions.npy`.
 """
 
-from pipelines.arguments import InputPath, add_window_arguments, report_truncation
+from bert_keras_cli.arguments import InputPath, add_window_arguments, report_truncation
 
 
 def register(subparsers):
@@ -50,7 +50,7 @@ def run(args):
 
     from bert_keras.files import read_text
     from bert_keras.tasks.text_embedder import BertTextEmbedder
-    from pipelines.arguments import checkpoint_source
+    from bert_keras_cli.arguments import checkpoint_source
 
     output = Path(args.output)
     if output.suffix not in (".npy", ".jsonl"):

@@ -8,7 +8,7 @@ TF1 session loader that replays the warm-up requests. LiteRT and ONNX exports ar
 in ai-edge-litert's interpreter / ONNX Runtime and compared with the Keras model.
 """
 
-from pipelines.arguments import CheckpointPath, InputPath, add_window_arguments
+from bert_keras_cli.arguments import CheckpointPath, InputPath, add_window_arguments
 
 
 def register(subparsers):

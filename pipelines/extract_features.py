@@ -10,7 +10,7 @@ rounded to 6 decimals as the original. With `--pooling cls|mean` each line also 
 
 import json
 
-from pipelines.arguments import InputPath, add_checkpoint_arguments, checkpoint_source
+from bert_keras_cli.arguments import InputPath, add_checkpoint_arguments, checkpoint_source
 
 
 def register(subparsers):

@@ -11,7 +11,7 @@ import dataclasses
 import math
 from pathlib import Path
 
-from pipelines.arguments import InputPath
+from bert_keras_cli.arguments import InputPath
 
 
 class RunFolder(InputPath):

@@ -18,8 +18,8 @@ An optional second phase (e.g. 128 -> 512 tokens) runs after the first, as in th
 import sys
 from pathlib import Path
 
-from pipelines.arguments import CheckpointPath, InputPath, add_distribution_arguments
-from pipelines.setup import set_up_training
+from bert_keras_cli.arguments import CheckpointPath, InputPath, add_distribution_arguments
+from bert_keras_cli.setup import set_up_training
 
 
 def register(subparsers):

@@ -8,7 +8,7 @@ tensorflow_model_server's --model_config_file). Runs until interrupted.
 
 import time
 
-from pipelines.arguments import InputPath
+from bert_keras_cli.arguments import InputPath
 
 
 def register(subparsers):

@@ -3,8 +3,8 @@
 import sys
 import time
 
-from pipelines.arguments import InputPath
-from pipelines.startup import quiet_start_up
+from bert_keras_cli.arguments import InputPath
+from bert_keras_cli.startup import quiet_start_up
 
 
 def register(subparsers):

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from pipelines.startup import quiet_start_up
+from bert_keras_cli.startup import quiet_start_up
 
 with quiet_start_up():  # a program, like the `bert-keras` commands: no TensorFlow C++ start-up lines
     from bert_keras.serving.client import ServingClient

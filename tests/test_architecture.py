@@ -3,6 +3,7 @@ pyproject.toml pass, every module belongs to a tier, no modules import each othe
 in a circle, and modules and functions stay short."""
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -37,7 +38,7 @@ def test_every_module_belongs_to_a_tier():
 
 
 def test_no_import_cycles():
-    graph = grimp.build_graph("bert_keras", "pipelines")
+    graph = grimp.build_graph("bert_keras", "bert_keras_cli")
     modules = sorted(graph.modules)
     cycles = []
     for module in modules:
@@ -142,3 +143,25 @@ def test_private_hooks_live_in_compat():
         if PRIVATE.search(line) and not (folder in ("tests", "bench") and REFERENCE_TOOLS.search(line))
     ]
     assert not found, "private Keras/TensorFlow symbols outside bert_keras/compat.py:\n" + "\n".join(found)
+
+
+def test_every_package_folder_installs():
+    """pyproject.toml lists the packages by hand (pipelines/ installs as `bert_keras_cli`):
+    a package folder missing from the list would be left out of a wheel."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {
+        ".".join(path.parent.relative_to(ROOT).parts).replace("pipelines", "bert_keras_cli", 1)
+        for top in ("bert_keras", "pipelines")
+        for path in (ROOT / top).rglob("__init__.py")
+    }
+    assert listed == folders
+
+
+def test_commands_install_as_bert_keras_cli(tmp_path):
+    """Outside the checkout the commands are `bert_keras_cli`; no top-level `pipelines`
+    module is installed to clash with another project's."""
+    code = "import bert_keras_cli.cli\ntry:\n    import pipelines\nexcept ImportError:\n    print('no pipelines')"
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "no pipelines"

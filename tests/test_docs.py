@@ -166,7 +166,7 @@ def run_cli(command, cwd, monkeypatch):
     """A `bert-keras ...` line in this process, globs expanded as the shell would."""
     import keras
 
-    from pipelines.cli import main
+    from bert_keras_cli.cli import main
 
     monkeypatch.chdir(cwd)
     argv = []

@@ -9,8 +9,8 @@ epoch, the best model kept as `best.keras`, progress bars and TensorBoard logs.
 
 import importlib
 
-from pipelines.finetune.common import RUN_FILES, add_common_arguments
-from pipelines.setup import fresh_output_dir
+from bert_keras_cli.finetune.common import RUN_FILES, add_common_arguments
+from bert_keras_cli.setup import fresh_output_dir
 
 TASK_MODULES = ("glue", "squad", "conll", "tsv", "embedder", "reranker")
 
@@ -23,7 +23,7 @@ def register(subparsers):
     )
     tasks = parser.add_subparsers(dest="task", required=True)
     for name in TASK_MODULES:
-        module = importlib.import_module(f"pipelines.finetune.{name}")
+        module = importlib.import_module(f"bert_keras_cli.finetune.{name}")
         task_parser = tasks.add_parser(name, help=module.HELP, description=module.__doc__)
         add_common_arguments(task_parser, **module.DEFAULTS)
         module.add_arguments(task_parser)

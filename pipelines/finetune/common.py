@@ -5,14 +5,14 @@ built from `--init` in the `--strategy` scope, and `train`, which runs a benchma
 import json
 from pathlib import Path
 
-from pipelines.arguments import (
+from bert_keras_cli.arguments import (
     add_checkpoint_arguments,
     add_training_arguments,
     checkpoint_source,
     report_truncation,
     training_options,
 )
-from pipelines.setup import set_up_training
+from bert_keras_cli.setup import set_up_training
 
 # What a fine-tuning run writes into --output-dir (GLUE submissions are TASK.tsv).
 RUN_FILES = {

@@ -6,7 +6,7 @@ scores each epoch and writes the best epoch's `predictions.txt` (conlleval's inp
 Example: `bert-keras finetune conll --data-dir ../shared/data/conll2003 --output-dir runs/ner`.
 """
 
-from pipelines.arguments import InputPath, add_window_arguments, report_truncation
+from bert_keras_cli.arguments import InputPath, add_window_arguments, report_truncation
 
 HELP = "CoNLL-2003 named entity recognition"
 DEFAULTS = dict(learning_rate=5e-5, epochs=3, batch_size=32, max_seq_length=128)
@@ -29,7 +29,7 @@ def add_arguments(parser):
 def run(args):
     from bert_keras.datasets.conll import ConllData
     from bert_keras.tasks.token_classifier import BertTokenClassifier
-    from pipelines.finetune.common import build_head, train, write_best_metrics
+    from bert_keras_cli.finetune.common import build_head, train, write_best_metrics
 
     data = ConllData(args.data_dir, args.eval_split, args.max_examples, args.document_context, args.max_seq_length)
     print(f"CoNLL-2003: {data.train_size} training sentences, {data.dev_size} in eng.{args.eval_split}")

@@ -17,7 +17,7 @@ Example: `bert-keras finetune embedder --train pairs.tsv --dev dev_pairs.tsv --o
 
 from pathlib import Path
 
-from pipelines.arguments import InputPath, add_window_arguments, report_truncation
+from bert_keras_cli.arguments import InputPath, add_window_arguments, report_truncation
 
 HELP = "sentence embeddings from (anchor, positive[, negative]) or scored (text_a, text_b, score) pairs"
 DEFAULTS = dict(learning_rate=2e-5, epochs=1, batch_size=32, max_seq_length=None)
@@ -41,8 +41,8 @@ def add_arguments(parser):
 def run(args):
     from bert_keras.datasets.retrieval import PairData
     from bert_keras.tasks.text_embedder import BertTextEmbedder
-    from pipelines.arguments import checkpoint_source
-    from pipelines.finetune.common import train, training_setup, write_best_metrics
+    from bert_keras_cli.arguments import checkpoint_source
+    from bert_keras_cli.finetune.common import train, training_setup, write_best_metrics
 
     data = PairData(args.train, args.dev, args.max_examples, args.scale, args.symmetric)
     source = checkpoint_source(args.init)

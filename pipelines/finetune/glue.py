@@ -7,7 +7,7 @@ Example: `bert-keras finetune glue --task sst-2 --data-dir ../shared/data/glue/S
 --output-dir runs/sst2`.
 """
 
-from pipelines.arguments import InputPath, add_window_arguments
+from bert_keras_cli.arguments import InputPath, add_window_arguments
 
 HELP = "GLUE sentence(-pair) classification and regression"
 DEFAULTS = dict(learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128)
@@ -24,7 +24,7 @@ def add_arguments(parser):
 
 def run(args):
     from bert_keras.datasets.glue import get_task, glue_data, read_test_sets, write_submissions
-    from pipelines.finetune.common import train_classifier, write_best_metrics
+    from bert_keras_cli.finetune.common import train_classifier, write_best_metrics
 
     task = get_task(args.task)
     data = glue_data(args.data_dir, task, args.max_examples)

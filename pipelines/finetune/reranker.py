@@ -38,8 +38,8 @@ def run(args):
     from bert_keras.datasets.reranking import RerankingData
     from bert_keras.tasks.reranker import BertReranker
     from bert_keras.tasks.text_embedder import BertTextEmbedder
-    from pipelines.arguments import checkpoint_source
-    from pipelines.finetune.common import build_head, train, write_best_metrics
+    from bert_keras_cli.arguments import checkpoint_source
+    from bert_keras_cli.finetune.common import build_head, train, write_best_metrics
 
     data = RerankingData(args.train, args.dev, args.max_examples)
     embedder = None

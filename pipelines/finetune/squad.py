@@ -11,7 +11,7 @@ dev-v1.1.json --output-dir runs/squad`.
 
 import re
 
-from pipelines.arguments import InputPath
+from bert_keras_cli.arguments import InputPath
 
 HELP = "SQuAD v1.1/v2.0 extractive question answering"
 DEFAULTS = dict(learning_rate=3e-5, epochs=2, batch_size=12, max_seq_length=384)
@@ -42,7 +42,7 @@ def parse_slice(text):
 def run(args):
     from bert_keras.datasets.squad import SquadData
     from bert_keras.tasks.span_labeler import BertSpanLabeler
-    from pipelines.finetune.common import build_head, train, write_best_metrics
+    from bert_keras_cli.finetune.common import build_head, train, write_best_metrics
 
     data = SquadData(
         args.train_file,

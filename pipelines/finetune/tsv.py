@@ -10,7 +10,7 @@ Example: `bert-keras finetune tsv --train train.tsv --dev dev.tsv --output-dir r
 
 from pathlib import Path
 
-from pipelines.arguments import InputPath, add_window_arguments
+from bert_keras_cli.arguments import InputPath, add_window_arguments
 
 HELP = "your own TSV files with text [, text_b] and label columns"
 DEFAULTS = dict(learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128)
@@ -26,7 +26,7 @@ def add_arguments(parser):
 def run(args):
     from bert_keras.checkpoint import write_labels
     from bert_keras.datasets.classification import tsv_data
-    from pipelines.finetune.common import train_classifier, write_best_metrics
+    from bert_keras_cli.finetune.common import train_classifier, write_best_metrics
 
     data = tsv_data(args.train, args.dev, args.labels, args.max_examples)
     classes = list(data.labels)

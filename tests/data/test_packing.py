@@ -198,8 +198,8 @@ def test_pretrain_with_packing(tmp_path):
     packing, the usual metrics, and a resumed run that goes on where it stopped."""
     from conftest import DATA
 
-    from pipelines.cli import main
-    from pipelines.plot import read_curves
+    from bert_keras_cli.cli import main
+    from bert_keras_cli.plot import read_curves
 
     corpus = short_documents(tmp_path / "squad.txt")
     output = tmp_path / "run"

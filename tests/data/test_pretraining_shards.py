@@ -189,7 +189,7 @@ def cli(*args):
     return [
         sys.executable,
         "-m",
-        "pipelines.cli",
+        "bert_keras_cli.cli",
         "create-pretraining-data",
         "--vocab",
         str(VOCAB_FILE),

@@ -7,7 +7,7 @@ import pytest
 from conftest import DATA, require
 
 from bert_keras.datasets.conll import LABELS, conlleval, iob1_to_iob2, read_conll
-from pipelines.cli import main as cli
+from bert_keras_cli.cli import main as cli
 
 CONLL = DATA / "conll2003"
 

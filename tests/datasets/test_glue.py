@@ -10,7 +10,7 @@ from conftest import DATA, require
 
 from bert_keras.datasets.glue import TASKS, glue_metrics, read_split, write_submission
 from bert_keras.datasets.metrics import accuracy, average_ranks, f1, matthews_corrcoef, pearson, spearman
-from pipelines.cli import main as cli
+from bert_keras_cli.cli import main as cli
 
 GLUE = DATA / "glue"
 

@@ -9,7 +9,7 @@ from conftest import DATA, require
 from bert_keras import BertTokenizer
 from bert_keras.datasets.squad import Example, _max_context_window, make_features, read_squad
 from bert_keras.datasets.squad_scoring import decode, evaluate, exact_match, f1_score, normalize_answer
-from pipelines.finetune.squad import parse_slice
+from bert_keras_cli.finetune.squad import parse_slice
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def test_finetune_squad_end_to_end_tiny(tmp_path, capsys):
 
     from bert_keras import BertConfig, BertEncoder
     from bert_keras.datasets.squad import predict_logits
-    from pipelines.cli import main as cli
+    from bert_keras_cli.cli import main as cli
 
     dev = str(require(DATA / "squad" / "dev-v1.1.json"))
     init = tmp_path / "encoder.keras"

@@ -7,7 +7,7 @@ from harness import random_inputs
 
 from bert_keras import BertConfig, BertEncoder, checkpoint
 from bert_keras.models.saving import save_checkpoint
-from pipelines.cli import main as cli
+from bert_keras_cli.cli import main as cli
 
 
 def weights_of(encoder):

@@ -16,7 +16,7 @@ from bert_keras.datasets.conll import read_conll
 from bert_keras.datasets.squad import read_squad
 from bert_keras.datasets.tsv import read_rows
 from bert_keras.models.dtype import cpu_has_bfloat16
-from pipelines.cli import main as cli
+from bert_keras_cli.cli import main as cli
 
 RECORDS = REFERENCE / "pretraining_trajectory" / "train.tfrecord"
 # Bytes of a real binary file: the start of a TFRecord (lengths, CRCs, protobuf).
@@ -300,7 +300,7 @@ def test_finetune_tsv_with_fewer_examples_than_one_batch(tmp_path, capsys, encod
 def test_finetune_stops_at_max_train_steps(tmp_path, capsys, encoder_file):
     """12 examples in batches of 4 are epochs of 3 steps: 7 steps are 3 epochs, the last
     of 1 step (equal epochs would run 9), and the logs end at step 7."""
-    from pipelines.plot import read_curves
+    from bert_keras_cli.plot import read_curves
 
     rows = [(f"movie number {i} was {'good' if i % 2 else 'bad'}", "pos" if i % 2 else "neg") for i in range(12)]
     train = write_tsv(tmp_path / "train.tsv", rows)

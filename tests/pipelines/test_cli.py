@@ -16,8 +16,8 @@ import pytest
 from conftest import DATA, require
 
 from bert_keras import BertConfig, BertEncoder
-from pipelines.cli import main as cli
-from pipelines.startup import START_UP_LINES
+from bert_keras_cli.cli import main as cli
+from bert_keras_cli.startup import START_UP_LINES
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -31,14 +31,14 @@ def user_env():
 
 def test_parsing_imports_no_tensorflow():
     code = (
-        "import sys; from pipelines.cli import build_parser; p = build_parser(); "
+        "import sys; from bert_keras_cli.cli import build_parser; p = build_parser(); "
         "p.parse_args(['finetune', 'glue', '--task', 'sst-2', '--data-dir', 'd', '--output-dir', 'x']); "
         "print(sorted(m for m in ('tensorflow', 'keras', 'bert_keras') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=user_env(), cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stderr
     from bert_keras.training.distribute import STRATEGIES
-    from pipelines.arguments import STRATEGIES as PARSED
+    from bert_keras_cli.arguments import STRATEGIES as PARSED
 
     assert PARSED == STRATEGIES
 
@@ -209,7 +209,7 @@ def test_finetune_refuses_a_run_folder_unless_overwrite(tsv_task, tmp_path, caps
 )
 def test_a_missing_input_is_reported_before_tensorflow_loads(tmp_path, argv, message):
     code = (
-        "import sys; from pipelines.cli import main; code = main(sys.argv[1:]); "
+        "import sys; from bert_keras_cli.cli import main; code = main(sys.argv[1:]); "
         "print(code, 'tensorflow' in sys.modules)"
     )
     out = subprocess.run(
@@ -220,7 +220,7 @@ def test_a_missing_input_is_reported_before_tensorflow_loads(tmp_path, argv, mes
 
 
 def test_checkpoint_prefixes_and_remote_paths_are_left_to_the_command(tmp_path):
-    from pipelines.arguments import CheckpointPath, InputPath
+    from bert_keras_cli.arguments import CheckpointPath, InputPath
 
     (tmp_path / "model.ckpt.index").write_text("")
     assert not CheckpointPath(str(tmp_path / "model.ckpt")).missing()  # a TF1 checkpoint prefix

@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from bert_keras.data.tfrecords import parse_example
 from bert_keras.serving.tfserving.session import SessionPredictor
-from pipelines.cli import main as cli
-from pipelines.demo import CLASSIFY_REQUESTS, FILL_MASK_REQUESTS, TASK_PACKAGES
+from bert_keras_cli.cli import main as cli
+from bert_keras_cli.demo import CLASSIFY_REQUESTS, FILL_MASK_REQUESTS, TASK_PACKAGES
 
 SMALL = ["--pretrain-steps", "12", "--finetune-steps", "6", "--vocab-size", "600", "--batch-size", "8"]
 ORIGINAL_FEATURES = {

@@ -16,7 +16,7 @@ from harness import TINY, tiny_preprocessor
 from bert_keras import BertClassifier, BertEncoder, BertTextEmbedder, BertTokenClassifier
 from bert_keras.datasets import conll, retrieval
 from bert_keras.datasets.metrics import accuracy
-from pipelines.cli import main
+from bert_keras_cli.cli import main
 
 TEXTS = ["the film is good", "the film is bad", "a quick brown fox jumps", "the lazy dog", "it was good !", "bad"]
 LABELS = ["good", "bad", "good", "bad", "good", "bad"]

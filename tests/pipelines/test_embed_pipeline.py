@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import DATA, require
 
-from pipelines.cli import main as cli
+from bert_keras_cli.cli import main as cli
 
 
 def squad_pairs(count, offset=0):

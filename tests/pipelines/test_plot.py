@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipelines import cli
-from pipelines.plot import COLUMNS, DPI, PANEL_INCHES, read_curves
+from bert_keras_cli import cli
+from bert_keras_cli.plot import COLUMNS, DPI, PANEL_INCHES, read_curves
 
 STEPS_PER_EPOCH = 4
 BATCH = 8

@@ -47,7 +47,7 @@ def test_loss_decreases_on_sample_text(tmp_path):
 
 # The sub-command's own parser, so the test does not depend on the other pipelines.
 RUN_PRETRAIN = (
-    "import argparse, sys; from pipelines import pretrain; p = argparse.ArgumentParser(); "
+    "import argparse, sys; from bert_keras_cli import pretrain; p = argparse.ArgumentParser(); "
     "pretrain.register(p.add_subparsers(dest='command')); a = p.parse_args(sys.argv[1:]); a.func(a)"
 )
 
@@ -126,7 +126,7 @@ def test_sigkill_and_resume(tmp_path):
 def test_steps_not_a_multiple_of_checkpoint_every(tmp_path):
     """7 steps checkpointed every 5: a full interval, then one of 2 steps; the backup
     holds the optimizer after exactly 7 updates. (In this process: RUN_PRETRAIN's parser.)"""
-    from pipelines import pretrain
+    from bert_keras_cli import pretrain
 
     args = pretrain_command(tmp_path / "run")[3:]
     args[args.index("--steps") + 1] = "7"
@@ -141,7 +141,7 @@ def test_steps_not_a_multiple_of_checkpoint_every(tmp_path):
 
 
 def test_bad_inputs_are_clear_errors(tmp_path):
-    from pipelines import create_pretraining_data
+    from bert_keras_cli import create_pretraining_data
 
     parser = argparse.ArgumentParser()
     subparsers = parser.add_subparsers()
@@ -167,8 +167,8 @@ def test_held_out_evaluation_at_every_checkpoint_and_no_nsp(tmp_path, no_nsp):
     values are the final model's on those batches); `--no-nsp` trains masked LM alone
     and writes checkpoints without the next-sentence head."""
     from bert_keras.data.pretraining_inputs import PretrainingInputs
-    from pipelines.cli import main
-    from pipelines.plot import read_curves
+    from bert_keras_cli.cli import main
+    from bert_keras_cli.plot import read_curves
 
     output = tmp_path / "run"
     held_out = tmp_path / "held_out.txt"

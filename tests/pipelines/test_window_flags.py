@@ -8,7 +8,7 @@ from harness import tiny_encoder, tiny_preprocessor
 
 from bert_keras import BertClassifier, BertTextEmbedder
 from bert_keras.serving import export
-from pipelines.cli import main as cli
+from bert_keras_cli.cli import main as cli
 
 
 class Reached(Exception):
@@ -96,7 +96,7 @@ def test_finetune_tsv_with_windows_then_export(tmp_path, capsys, monkeypatch):
 
     from bert_keras import BertConfig, BertEncoder
     from bert_keras.serving.tfserving.session import SessionPredictor
-    from pipelines.finetune import common as finetune
+    from bert_keras_cli.finetune import common as finetune
 
     rows = [row.split("\t") for row in require(DATA / "glue" / "SST-2" / "dev.tsv").read_text().splitlines()[1:41]]
     documents = ["\t".join([" ".join(text for text, _ in rows[i : i + 4]), rows[i][1]]) for i in range(0, 40, 4)]

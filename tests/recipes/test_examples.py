@@ -14,7 +14,7 @@ from conftest import DATA, VOCAB_FILE, require
 
 from bert_keras import BertConfig, BertEncoder, BertPretrainer
 from bert_keras.models.saving import save_checkpoint
-from pipelines.cli import main
+from bert_keras_cli.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"

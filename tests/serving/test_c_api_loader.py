@@ -339,7 +339,7 @@ def test_export_whose_loader_cannot_be_built_is_written_with_the_check_skipped(t
 @needs_gcc
 def test_a_loader_that_runs_and_disagrees_fails_the_export(monkeypatch, tmp_path):
     """The check built and ran: answers that differ from the session loader's fail the command."""
-    from pipelines.cli import main
+    from bert_keras_cli.cli import main
 
     replay_warmup = CApiPredictor.replay_warmup
 

@@ -136,7 +136,7 @@ def test_litert_refuses_rather_than_answers_on_non_ascii(tmp_path):
 
 
 def test_cli_exports_checks_and_explains(tmp_path, capsys):
-    from pipelines.cli import main as cli
+    from bert_keras_cli.cli import main as cli
 
     fixture = str(Path(__file__).parents[1] / "fixtures" / "classifier_v0.keras")
     assert cli(["export", fixture, "--format", "onnx", "--quantize", "int8", "--out", str(tmp_path / "m.onnx")]) == 0

@@ -528,7 +528,7 @@ def test_fused_layer_norm_becomes_one_onednn_kernel():
 
 def test_cli_export_compute_dtype(tiny_export, tmp_path):
     """`bert-keras export --compute-dtype bfloat16` serves bfloat16 weights, float32 outputs near fp32."""
-    from pipelines.cli import main
+    from bert_keras_cli.cli import main
 
     encoder, _, _ = tiny_export
     encoder.save(tmp_path / "encoder.keras")

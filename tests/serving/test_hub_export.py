@@ -26,7 +26,7 @@ from bert_keras.models.pretrainer import BertPretrainer
 from bert_keras.serving.hub_export import export_hub_style, save_preprocess
 from bert_keras.serving.ops import check_serving_ops
 from bert_keras.serving.tfserving.session import SessionPredictor
-from pipelines.cli import main as cli
+from bert_keras_cli.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = Path(__file__).resolve().parent / "hub_tutorial_runs.py"

@@ -12,7 +12,7 @@ from conftest import DATA, require
 from bert_keras import BertConfig, BertEncoder
 from bert_keras.serving.client import ServingClient
 from bert_keras.serving.tfserving.session import ServingError, SessionPredictor, make_request
-from pipelines.cli import main as cli
+from bert_keras_cli.cli import main as cli
 
 MRPC = DATA / "glue" / "MRPC"
 FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures"
@@ -140,7 +140,7 @@ def test_pair_model_records_exports_and_serves_its_text_inputs(mrpc_run, tmp_pat
 
 
 def test_segments_that_contradict_the_training_are_warned_about(mrpc_run, tmp_path, capsys):
-    from pipelines.cli import warning_line
+    from bert_keras_cli.cli import warning_line
 
     with pytest.warns(UserWarning) as caught:
         assert cli(["export", str(mrpc_run), "--out", str(tmp_path / "single"), "--segments", "text"]) == 0

@@ -17,7 +17,7 @@ from conftest import REFERENCE, require
 
 from bert_keras import BertClassifier, BertEncoder, BertTextEmbedder
 from bert_keras.checkpoint import read_checkpoint
-from pipelines.cli import main as cli
+from bert_keras_cli.cli import main as cli
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
 

@@ -10,7 +10,7 @@ from conftest import DATA, REFERENCE, require
 
 from bert_keras import BertEncoder
 from bert_keras.tasks.feature_extractor import BertFeatureExtractor
-from pipelines.cli import main as cli
+from bert_keras_cli.cli import main as cli
 
 ATOL = 2e-4
 

@@ -158,7 +158,7 @@ def write_tsv(path, header, rows):
 
 @pytest.mark.slow
 def test_finetune_reranker_mines_negatives_and_reports_ranking_metrics(tmp_path, capsys):
-    from pipelines.cli import main as cli
+    from bert_keras_cli.cli import main as cli
 
     init = hf_folder(tmp_path, "cross_encoder")
     anchors = ["who jumps over the dog ?", "what is the capital of france ?", "a dog runs", "berlin is"]

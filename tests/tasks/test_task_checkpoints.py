@@ -24,7 +24,7 @@ from bert_keras import (
     checkpoint,
 )
 from bert_keras.models.saving import save_checkpoint
-from pipelines.cli import main as cli
+from bert_keras_cli.cli import main as cli
 
 HEADS = {
     "sequence_single": BertClassifier,

@@ -107,7 +107,7 @@ def test_truncation_notice_counts_what_truncation_drops(capsys):
     from run_squad_reference import truncated_pair_lengths
 
     from bert_keras.tasks.windowing import truncation_notice
-    from pipelines.arguments import report_truncation
+    from bert_keras_cli.arguments import report_truncation
 
     preprocessor = tiny_preprocessor(max_seq_length=10)
     tokenizer = preprocessor.tokenizer

@@ -99,7 +99,7 @@ def test_learned_vocabulary_layout_and_coverage(tmp_path):
 def test_cli_writes_vocab_file(tmp_path, capsys):
     import argparse
 
-    from pipelines import vocab as vocab_pipeline
+    from bert_keras_cli import vocab as vocab_pipeline
 
     parser = argparse.ArgumentParser()
     vocab_pipeline.register(parser.add_subparsers(dest="command"))
@@ -183,7 +183,7 @@ def test_the_command_runs_without_tensorflow(tmp_path):
     """`bert-keras vocab` counts (in forked workers too) and learns without importing TensorFlow,
     and leaves `import bert_keras` whole for what follows in the process."""
     code = (
-        "import sys; from pipelines.cli import main; code = main(sys.argv[1:]); "
+        "import sys; from bert_keras_cli.cli import main; code = main(sys.argv[1:]); "
         "print(code, 'tensorflow' in sys.modules); import bert_keras; print(bert_keras.BertTokenizer.__name__)"
     )
     files = [str(SAMPLE_TEXT), str(SHARED / "data" / "pretraining" / "gutenberg" / "chesterton-thursday.txt")]
@@ -195,7 +195,7 @@ def test_the_command_runs_without_tensorflow(tmp_path):
 
 
 def test_the_command_prunes_when_asked(tmp_path, capsys):
-    from pipelines.cli import main
+    from bert_keras_cli.cli import main
 
     book = str(SHARED / "data" / "pretraining" / "gutenberg" / "chesterton-thursday.txt")
     out = tmp_path / "vocab.txt"

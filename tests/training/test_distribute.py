@@ -195,7 +195,7 @@ def test_two_workers_match_one_process(two_workers):
 
 # The `pretrain` sub-command's own parser, as in test_pretrain_pipeline.py.
 RUN_PRETRAIN = (
-    "import argparse, sys; from pipelines import pretrain; p = argparse.ArgumentParser(); "
+    "import argparse, sys; from bert_keras_cli import pretrain; p = argparse.ArgumentParser(); "
     "pretrain.register(p.add_subparsers(dest='command')); a = p.parse_args(sys.argv[1:]); a.func(a)"
 )
 
@@ -612,7 +612,7 @@ def test_multi_worker_with_an_empty_shard_stops_both_workers_clearly(tmp_path, c
         command = [
             sys.executable,
             "-m",
-            "pipelines.cli",
+            "bert_keras_cli.cli",
             "pretrain",
             "--config",
             "tiny",
