@@ -22,7 +22,8 @@ The hooks and the private symbols each relies on:
   sets `Layer._convert_input_args` and `Layer._allow_non_tensor_positional_args`.
 - `RestoresCompile`: `.keras` loading compiles a model whose `compile` is overridden:
   Keras calls `Model.compile_from_config` only for models that do not override `compile`.
-- `keras_20585_workaround`: keras-team/keras#20585, `fit` under more than one replica:
+- `keras_20585_workaround` (and `WorksAroundKeras20585`, the models' mixin that enters it):
+  keras-team/keras#20585, `fit` under more than one replica:
   replaces, inside its block, `TensorFlowTrainer._maybe_symbolic_build` and the module
   function `reduce_per_replica` of `keras.src.backend.tensorflow.trainer` (which the
   train and test functions look up when they are traced); calls that module's
@@ -176,6 +177,24 @@ def keras_20585_workaround(strategy):
         yield
     finally:
         trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica = keras_build, keras_reduce
+
+
+class WorksAroundKeras20585:
+    """Mixin for a `keras.Model` (listed before it): its own `fit`, `evaluate` and `predict`
+    run inside `keras_20585_workaround(self.distribute_strategy)`, so a script that builds
+    the model in a strategy's scope and calls `fit` needs no block of its own."""
+
+    def fit(self, *args, **kwargs):
+        with keras_20585_workaround(self.distribute_strategy):
+            return super().fit(*args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        with keras_20585_workaround(self.distribute_strategy):
+            return super().evaluate(*args, **kwargs)
+
+    def predict(self, *args, **kwargs):
+        with keras_20585_workaround(self.distribute_strategy):
+            return super().predict(*args, **kwargs)
 
 
 def _keras_trainer():

@@ -13,7 +13,6 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from bert_keras.compat import keras_20585_workaround
 from bert_keras.models.dtype import with_dtype
 from bert_keras.training import distribute
 from bert_keras.training.callbacks import EvaluateAndKeepBest, StopAfterSteps, TensorBoard, TimeBudget
@@ -81,7 +80,7 @@ def finetune(
         model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
     dataset = _replica_batches(model, train_batches, preprocessed, strategy, fitted_batch, max_seq_length)
     _print_plan(total, planned, epochs, steps_per_epoch, fitted_batch, learning_rate, warmup_proportion)
-    with distribute.chief_path(output_dir, strategy) as output_dir, keras_20585_workaround(strategy):
+    with distribute.chief_path(output_dir, strategy) as output_dir:
         output_dir.mkdir(parents=True, exist_ok=True)
         keeper = EvaluateAndKeepBest(evaluate, main_metric, on_best)
         verbose, progress = fit_progress(verbose)

@@ -20,7 +20,6 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from bert_keras.compat import keras_20585_workaround
 from bert_keras.data.pretraining_inputs import PretrainingInputs
 from bert_keras.models.dtype import with_dtype
 from bert_keras.models.saving import save_checkpoint
@@ -213,7 +212,6 @@ def run_phase(
     with (
         distribute.chief_path(output_dir / "logs" / phase.name, strategy) as logs,
         distribute.backup_and_restore(backup, strategy, double_checkpoint=True, delete_checkpoint=False) as restore,
-        keras_20585_workaround(strategy),
     ):
         verbose, progress = fit_progress(verbose)
         callbacks = [

@@ -17,7 +17,7 @@ import keras
 import tensorflow as tf
 
 from bert_keras.checkpoint import VOCAB, read_checkpoint, write_tokenizer_config, write_vocab
-from bert_keras.compat import RestoresCompile
+from bert_keras.compat import RestoresCompile, WorksAroundKeras20585
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
 from bert_keras.models.saving import save_checkpoint
 from bert_keras.tasks.head_loading import load_head, with_arguments
@@ -72,7 +72,7 @@ def default_optimizer(learning_rate=5e-5):
     return AdamWeightDecay(learning_rate=learning_rate, weight_decay_rate=0.01, global_clipnorm=1.0)
 
 
-class BertTask(RestoresCompile, keras.Model):
+class BertTask(RestoresCompile, WorksAroundKeras20585, keras.Model):
     """Base of the heads: holds `encoder` (a `BertEncoder`) and optional `preprocessor`
     (a `BertPreprocessor`) used by `fit`/`evaluate`/`predict` on raw text.
 

@@ -1,8 +1,9 @@
 """`tf.distribute` for every pipeline: one script from one CPU to many GPUs, hosts or TPUs.
 
 - `resolve_strategy` turns `--strategy` into a strategy; build models and optimizers
-  in its `scope()`, and `fit` inside `compat.keras_20585_workaround(strategy)` (Keras'
-  trainer breaks on more than one replica; the recipes do it).
+  in its `scope()`. Keras' trainer breaks on more than one replica (keras-team/keras#20585):
+  the library's models enter `compat.keras_20585_workaround` in their own `fit`, `evaluate`
+  and `predict`; another model's `fit` needs that block around it.
 - `distribute_dataset` feeds `fit` through `distribute_datasets_from_function`: each
   input pipeline (one per worker or TPU host) builds its own dataset of per-replica
   batches, global batch / replicas each, reading its share of the files
@@ -41,8 +42,8 @@ def resolve_strategy(name="default", tpu=None, devices=None):
     - tpu: TPUStrategy on the TPU named by `tpu` ("local", a name or a grpc:// address;
       none: from the environment, as on a Cloud TPU VM).
 
-    Resolving changes nothing in Keras: `fit` on more than one replica needs
-    `compat.keras_20585_workaround(strategy)` around it (keras-team/keras#20585).
+    Resolving changes nothing in Keras: the library's models work around
+    keras-team/keras#20585 in their own `fit` (`compat.WorksAroundKeras20585`).
     Resolve it before other TensorFlow work: multi-worker collectives are configured
     when TensorFlow starts its runtime.
     """

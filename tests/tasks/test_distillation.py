@@ -272,7 +272,6 @@ import dataclasses, keras, numpy as np
 sys.path.insert(0, "tests")
 from harness import TINY, tiny_preprocessor
 from bert_keras import BertClassifier, BertEncoder
-from bert_keras.compat import keras_20585_workaround
 from bert_keras.tasks.distillation import BertDistiller, student_of
 from bert_keras.training import distribute
 
@@ -301,8 +300,7 @@ for name, strategy in (("one_device", distribute.resolve_strategy("default")),
     data = distribute.distribute_dataset(
         strategy, lambda _, context: distribute.split_global_batches(batches, 8, context, 16), 8
     )
-    with keras_20585_workaround(strategy):  # as the recipes' fit
-        history = d.fit(data, epochs=3, steps_per_epoch=1, verbose=0)
+    history = d.fit(data, epochs=3, steps_per_epoch=1, verbose=0)
     results[name] = {"loss": history.history["loss"], "weights": [w.tolist() for w in s.get_weights()[-6:]]}
 print(json.dumps(results))
 """

@@ -55,7 +55,6 @@ def pretrain(strategy, files, initial_weights, vocab_size, packing=0):
     import keras
 
     from bert_keras import BertEncoder
-    from bert_keras.compat import keras_20585_workaround
     from bert_keras.data.pretraining_inputs import PretrainingInputs
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.training import distribute
@@ -72,8 +71,7 @@ def pretrain(strategy, files, initial_weights, vocab_size, packing=0):
         lambda batch, context: inputs.batches(batch, context, packing=packing, packing_window=64),
         GLOBAL_BATCH,
     )
-    with keras_20585_workaround(strategy):  # as the pre-training recipe's fit
-        model.fit(dataset, steps_per_epoch=STEPS, epochs=1, verbose=0)
+    model.fit(dataset, steps_per_epoch=STEPS, epochs=1, verbose=0)  # no block: the model's own fit enters it
     return model.get_weights()
 
 
