@@ -1,0 +1,185 @@
+"""`predict_files`: a model over files of any size, a chunk of rows at a time.
+
+Each chunk (`chunk_size` rows: memory does not grow with the input) is sorted by
+length and run in batches each padded only to its own longest text, as the server's
+length-sorted micro-batches, through the head's `ServingSignature` (what its export
+answers, decoded the same way); its records go back in input order into a part of
+`OUT.parts/`. A run killed at any moment resumes with the same call: finished parts
+are kept, the rest are read again. Long texts are read in the model's windows when it
+has a `doc_stride`; otherwise each truncated row says so (`truncated_pieces`) and the
+run ends with a notice of how many were cut."""
+
+import itertools
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from bert_keras.checkpoint import read_checkpoint
+from bert_keras.models.encoder import BertEncoder
+from bert_keras.models.pretrainer import BertPretrainer
+from bert_keras.serving.batch.readers import RowReader, count_rows, input_files
+from bert_keras.serving.batch.records import head_kind, records
+from bert_keras.serving.batch.writers import PartsFolder
+from bert_keras.serving.export import serving_preprocessor, trained_inputs
+from bert_keras.serving.serving_tasks import serving_signature
+from bert_keras.tasks.checkpoint_models import load_model as load_checkpoint_model
+from bert_keras.tasks.checkpoint_models import model_class
+from bert_keras.tasks.task import with_windows
+from bert_keras.tasks.text_embedder import BertTextEmbedder
+from bert_keras.tasks.windowing import truncated_pieces, truncation_notice
+from bert_keras.training.progress import ProgressLines
+
+ON_ERROR = ("raise", "skip")
+
+
+def load_model(path):
+    """The model to predict with from `path`: a task `.keras` file, or a checkpoint
+    folder's head as `bert-keras convert` picks it (HF BertFor*, a CrossEncoder: a
+    reranker); a sentence-transformers folder or a bare encoder checkpoint is an embedder."""
+    try:
+        found = read_checkpoint(path)
+    except FileNotFoundError as error:
+        raise ValueError(f"{path} is not a model (.keras file or checkpoint folder): {error}") from None
+    if found.format != "keras" and model_class(found) is BertEncoder:
+        return BertTextEmbedder.from_checkpoint(found)
+    model = load_checkpoint_model(found)
+    if isinstance(model, (BertEncoder, BertPretrainer)):
+        raise ValueError(f"{path} holds a {type(model).__name__}, which has no task head to predict with")
+    return model
+
+
+class BatchPredictor:
+    """`model` answering batches of rows as records (`records.py`), padded per batch."""
+
+    def __init__(self, model, batch_size=32, all_scores=False, max_seq_length=None, doc_stride=None):
+        if doc_stride is not None:
+            model = with_windows(model, doc_stride=doc_stride)
+        self.kind = head_kind(model)
+        self.batch_size, self.all_scores = batch_size, all_scores
+        self.windows = getattr(model, "doc_stride", None) is not None
+        self.preprocessor = serving_preprocessor(model, max_seq_length=max_seq_length)
+        trained_segments, self.labels = trained_inputs(model)
+        signature = serving_signature(model, self.preprocessor, labels=self.labels if self._labelled(model) else None)
+        self.segments = tuple(trained_segments or signature.segments)
+        if len(self.segments) != len(signature.segments):
+            self.segments = tuple(signature.segments)
+        spec = [tf.TensorSpec([None], tf.string) for _ in self.segments]
+        self._run = tf.function(lambda *texts: signature.from_text(texts, signature.run), input_signature=spec)
+
+    def _labelled(self, model):
+        return self.kind in ("classifier", "multi-label", "tagger") and self.labels is not None
+
+    def predict_rows(self, rows, on_error="raise"):
+        """The records of `rows` (`readers.Row`), in their order; a bad row raises
+        ValueError, or with `on_error="skip"` gets a record with its `error`."""
+        results = [None] * len(rows)
+        for index, row in enumerate(rows):
+            if row.error is not None:
+                if on_error == "raise":
+                    raise ValueError(row.error)
+                results[index] = {"id": row.id, "error": row.error}
+        good = sorted((i for i in range(len(rows)) if results[i] is None), key=lambda i: _length(rows[i]))
+        for start in range(0, len(good), self.batch_size):
+            batch = good[start : start + self.batch_size]
+            for index, record in zip(batch, self._batch_records([rows[i] for i in batch], on_error)):
+                results[index] = record
+        return results
+
+    def _batch_records(self, rows, on_error):
+        texts = [row.texts for row in rows]
+        columns = tuple([text[segment] for text in texts] for segment in self.segments)
+        try:
+            outputs = {key: value.numpy() for key, value in self._run(*map(tf.constant, columns)).items()}
+        except (tf.errors.InvalidArgumentError, ValueError) as error:
+            if on_error == "raise" or len(rows) == 1:
+                message = f"{rows[0].id}: {str(error).splitlines()[0]}" if len(rows) == 1 else str(error)
+                if on_error == "raise":
+                    raise ValueError(message) from None
+                return [{"id": rows[0].id, "error": message}]
+            return [record for row in rows for record in self._batch_records([row], on_error)]
+        answers = records(self.kind, outputs, texts, self.labels, self.all_scores)
+        dropped = [0] * len(rows) if self.windows else truncated_pieces(self.preprocessor, columns)
+        return [
+            {"id": row.id, **answer, **({"truncated_pieces": int(cut)} if cut else {})}
+            for row, answer, cut in zip(rows, answers, dropped)
+        ]
+
+
+def _length(row):
+    return sum(len(text) for text in row.texts.values())
+
+
+def predict_files(
+    model,
+    inputs,
+    output,
+    columns=None,
+    id_column=None,
+    chunk_size=10000,
+    batch_size=32,
+    all_scores=False,
+    max_seq_length=None,
+    doc_stride=None,
+    on_error="raise",
+    stream=None,
+):
+    """Predicts every row of `inputs` (files or globs) with `model` (a path, or a model
+    already loaded) into `output` (.jsonl, .tsv or .npy), resuming a run of the same
+    arguments that was stopped. `columns` maps the model's segment names to input
+    columns; `id_column` names the rows' ids (default FILE:LINE). Progress lines go to
+    `stream` (stderr). Returns a summary: rows, errors, truncated rows and the notice."""
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+    if chunk_size < 1 or batch_size < 1:
+        raise ValueError("chunk_size and batch_size must be at least 1")
+    files = input_files(inputs)
+    settings = {
+        "model": str(Path(model).resolve()) if isinstance(model, (str, Path)) else type(model).__name__,
+        "inputs": [str(Path(path).resolve()) for path in files],
+        **dict(columns=columns, id_column=id_column, chunk_size=chunk_size, all_scores=all_scores),
+        **dict(max_seq_length=max_seq_length, doc_stride=doc_stride, on_error=on_error),
+    }
+    parts = PartsFolder(output, settings)
+    predictor = BatchPredictor(
+        load_model(model) if isinstance(model, (str, Path)) else model,
+        batch_size,
+        all_scores,
+        max_seq_length,
+        doc_stride,
+    )
+    rows = iter(RowReader(files, predictor.segments, columns, id_column))
+    done = parts.finished_chunks()
+    _run_chunks(predictor, parts, rows, done, chunk_size, on_error, stream or sys.stderr, count_rows(files))
+    return _finish(parts, predictor)
+
+
+def _run_chunks(predictor, parts, rows, done, chunk_size, on_error, stream, total):
+    skipped = sum(1 for _ in itertools.islice(rows, done * chunk_size))
+    progress = ProgressLines(total or None, "row", "predict: ", every_seconds=10.0, stream=stream)
+    start, index, rows_done = time.perf_counter(), done, skipped
+    if done:
+        print(f"predict: resuming after {done} finished chunks ({skipped} rows)", file=stream, flush=True)
+    while chunk := list(itertools.islice(rows, chunk_size)):
+        parts.write_chunk(index, predictor.predict_rows(chunk, on_error))
+        index, rows_done = index + 1, rows_done + len(chunk)
+        rate = (rows_done - skipped) / max(time.perf_counter() - start, 1e-9)
+        eta = f", ETA {max(total - rows_done, 0) / rate:.0f}s" if total and rate > 0 else ""
+        progress.update(rows_done, suffix=eta)
+
+
+def _finish(parts, predictor):
+    errors = rows = 0
+    cut = []  # the pieces each truncated row lost
+    for record in parts.records():
+        rows += 1
+        errors += "error" in record
+        if record.get("truncated_pieces"):
+            cut.append(record["truncated_pieces"])
+    dropped = np.concatenate([cut, np.zeros(rows - len(cut), np.int64)]) if cut else np.zeros(0, np.int64)
+    notice = truncation_notice(predictor.preprocessor, None, "rows", dropped=dropped)
+    truncated = len(cut)
+    parts.assemble()
+    return {"rows": rows, "errors": errors, "truncated": truncated, "notice": notice}
