@@ -5,6 +5,8 @@ output; bad input is a one-line error or, with --on-error skip, an error record.
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from doc_blocks import block_run_by
 from harness import hf_folder, tiny_encoder, tiny_preprocessor
 
 from bert_keras import BertTextEmbedder, BertTokenClassifier
@@ -266,3 +269,31 @@ def test_on_error_skip_writes_error_records(tmp_path, classifier_keras):
     model = load_model(classifier_keras)
     probabilities = softmax(np.asarray(model.predict(np.array(["the fox", "a dog"], dtype=object), verbose=0)))
     np.testing.assert_allclose([records[0]["probability"], records[4]["probability"]], probabilities.max(-1), atol=1e-5)
+
+
+def doc_block(test):
+    return block_run_by(f"tests/serving/test_batch_predict.py::{test}").text
+
+
+@pytest.fixture
+def tickets(tmp_path, monkeypatch, classifier_keras):
+    """docs/predict.md's workspace: best.keras and tickets/*.tsv with ticket_id and body."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(classifier_keras, "best.keras")
+    Path("tickets").mkdir()
+    write_tsv(Path("tickets/a.tsv"), ("ticket_id", "body"), [("t1", TEXTS[0]), ("t2", TEXTS[2])])
+    write_tsv(Path("tickets/b.tsv"), ("ticket_id", "body"), [("t3", TEXTS[3])])
+    return ["t1", "t2", "t3"]
+
+
+def test_docs_command(tickets):
+    command = shlex.split(doc_block("test_docs_command"))
+    assert command[:2] == ["bert-keras", "predict"] and cli(command[1:]) == 0
+    records = read_jsonl("labels.jsonl")
+    assert [r["id"] for r in records] == tickets and all(len(r["scores"]) == 3 for r in records)
+
+
+def test_docs_script(tickets, capsys):
+    exec(doc_block("test_docs_script"), {})
+    assert capsys.readouterr().out.splitlines()[-1] == "3 rows, 0 in error"
+    assert [r["id"] for r in read_jsonl("labels.jsonl")] == tickets
