@@ -49,7 +49,7 @@ def softmax(logits):
 def folders(tmp_path_factory):
     base = tmp_path_factory.mktemp("models")
     names = ("sequence_single", "sequence_multi", "sequence_regression", "cross_encoder", "token")
-    return {name: hf_folder(base, name) for name in (*names, "question_answering")}
+    return {name: hf_folder(base, name) for name in (*names, "question_answering", "multiple_choice")}
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +158,25 @@ def test_span_answers_are_in_the_context(tmp_path, folders):
     predict_files(str(folders["question_answering"]), [str(source)], tmp_path / "answers.jsonl")
     for row, record in zip(rows, read_jsonl(tmp_path / "answers.jsonl")):
         assert row["context"][record["start"] : record["end"]] == record["answer"]
+
+
+def test_multiple_choice_records_equal_model_predict(tmp_path, folders):
+    rows = [
+        {"question": "the dog", "choices": ["a fox", "the city", "berlin"]},
+        {"question": "what", "choices": ["x", "y"]},
+        {"question": "", "choices": ["paris is a city in europe", "a b", "c"]},
+    ]
+    source = write_text(tmp_path / "in.jsonl", [json.dumps(row) for row in rows])
+    model = load_model(folders["multiple_choice"])
+    predict_files(model, [str(source)], tmp_path / "out.jsonl", batch_size=2)
+    records = read_jsonl(tmp_path / "out.jsonl")
+    for group in ([0, 2], [1]):
+        questions = np.array([rows[i]["question"] for i in group], dtype=object)
+        choices = np.array([rows[i]["choices"] for i in group], dtype=object)
+        expected = softmax(np.asarray(model.predict((questions, choices), verbose=0)))
+        for i, probabilities in zip(group, expected):
+            np.testing.assert_allclose(records[i]["probabilities"], probabilities, atol=1e-5, rtol=0)
+            assert records[i]["choice_text"] == rows[i]["choices"][probabilities.argmax()]
 
 
 def test_many_files_globs_and_parquet(tmp_path, classifier_keras):

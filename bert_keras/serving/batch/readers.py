@@ -62,15 +62,16 @@ def decoded_lines(path):
 class RowReader:
     """The rows of `files` with texts for `segments`, whose columns `columns` maps
     (segment -> column; default: the segment's own name; a `.txt` line is the one text
-    of a one-segment model). `id_column` names the column of row ids."""
+    of a one-segment model). `id_column` names the column of row ids; `list_segment`,
+    the segment whose value is a list of texts (a multiple-choice model's choices)."""
 
-    def __init__(self, files, segments, columns=None, id_column=None):
+    def __init__(self, files, segments, columns=None, id_column=None, list_segment=None):
         self.files, self.segments = list(files), tuple(segments)
         self.columns = {segment: (columns or {}).get(segment, segment) for segment in self.segments}
         unknown = sorted(set(columns or {}) - set(self.segments))
         if unknown:
             raise ValueError(f"--column names {unknown}, which the model does not read; it reads {list(segments)}")
-        self.id_column = id_column
+        self.id_column, self.list_segment = id_column, list_segment
 
     def __iter__(self):
         for path in self.files:
@@ -101,11 +102,26 @@ class RowReader:
                 row_id = str(values[self.id_column])
         if missing:
             return Row(row_id, None, f"{path}:{number}: no column {', '.join(map(repr, missing))}")
-        texts = {segment: values[column] for segment, column in self.columns.items()}
-        wrong = [column for column, text in zip(self.columns.values(), texts.values()) if not isinstance(text, str)]
-        if wrong:
-            return Row(row_id, None, f"{path}:{number}: column {wrong[0]!r} is not a string")
+        texts = {}
+        for segment, column in self.columns.items():
+            texts[segment] = text = self._value(segment, values[column])
+            if text is None:
+                kind = "a list of strings (a JSON list in a table)" if segment == self.list_segment else "a string"
+                return Row(row_id, None, f"{path}:{number}: column {column!r} is not {kind}")
         return Row(row_id, texts)
+
+    def _value(self, segment, value):
+        """A column's text, or a list segment's texts; None when it is neither."""
+        if segment != self.list_segment:
+            return value if isinstance(value, str) else None
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                return None
+        if isinstance(value, list) and value and all(isinstance(text, str) for text in value):
+            return value
+        return None
 
     def _text_rows(self, path):
         if len(self.segments) != 1:

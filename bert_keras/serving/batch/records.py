@@ -5,6 +5,7 @@ offsets into the input text where the signature gives bytes or words."""
 import numpy as np
 
 from bert_keras.tasks.classifier import BertClassifier
+from bert_keras.tasks.multiple_choice import BertMultipleChoice
 from bert_keras.tasks.reranker import BertReranker
 from bert_keras.tasks.span_labeler import BertSpanLabeler
 from bert_keras.tasks.text_embedder import BertTextEmbedder
@@ -12,14 +13,20 @@ from bert_keras.tasks.token_classifier import BertTokenClassifier
 
 
 def head_kind(model):
-    """What `model` answers: classifier, multi-label, regression, reranker, embedder, tagger or span."""
+    """What `model` answers: classifier, multi-label, regression, reranker, embedder,
+    tagger, span or multiple-choice."""
     if isinstance(model, BertReranker):
         return "reranker"
     if isinstance(model, BertClassifier):
         if model.num_classes == 1:
             return "regression"
         return "multi-label" if model.multi_label else "classifier"
-    kinds = {BertTextEmbedder: "embedder", BertTokenClassifier: "tagger", BertSpanLabeler: "span"}
+    kinds = {
+        BertTextEmbedder: "embedder",
+        BertTokenClassifier: "tagger",
+        BertSpanLabeler: "span",
+        BertMultipleChoice: "multiple-choice",
+    }
     for cls, kind in kinds.items():
         if isinstance(model, cls):
             return kind
@@ -129,6 +136,16 @@ def span_record(outputs, row, texts, labels, all_scores):
     }
 
 
+def choice_record(outputs, row, texts, labels, all_scores):
+    """The best choice (index and text) and each choice's probability."""
+    best = int(outputs["choice"][row])
+    return {
+        "choice": best,
+        "choice_text": texts[list(texts)[-1]][best],
+        "probabilities": [float(p) for p in outputs["probabilities"][row]],
+    }
+
+
 RECORDS = {
     "classifier": classifier_record,
     "multi-label": multi_label_record,
@@ -137,4 +154,5 @@ RECORDS = {
     "embedder": embedder_record,
     "tagger": tagger_record,
     "span": span_record,
+    "multiple-choice": choice_record,
 }

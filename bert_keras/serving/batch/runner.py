@@ -66,7 +66,8 @@ class BatchPredictor:
         self.segments = tuple(trained_segments or signature.segments)
         if len(self.segments) != len(signature.segments):
             self.segments = tuple(signature.segments)
-        spec = [tf.TensorSpec([None], tf.string) for _ in self.segments]
+        self.choices = self.kind == "multiple-choice"  # the last segment holds a list of choices a row
+        spec = signature.text_inputs(self.segments)
         self._run = tf.function(lambda *texts: signature.from_text(texts, signature.run), input_signature=spec)
 
     def _labelled(self, model):
@@ -81,12 +82,23 @@ class BatchPredictor:
                 if on_error == "raise":
                     raise ValueError(row.error)
                 results[index] = {"id": row.id, "error": row.error}
-        good = sorted((i for i in range(len(rows)) if results[i] is None), key=lambda i: _length(rows[i]))
-        for start in range(0, len(good), self.batch_size):
-            batch = good[start : start + self.batch_size]
+        for batch in self._batches(rows, [i for i in range(len(rows)) if results[i] is None]):
             for index, record in zip(batch, self._batch_records([rows[i] for i in batch], on_error)):
                 results[index] = record
         return results
+
+    def _batches(self, rows, indices):
+        """`indices` of `rows` sorted by length in batches (of one number of choices each)."""
+        count = (lambda i: len(rows[i].texts[self.segments[-1]])) if self.choices else (lambda i: 0)
+        ordered = sorted(indices, key=lambda i: (count(i), _length(rows[i])))
+        batch = []
+        for index in ordered:
+            if batch and (len(batch) == self.batch_size or count(batch[0]) != count(index)):
+                yield batch
+                batch = []
+            batch.append(index)
+        if batch:
+            yield batch
 
     def _batch_records(self, rows, on_error):
         texts = [row.texts for row in rows]
@@ -101,15 +113,26 @@ class BatchPredictor:
                 return [{"id": rows[0].id, "error": message}]
             return [record for row in rows for record in self._batch_records([row], on_error)]
         answers = records(self.kind, outputs, texts, self.labels, self.all_scores)
-        dropped = [0] * len(rows) if self.windows else truncated_pieces(self.preprocessor, columns)
+        dropped = [0] * len(rows) if self.windows else self._truncated(columns)
         return [
             {"id": row.id, **answer, **({"truncated_pieces": int(cut)} if cut else {})}
             for row, answer, cut in zip(rows, answers, dropped)
         ]
 
+    def _truncated(self, columns):
+        """The pieces truncation cuts from each row (its choices' summed)."""
+        if not self.choices:
+            return truncated_pieces(self.preprocessor, columns)
+        count = len(columns[-1][0])
+        flat = tuple(
+            [text for text in column for text in ([text] * count if isinstance(text, str) else text)]
+            for column in columns
+        )
+        return truncated_pieces(self.preprocessor, flat).reshape(-1, count).sum(axis=1)
+
 
 def _length(row):
-    return sum(len(text) for text in row.texts.values())
+    return sum(len(text) if isinstance(text, str) else sum(map(len, text)) for text in row.texts.values())
 
 
 def predict_files(
@@ -150,7 +173,8 @@ def predict_files(
         max_seq_length,
         doc_stride,
     )
-    rows = iter(RowReader(files, predictor.segments, columns, id_column))
+    choices = predictor.segments[-1] if predictor.choices else None
+    rows = iter(RowReader(files, predictor.segments, columns, id_column, choices))
     done = parts.finished_chunks()
     _run_chunks(predictor, parts, rows, done, chunk_size, on_error, stream or sys.stderr, count_rows(files))
     return _finish(parts, predictor)
