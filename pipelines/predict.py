@@ -1,7 +1,8 @@
 """`bert-keras predict`: a trained model over files of rows, a record per row.
 
 MODEL is a task `.keras` file or a checkpoint folder (Hugging Face BertFor*, a
-sentence-transformers folder: an embedder, a CrossEncoder: a reranker). Inputs are
+sentence-transformers folder: an embedder, a CrossEncoder: a reranker, BertForMaskedLM:
+fill-mask). Inputs are
 `.txt` (a text a line), `.tsv`/`.csv` with a header, `.jsonl` or `.parquet` (with
 pyarrow), many files or globs; columns are the model's segment names unless mapped
 with --column SEGMENT=COLUMN. Each output row carries the input row's id (--id-column,
@@ -34,6 +35,7 @@ def register(subparsers):
     parser.add_argument(
         "--doc-stride", type=int, help="read long texts in windows this many pieces apart (heads with windows)"
     )
+    parser.add_argument("--top-k", type=int, default=5, help="a fill-mask model's fillers for each [MASK]")
     parser.add_argument(
         "--on-error",
         choices=("raise", "skip"),
@@ -70,6 +72,7 @@ def run(args):
         all_scores=args.all_scores,
         max_seq_length=args.max_seq_length,
         doc_stride=args.doc_stride,
+        top_k=args.top_k,
         on_error=args.on_error,
     )
     if summary["notice"]:

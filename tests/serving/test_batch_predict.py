@@ -18,7 +18,7 @@ import pytest
 from doc_blocks import block_run_by
 from harness import hf_folder, tiny_encoder, tiny_preprocessor
 
-from bert_keras import BertTextEmbedder, BertTokenClassifier
+from bert_keras import BertClassifier, BertTextEmbedder, BertTokenClassifier
 from bert_keras.serving.batch import load_model, predict_files
 from bert_keras_cli.cli import main as cli
 
@@ -74,6 +74,19 @@ def test_classifier_records_equal_model_predict(tmp_path, folders, classifier_ke
         scores = np.array([[r["scores"][label] for label in model.labels] for r in records])
         np.testing.assert_allclose(scores, probabilities, atol=1e-5, rtol=0)
         np.testing.assert_allclose([r["probability"] for r in records], probabilities.max(-1), atol=1e-5, rtol=0)
+
+
+def test_pair_classifier_reads_its_trained_segments(tmp_path):
+    model = BertClassifier(
+        tiny_encoder(), num_classes=2, preprocessor=tiny_preprocessor(), segments=("premise", "hypothesis")
+    )
+    model.save(tmp_path / "pair.keras")
+    table = write_tsv(tmp_path / "in.tsv", ("premise", "hypothesis"), PAIRS)
+    predict_files(str(tmp_path / "pair.keras"), [str(table)], tmp_path / "out.jsonl", all_scores=True)
+    premises, hypotheses = (np.array(column, dtype=object) for column in zip(*PAIRS))
+    expected = softmax(np.asarray(model.predict((premises, hypotheses), verbose=0)))
+    scores = [[r["scores"]["0"], r["scores"]["1"]] for r in read_jsonl(tmp_path / "out.jsonl")]
+    np.testing.assert_allclose(scores, expected, atol=1e-5, rtol=0)
 
 
 def test_multi_label_and_regression_records(tmp_path, folders):
@@ -177,6 +190,23 @@ def test_multiple_choice_records_equal_model_predict(tmp_path, folders):
         for i, probabilities in zip(group, expected):
             np.testing.assert_allclose(records[i]["probabilities"], probabilities, atol=1e-5, rtol=0)
             assert records[i]["choice_text"] == rows[i]["choices"][probabilities.argmax()]
+
+
+def test_fill_mask_top_k_equal_the_model_s_mlm_logits(tmp_path):
+    folder = hf_folder(tmp_path, "masked_lm")
+    source = write_text(tmp_path / "in.txt", ["the [MASK] brown fox", "no mask here"])
+    predict_files(str(folder), [str(source)], tmp_path / "out.jsonl", top_k=3)
+    records = read_jsonl(tmp_path / "out.jsonl")
+    vocabulary = (folder / "vocab.txt").read_text(encoding="utf-8").split()
+    ids = [vocabulary.index(token) for token in ("[CLS]", "the", "[MASK]", "brown", "fox", "[SEP]")]
+    model = load_model(folder)
+    inputs = {"input_word_ids": [ids], "input_mask": [[1] * 6], "input_type_ids": [[0] * 6]}
+    logits = model({**{k: np.array(v, np.int32) for k, v in inputs.items()}, "masked_lm_positions": np.array([[2]])})
+    probabilities = softmax(np.asarray(logits["mlm_logits"], np.float64))[0, 0]
+    best = np.argsort(-probabilities)[:3]
+    assert records[0]["masks"][0]["position"] == 2 and records[1]["masks"] == []
+    assert records[0]["masks"][0]["tokens"] == [vocabulary[i] for i in best]
+    np.testing.assert_allclose(records[0]["masks"][0]["probabilities"], probabilities[best], atol=1e-5, rtol=0)
 
 
 def test_many_files_globs_and_parquet(tmp_path, classifier_keras):

@@ -4,6 +4,7 @@ offsets into the input text where the signature gives bytes or words."""
 
 import numpy as np
 
+from bert_keras.models.pretrainer import BertPretrainer
 from bert_keras.tasks.classifier import BertClassifier
 from bert_keras.tasks.multiple_choice import BertMultipleChoice
 from bert_keras.tasks.reranker import BertReranker
@@ -14,7 +15,7 @@ from bert_keras.tasks.token_classifier import BertTokenClassifier
 
 def head_kind(model):
     """What `model` answers: classifier, multi-label, regression, reranker, embedder,
-    tagger, span or multiple-choice."""
+    tagger, span, multiple-choice or fill-mask."""
     if isinstance(model, BertReranker):
         return "reranker"
     if isinstance(model, BertClassifier):
@@ -26,6 +27,7 @@ def head_kind(model):
         BertTokenClassifier: "tagger",
         BertSpanLabeler: "span",
         BertMultipleChoice: "multiple-choice",
+        BertPretrainer: "fill-mask",
     }
     for cls, kind in kinds.items():
         if isinstance(model, cls):
@@ -146,6 +148,18 @@ def choice_record(outputs, row, texts, labels, all_scores):
     }
 
 
+def fill_mask_record(outputs, row, texts, labels, all_scores):
+    """Each literal [MASK]'s top-k fillers, in the order of the masks in the text."""
+    masks = []
+    for index, position in enumerate(outputs["mask_positions"][row]):
+        if position < 0:
+            continue
+        tokens = [_text(token) for token in outputs["top_tokens"][row][index]]
+        probabilities = [float(p) for p in outputs["top_probabilities"][row][index]]
+        masks.append({"position": int(position), "tokens": tokens, "probabilities": probabilities})
+    return {"masks": masks}
+
+
 RECORDS = {
     "classifier": classifier_record,
     "multi-label": multi_label_record,
@@ -155,4 +169,5 @@ RECORDS = {
     "tagger": tagger_record,
     "span": span_record,
     "multiple-choice": choice_record,
+    "fill-mask": fill_mask_record,
 }

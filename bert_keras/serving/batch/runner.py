@@ -19,7 +19,6 @@ import tensorflow as tf
 
 from bert_keras.checkpoint import read_checkpoint
 from bert_keras.models.encoder import BertEncoder
-from bert_keras.models.pretrainer import BertPretrainer
 from bert_keras.serving.batch.readers import RowReader, count_rows, input_files
 from bert_keras.serving.batch.records import head_kind, records
 from bert_keras.serving.batch.writers import PartsFolder
@@ -36,9 +35,10 @@ ON_ERROR = ("raise", "skip")
 
 
 def load_model(path):
-    """The model to predict with from `path`: a task `.keras` file, or a checkpoint
-    folder's head as `bert-keras convert` picks it (HF BertFor*, a CrossEncoder: a
-    reranker); a sentence-transformers folder or a bare encoder checkpoint is an embedder."""
+    """The model to predict with from `path`: a task or pre-training `.keras` file, or a
+    checkpoint folder's model as `bert-keras convert` picks it (HF BertFor*, a CrossEncoder:
+    a reranker, BertForMaskedLM: fill-mask); a sentence-transformers folder or a bare
+    encoder checkpoint is an embedder."""
     try:
         found = read_checkpoint(path)
     except FileNotFoundError as error:
@@ -46,7 +46,7 @@ def load_model(path):
     if found.format != "keras" and model_class(found) is BertEncoder:
         return BertTextEmbedder.from_checkpoint(found)
     model = load_checkpoint_model(found)
-    if isinstance(model, (BertEncoder, BertPretrainer)):
+    if isinstance(model, BertEncoder):
         raise ValueError(f"{path} holds a {type(model).__name__}, which has no task head to predict with")
     return model
 
@@ -54,7 +54,7 @@ def load_model(path):
 class BatchPredictor:
     """`model` answering batches of rows as records (`records.py`), padded per batch."""
 
-    def __init__(self, model, batch_size=32, all_scores=False, max_seq_length=None, doc_stride=None):
+    def __init__(self, model, batch_size=32, all_scores=False, max_seq_length=None, doc_stride=None, top_k=5):
         if doc_stride is not None:
             model = with_windows(model, doc_stride=doc_stride)
         self.kind = head_kind(model)
@@ -62,10 +62,9 @@ class BatchPredictor:
         self.windows = getattr(model, "doc_stride", None) is not None
         self.preprocessor = serving_preprocessor(model, max_seq_length=max_seq_length)
         trained_segments, self.labels = trained_inputs(model)
-        signature = serving_signature(model, self.preprocessor, labels=self.labels if self._labelled(model) else None)
+        labels = self.labels if self._labelled(model) else None
+        signature = serving_signature(model, self.preprocessor, labels=labels, top_k=top_k)
         self.segments = tuple(trained_segments or signature.segments)
-        if len(self.segments) != len(signature.segments):
-            self.segments = tuple(signature.segments)
         self.choices = self.kind == "multiple-choice"  # the last segment holds a list of choices a row
         spec = signature.text_inputs(self.segments)
         self._run = tf.function(lambda *texts: signature.from_text(texts, signature.run), input_signature=spec)
@@ -146,13 +145,15 @@ def predict_files(
     all_scores=False,
     max_seq_length=None,
     doc_stride=None,
+    top_k=5,
     on_error="raise",
     stream=None,
 ):
     """Predicts every row of `inputs` (files or globs) with `model` (a path, or a model
     already loaded) into `output` (.jsonl, .tsv or .npy), resuming a run of the same
     arguments that was stopped. `columns` maps the model's segment names to input
-    columns; `id_column` names the rows' ids (default FILE:LINE). Progress lines go to
+    columns; `id_column` names the rows' ids (default FILE:LINE); `top_k` is a fill-mask
+    model's fillers a mask. Progress lines go to
     `stream` (stderr). Returns a summary: rows, errors, truncated rows and the notice."""
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
@@ -163,7 +164,7 @@ def predict_files(
         "model": str(Path(model).resolve()) if isinstance(model, (str, Path)) else type(model).__name__,
         "inputs": [str(Path(path).resolve()) for path in files],
         **dict(columns=columns, id_column=id_column, chunk_size=chunk_size, all_scores=all_scores),
-        **dict(max_seq_length=max_seq_length, doc_stride=doc_stride, on_error=on_error),
+        **dict(max_seq_length=max_seq_length, doc_stride=doc_stride, top_k=top_k, on_error=on_error),
     }
     parts = PartsFolder(output, settings)
     predictor = BatchPredictor(
@@ -172,6 +173,7 @@ def predict_files(
         all_scores,
         max_seq_length,
         doc_stride,
+        top_k,
     )
     choices = predictor.segments[-1] if predictor.choices else None
     rows = iter(RowReader(files, predictor.segments, columns, id_column, choices))
