@@ -84,7 +84,7 @@ def export_for_serving(
     segments, labels = trained_inputs(model, segments, labels)
     doc_stride = getattr(model, "doc_stride", None)
     max_windows = _max_windows(model, doc_stride, max_windows)
-    preprocessor = _bounded(preprocessor, doc_stride, max_windows)
+    preprocessor = bounded_preprocessor(preprocessor, doc_stride, max_windows)
     if compute_dtype is not None:
         if compute_dtype == "bfloat16":
             warn_if_slow_bfloat16("the bfloat16 export (on a CPU like this one)")
@@ -176,7 +176,7 @@ def trained_inputs(model, segments=None, labels=None):
     return (segments if segments is not None else trained_segments, labels if labels is not None else trained_labels)
 
 
-def _bounded(preprocessor, doc_stride=None, max_windows=None):
+def bounded_preprocessor(preprocessor, doc_stride=None, max_windows=None):
     """A copy of the preprocessor whose tokenizer reads a bounded prefix of each text
     (with windows: of what `max_windows` windows `doc_stride` apart can hold)."""
     max_tokens = preprocessor.packer.seq_length or preprocessor.packer.max_seq_length

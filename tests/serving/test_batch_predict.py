@@ -238,6 +238,14 @@ def test_long_texts_are_counted_not_silently_cut(tmp_path, classifier_keras):
     assert summary["truncated"] == 1 and summary["notice"].startswith("truncation: 1 of 2 rows")
 
 
+def test_a_10_mb_line_is_read_and_counted(tmp_path, classifier_keras):
+    texts = write_text(tmp_path / "in.txt", ["the quick brown fox " * (1 << 19), "a dog"])
+    summary = predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.jsonl")
+    records = read_jsonl(tmp_path / "out.jsonl")
+    assert len(records) == 2 and records[0]["truncated_pieces"] > 0 and "truncated_pieces" not in records[1]
+    assert summary["truncated"] == 1
+
+
 def run_cli(*args):
     env = {
         **os.environ,

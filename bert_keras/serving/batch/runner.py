@@ -22,7 +22,7 @@ from bert_keras.models.encoder import BertEncoder
 from bert_keras.serving.batch.readers import RowReader, count_rows, input_files
 from bert_keras.serving.batch.records import head_kind, records
 from bert_keras.serving.batch.writers import PartsFolder
-from bert_keras.serving.export import serving_preprocessor, trained_inputs
+from bert_keras.serving.export import bounded_preprocessor, serving_preprocessor, trained_inputs
 from bert_keras.serving.serving_tasks import serving_signature
 from bert_keras.tasks.checkpoint_models import load_model as load_checkpoint_model
 from bert_keras.tasks.checkpoint_models import model_class
@@ -61,6 +61,8 @@ class BatchPredictor:
         self.batch_size, self.all_scores = batch_size, all_scores
         self.windows = getattr(model, "doc_stride", None) is not None
         self.preprocessor = serving_preprocessor(model, max_seq_length=max_seq_length)
+        if not self.windows:  # a 10 MB line is read only as far as the packed length can reach
+            self.preprocessor = bounded_preprocessor(self.preprocessor)
         trained_segments, self.labels = trained_inputs(model)
         labels = self.labels if self._labelled(model) else None
         signature = serving_signature(model, self.preprocessor, labels=labels, top_k=top_k)
