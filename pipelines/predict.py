@@ -1,6 +1,7 @@
 """`bert-keras predict`: a trained model over files of rows, a record per row.
 
-MODEL is a task `.keras` file or a checkpoint folder (Hugging Face BertFor*, a
+MODEL is a task `.keras` file, a SavedModel export (`bert-keras export`) or a
+checkpoint folder (Hugging Face BertFor*, a
 sentence-transformers folder: an embedder, a CrossEncoder: a reranker, BertForMaskedLM:
 fill-mask). Inputs are
 `.txt` (a text a line), `.tsv`/`.csv` with a header, `.jsonl` or `.parquet` (with
@@ -19,7 +20,11 @@ def register(subparsers):
     parser = subparsers.add_parser(
         "predict", help="run a model over text files, a record per row (resumable)", description=__doc__
     )
-    parser.add_argument("model", type=CheckpointPath, help="task .keras file or checkpoint folder")
+    parser.add_argument(
+        "model",
+        type=CheckpointPath,
+        help="task .keras file, SavedModel export (BASE or BASE/VERSION), checkpoint folder",
+    )
     parser.add_argument(
         "--input", required=True, nargs="+", help="input files or globs (.txt .tsv .csv .jsonl .parquet)"
     )

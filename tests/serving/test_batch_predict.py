@@ -20,6 +20,7 @@ from harness import hf_folder, tiny_encoder, tiny_preprocessor
 
 from bert_keras import BertClassifier, BertTextEmbedder, BertTokenClassifier
 from bert_keras.serving.batch import load_model, predict_files
+from bert_keras.serving.export import export_for_serving, serving_preprocessor
 from bert_keras_cli.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,6 +210,28 @@ def test_fill_mask_top_k_equal_the_model_s_mlm_logits(tmp_path):
     np.testing.assert_allclose(records[0]["masks"][0]["probabilities"], probabilities[best], atol=1e-5, rtol=0)
 
 
+def test_a_saved_model_export_answers_as_its_keras_model(tmp_path, folders, classifier_keras):
+    texts = write_text(tmp_path / "in.txt", TEXTS)
+    for name, source in (("classifier", classifier_keras), ("tagger", folders["token"])):
+        model = load_model(source)
+        export_for_serving(model, serving_preprocessor(model), tmp_path / name, warmup_texts=None)
+        summary = predict_files(str(tmp_path / name), [str(texts)], tmp_path / f"{name}.jsonl", all_scores=True)
+        predict_files(model, [str(texts)], tmp_path / f"{name}-keras.jsonl", all_scores=True)
+        exported, expected = read_jsonl(tmp_path / f"{name}.jsonl"), read_jsonl(tmp_path / f"{name}-keras.jsonl")
+        assert "cannot count" in summary["notice"]
+        if name == "classifier":
+            assert [r["label"] for r in exported] == [r["label"] for r in expected]
+            np.testing.assert_allclose(
+                [list(r["scores"].values()) for r in exported],
+                [list(r["scores"].values()) for r in expected],
+                atol=1e-5,
+            )
+        else:
+            assert [[(w["tag"], w["start"]) for w in r["words"]] for r in exported] == [
+                [(w["tag"], w["start"]) for w in r["words"]] for r in expected
+            ]
+
+
 def test_many_files_globs_and_parquet(tmp_path, classifier_keras):
     first = write_text(tmp_path / "a1.txt", TEXTS[:2])
     write_text(tmp_path / "a2.txt", TEXTS[2:])
@@ -271,8 +294,8 @@ def test_sigkill_and_resume_give_each_row_once(tmp_path, classifier_keras):
     assert not out.exists()  # a killed run leaves no output that looks complete
     parts = sorted((tmp_path / "out.jsonl.parts").glob("part-*.jsonl"))
     assert 1 <= len(parts) < 30
-    changed = run_cli(*args, "--chunk-size", "3")
-    assert changed.wait() == 2 and "other settings (chunk_size)" in changed.stderr.read()
+    with pytest.raises(ValueError, match=r"other settings \(chunk_size\); run the same command"):
+        predict_files(str(classifier_keras), [str(source)], out, chunk_size=3)
     resumed = run_cli(*args, "--batch-size", "1")
     assert resumed.wait() == 0, resumed.stderr.read()
     assert "resuming after" in resumed.stderr.read()
