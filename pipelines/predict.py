@@ -1,11 +1,10 @@
 """`bert-keras predict`: a trained model over files of rows, a record per row.
 
 MODEL is a task `.keras` file, a SavedModel export (`bert-keras export`) or a
-checkpoint folder (Hugging Face BertFor*, a
-sentence-transformers folder: an embedder, a CrossEncoder: a reranker, BertForMaskedLM:
-fill-mask). Inputs are
-`.txt` (a text a line), `.tsv`/`.csv` with a header, `.jsonl` or `.parquet` (with
-pyarrow), many files or globs; columns are the model's segment names unless mapped
+checkpoint folder (Hugging Face BertFor*, a sentence-transformers folder: an embedder,
+a CrossEncoder: a reranker, BertForMaskedLM: fill-mask). Inputs are `.txt` (a text a
+line), `.tsv`/`.csv` with a header, `.jsonl` or `.parquet` (with pyarrow), many files
+or globs; columns are the model's segment names unless mapped
 with --column SEGMENT=COLUMN. Each output row carries the input row's id (--id-column,
 else FILE:LINE). Rows are read a chunk at a time, batched by length and written back
 in input order; a killed run continues when the same command runs again.
@@ -28,7 +27,11 @@ def register(subparsers):
     parser.add_argument(
         "--input", required=True, nargs="+", help="input files or globs (.txt .tsv .csv .jsonl .parquet)"
     )
-    parser.add_argument("--output", required=True, help="OUT.jsonl, OUT.tsv, or OUT.npy (an embedder's vectors)")
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="OUT.jsonl, OUT.tsv, OUT.parquet (with pyarrow) or OUT.npy (an embedder's vectors)",
+    )
     parser.add_argument(
         "--column", action="append", default=[], metavar="SEGMENT=COLUMN", help="read a model input from a column"
     )

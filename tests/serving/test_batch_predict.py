@@ -253,6 +253,21 @@ def test_many_files_globs_and_parquet(tmp_path, classifier_keras):
     assert [r["id"] for r in records] == expected_ids
 
 
+def test_parquet_output_holds_the_jsonl_records(tmp_path, classifier_keras):
+    parquet = pytest.importorskip("pyarrow.parquet")
+    texts = write_text(tmp_path / "in.txt", TEXTS)
+    predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.parquet", all_scores=True)
+    predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.jsonl", all_scores=True)
+    table = parquet.read_table(tmp_path / "out.parquet").to_pylist()
+    expected = read_jsonl(tmp_path / "out.jsonl")
+    assert [{**row, "scores": json.loads(row["scores"])} for row in table] == expected
+    folder = tmp_path / "st"
+    BertTextEmbedder(tiny_encoder(), preprocessor=tiny_preprocessor()).save_checkpoint(folder)
+    predict_files(str(folder), [str(texts)], tmp_path / "vectors.parquet")
+    vectors = parquet.read_table(tmp_path / "vectors.parquet").column("embedding").to_pylist()
+    np.testing.assert_allclose(vectors, load_model(folder).encode(TEXTS), atol=1e-5, rtol=0)
+
+
 def test_long_texts_are_counted_not_silently_cut(tmp_path, classifier_keras):
     texts = write_text(tmp_path / "in.txt", ["the quick brown fox " * 10, "a dog"])
     summary = predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.jsonl", max_seq_length=8)

@@ -9,6 +9,7 @@ are kept, the rest are read again. The run ends with a notice of how many rows
 truncation cut (`predictor.py`)."""
 
 import itertools
+import os
 import sys
 import time
 from pathlib import Path
@@ -52,7 +53,7 @@ def predict_files(
     files = input_files(inputs)
     settings = {
         "model": str(Path(model).resolve()) if isinstance(model, (str, Path)) else type(model).__name__,
-        "inputs": [str(Path(path).resolve()) for path in files],
+        "inputs": [_fingerprint(path) for path in files],
         **dict(columns=columns, id_column=id_column, chunk_size=chunk_size, all_scores=all_scores),
         **dict(max_seq_length=max_seq_length, doc_stride=doc_stride, top_k=top_k, on_error=on_error),
     }
@@ -63,6 +64,12 @@ def predict_files(
     done = parts.finished_chunks()
     _run_chunks(predictor, parts, rows, done, chunk_size, on_error, stream or sys.stderr, count_rows(files))
     return _finish(parts, predictor)
+
+
+def _fingerprint(path):
+    """A file as a run records it: a file changed since (size, time) is another input."""
+    status = os.stat(path)
+    return [str(Path(path).resolve()), status.st_size, status.st_mtime_ns]
 
 
 def predictor_for(model, batch_size, all_scores, max_seq_length, doc_stride, top_k):

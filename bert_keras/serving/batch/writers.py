@@ -6,8 +6,10 @@ renamed: a killed run never leaves an OUT that looks complete.
 
 OUT is `.jsonl` (a record a line), `.tsv` (a column a field, nested values as JSON) or
 `.npy` (an embedder's float32 vectors `[rows, H]`, in input order, with the ids in
-`OUT.ids.jsonl` beside it)."""
+`OUT.ids.jsonl` beside it) or `.parquet` (with pyarrow: a column a field, vectors as
+float32 lists, other nested values as JSON)."""
 
+import itertools
 import json
 import os
 import shutil
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-OUTPUTS = (".jsonl", ".tsv", ".npy")
+OUTPUTS = (".jsonl", ".tsv", ".npy", ".parquet")
 SETTINGS = "run.json"
 
 
@@ -70,7 +72,8 @@ class PartsFolder:
         """Writes OUT from the parts (under a temporary name, then renamed) and removes them;
         returns the rows written."""
         temporary = self.output.with_name(self.output.name + ".tmp")
-        write = {".jsonl": _write_jsonl, ".tsv": _write_tsv, ".npy": _write_npy}[self.output.suffix]
+        writers = {".jsonl": _write_jsonl, ".tsv": _write_tsv, ".npy": _write_npy, ".parquet": _write_parquet}
+        write = writers[self.output.suffix]
         count = write(self, temporary)
         os.replace(temporary, self.output)
         shutil.rmtree(self.folder)
@@ -101,10 +104,18 @@ def _field(value):
     return "" if value is None else json.dumps(value, ensure_ascii=False)
 
 
-def _write_tsv(parts, path):
+def _columns(parts):
+    """The fields of every record, in order of first appearance, each with its first value."""
     columns = {}
-    for record in parts.records():  # the columns of every record, in order of first appearance
-        columns.update(dict.fromkeys(record))
+    for record in parts.records():
+        for key, value in record.items():
+            if columns.get(key) is None:
+                columns[key] = value
+    return columns
+
+
+def _write_tsv(parts, path):
+    columns = _columns(parts)
     count = 0
     with open(path, "w", encoding="utf-8") as stream:
         stream.write("\t".join(columns) + "\n")
@@ -133,4 +144,38 @@ def _write_npy(parts, path):
     vectors.flush()
     del vectors
     os.replace(temporary, ids_path)
+    return count
+
+
+def _write_parquet(parts, path, rows_per_group=4096):
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as parquet
+    except ImportError:
+        raise ValueError(f"{parts.output}: writing .parquet needs pyarrow (pip install pyarrow)") from None
+    columns = _columns(parts)
+    types = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
+    schema = pa.schema(
+        [
+            (name, pa.list_(pa.float32()) if name == "embedding" else types.get(type(value), pa.string()))
+            for name, value in columns.items()
+        ]
+    )
+    nested = {name for name, value in columns.items() if name != "embedding" and type(value) not in types}
+
+    def value(record, name):
+        found = record.get(name)
+        return json.dumps(found, ensure_ascii=False) if name in nested and found is not None else found
+
+    count = 0
+    with parquet.ParquetWriter(path, schema) as writer:
+        group = []
+        for record in itertools.chain(parts.records(), [None]):
+            if record is not None:
+                group.append(record)
+                count += 1
+            if group and (record is None or len(group) == rows_per_group):
+                table = {name: [value(row, name) for row in group] for name in columns}
+                writer.write_table(pa.Table.from_pydict(table, schema=schema))
+                group = []
     return count
