@@ -149,7 +149,7 @@ class RowReader:
             yield Row(f"{path}:{number}", None, error) if error else self._row(path, number, values)
 
     def _table_rows(self, path, delimiter):
-        bad = []
+        bad = []  # the unreadable lines met since the last row, given out before it
 
         def good_lines():
             for number, text, error in decoded_lines(path):
@@ -160,14 +160,15 @@ class RowReader:
 
         reader = csv.reader(good_lines(), delimiter=delimiter)
         header = next(reader, None)
-        if header is None:
-            yield from bad
-            return
-        last_line = reader.line_num
+        last_line, skipped = reader.line_num, 0
         for values in reader:
+            # The row's first line, counting the unreadable lines the reader was not given.
+            skipped += len(bad)
+            number, last_line = last_line + 1 + skipped, reader.line_num
             yield from bad
             bad.clear()
-            number, last_line = last_line + 1, reader.line_num
+            if not values:
+                continue  # a blank line
             if len(values) != len(header):
                 yield Row(
                     f"{path}:{number}", None, f"{path}:{number}: {len(values)} fields, the header has {len(header)}"
