@@ -21,6 +21,7 @@ from harness import hf_folder, tiny_encoder, tiny_preprocessor
 from bert_keras import BertClassifier, BertTextEmbedder, BertTokenClassifier
 from bert_keras.serving.batch import load_model, predict_files
 from bert_keras.serving.export import export_for_serving, serving_preprocessor
+from bert_keras.tasks.task import with_windows
 from bert_keras_cli.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -271,6 +272,17 @@ def test_long_texts_are_counted_not_silently_cut(tmp_path, classifier_keras):
     records = read_jsonl(tmp_path / "out.jsonl")
     assert records[0]["truncated_pieces"] == 40 - 6 and "truncated_pieces" not in records[1]
     assert summary["truncated"] == 1 and summary["notice"].startswith("truncation: 1 of 2 rows")
+
+
+def test_doc_stride_reads_long_texts_in_windows(tmp_path, classifier_keras):
+    long_texts = ["the quick brown fox jumps over a lazy dog " * 12, "a dog"]
+    texts = write_text(tmp_path / "in.txt", long_texts)
+    summary = predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.jsonl", doc_stride=16, all_scores=True)
+    records = read_jsonl(tmp_path / "out.jsonl")
+    windowed = with_windows(load_model(classifier_keras), doc_stride=16)
+    expected = softmax(np.asarray(windowed.predict(np.array(long_texts, dtype=object), verbose=0)))
+    assert summary["truncated"] == 0 and summary["notice"] is None
+    np.testing.assert_allclose([list(r["scores"].values()) for r in records], expected, atol=1e-5, rtol=0)
 
 
 def test_a_10_mb_line_is_read_and_counted(tmp_path, classifier_keras):
