@@ -12,7 +12,7 @@ in input order; a killed run continues when the same command runs again.
 Example: `bert-keras predict best.keras --input tickets.tsv --output labels.jsonl`.
 """
 
-from bert_keras_cli.arguments import CheckpointPath
+from bert_keras_cli.arguments import CheckpointPath, InputPath
 
 
 def register(subparsers):
@@ -25,7 +25,11 @@ def register(subparsers):
         help="task .keras file, SavedModel export (BASE or BASE/VERSION), checkpoint folder",
     )
     parser.add_argument(
-        "--input", required=True, nargs="+", help="input files or globs (.txt .tsv .csv .jsonl .parquet)"
+        "--input",
+        required=True,
+        nargs="+",
+        type=InputPath,
+        help="input files or globs (.txt .tsv .csv .jsonl .parquet)",
     )
     parser.add_argument(
         "--output",
