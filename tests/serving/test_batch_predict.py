@@ -311,7 +311,7 @@ def test_sigkill_and_resume_give_each_row_once(tmp_path, classifier_keras):
     first_part = tmp_path / "out.jsonl.parts" / "part-000000.jsonl"
     deadline = time.time() + 120
     while not first_part.exists() and killed.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.01)
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     assert killed.returncode == -signal.SIGKILL, killed.stderr.read()
