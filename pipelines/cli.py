@@ -26,6 +26,7 @@ RESUMABLE = {
     "pretrain": "run the same command again to resume from the last checkpoint",
     "demo": "run the same command again to go on where it stopped",
     "create-pretraining-data": "run the same command again: finished shards are kept",
+    "predict": "run the same command again: finished chunks are kept",
 }
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
 
@@ -38,6 +39,7 @@ PIPELINES = (
     "finetune",
     "distill",
     "embed",
+    "predict",
     "extract_features",
     "export",
     "serve",

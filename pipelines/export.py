@@ -103,32 +103,8 @@ def load_model(path, pretrainer=False):
     return model.encoder if isinstance(model, BertPretrainer) else model
 
 
-def serving_preprocessor(model, source, vocab, cased, max_seq_length):
-    """The model's own preprocessor, or one on `vocab` (checked against the model's
-    vocabulary), in dynamic-length mode, up to the length it was trained at unless
-    `max_seq_length` is given."""
-    from bert_keras import BertPreprocessor, BertTokenizer
-    from bert_keras.tasks.preprocessing import preprocessor_for
-    from bert_keras.text.vocab import check_vocabulary
-
-    preprocessor = getattr(model, "preprocessor", None)
-    encoder = getattr(model, "encoder", model)
-    if preprocessor is not None:
-        if vocab is not None:
-            check_vocabulary(vocab, encoder.config.vocab_size, source, preprocessor.tokenizer.vocabulary)
-        tokenizer = preprocessor.tokenizer
-        trained = preprocessor.packer.seq_length or preprocessor.packer.max_seq_length
-    else:
-        tokenizer = preprocessor_for(encoder, vocab, None if vocab is None else not cased, checkpoint=source).tokenizer
-        trained = None
-    return BertPreprocessor(
-        BertTokenizer.from_config(tokenizer.get_config()),
-        seq_length=None,
-        max_seq_length=max_seq_length or trained or 512,
-    )
-
-
 def run(args):
+    from bert_keras.serving.export import serving_preprocessor
     from bert_keras.tasks.task import with_windows
 
     model = load_model(args.model, args.pretrainer)

@@ -27,8 +27,10 @@ from bert_keras.checkpoint import write_labels, write_vocab
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.serving.layout import EXTRA_DIR, WARMUP_PATH, serving_signatures
 from bert_keras.serving.serving_tasks import serving_signature, text_runner
+from bert_keras.tasks.preprocessing import preprocessor_for
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
+from bert_keras.text.vocab import check_vocabulary
 
 LABELS_FILE = "labels.txt"
 DEFAULT_MAX_WINDOWS = 16  # windows per served document of a head with a doc_stride
@@ -82,7 +84,7 @@ def export_for_serving(
     segments, labels = trained_inputs(model, segments, labels)
     doc_stride = getattr(model, "doc_stride", None)
     max_windows = _max_windows(model, doc_stride, max_windows)
-    preprocessor = _bounded(preprocessor, doc_stride, max_windows)
+    preprocessor = bounded_preprocessor(preprocessor, doc_stride, max_windows)
     if compute_dtype is not None:
         if compute_dtype == "bfloat16":
             warn_if_slow_bfloat16("the bfloat16 export (on a CPU like this one)")
@@ -174,7 +176,7 @@ def trained_inputs(model, segments=None, labels=None):
     return (segments if segments is not None else trained_segments, labels if labels is not None else trained_labels)
 
 
-def _bounded(preprocessor, doc_stride=None, max_windows=None):
+def bounded_preprocessor(preprocessor, doc_stride=None, max_windows=None):
     """A copy of the preprocessor whose tokenizer reads a bounded prefix of each text
     (with windows: of what `max_windows` windows `doc_stride` apart can hold)."""
     max_tokens = preprocessor.packer.seq_length or preprocessor.packer.max_seq_length
@@ -222,3 +224,24 @@ def describe(export_path):
         }
         for name, signature in serving_signatures(saved_model.meta_graphs[0]).items()
     }
+
+
+def serving_preprocessor(model, source=None, vocab=None, cased=False, max_seq_length=None):
+    """The model's own preprocessor, or one on `vocab` (checked against the model's
+    vocabulary), in dynamic-length mode, up to the length it was trained at unless
+    `max_seq_length` is given."""
+    preprocessor = getattr(model, "preprocessor", None)
+    encoder = getattr(model, "encoder", model)
+    if preprocessor is not None:
+        if vocab is not None:
+            check_vocabulary(vocab, encoder.config.vocab_size, source, preprocessor.tokenizer.vocabulary)
+        tokenizer = preprocessor.tokenizer
+        trained = preprocessor.packer.seq_length or preprocessor.packer.max_seq_length
+    else:
+        tokenizer = preprocessor_for(encoder, vocab, None if vocab is None else not cased, checkpoint=source).tokenizer
+        trained = None
+    return BertPreprocessor(
+        BertTokenizer.from_config(tokenizer.get_config()),
+        seq_length=None,
+        max_seq_length=max_seq_length or trained or 512,
+    )

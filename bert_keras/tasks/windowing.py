@@ -161,22 +161,29 @@ def window_arguments(doc_stride=None, max_windows=None):
     return (None if doc_stride is None else int(doc_stride), None if max_windows is None else int(max_windows))
 
 
-def truncation_notice(preprocessor, texts, what="examples", batch_size=1024):
-    """The line that says what truncation without windows cuts from `texts` (strings, or
-    a tuple of segments' strings): how many of them lose pieces and how many pieces in
-    all; None when nothing is cut."""
+def truncated_pieces(preprocessor, texts, batch_size=1024):
+    """The word pieces truncation without windows cuts from each of `texts` (strings, or
+    a tuple of segments' strings): an int array, one count a text."""
     segments = [np.asarray(segment, dtype=object) for segment in (texts if isinstance(texts, tuple) else [texts])]
-    count = len(segments[0])
     dropped = []
-    for start in range(0, count, batch_size):
+    for start in range(0, len(segments[0]), batch_size):
         tokens = [preprocessor.tokenizer(tf.constant(segment[start : start + batch_size])) for segment in segments]
         dropped.append(preprocessor.packer.truncated_pieces(tokens).numpy())
-    dropped = np.concatenate(dropped) if dropped else np.zeros(0, np.int64)
+    return np.concatenate(dropped) if dropped else np.zeros(0, np.int64)
+
+
+def truncation_notice(preprocessor, texts, what="examples", batch_size=1024, dropped=None):
+    """The line that says what truncation without windows cuts from `texts` (as
+    `truncated_pieces`, or their counts `dropped` already known): how many of them lose
+    pieces and how many pieces in all; None when nothing is cut."""
+    if dropped is None:
+        dropped = truncated_pieces(preprocessor, texts, batch_size)
+    dropped = np.asarray(dropped)
     cut = int((dropped > 0).sum())
     if not cut:
         return None
     length = preprocessor.packer.seq_length or preprocessor.packer.max_seq_length
     return (
-        f"truncation: {cut} of {count} {what} are longer than {length} tokens and lose {int(dropped.sum())} "
+        f"truncation: {cut} of {len(dropped)} {what} are longer than {length} tokens and lose {int(dropped.sum())} "
         "word pieces in all (doc_stride / --doc-stride reads them in windows instead)"
     )

@@ -1,0 +1,111 @@
+"""`predict_files`: a model over files of any size, a chunk of rows at a time.
+
+Each chunk (`chunk_size` rows: memory does not grow with the input) is sorted by
+length and run in batches each padded only to its own longest text, as the server's
+length-sorted micro-batches, through the head's `ServingSignature` (what its export
+answers, decoded the same way); its records go back in input order into a part of
+`OUT.parts/`. A run killed at any moment resumes with the same call: finished parts
+are kept, the rest are read again. The run ends with a notice of how many rows
+truncation cut (`predictor.py`)."""
+
+import itertools
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bert_keras.serving.batch.predictor import BatchPredictor, load_model
+from bert_keras.serving.batch.readers import RowReader, count_rows, input_files
+from bert_keras.serving.batch.saved_model import SavedModelPredictor, saved_model_dir
+from bert_keras.serving.batch.writers import PartsFolder
+from bert_keras.training.progress import ProgressLines
+
+ON_ERROR = ("raise", "skip")
+
+
+def predict_files(
+    model,
+    inputs,
+    output,
+    columns=None,
+    id_column=None,
+    chunk_size=10000,
+    batch_size=32,
+    all_scores=False,
+    max_seq_length=None,
+    doc_stride=None,
+    top_k=5,
+    on_error="raise",
+    stream=None,
+):
+    """Predicts every row of `inputs` (files or globs) with `model` (a path, or a model
+    already loaded) into `output` (.jsonl, .tsv or .npy), resuming a run of the same
+    arguments that was stopped. `columns` maps the model's segment names to input
+    columns; `id_column` names the rows' ids (default FILE:LINE); `top_k` is a fill-mask
+    model's fillers a mask. Progress lines go to
+    `stream` (stderr). Returns a summary: rows, errors, truncated rows and the notice."""
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+    if chunk_size < 1 or batch_size < 1:
+        raise ValueError("chunk_size and batch_size must be at least 1")
+    files = input_files(inputs)
+    settings = {
+        "model": str(Path(model).resolve()) if isinstance(model, (str, Path)) else type(model).__name__,
+        "inputs": [_fingerprint(path) for path in files],
+        **dict(columns=columns, id_column=id_column, chunk_size=chunk_size, all_scores=all_scores),
+        **dict(max_seq_length=max_seq_length, doc_stride=doc_stride, top_k=top_k, on_error=on_error),
+    }
+    parts = PartsFolder(output, settings)
+    predictor = predictor_for(model, batch_size, all_scores, max_seq_length, doc_stride, top_k)
+    choices = predictor.segments[-1] if predictor.choices else None
+    rows = iter(RowReader(files, predictor.segments, columns, id_column, choices))
+    done = parts.finished_chunks()
+    _run_chunks(predictor, parts, rows, done, chunk_size, on_error, stream or sys.stderr, count_rows(files))
+    return _finish(parts, predictor)
+
+
+def _fingerprint(path):
+    """A file as a run records it: a file changed since (size, time) is another input."""
+    status = os.stat(path)
+    return [str(Path(path).resolve()), status.st_size, status.st_mtime_ns]
+
+
+def predictor_for(model, batch_size, all_scores, max_seq_length, doc_stride, top_k):
+    """A `SavedModelPredictor` for an export, else a `BatchPredictor` of the model (or the one at that path)."""
+    if isinstance(model, (str, Path)) and saved_model_dir(model) is not None:
+        if max_seq_length is not None or doc_stride is not None:
+            raise ValueError(f"{model} is an export: its length and windows were fixed when it was exported")
+        return SavedModelPredictor(model, batch_size, all_scores)
+    model = load_model(model) if isinstance(model, (str, Path)) else model
+    return BatchPredictor(model, batch_size, all_scores, max_seq_length, doc_stride, top_k)
+
+
+def _run_chunks(predictor, parts, rows, done, chunk_size, on_error, stream, total):
+    skipped = sum(1 for _ in itertools.islice(rows, done * chunk_size))
+    progress = ProgressLines(total or None, "row", "predict: ", every_seconds=10.0, stream=stream)
+    start, index, rows_done = time.perf_counter(), done, skipped
+    if done:
+        print(f"predict: resuming after {done} finished chunks ({skipped} rows)", file=stream, flush=True)
+    while chunk := list(itertools.islice(rows, chunk_size)):
+        parts.write_chunk(index, predictor.predict_rows(chunk, on_error))
+        index, rows_done = index + 1, rows_done + len(chunk)
+        rate = (rows_done - skipped) / max(time.perf_counter() - start, 1e-9)
+        eta = f", ETA {max(total - rows_done, 0) / rate:.0f}s" if total and rate > 0 else ""
+        progress.update(rows_done, suffix=eta)
+
+
+def _finish(parts, predictor):
+    errors = rows = 0
+    cut = []  # the pieces each truncated row lost
+    for record in parts.records():
+        rows += 1
+        errors += "error" in record
+        if record.get("truncated_pieces"):
+            cut.append(record["truncated_pieces"])
+    dropped = np.concatenate([cut, np.zeros(rows - len(cut), np.int64)]) if cut else np.zeros(0, np.int64)
+    notice = predictor.truncation_notice(dropped)
+    truncated = len(cut)
+    parts.assemble()
+    return {"rows": rows, "errors": errors, "truncated": truncated, "notice": notice}

@@ -1,0 +1,181 @@
+"""Where `predict` writes: each finished chunk of rows as a JSON-lines part in
+`OUT.parts/` (a temporary file renamed into place, so a part is whole or absent), the
+run's settings in `OUT.parts/run.json` (another command into the same output is an
+error), and at the end OUT itself, assembled from the parts under a temporary name and
+renamed: a killed run never leaves an OUT that looks complete.
+
+OUT is `.jsonl` (a record a line), `.tsv` (a column a field, nested values as JSON) or
+`.npy` (an embedder's float32 vectors `[rows, H]`, in input order, with the ids in
+`OUT.ids.jsonl` beside it) or `.parquet` (with pyarrow: a column a field, vectors as
+float32 lists, other nested values as JSON)."""
+
+import itertools
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+OUTPUTS = (".jsonl", ".tsv", ".npy", ".parquet")
+SETTINGS = "run.json"
+
+
+class PartsFolder:
+    """`OUT.parts/`: the finished chunks of a run with these `settings`."""
+
+    def __init__(self, output, settings):
+        self.output = Path(output)
+        if self.output.suffix not in OUTPUTS:
+            raise ValueError(f"--output {output}: write {', '.join(OUTPUTS)}")
+        self.folder = self.output.with_name(self.output.name + ".parts")
+        self.settings = json.loads(json.dumps(settings))  # as it reads back
+        if self.output.exists() and not self.folder.exists():
+            raise FileExistsError(f"{self.output} exists (a finished run); remove it to predict again")
+        settings_file = self.folder / SETTINGS
+        if settings_file.exists():
+            recorded = json.loads(settings_file.read_text(encoding="utf-8"))
+            changed = sorted(
+                key for key in {**recorded, **self.settings} if recorded.get(key) != self.settings.get(key)
+            )
+            if changed:
+                raise ValueError(
+                    f"{self.folder} holds a run with other settings ({', '.join(changed)}); run the same command "
+                    "to resume it, or remove the folder to start anew"
+                )
+        else:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            _write_atomically(settings_file, json.dumps(self.settings, indent=1) + "\n")
+
+    def part(self, index):
+        return self.folder / f"part-{index:06d}.jsonl"
+
+    def finished_chunks(self):
+        """How many chunks from the first are written."""
+        count = 0
+        while self.part(count).exists():
+            count += 1
+        return count
+
+    def write_chunk(self, index, records):
+        _write_atomically(
+            self.part(index), "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+        )
+
+    def records(self):
+        for index in range(self.finished_chunks()):
+            with open(self.part(index), encoding="utf-8") as stream:
+                for line in stream:
+                    yield json.loads(line)
+
+    def assemble(self):
+        """Writes OUT from the parts (under a temporary name, then renamed) and removes them;
+        returns the rows written."""
+        temporary = self.output.with_name(self.output.name + ".tmp")
+        writers = {".jsonl": _write_jsonl, ".tsv": _write_tsv, ".npy": _write_npy, ".parquet": _write_parquet}
+        write = writers[self.output.suffix]
+        count = write(self, temporary)
+        os.replace(temporary, self.output)
+        shutil.rmtree(self.folder)
+        return count
+
+
+def _write_atomically(path, text):
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as stream:
+        stream.write(text)
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(temporary, path)
+
+
+def _write_jsonl(parts, path):
+    count = 0
+    with open(path, "w", encoding="utf-8") as stream:
+        for record in parts.records():
+            stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+def _field(value):
+    if isinstance(value, str):
+        return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return "" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _columns(parts):
+    """The fields of every record, in order of first appearance, each with its first value."""
+    columns = {}
+    for record in parts.records():
+        for key, value in record.items():
+            if columns.get(key) is None:
+                columns[key] = value
+    return columns
+
+
+def _write_tsv(parts, path):
+    columns = _columns(parts)
+    count = 0
+    with open(path, "w", encoding="utf-8") as stream:
+        stream.write("\t".join(columns) + "\n")
+        for record in parts.records():
+            stream.write("\t".join(_field(record.get(column)) for column in columns) + "\n")
+            count += 1
+    return count
+
+
+def _write_npy(parts, path):
+    """The vectors into a memory-mapped `.npy` (rows in error: NaN), ids beside it."""
+    count, width = 0, None
+    for record in parts.records():
+        count += 1
+        if width is None and "embedding" in record:
+            width = len(record["embedding"])
+    if width is None:
+        raise ValueError(f"{parts.output}: .npy holds an embedder's vectors; write .jsonl or .tsv for this model")
+    vectors = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(count, width))
+    ids_path = parts.output.with_name(parts.output.name[: -len(".npy")] + ".ids.jsonl")
+    temporary = ids_path.with_name(ids_path.name + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as ids:
+        for row, record in enumerate(parts.records()):
+            vectors[row] = record.get("embedding", np.nan)
+            ids.write(json.dumps({k: v for k, v in record.items() if k != "embedding"}, ensure_ascii=False) + "\n")
+    vectors.flush()
+    del vectors
+    os.replace(temporary, ids_path)
+    return count
+
+
+def _write_parquet(parts, path, rows_per_group=4096):
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as parquet
+    except ImportError:
+        raise ValueError(f"{parts.output}: writing .parquet needs pyarrow (pip install pyarrow)") from None
+    columns = _columns(parts)
+    types = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
+    schema = pa.schema(
+        [
+            (name, pa.list_(pa.float32()) if name == "embedding" else types.get(type(value), pa.string()))
+            for name, value in columns.items()
+        ]
+    )
+    nested = {name for name, value in columns.items() if name != "embedding" and type(value) not in types}
+
+    def value(record, name):
+        found = record.get(name)
+        return json.dumps(found, ensure_ascii=False) if name in nested and found is not None else found
+
+    count = 0
+    with parquet.ParquetWriter(path, schema) as writer:
+        group = []
+        for record in itertools.chain(parts.records(), [None]):
+            if record is not None:
+                group.append(record)
+                count += 1
+            if group and (record is None or len(group) == rows_per_group):
+                table = {name: [value(row, name) for row in group] for name in columns}
+                writer.write_table(pa.Table.from_pydict(table, schema=schema))
+                group = []
+    return count

@@ -1,0 +1,94 @@
+"""`bert-keras predict`: a trained model over files of rows, a record per row.
+
+MODEL is a task `.keras` file, a SavedModel export (`bert-keras export`) or a
+checkpoint folder (Hugging Face BertFor*, a sentence-transformers folder: an embedder,
+a CrossEncoder: a reranker, BertForMaskedLM: fill-mask). Inputs are `.txt` (a text a
+line), `.tsv`/`.csv` with a header, `.jsonl` or `.parquet` (with pyarrow), many files
+or globs; columns are the model's segment names unless mapped
+with --column SEGMENT=COLUMN. Each output row carries the input row's id (--id-column,
+else FILE:LINE). Rows are read a chunk at a time, batched by length and written back
+in input order; a killed run continues when the same command runs again.
+
+Example: `bert-keras predict best.keras --input tickets.tsv --output labels.jsonl`.
+"""
+
+from bert_keras_cli.arguments import CheckpointPath, InputPath
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "predict", help="run a model over text files, a record per row (resumable)", description=__doc__
+    )
+    parser.add_argument(
+        "model",
+        type=CheckpointPath,
+        help="task .keras file, SavedModel export (BASE or BASE/VERSION), checkpoint folder",
+    )
+    parser.add_argument(
+        "--input",
+        required=True,
+        nargs="+",
+        type=InputPath,
+        help="input files or globs (.txt .tsv .csv .jsonl .parquet)",
+    )
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="OUT.jsonl, OUT.tsv, OUT.parquet (with pyarrow) or OUT.npy (an embedder's vectors)",
+    )
+    parser.add_argument(
+        "--column", action="append", default=[], metavar="SEGMENT=COLUMN", help="read a model input from a column"
+    )
+    parser.add_argument("--id-column", help="the column of row ids (default: FILE:LINE)")
+    parser.add_argument("--all-scores", action="store_true", help="a classifier's probability of every class")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--chunk-size", type=int, default=10000, help="rows read, predicted and written at a time")
+    parser.add_argument("--max-seq-length", type=int, help="default: the length the model was trained at")
+    parser.add_argument(
+        "--doc-stride", type=int, help="read long texts in windows this many pieces apart (heads with windows)"
+    )
+    parser.add_argument("--top-k", type=int, default=5, help="a fill-mask model's fillers for each [MASK]")
+    parser.add_argument(
+        "--on-error",
+        choices=("raise", "skip"),
+        default="raise",
+        help="a bad row (invalid UTF-8, a missing column): stop with an error, or write an error record and go on",
+    )
+    parser.set_defaults(func=run)
+
+
+def column_map(flags):
+    """SEGMENT=COLUMN flags -> a dict."""
+    columns = {}
+    for flag in flags:
+        segment, equals, column = flag.partition("=")
+        if not equals or not segment or not column:
+            raise ValueError(f"--column {flag}: write SEGMENT=COLUMN, e.g. text=body")
+        columns[segment] = column
+    return columns
+
+
+def run(args):
+    import sys
+
+    from bert_keras.serving.batch import predict_files
+
+    summary = predict_files(
+        args.model,
+        args.input,
+        args.output,
+        columns=column_map(args.column) or None,
+        id_column=args.id_column,
+        chunk_size=args.chunk_size,
+        batch_size=args.batch_size,
+        all_scores=args.all_scores,
+        max_seq_length=args.max_seq_length,
+        doc_stride=args.doc_stride,
+        top_k=args.top_k,
+        on_error=args.on_error,
+    )
+    if summary["notice"]:
+        print(f"predict: {summary['notice']}", file=sys.stderr)
+    errors = f", {summary['errors']} rows in error" if summary["errors"] else ""
+    print(f"wrote {summary['rows']} rows to {args.output}{errors}")
+    return 0

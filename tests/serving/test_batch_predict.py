@@ -1,0 +1,414 @@
+"""`bert-keras predict` and `bert_keras.serving.batch`: every supported head's records
+equal what the model itself predicts on the same texts, through `.keras` files and
+checkpoint folders; inputs of each kind; a run killed with SIGKILL resumes to the same
+output; bad input is a one-line error or, with --on-error skip, an error record."""
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from doc_blocks import block_run_by
+from harness import hf_folder, tiny_encoder, tiny_preprocessor
+
+from bert_keras import BertClassifier, BertTextEmbedder, BertTokenClassifier
+from bert_keras.serving.batch import load_model, predict_files
+from bert_keras.serving.export import export_for_serving, serving_preprocessor
+from bert_keras.tasks.task import with_windows
+from bert_keras_cli.cli import main as cli
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXTS = ["the quick brown fox", "", "a dog in paris , france", "berlin is a city in europe", "the fox"]
+PAIRS = [("what is the capital", "paris is the capital of france"), ("a dog", "the fox jumps"), ("", "berlin")]
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+
+
+def write_text(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def write_tsv(path, header, rows):
+    return write_text(path, ["\t".join(header)] + ["\t".join(row) for row in rows])
+
+
+def softmax(logits):
+    exp = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    base = tmp_path_factory.mktemp("models")
+    names = ("sequence_single", "sequence_multi", "sequence_regression", "cross_encoder", "token")
+    return {name: hf_folder(base, name) for name in (*names, "question_answering", "multiple_choice")}
+
+
+@pytest.fixture(scope="module")
+def classifier_keras(tmp_path_factory, folders):
+    """The fixture classifier as a `.keras` task file."""
+    path = tmp_path_factory.mktemp("keras") / "classifier.keras"
+    load_model(folders["sequence_single"]).save(path)
+    return path
+
+
+def test_classifier_records_equal_model_predict(tmp_path, folders, classifier_keras):
+    texts = write_text(tmp_path / "in.txt", TEXTS)
+    for source in (folders["sequence_single"], classifier_keras):
+        out = tmp_path / f"{Path(source).name}.jsonl"
+        summary = predict_files(str(source), [str(texts)], out, all_scores=True, batch_size=2, chunk_size=3)
+        model = load_model(source)
+        probabilities = softmax(np.asarray(model.predict(np.array(TEXTS, dtype=object), verbose=0)))
+        records = read_jsonl(out)
+        assert summary["rows"] == len(TEXTS) and summary["errors"] == 0
+        assert [r["id"] for r in records] == [f"{texts}:{i}" for i in range(1, len(TEXTS) + 1)]
+        assert [r["label"] for r in records] == [model.labels[i] for i in probabilities.argmax(-1)]
+        scores = np.array([[r["scores"][label] for label in model.labels] for r in records])
+        np.testing.assert_allclose(scores, probabilities, atol=1e-5, rtol=0)
+        np.testing.assert_allclose([r["probability"] for r in records], probabilities.max(-1), atol=1e-5, rtol=0)
+
+
+def test_pair_classifier_reads_its_trained_segments(tmp_path):
+    model = BertClassifier(
+        tiny_encoder(), num_classes=2, preprocessor=tiny_preprocessor(), segments=("premise", "hypothesis")
+    )
+    model.save(tmp_path / "pair.keras")
+    table = write_tsv(tmp_path / "in.tsv", ("premise", "hypothesis"), PAIRS)
+    predict_files(str(tmp_path / "pair.keras"), [str(table)], tmp_path / "out.jsonl", all_scores=True)
+    premises, hypotheses = (np.array(column, dtype=object) for column in zip(*PAIRS))
+    expected = softmax(np.asarray(model.predict((premises, hypotheses), verbose=0)))
+    scores = [[r["scores"]["0"], r["scores"]["1"]] for r in read_jsonl(tmp_path / "out.jsonl")]
+    np.testing.assert_allclose(scores, expected, atol=1e-5, rtol=0)
+
+
+def test_multi_label_and_regression_records(tmp_path, folders):
+    texts = write_text(tmp_path / "in.txt", TEXTS)
+    multi = load_model(folders["sequence_multi"])
+    predict_files(multi, [str(texts)], tmp_path / "multi.jsonl")
+    probabilities = 1 / (1 + np.exp(-np.asarray(multi.predict(np.array(TEXTS, dtype=object), verbose=0))))
+    records = read_jsonl(tmp_path / "multi.jsonl")
+    scores = np.array([[r["scores"][label] for label in multi.labels] for r in records])
+    np.testing.assert_allclose(scores, probabilities, atol=1e-5, rtol=0)
+    assert [r["labels"] for r in records] == [[n for n, p in zip(multi.labels, row) if p > 0.5] for row in scores]
+    regression = load_model(folders["sequence_regression"])
+    predict_files(regression, [str(texts)], tmp_path / "score.tsv")
+    lines = (tmp_path / "score.tsv").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "id\tscore"
+    expected = np.asarray(regression.predict(np.array(TEXTS, dtype=object), verbose=0))[:, 0]
+    np.testing.assert_allclose([float(line.split("\t")[1]) for line in lines[1:]], expected, atol=1e-5, rtol=0)
+
+
+def test_reranker_reads_named_columns_and_ids(tmp_path, folders):
+    rows = [(f"q{i}", query, document) for i, (query, document) in enumerate(PAIRS)]
+    table = write_tsv(tmp_path / "pairs.tsv", ("key", "question", "passage"), rows)
+    out = tmp_path / "scores.jsonl"
+    status = cli(
+        [
+            "predict",
+            str(folders["cross_encoder"]),
+            "--input",
+            str(table),
+            "--output",
+            str(out),
+            *("--column", "query=question", "--column", "document=passage", "--id-column", "key"),
+        ]
+    )
+    assert status == 0
+    model = load_model(folders["cross_encoder"])
+    expected = model.predict(PAIRS, verbose=0)
+    records = read_jsonl(out)
+    assert [r["id"] for r in records] == ["q0", "q1", "q2"]
+    np.testing.assert_allclose([r["score"] for r in records], expected, atol=1e-5, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def embedder_folder(tmp_path_factory):
+    """A sentence-transformers folder of a tiny embedder."""
+    folder = tmp_path_factory.mktemp("embedder") / "st"
+    BertTextEmbedder(tiny_encoder(), preprocessor=tiny_preprocessor()).save_checkpoint(folder)
+    return folder
+
+
+def test_embedder_vectors_as_jsonl_and_npy(tmp_path, embedder_folder):
+    folder = embedder_folder
+    model = load_model(folder)
+    assert isinstance(model, BertTextEmbedder)
+    expected = model.encode(TEXTS)
+    rows = [json.dumps({"text": text, "n": i}) for i, text in enumerate(TEXTS)]
+    source = write_text(tmp_path / "in.jsonl", rows)
+    predict_files(str(folder), [str(source)], tmp_path / "vectors.npy", id_column="n", chunk_size=2)
+    vectors = np.load(tmp_path / "vectors.npy")
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(vectors, expected, atol=1e-5, rtol=0)
+    assert [r["id"] for r in read_jsonl(tmp_path / "vectors.ids.jsonl")] == [str(i) for i in range(len(TEXTS))]
+    predict_files(model, [str(source)], tmp_path / "vectors.jsonl")
+    jsonl = np.array([r["embedding"] for r in read_jsonl(tmp_path / "vectors.jsonl")], np.float32)
+    np.testing.assert_allclose(jsonl, expected, atol=1e-5, rtol=0)
+
+
+def test_tagger_words_entities_and_offsets(tmp_path, folders):
+    texts = ["john lives in paris , france", "berlin", "  the  dog "]
+    source = write_text(tmp_path / "in.csv", ["text"] + [f'"{text}"' for text in texts])
+    model = load_model(folders["token"])
+    assert isinstance(model, BertTokenClassifier)
+    predict_files(model, [str(source)], tmp_path / "tags.jsonl")
+    records = read_jsonl(tmp_path / "tags.jsonl")
+    for text, record in zip(texts, records):
+        words = [w["word"] for w in record["words"]]
+        assert words == text.split()
+        assert [w["tag"] for w in record["words"]] == model.tag(words)
+        for item in record["words"] + record["entities"]:
+            assert text[item["start"] : item["end"]] == item.get("word", item.get("text"))
+        for entity in record["entities"]:
+            inside = [w for w in record["words"] if entity["start"] <= w["start"] < entity["end"]]
+            assert inside[0]["tag"][2:] == entity["entity"] and all(w["tag"][2:] == entity["entity"] for w in inside)
+
+
+def test_span_answers_are_in_the_context(tmp_path, folders):
+    rows = [{"question": q, "context": c} for q, c in PAIRS[:2]] + [{"question": "where", "context": "é in paris"}]
+    source = write_text(tmp_path / "in.jsonl", [json.dumps(row) for row in rows])
+    predict_files(str(folders["question_answering"]), [str(source)], tmp_path / "answers.jsonl")
+    for row, record in zip(rows, read_jsonl(tmp_path / "answers.jsonl")):
+        assert row["context"][record["start"] : record["end"]] == record["answer"]
+
+
+def test_multiple_choice_records_equal_model_predict(tmp_path, folders):
+    rows = [
+        {"question": "the dog", "choices": ["a fox", "the city", "berlin"]},
+        {"question": "what", "choices": ["x", "y"]},
+        {"question": "", "choices": ["paris is a city in europe", "a b", "c"]},
+    ]
+    source = write_text(tmp_path / "in.jsonl", [json.dumps(row) for row in rows])
+    model = load_model(folders["multiple_choice"])
+    predict_files(model, [str(source)], tmp_path / "out.jsonl", batch_size=2)
+    records = read_jsonl(tmp_path / "out.jsonl")
+    for group in ([0, 2], [1]):
+        questions = np.array([rows[i]["question"] for i in group], dtype=object)
+        choices = np.array([rows[i]["choices"] for i in group], dtype=object)
+        expected = softmax(np.asarray(model.predict((questions, choices), verbose=0)))
+        for i, probabilities in zip(group, expected):
+            np.testing.assert_allclose(records[i]["probabilities"], probabilities, atol=1e-5, rtol=0)
+            assert records[i]["choice_text"] == rows[i]["choices"][probabilities.argmax()]
+
+
+def test_fill_mask_top_k_equal_the_model_s_mlm_logits(tmp_path):
+    folder = hf_folder(tmp_path, "masked_lm")
+    source = write_text(tmp_path / "in.txt", ["the [MASK] brown fox", "no mask here"])
+    predict_files(str(folder), [str(source)], tmp_path / "out.jsonl", top_k=3)
+    records = read_jsonl(tmp_path / "out.jsonl")
+    vocabulary = (folder / "vocab.txt").read_text(encoding="utf-8").split()
+    ids = [vocabulary.index(token) for token in ("[CLS]", "the", "[MASK]", "brown", "fox", "[SEP]")]
+    model = load_model(folder)
+    inputs = {"input_word_ids": [ids], "input_mask": [[1] * 6], "input_type_ids": [[0] * 6]}
+    logits = model({**{k: np.array(v, np.int32) for k, v in inputs.items()}, "masked_lm_positions": np.array([[2]])})
+    probabilities = softmax(np.asarray(logits["mlm_logits"], np.float64))[0, 0]
+    best = np.argsort(-probabilities)[:3]
+    assert records[0]["masks"][0]["position"] == 2 and records[1]["masks"] == []
+    assert records[0]["masks"][0]["tokens"] == [vocabulary[i] for i in best]
+    np.testing.assert_allclose(records[0]["masks"][0]["probabilities"], probabilities[best], atol=1e-5, rtol=0)
+
+
+def test_a_saved_model_export_answers_as_its_keras_model(tmp_path, classifier_keras):
+    texts = write_text(tmp_path / "in.txt", TEXTS)
+    model = load_model(classifier_keras)
+    export_for_serving(model, serving_preprocessor(model), tmp_path / "base", warmup_texts=None)
+    summary = predict_files(str(tmp_path / "base"), [str(texts)], tmp_path / "export.jsonl", all_scores=True)
+    predict_files(model, [str(texts)], tmp_path / "keras.jsonl", all_scores=True)
+    exported, expected = read_jsonl(tmp_path / "export.jsonl"), read_jsonl(tmp_path / "keras.jsonl")
+    assert "cannot count" in summary["notice"]
+    assert [r["label"] for r in exported] == [r["label"] for r in expected]
+    scores = [[list(r["scores"].values()) for r in records] for records in (exported, expected)]
+    np.testing.assert_allclose(*scores, atol=1e-5, rtol=0)
+
+
+def test_many_files_globs_and_parquet(tmp_path, classifier_keras):
+    first = write_text(tmp_path / "a1.txt", TEXTS[:2])
+    write_text(tmp_path / "a2.txt", TEXTS[2:])
+    inputs = [str(tmp_path / "a*.txt")]
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as parquet
+
+        parquet.write_table(pa.table({"text": TEXTS[:3]}), tmp_path / "b.parquet")
+        inputs.append(str(tmp_path / "b.parquet"))
+    except ImportError:
+        pass
+    predict_files(str(classifier_keras), inputs, tmp_path / "out.jsonl")
+    records = read_jsonl(tmp_path / "out.jsonl")
+    expected_ids = [f"{first}:1", f"{first}:2"] + [f"{tmp_path / 'a2.txt'}:{i}" for i in (1, 2, 3)]
+    if len(inputs) == 2:
+        expected_ids += [f"{tmp_path / 'b.parquet'}:{i}" for i in (1, 2, 3)]
+        assert [r["label"] for r in records[5:]] == [r["label"] for r in records[:3]]
+    assert [r["id"] for r in records] == expected_ids
+
+
+def test_parquet_output_holds_the_jsonl_records(tmp_path, classifier_keras, embedder_folder):
+    parquet = pytest.importorskip("pyarrow.parquet")
+    texts = write_text(tmp_path / "in.txt", TEXTS)
+    predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.parquet", all_scores=True)
+    predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.jsonl", all_scores=True)
+    table = parquet.read_table(tmp_path / "out.parquet").to_pylist()
+    expected = read_jsonl(tmp_path / "out.jsonl")
+    assert [{**row, "scores": json.loads(row["scores"])} for row in table] == expected
+    embedder = load_model(embedder_folder)
+    predict_files(embedder, [str(texts)], tmp_path / "vectors.parquet")
+    vectors = parquet.read_table(tmp_path / "vectors.parquet").column("embedding").to_pylist()
+    np.testing.assert_allclose(vectors, embedder.encode(TEXTS), atol=1e-5, rtol=0)
+
+
+def test_long_texts_are_counted_not_silently_cut(tmp_path, classifier_keras):
+    texts = write_text(tmp_path / "in.txt", ["the quick brown fox " * 10, "a dog"])
+    summary = predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.jsonl", max_seq_length=8)
+    records = read_jsonl(tmp_path / "out.jsonl")
+    assert records[0]["truncated_pieces"] == 40 - 6 and "truncated_pieces" not in records[1]
+    assert summary["truncated"] == 1 and summary["notice"].startswith("truncation: 1 of 2 rows")
+
+
+def test_doc_stride_reads_long_texts_in_windows(tmp_path, classifier_keras):
+    long_texts = ["the quick brown fox jumps over a lazy dog " * 12, "a dog"]
+    texts = write_text(tmp_path / "in.txt", long_texts)
+    summary = predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.jsonl", doc_stride=16, all_scores=True)
+    records = read_jsonl(tmp_path / "out.jsonl")
+    windowed = with_windows(load_model(classifier_keras), doc_stride=16)
+    expected = softmax(np.asarray(windowed.predict(np.array(long_texts, dtype=object), verbose=0)))
+    assert summary["truncated"] == 0 and summary["notice"] is None
+    np.testing.assert_allclose([list(r["scores"].values()) for r in records], expected, atol=1e-5, rtol=0)
+
+
+def test_a_10_mb_line_is_read_and_counted(tmp_path, classifier_keras):
+    texts = write_text(tmp_path / "in.txt", ["the quick brown fox " * (1 << 19), "a dog"])
+    summary = predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.jsonl")
+    records = read_jsonl(tmp_path / "out.jsonl")
+    assert len(records) == 2 and records[0]["truncated_pieces"] > 0 and "truncated_pieces" not in records[1]
+    assert summary["truncated"] == 1
+
+
+def run_cli(*args):
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / ".pp"), os.environ.get("PYTHONPATH", "")]),
+    }
+    command = [sys.executable, "-c", "import sys; from bert_keras_cli.cli import main; sys.exit(main())", *args]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigkill_and_resume_give_each_row_once(tmp_path, classifier_keras):
+    lines = [f"{TEXTS[i % len(TEXTS)]} {'fox ' * (i % 3)}".strip() for i in range(30)]
+    source = write_text(tmp_path / "in.txt", lines)
+    out = tmp_path / "out.jsonl"
+    args = ("predict", str(classifier_keras), "--input", str(source), "--output", str(out), "--chunk-size", "2")
+    killed = run_cli(*args, "--batch-size", "1")
+    first_part = tmp_path / "out.jsonl.parts" / "part-000000.jsonl"
+    deadline = time.time() + 120
+    while not first_part.exists() and killed.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.read()
+    assert not out.exists()  # a killed run leaves no output that looks complete
+    parts = sorted((tmp_path / "out.jsonl.parts").glob("part-*.jsonl"))
+    assert 1 <= len(parts) < 15
+    with pytest.raises(ValueError, match=r"other settings \(chunk_size\); run the same command"):
+        predict_files(str(classifier_keras), [str(source)], out, chunk_size=3)
+    resumed = run_cli(*args, "--batch-size", "1")
+    assert resumed.wait() == 0, resumed.stderr.read()
+    assert "resuming after" in resumed.stderr.read()
+    whole = tmp_path / "whole.jsonl"
+    predict_files(str(classifier_keras), [str(source)], whole, chunk_size=2)
+    got, expected = read_jsonl(out), read_jsonl(whole)
+    assert [r["id"] for r in got] == [f"{source}:{i}" for i in range(1, 31)]
+    assert [r["label"] for r in got] == [r["label"] for r in expected]
+    np.testing.assert_allclose([r["probability"] for r in got], [r["probability"] for r in expected], atol=1e-6)
+    assert not (tmp_path / "out.jsonl.parts").exists()
+
+
+def predict_error(capsys, *args):
+    assert cli(["predict", *args]) == 2
+    return capsys.readouterr().err.strip()
+
+
+def test_bad_input_is_one_line_error(tmp_path, classifier_keras, capsys):
+    model = str(classifier_keras)
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    assert predict_error(capsys, model, "--input", str(empty), "--output", str(tmp_path / "o1.jsonl")) == (
+        f"bert-keras predict: error: {empty}: no rows to predict (an empty file)"
+    )
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"the fox\nbad \xff byte\n")
+    error = predict_error(capsys, model, "--input", str(bad), "--output", str(tmp_path / "o2.jsonl"))
+    assert error == f"bert-keras predict: error: {bad}:2: not UTF-8 text: byte 0xff at column 5"
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"\x00\x01\x02")
+    error = predict_error(capsys, model, "--input", str(binary), "--output", str(tmp_path / "o3.jsonl"))
+    assert f"{binary}:1: a NUL byte" in error
+    table = write_tsv(tmp_path / "t.tsv", ("body",), [("the fox",)])
+    error = predict_error(capsys, model, "--input", str(table), "--output", str(tmp_path / "o4.jsonl"))
+    assert error == f"bert-keras predict: error: {table}:2: no column 'text'"
+    not_model = write_text(tmp_path / "model.txt", ["hello"])
+    error = predict_error(capsys, str(not_model), "--input", str(table), "--output", str(tmp_path / "o5.jsonl"))
+    assert error.startswith(f"bert-keras predict: error: {not_model} is not a model") and "\n" not in error
+
+
+def test_on_error_skip_writes_error_records(tmp_path, classifier_keras):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"text": "the fox"}\n{"body": "x"}\nnot json\n{"text": "bad \xff"}\n{"text": "a dog"}\n')
+    summary = predict_files(str(classifier_keras), [str(bad)], tmp_path / "out.jsonl", on_error="skip")
+    records = read_jsonl(tmp_path / "out.jsonl")
+    assert summary["errors"] == 3 and len(records) == 5
+    assert [("error" in r) for r in records] == [False, True, True, True, False]
+    assert records[1]["error"] == f"{bad}:2: no column 'text'"
+    assert records[2]["error"].startswith(f"{bad}:3: not JSON")
+    assert records[3]["error"] == f"{bad}:4: not UTF-8 text: byte 0xff at column 15"
+    table = tmp_path / "bad.tsv"
+    table.write_bytes(b"text\nthe fox\n\xff bad\na dog\n\nlast\tfield\n")
+    predict_files(str(classifier_keras), [str(table)], tmp_path / "table.jsonl", on_error="skip")
+    rows = read_jsonl(tmp_path / "table.jsonl")
+    assert [(r["id"], r.get("error")) for r in rows] == [
+        (f"{table}:2", None),
+        (f"{table}:3", f"{table}:3: not UTF-8 text: byte 0xff at column 1"),
+        (f"{table}:4", None),
+        (f"{table}:6", f"{table}:6: 2 fields, the header has 1"),
+    ]
+    assert [r["label"] for r in rows[::2]] == [records[0]["label"], records[4]["label"]]
+    model = load_model(classifier_keras)
+    probabilities = softmax(np.asarray(model.predict(np.array(["the fox", "a dog"], dtype=object), verbose=0)))
+    np.testing.assert_allclose([records[0]["probability"], records[4]["probability"]], probabilities.max(-1), atol=1e-5)
+
+
+def doc_block(test):
+    return block_run_by(f"tests/serving/test_batch_predict.py::{test}").text
+
+
+@pytest.fixture
+def tickets(tmp_path, monkeypatch, classifier_keras):
+    """docs/predict.md's workspace: best.keras and tickets/*.tsv with ticket_id and body."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(classifier_keras, "best.keras")
+    Path("tickets").mkdir()
+    write_tsv(Path("tickets/a.tsv"), ("ticket_id", "body"), [("t1", TEXTS[0]), ("t2", TEXTS[2])])
+    write_tsv(Path("tickets/b.tsv"), ("ticket_id", "body"), [("t3", TEXTS[3])])
+    return ["t1", "t2", "t3"]
+
+
+def test_docs_command(tickets):
+    command = shlex.split(doc_block("test_docs_command"))
+    assert command[:2] == ["bert-keras", "predict"] and cli(command[1:]) == 0
+    records = read_jsonl("labels.jsonl")
+    assert [r["id"] for r in records] == tickets and all(len(r["scores"]) == 3 for r in records)
+
+
+def test_docs_script(tickets, capsys):
+    exec(doc_block("test_docs_script"), {})
+    assert capsys.readouterr().out.splitlines()[-1] == "3 rows, 0 in error"
+    assert [r["id"] for r in read_jsonl("labels.jsonl")] == tickets
