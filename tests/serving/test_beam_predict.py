@@ -3,13 +3,15 @@ keyed) and `bert-keras predict --runner` give the records of the local `predict_
 (labels identical, scores within 1e-5), on the DirectRunner in one process and in two."""
 
 import json
-import time
+import shlex
+import shutil
 from pathlib import Path
 
 import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
+from doc_blocks import block_run_by
 from harness import classifier_keras_file, tiny_embedder_folder
 
 from bert_keras.serving.batch import predict_files
@@ -106,18 +108,43 @@ def test_runner_command_writes_the_local_records(tmp_path, models, texts_file, c
     assert_records_close(records, expected)
 
 
-def test_runner_command_in_two_processes(tmp_path, models, texts_file):
-    expected = local_records(models["classifier"], texts_file, tmp_path / "local.jsonl", batch_size=2)
-    started = time.perf_counter()
-    options = ("--direct_num_workers", "2", "--direct_running_mode", "multi_processing")
-    records = run_on_beam(models["classifier"], texts_file, tmp_path / "out.jsonl", *options)
-    assert_records_close(records, expected)
-    assert time.perf_counter() - started < 120
-
-
 def test_runner_needs_jsonl_and_beam_options_need_a_runner(tmp_path, models, texts_file, capsys):
     argv = ["predict", str(models["classifier"]), "--input", str(texts_file)]
     assert cli([*argv, "--output", str(tmp_path / "out.tsv"), "--runner", "DirectRunner"]) == 2
     assert "a Beam run writes JSON-lines shards; name it OUT.jsonl" in capsys.readouterr().err
     assert cli([*argv, "--output", str(tmp_path / "out.jsonl"), "--runner", "local", "--x=1"]) == 2
     assert "need --runner (a Beam runner)" in capsys.readouterr().err
+
+
+def doc_block(test):
+    return block_run_by(f"tests/serving/test_beam_predict.py::{test}").text
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch, models):
+    """docs/predict.md's Beam workspace: best.keras and texts.txt."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(models["classifier"], "best.keras")
+    Path("texts.txt").write_text("".join(text + "\n" for text in TEXTS), encoding="utf-8")
+    return tmp_path
+
+
+def test_docs_beam_command(workspace):
+    """The page's command: the DirectRunner in two worker processes."""
+    command = shlex.split(doc_block("test_docs_beam_command"))
+    assert command[:2] == ["bert-keras", "predict"] and cli(command[1:]) == 0
+    expected = local_records("best.keras", "texts.txt", workspace / "local.jsonl")
+    records = read_jsonl(*sorted(workspace.glob("labels-*-of-*.jsonl")))
+    assert len(records) == len(TEXTS)
+    assert_records_close({record["id"]: record for record in records}, expected)
+
+
+def test_docs_beam_pipeline(workspace):
+    exec(doc_block("test_docs_beam_pipeline"), {})
+    texts = ["the printer is on fire", "thanks , it works now"]
+    Path("pair.txt").write_text("".join(text + "\n" for text in texts), encoding="utf-8")
+    expected = local_records("best.keras", "pair.txt", workspace / "local.jsonl", all_scores=True)
+    records = {record["id"]: record for record in read_jsonl(*sorted(workspace.glob("labels-*-of-*.jsonl")))}
+    assert_records_close(
+        {f"pair.txt:{key[1]}": {**r, "id": f"pair.txt:{key[1]}"} for key, r in records.items()}, expected
+    )
