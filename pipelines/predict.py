@@ -101,20 +101,7 @@ def run(args):
 
     from bert_keras.serving.batch import predict_files
 
-    summary = predict_files(
-        args.model,
-        args.input,
-        args.output,
-        columns=column_map(args.column) or None,
-        id_column=args.id_column,
-        chunk_size=args.chunk_size,
-        batch_size=args.batch_size,
-        all_scores=args.all_scores,
-        max_seq_length=args.max_seq_length,
-        doc_stride=args.doc_stride,
-        top_k=args.top_k,
-        on_error=args.on_error,
-    )
+    summary = predict_files(args.model, args.input, args.output, chunk_size=args.chunk_size, **_options(args))
     if summary["notice"]:
         print(f"predict: {summary['notice']}", file=sys.stderr)
     errors = f", {summary['errors']} rows in error" if summary["errors"] else ""
@@ -122,22 +109,24 @@ def run(args):
     return 0
 
 
-def _run_on_beam(args, runner, beam_options):
-    from bert_keras.serving.batch.beam import predict_on_beam
-
-    shards = predict_on_beam(
-        args.model,
-        args.input,
-        args.output,
-        [f"--runner={runner}", *beam_options],
+def _options(args):
+    """The flags the local run and a Beam run share, as keyword arguments."""
+    return dict(
         columns=column_map(args.column) or None,
         id_column=args.id_column,
-        on_error=args.on_error,
         batch_size=args.batch_size,
         all_scores=args.all_scores,
         max_seq_length=args.max_seq_length,
         doc_stride=args.doc_stride,
         top_k=args.top_k,
+        on_error=args.on_error,
     )
+
+
+def _run_on_beam(args, runner, beam_options):
+    from bert_keras.serving.batch.beam import predict_on_beam
+
+    options = [f"--runner={runner}", *beam_options]
+    shards = predict_on_beam(args.model, args.input, args.output, options, **_options(args))
     print(f"wrote {len(shards)} shards: {', '.join(shards)}")
     return 0
