@@ -103,20 +103,20 @@ def test_handler_takes_texts_dicts_and_rows(tmp_path, models, texts_file):
         handler.run_inference([{"body": "x"}], predictor)
 
 
-def run_on_beam(model, texts_file, out, *beam_options):
-    argv = ["predict", str(model), "--input", str(texts_file), "--output", str(out), "--batch-size", "2"]
-    argv += ["--runner", "DirectRunner"]
-    assert cli([*argv, *beam_options]) == 0
-    shards = sorted(out.parent.glob(f"{out.stem}-*-of-*.jsonl"))
-    assert shards
-    return {record["id"]: record for record in read_jsonl(*shards)}
-
-
-def test_runner_command_writes_the_local_records(tmp_path, models, texts_file, capsys):
-    expected = local_records(models["classifier"], texts_file, tmp_path / "local.jsonl", batch_size=2)
-    records = run_on_beam(models["classifier"], texts_file, tmp_path / "out.jsonl")
+def test_runner_command_writes_the_local_records(tmp_path, models, capsys):
+    """Two files, named columns and ids, a bad row skipped: the local run's records."""
+    rows = [f"t{i}\t{text}" for i, text in enumerate(TEXTS)]
+    (tmp_path / "a.tsv").write_bytes("id\tbody\n".join(["", "\n".join(rows[:4]) + "\n"]).encode())
+    (tmp_path / "b.tsv").write_bytes(b"id\tbody\nbad\t\xff\xfe\n" + "\n".join(rows[4:]).encode() + b"\n")
+    flags = ["--id-column", "id", "--column", "text=body", "--on-error", "skip", "--batch-size", "2"]
+    argv = ["predict", str(models["classifier"]), "--input", str(tmp_path / "*.tsv"), *flags]
+    assert cli([*argv, "--output", str(tmp_path / "local.jsonl")]) == 0
+    assert cli([*argv, "--output", str(tmp_path / "out.jsonl"), "--runner", "DirectRunner"]) == 0
     assert "shards" in capsys.readouterr().out
-    assert_records_close(records, expected)
+    expected = {record["id"]: record for record in read_jsonl(tmp_path / "local.jsonl")}
+    records = read_jsonl(*sorted(tmp_path.glob("out-*-of-*.jsonl")))
+    assert len(records) == len(TEXTS) + 1 and "not UTF-8" in expected[f"{tmp_path}/b.tsv:2"]["error"]
+    assert_records_close({record["id"]: record for record in records}, expected)
 
 
 def test_runner_needs_jsonl_and_beam_options_need_a_runner(tmp_path, models, texts_file, capsys):
