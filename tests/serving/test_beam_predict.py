@@ -117,6 +117,8 @@ def test_runner_command_writes_the_local_records(tmp_path, models, capsys):
     records = read_jsonl(*sorted(tmp_path.glob("out-*-of-*.jsonl")))
     assert len(records) == len(TEXTS) + 1 and "not UTF-8" in expected[f"{tmp_path}/b.tsv:2"]["error"]
     assert_records_close({record["id"]: record for record in records}, expected)
+    assert cli([*argv, "--output", str(tmp_path / "out.jsonl"), "--runner", "DirectRunner"]) == 2
+    assert "out-*-of-*.jsonl exist (a finished run)" in capsys.readouterr().err
 
 
 def test_runner_needs_jsonl_and_beam_options_need_a_runner(tmp_path, models, texts_file, capsys):

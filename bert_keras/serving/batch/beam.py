@@ -130,6 +130,8 @@ def predict_on_beam(model, inputs, output, options, columns=None, id_column=None
     of every row of `inputs` into `OUT-SSSSS-of-NNNNN.jsonl` shards. `predictor` holds
     `BertModelHandler`'s options. Returns the shards' paths."""
     prefix = shards_prefix(output)
+    if tf.io.gfile.glob(f"{prefix}-*-of-*.jsonl"):
+        raise FileExistsError(f"{prefix}-*-of-*.jsonl exist (a finished run); remove them to predict again")
     files = input_files(inputs)
     handler = BertModelHandler(model, on_error=on_error, **predictor)
     loaded = handler.load_model()  # the model's segments; a bad model path fails before the pipeline starts
