@@ -9,8 +9,14 @@ with --column SEGMENT=COLUMN. Each output row carries the input row's id (--id-c
 else FILE:LINE). Rows are read a chunk at a time, batched by length and written back
 in input order; a killed run continues when the same command runs again.
 
+With --runner (an Apache Beam runner) the same records are made by Beam's RunInference
+and written as OUT-SSSSS-of-NNNNN.jsonl shards in Beam's order, each record with its id;
+Beam pipeline options follow the runner's name (--runner is the last flag).
+
 Example: `bert-keras predict best.keras --input tickets.tsv --output labels.jsonl`.
 """
+
+import argparse
 
 from bert_keras_cli.arguments import CheckpointPath, InputPath
 
@@ -54,6 +60,15 @@ def register(subparsers):
         default="raise",
         help="a bad row (invalid UTF-8, a missing column): stop with an error, or write an error record and go on",
     )
+    parser.add_argument(
+        "--runner",
+        nargs=argparse.REMAINDER,
+        default=["local"],
+        metavar="RUNNER [BEAM_OPTIONS]",
+        help="last: 'local' (resumable), or an Apache Beam runner (DirectRunner, DataflowRunner, FlinkRunner, "
+        "SparkRunner, ...; pip install bert-keras[beam]) followed by Beam pipeline options (--project=..., ...); "
+        "it writes OUT-SSSSS-of-NNNNN.jsonl shards",
+    )
     parser.set_defaults(func=run)
 
 
@@ -68,18 +83,37 @@ def column_map(flags):
     return columns
 
 
+def beam_runner(flags):
+    """`--runner RUNNER [BEAM_OPTIONS]` -> (runner, Beam options); a `--` before the options is dropped."""
+    if not flags or flags[0].startswith("-"):
+        raise ValueError("--runner names a runner first: local, DirectRunner, DataflowRunner, ...")
+    runner, options = flags[0], [flag for flag in flags[1:] if flag != "--"]
+    if options and runner == "local":
+        raise ValueError(f"Beam pipeline options {options} need --runner (a Beam runner)")
+    return runner, options
+
+
 def run(args):
+    runner, beam_options = beam_runner(args.runner)
+    if runner != "local":
+        return _run_on_beam(args, runner, beam_options)
     import sys
 
     from bert_keras.serving.batch import predict_files
 
-    summary = predict_files(
-        args.model,
-        args.input,
-        args.output,
+    summary = predict_files(args.model, args.input, args.output, chunk_size=args.chunk_size, **_options(args))
+    if summary["notice"]:
+        print(f"predict: {summary['notice']}", file=sys.stderr)
+    errors = f", {summary['errors']} rows in error" if summary["errors"] else ""
+    print(f"wrote {summary['rows']} rows to {args.output}{errors}")
+    return 0
+
+
+def _options(args):
+    """The flags the local run and a Beam run share, as keyword arguments."""
+    return dict(
         columns=column_map(args.column) or None,
         id_column=args.id_column,
-        chunk_size=args.chunk_size,
         batch_size=args.batch_size,
         all_scores=args.all_scores,
         max_seq_length=args.max_seq_length,
@@ -87,8 +121,12 @@ def run(args):
         top_k=args.top_k,
         on_error=args.on_error,
     )
-    if summary["notice"]:
-        print(f"predict: {summary['notice']}", file=sys.stderr)
-    errors = f", {summary['errors']} rows in error" if summary["errors"] else ""
-    print(f"wrote {summary['rows']} rows to {args.output}{errors}")
+
+
+def _run_on_beam(args, runner, beam_options):
+    from bert_keras.serving.batch.beam import predict_on_beam
+
+    options = [f"--runner={runner}", *beam_options]
+    shards = predict_on_beam(args.model, args.input, args.output, options, **_options(args))
+    print(f"wrote {len(shards)} shards: {', '.join(shards)}")
     return 0

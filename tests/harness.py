@@ -161,6 +161,23 @@ def hf_folder(tmp_path, name):
     return folder
 
 
+def classifier_keras_file(tmp_path):
+    """The fixture classifier (`hf_folder`'s sequence_single) as a `.keras` task file."""
+    from bert_keras.serving.batch import load_model
+
+    path = tmp_path / "classifier.keras"
+    load_model(hf_folder(tmp_path, "sequence_single")).save(path)
+    return path
+
+
+def tiny_embedder_folder(folder):
+    """A sentence-transformers folder of a tiny embedder."""
+    from bert_keras import BertTextEmbedder
+
+    BertTextEmbedder(tiny_encoder(), preprocessor=tiny_preprocessor()).save_checkpoint(folder)
+    return folder
+
+
 def assert_outputs_close(actual, expected, atol=TOLERANCE):
     """Nested dicts/arrays of outputs agree leaf for leaf (same keys, shapes)."""
     tf.nest.assert_same_structure(actual, expected)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from doc_blocks import block_run_by
-from harness import hf_folder, tiny_encoder, tiny_preprocessor
+from harness import classifier_keras_file, hf_folder, tiny_embedder_folder, tiny_encoder, tiny_preprocessor
 
 from bert_keras import BertClassifier, BertTextEmbedder, BertTokenClassifier
 from bert_keras.serving.batch import load_model, predict_files
@@ -55,11 +55,9 @@ def folders(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def classifier_keras(tmp_path_factory, folders):
+def classifier_keras(tmp_path_factory):
     """The fixture classifier as a `.keras` task file."""
-    path = tmp_path_factory.mktemp("keras") / "classifier.keras"
-    load_model(folders["sequence_single"]).save(path)
-    return path
+    return classifier_keras_file(tmp_path_factory.mktemp("keras"))
 
 
 def test_classifier_records_equal_model_predict(tmp_path, folders, classifier_keras):
@@ -134,9 +132,7 @@ def test_reranker_reads_named_columns_and_ids(tmp_path, folders):
 @pytest.fixture(scope="module")
 def embedder_folder(tmp_path_factory):
     """A sentence-transformers folder of a tiny embedder."""
-    folder = tmp_path_factory.mktemp("embedder") / "st"
-    BertTextEmbedder(tiny_encoder(), preprocessor=tiny_preprocessor()).save_checkpoint(folder)
-    return folder
+    return tiny_embedder_folder(tmp_path_factory.mktemp("embedder") / "st")
 
 
 def test_embedder_vectors_as_jsonl_and_npy(tmp_path, embedder_folder):

@@ -1,0 +1,150 @@
+"""`predict` on Apache Beam's RunInference (`pip install bert-keras[beam]`).
+
+`BertModelHandler` is a Beam `ModelHandler` of a bert-keras model: usable in any Beam
+pipeline with `RunInference`, also wrapped in `KeyedModelHandler` for (key, row) pairs.
+Each worker loads the model once (`runner.predictor_for`: a `.keras` file, a checkpoint
+folder or a SavedModel export), and each batch Beam hands it is sorted by length and run
+in batches padded only to their own longest text, giving the records `predict` writes.
+
+`predict_on_beam` is `bert-keras predict --runner`: the input files read row by row as
+the local run reads them (so the ids are the same), RunInference, and the records as
+JSON-lines shards `OUT-SSSSS-of-NNNNN.jsonl` in Beam's order (each record has its id).
+On a cluster runner the model, the inputs and OUT must be on storage every worker reads
+and the workers need bert-keras installed (as for `pretraining_beam`)."""
+
+import json
+from collections.abc import Mapping
+
+import apache_beam as beam
+import tensorflow as tf
+from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from bert_keras.serving.batch.readers import Row, RowReader, input_files
+from bert_keras.serving.batch.runner import ON_ERROR, predictor_for
+
+
+class BertModelHandler(ModelHandler):
+    """A bert-keras model (`model_path`) answering Beam batches of rows with records.
+
+    An element is a text (a one-segment model), a dict of texts by the model's segment
+    names, or a `readers.Row` (whose id the record carries). `batch_size` texts are run
+    at a time; Beam's batches hold `min_batch_size` to `max_batch_size` elements (default
+    `batch_size` to 8x it: the buffer each batch is length-sorted in). Other keyword
+    arguments go to `ModelHandler` (`large_model=True` shares one model across a worker's
+    processes)."""
+
+    def __init__(
+        self,
+        model_path,
+        batch_size=32,
+        all_scores=False,
+        max_seq_length=None,
+        doc_stride=None,
+        top_k=5,
+        on_error="raise",
+        min_batch_size=None,
+        max_batch_size=None,
+        **kwargs,
+    ):
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        super().__init__(
+            min_batch_size=batch_size if min_batch_size is None else min_batch_size,
+            max_batch_size=8 * batch_size if max_batch_size is None else max_batch_size,
+            **kwargs,
+        )
+        self.model_path = str(model_path)
+        self.options = dict(
+            batch_size=batch_size,
+            all_scores=all_scores,
+            max_seq_length=max_seq_length,
+            doc_stride=doc_stride,
+            top_k=top_k,
+        )
+        self.on_error = on_error
+
+    def load_model(self):
+        """The predictor (`BatchPredictor` or `SavedModelPredictor`) of the model."""
+        return predictor_for(self.model_path, **self.options)
+
+    def run_inference(self, batch, model, inference_args=None):
+        """The record of each element of `batch`, in its order."""
+        rows = [_row(element, model.segments) for element in batch]
+        results = model.predict_rows(rows, self.on_error)
+        return [
+            {key: value for key, value in record.items() if key != "id"} if row.id is None else record
+            for row, record in zip(rows, results)
+        ]
+
+    def get_num_bytes(self, batch):
+        return sum(_length(element) for element in batch)
+
+    def get_metrics_namespace(self):
+        return "BertModelHandler"
+
+
+def _row(element, segments):
+    """A `Row` (id None for a text or dict) of an element of a batch."""
+    if isinstance(element, Row):
+        return element
+    if isinstance(element, str):
+        if len(segments) != 1:
+            raise ValueError(f"a text alone is a row of a one-segment model; this model reads {list(segments)}")
+        return Row(None, {segments[0]: element})
+    if isinstance(element, Mapping):
+        missing = [segment for segment in segments if segment not in element]
+        if missing:
+            raise ValueError(f"a row lacks {missing}: the model reads {list(segments)}, the row has {list(element)}")
+        return Row(None, {segment: element[segment] for segment in segments})
+    raise TypeError(f"an element is a text, a dict of texts or a Row, not {type(element).__name__}")
+
+
+def _length(element):
+    """An element's texts' size in UTF-8 bytes."""
+    texts = (element.texts or {}) if isinstance(element, Row) else element
+    if isinstance(texts, str):
+        return len(texts.encode("utf-8"))
+    values = [text for value in texts.values() for text in ([value] if isinstance(value, str) else value)]
+    return sum(len(text.encode("utf-8")) for text in values)
+
+
+def keyed_rows(path, segments, columns=None, id_column=None, list_segment=None):
+    """(id, `Row`) for each row of the file at `path`, as `predict`'s `RowReader` reads it."""
+    for row in RowReader([path], segments, columns, id_column, list_segment):
+        yield row.id, row
+
+
+def shards_prefix(output):
+    """`OUT.jsonl` -> the prefix of its shards, `OUT`."""
+    output = str(output)
+    if not output.endswith(".jsonl"):
+        raise ValueError(f"--output {output}: a Beam run writes JSON-lines shards; name it OUT.jsonl")
+    return output[: -len(".jsonl")]
+
+
+def predict_on_beam(model, inputs, output, options, columns=None, id_column=None, on_error="raise", **predictor):
+    """`predict_files` on the Beam runner named in `options` (Beam flags): the records
+    of every row of `inputs` into `OUT-SSSSS-of-NNNNN.jsonl` shards. `predictor` holds
+    `BertModelHandler`'s options. Returns the shards' paths."""
+    prefix = shards_prefix(output)
+    if tf.io.gfile.glob(f"{prefix}-*-of-*.jsonl"):
+        raise FileExistsError(f"{prefix}-*-of-*.jsonl exist (a finished run); remove them to predict again")
+    files = input_files(inputs)
+    handler = BertModelHandler(model, on_error=on_error, **predictor)
+    loaded = handler.load_model()  # the model's segments; a bad model path fails before the pipeline starts
+    segments, list_segment = loaded.segments, (loaded.segments[-1] if loaded.choices else None)
+    del loaded
+    with beam.Pipeline(options=PipelineOptions(options)) as pipeline:
+        _ = (
+            pipeline
+            | "Files" >> beam.Create(files)
+            | "Rows" >> beam.FlatMap(keyed_rows, segments, columns, id_column, list_segment)
+            | "Spread" >> beam.Reshuffle()
+            | "Predict" >> RunInference(KeyedModelHandler(handler))
+            | "Json" >> beam.MapTuple(lambda key, record: json.dumps(record, ensure_ascii=False))
+            | "Write" >> beam.io.WriteToText(prefix, file_name_suffix=".jsonl")
+        )
+    return sorted(tf.io.gfile.glob(f"{prefix}-*-of-*.jsonl"))
