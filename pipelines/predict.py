@@ -17,6 +17,7 @@ Example: `bert-keras predict best.keras --input tickets.tsv --output labels.json
 """
 
 import argparse
+import sys
 
 from bert_keras_cli.arguments import CheckpointPath, InputPath
 
@@ -48,7 +49,9 @@ def register(subparsers):
     parser.add_argument("--id-column", help="the column of row ids (default: FILE:LINE)")
     parser.add_argument("--all-scores", action="store_true", help="a classifier's probability of every class")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--chunk-size", type=int, default=10000, help="rows read, predicted and written at a time")
+    parser.add_argument(
+        "--chunk-size", type=int, help="rows read, predicted and written at a time (local runner; default 10000)"
+    )
     parser.add_argument("--max-seq-length", type=int, help="default: the length the model was trained at")
     parser.add_argument(
         "--doc-stride", type=int, help="read long texts in windows this many pieces apart (heads with windows)"
@@ -96,12 +99,13 @@ def beam_runner(flags):
 def run(args):
     runner, beam_options = beam_runner(args.runner)
     if runner != "local":
+        if args.chunk_size is not None:
+            raise ValueError("--chunk-size is the local runner's; a Beam runner batches and writes by itself")
         return _run_on_beam(args, runner, beam_options)
-    import sys
-
     from bert_keras.serving.batch import predict_files
 
-    summary = predict_files(args.model, args.input, args.output, chunk_size=args.chunk_size, **_options(args))
+    chunks = {} if args.chunk_size is None else {"chunk_size": args.chunk_size}
+    summary = predict_files(args.model, args.input, args.output, **chunks, **_options(args))
     if summary["notice"]:
         print(f"predict: {summary['notice']}", file=sys.stderr)
     errors = f", {summary['errors']} rows in error" if summary["errors"] else ""

@@ -121,12 +121,16 @@ def test_runner_command_writes_the_local_records(tmp_path, models, capsys):
     assert "out-*-of-*.jsonl exist (a finished run)" in capsys.readouterr().err
 
 
-def test_runner_needs_jsonl_and_beam_options_need_a_runner(tmp_path, models, texts_file, capsys):
+def test_runner_needs_jsonl_and_takes_no_local_flags(tmp_path, models, texts_file, capsys):
     argv = ["predict", str(models["classifier"]), "--input", str(texts_file)]
     assert cli([*argv, "--output", str(tmp_path / "out.tsv"), "--runner", "DirectRunner"]) == 2
     assert "a Beam run writes JSON-lines shards; name it OUT.jsonl" in capsys.readouterr().err
     assert cli([*argv, "--output", str(tmp_path / "out.jsonl"), "--runner", "local", "--x=1"]) == 2
     assert "need --runner (a Beam runner)" in capsys.readouterr().err
+    chunked = [*argv, "--chunk-size", "5", "--output", str(tmp_path / "out.jsonl"), "--runner", "DirectRunner"]
+    assert cli(chunked) == 2
+    assert "--chunk-size is the local runner's" in capsys.readouterr().err
+    assert not list(tmp_path.glob("out*"))
 
 
 def doc_block(test):
