@@ -83,13 +83,12 @@ class ClassificationData(TaskData):
         """Length-grouped batches of (texts, labels), or with a distillation `teacher`, of
         (texts, {labels, teacher_outputs}): its logits computed once, here."""
         targets = np.asarray(self.train.labels, "float32" if self.regression else "int32")
+        columns = text_columns(self.train.texts)
         if teacher is not None:
-            logits = teacher.predict(text_columns(self.train.texts), batch_size=teacher_batch_size, verbose=0)
+            logits = teacher.predict(columns, batch_size=teacher_batch_size, verbose=0)
             targets = {"labels": targets, TEACHER_OUTPUTS: logits.astype("float32")}
         lengths = sum(np.char.str_len(np.array(segment, dtype=str)) for segment in self.train.texts)
-        return length_grouped_batches(
-            (text_columns(self.train.texts), targets), lengths, batch_size, shuffle=True, seed=seed
-        )
+        return length_grouped_batches((columns, targets), lengths, batch_size, shuffle=True, seed=seed)
 
     def add_teacher_labelled(self, teacher, unlabeled_paths=(), augment=0, probability=0.4, seed=0, batch_size=64):
         """Adds the texts of `unlabeled_paths` (`read_unlabeled`) and `augment` copies of each

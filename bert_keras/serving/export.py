@@ -23,6 +23,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
+from bert_keras.checkpoint import read_labels as checkpoint_labels
 from bert_keras.checkpoint import write_labels, write_vocab
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.serving.layout import EXTRA_DIR, WARMUP_PATH, serving_signatures
@@ -207,8 +208,8 @@ def write_warmup_requests(path, model_name, requests):
 
 
 def read_labels(export_path):
-    labels = Path(export_path) / EXTRA_DIR / LABELS_FILE
-    return labels.read_text(encoding="utf-8").splitlines() if labels.exists() else None
+    """The label names an export serves (`assets.extra/labels.txt`); None without them."""
+    return checkpoint_labels(Path(export_path) / EXTRA_DIR / LABELS_FILE)
 
 
 def describe(export_path):

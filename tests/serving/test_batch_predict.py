@@ -152,6 +152,19 @@ def test_embedder_vectors_as_jsonl_and_npy(tmp_path, embedder_folder):
     np.testing.assert_allclose(jsonl, expected, atol=1e-5, rtol=0)
 
 
+def test_an_embedder_folder_with_modules_it_cannot_run_is_an_error(tmp_path, embedder_folder):
+    """A Dense module after pooling would change every vector: predict refuses the folder,
+    as `BertTextEmbedder.from_checkpoint` does, instead of serving the vectors without it."""
+    folder = tmp_path / "dense"
+    shutil.copytree(embedder_folder, folder)
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.append({"idx": len(modules), "name": "9", "path": "9_Dense", "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (tmp_path / "texts.txt").write_text("a good film\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"modules.json: modules .*Dense"):
+        predict_files(folder, [tmp_path / "texts.txt"], tmp_path / "out.jsonl")
+
+
 def test_tagger_words_entities_and_offsets(tmp_path, folders):
     texts = ["john lives in paris , france", "berlin", "  the  dog "]
     source = write_text(tmp_path / "in.csv", ["text"] + [f'"{text}"' for text in texts])

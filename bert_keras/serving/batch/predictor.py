@@ -4,9 +4,12 @@ micro-batches, through the head's `ServingSignature` (what its export answers, d
 the same way). Long texts are read in the model's windows when it has a `doc_stride`;
 otherwise each truncated row says so (`truncated_pieces`)."""
 
+from pathlib import Path
+
 import tensorflow as tf
 
 from bert_keras.checkpoint import read_checkpoint
+from bert_keras.checkpoint.sentence_transformers import ST_MODULES
 from bert_keras.models.encoder import BertEncoder
 from bert_keras.serving.batch.records import head_kind, records
 from bert_keras.serving.export import bounded_preprocessor, serving_preprocessor, trained_inputs
@@ -28,7 +31,10 @@ def load_model(path):
     except FileNotFoundError as error:
         raise ValueError(f"{path} is not a model (.keras file or checkpoint folder): {error}") from None
     if found.format != "keras" and model_class(found) is BertEncoder:
-        return BertTextEmbedder.from_checkpoint(found)
+        # A sentence-transformers folder whose modules this read passed over is read again
+        # by the embedder's own strict reader, which names what it cannot run.
+        unread = found.embedding is None and (Path(path) / ST_MODULES).is_file()
+        return BertTextEmbedder.from_checkpoint(path if unread else found)
     model = load_checkpoint_model(found)
     if isinstance(model, BertEncoder):
         raise ValueError(f"{path} holds a {type(model).__name__}, which has no task head to predict with")

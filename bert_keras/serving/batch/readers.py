@@ -24,7 +24,7 @@ def input_files(patterns):
     """The files that `patterns` (paths or globs) name, in the order given (a glob's
     matches sorted); one that names nothing, or a file of no known kind, is an error."""
     files = []
-    for pattern in patterns:
+    for pattern in map(str, patterns):  # paths as `Path`s too
         matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         if not matches or not os.path.isfile(matches[0]):
             raise FileNotFoundError(f"no input file matches {pattern}")

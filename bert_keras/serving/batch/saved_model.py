@@ -4,7 +4,6 @@ predictor: its `serving_default` signature on raw strings answers what the head'
 
 from pathlib import Path
 
-import numpy as np
 import tensorflow as tf
 
 from bert_keras.serving.batch.predictor import BatchPredictor
@@ -58,9 +57,6 @@ class SavedModelPredictor(BatchPredictor):
         self.segments = tuple(sorted(inputs, key=lambda name: (inputs[name].shape.rank, name)))
         self.choices = self.kind == "multiple-choice"
         self._run = lambda *columns: function(**dict(zip(self.segments, columns)))
-
-    def _truncated(self, columns):
-        return np.zeros(len(columns[0]), np.int64)
 
     def truncation_notice(self, dropped):
         return (

@@ -90,11 +90,14 @@ def _write_atomically(path, text):
 
 
 def _write_jsonl(parts, path):
+    """The parts' lines as they are: each part is a record a line in this very form."""
     count = 0
-    with open(path, "w", encoding="utf-8") as stream:
-        for record in parts.records():
-            stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-            count += 1
+    with open(path, "wb") as stream:
+        for index in range(parts.finished_chunks()):
+            with open(parts.part(index), "rb") as part:
+                for line in part:
+                    stream.write(line)
+                    count += 1
     return count
 
 
