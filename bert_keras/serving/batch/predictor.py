@@ -12,7 +12,7 @@ from bert_keras.checkpoint import read_checkpoint
 from bert_keras.checkpoint.sentence_transformers import ST_MODULES
 from bert_keras.models.encoder import BertEncoder
 from bert_keras.serving.batch.records import head_kind, records
-from bert_keras.serving.export import bounded_preprocessor, serving_preprocessor, trained_inputs
+from bert_keras.serving.export import BYTES_PER_TOKEN, bounded_preprocessor, serving_preprocessor, trained_inputs
 from bert_keras.serving.serving_tasks import serving_signature
 from bert_keras.tasks.checkpoint_models import load_model as load_checkpoint_model
 from bert_keras.tasks.checkpoint_models import model_class
@@ -112,7 +112,13 @@ class BatchPredictor:
 
     def truncation_notice(self, dropped):
         """The run's line on truncation, from the pieces each row lost (`dropped`); None: none cut."""
-        return truncation_notice(self.preprocessor, None, "rows", dropped=dropped)
+        notice = truncation_notice(self.preprocessor, None, "rows", dropped=dropped)
+        if notice and not self.windows:
+            notice += (
+                f"; texts are read only as far as that length can reach ({BYTES_PER_TOKEN} bytes a token), "
+                "so a longer text's count is a lower bound"
+            )
+        return notice
 
     def _truncated(self, columns):
         """The pieces truncation cuts from each row (its choices' summed)."""
