@@ -83,6 +83,12 @@ def add_format_arguments(parser):
         help="int8 (litert, onnx): int8 weights and matmuls; float16 (litert): float16 weights; "
         "bfloat16 (savedmodel): as --compute-dtype bfloat16",
     )
+    parser.add_argument(
+        "--mediapipe",
+        action="store_true",
+        help="with --format litert: packed ids in, with the metadata (vocabulary, tokenizer, labels) MediaPipe "
+        "Tasks' TextClassifier / TextEmbedder read; needs pip install mediapipe to check it",
+    )
 
 
 def load_model(path, pretrainer=False):
@@ -107,6 +113,8 @@ def run(args):
     from bert_keras.serving.export import serving_preprocessor
     from bert_keras.tasks.task import with_windows
 
+    if args.mediapipe and args.format != "litert":
+        raise ValueError("--mediapipe is an option of --format litert")
     model = load_model(args.model, args.pretrainer)
     if args.doc_stride is not None or args.window_pooling is not None:
         if args.format != "savedmodel":
@@ -189,6 +197,8 @@ def run_portable(args, model, preprocessor):
 
     from bert_keras.serving import deploy, export
 
+    if args.mediapipe:
+        return run_mediapipe(args, model, preprocessor)
     segments, labels = export.trained_inputs(model, args.segments and tuple(args.segments), args.labels)
     try:
         text, differences = deploy.export_checked(
@@ -208,4 +218,27 @@ def run_portable(args, model, preprocessor):
         )
     largest = ", ".join(f"{key} {value:.2e}" for key, value in sorted(differences.items()))
     print(f"  loaded in its runtime; largest difference from Keras: {largest}")
+    return 0
+
+
+def run_mediapipe(args, model, preprocessor):
+    from pathlib import Path
+
+    from bert_keras.serving import deploy, mediapipe_metadata
+
+    try:
+        difference, labels = mediapipe_metadata.export_checked(
+            model, preprocessor, args.out, args.labels, args.max_seq_length, args.quantize
+        )
+    except deploy.MissingRuntime as error:
+        raise ValueError(str(error)) from None
+    path = Path(args.out)
+    kind = "float32" if args.quantize is None else args.quantize
+    print(f"exported {type(model).__name__} to {path} (MediaPipe Tasks, {kind}, {path.stat().st_size / 1e6:.1f} MB)")
+    task = "TextEmbedder" if labels is None else f"TextClassifier, labels {', '.join(labels)}"
+    print(f"  ran in MediaPipe's {task}; largest difference from Keras: {difference:.2e}")
+    print(
+        "  MediaPipe tokenizes in the app: it lowercases ASCII only and keeps accents, so text other than plain "
+        "English may get other ids than the original tokenizer (docs/deploy.md gives the measured rates)"
+    )
     return 0

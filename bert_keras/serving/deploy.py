@@ -198,8 +198,18 @@ def litert_functions(model, preprocessor, labels=None, segments=None, text=True)
 def export_litert(model, preprocessor, path, labels=None, segments=None, quantize=None, text=True):
     """Writes `path` (.tflite) and `<stem>.vocab.txt` beside it; returns whether it takes
     text (where the model allows it, unless `text=False`)."""
-    _check_quantize("litert", quantize)
     functions, text = litert_functions(model, preprocessor, labels, segments, text)
+    flatbuffer = litert_flatbuffer(functions, quantize, type(model).__name__)
+    path = Path(path)
+    path.write_bytes(flatbuffer)
+    write_vocabulary(preprocessor.tokenizer, path)
+    return text
+
+
+def litert_flatbuffer(functions, quantize, name):
+    """{signature key: (graph function, input specs)} -> the converted .tflite bytes;
+    an op LiteRT has no kernel for (other than tf.text's) is an error naming model `name`."""
+    _check_quantize("litert", quantize)
     archive = keras.export.ExportArchive()
     for key, (function, specs) in functions.items():
         archive.add_endpoint(key, function, input_signature=specs)
@@ -216,11 +226,8 @@ def export_litert(model, preprocessor, path, labels=None, segments=None, quantiz
         flatbuffer = converter.convert()
     unsupported = sorted(custom_ops(flatbuffer) - set(TFTEXT_KERNELS))
     if unsupported:
-        raise ValueError(f"{type(model).__name__} uses TensorFlow ops that LiteRT has no kernel for: {unsupported}")
-    path = Path(path)
-    path.write_bytes(flatbuffer)
-    write_vocabulary(preprocessor.tokenizer, path)
-    return text
+        raise ValueError(f"{name} uses TensorFlow ops that LiteRT has no kernel for: {unsupported}")
+    return flatbuffer
 
 
 def custom_ops(flatbuffer):
