@@ -78,6 +78,8 @@ def cause(text):
 
     if any(unicodedata.category(c) in ("Cc", "Cf") and c not in "\t\n\r" for c in text):
         return "control/format characters (the original drops them)"
+    if any(unicodedata.category(c) == "Zs" and c != " " for c in text):
+        return "non-ASCII spaces (MediaPipe splits on ASCII whitespace only)"
     if any(ord(c) > 127 and unicodedata.normalize("NFD", c) != c for c in text):
         return "letters the original decomposes (NFD) and strips marks from: é -> e, で -> て, 한 -> jamo"
     if any(ord(c) > 127 and c.lower() != c for c in text):
@@ -85,7 +87,25 @@ def cause(text):
     return "other"
 
 
+def app_normalized(text):
+    """What an app can do before calling MediaPipe, as the original tokenizer does: drop
+    control/format characters, make every Unicode space a space (MediaPipe splits on ASCII
+    whitespace only), lowercase, decompose (NFD) and drop the combining marks (docs/deploy.md
+    has it in Kotlin and Swift)."""
+    import unicodedata
+
+    def kept(character):
+        category = unicodedata.category(character)
+        if category in ("Cc", "Cf") and character not in "\t\n\r":
+            return ""
+        return " " if category == "Zs" else character
+
+    lowered = "".join(map(kept, text)).lower()
+    return "".join(c for c in unicodedata.normalize("NFD", lowered) if unicodedata.category(c) != "Mn")
+
+
 def measure_mismatches(texts_by_kind, vocab, length, probe):
+    """[(kind, rows, rows that differ, rows that differ after `app_normalized`, causes)]."""
     from bert_keras import BertTokenizer
 
     tokenizer = BertTokenizer(str(vocab))
@@ -94,11 +114,13 @@ def measure_mismatches(texts_by_kind, vocab, length, probe):
         start = time.perf_counter()
         ours, theirs = original_ids(tokenizer, texts, length), mediapipe_ids(probe, texts, length)
         differing = np.flatnonzero((ours != theirs).any(axis=1))
+        normalized = mediapipe_ids(probe, [app_normalized(text) for text in texts], length)
+        still = int((ours != normalized).any(axis=1).sum())
         causes = Counter(cause(texts[i]) for i in differing)
-        rows.append((kind, len(texts), len(differing), causes))
+        rows.append((kind, len(texts), len(differing), still, causes))
         print(
-            f"{kind}: {len(differing)} of {len(texts)} rows differ ({100 * len(differing) / len(texts):.1f}%) "
-            f"[{time.perf_counter() - start:.0f} s]",
+            f"{kind}: {len(differing)} of {len(texts)} rows differ ({100 * len(differing) / len(texts):.1f}%), "
+            f"{still} after app_normalized [{time.perf_counter() - start:.0f} s]",
             flush=True,
         )
         for reason, count in causes.most_common(4):
@@ -160,9 +182,11 @@ def main():
         tokenizer_probe(vocabulary, args.seq_length, probe)
         rows = measure_mismatches(texts_by_kind, args.vocab, args.seq_length, probe)
         rows += measure_mismatches(kinds(by_language=True), args.vocab, args.seq_length, probe)
-        print(f"\n| text | rows | other ids than the original (MediaPipe, {args.seq_length} tokens) |\n|---|---|---|")
-        for kind, count, differing, _ in rows:
-            print(f"| {kind} | {count:,} | {100 * differing / count:.1f}% ({differing}) |")
+        print(f"\n| text | rows | other ids than the original ({args.seq_length} tokens) | after app_normalized |")
+        print("|---|---|---|---|")
+        for kind, count, *differing, _ in rows:
+            shares = " | ".join(f"{100 * part / count:.1f}% ({part})" for part in differing)
+            print(f"| {kind} | {count:,} | {shares} |")
         if args.embedder:
             measure_embedder(args.embedder, texts_by_kind, args.embedder_seq_length, args.sample, scratch)
 
