@@ -3,19 +3,25 @@ our class names come back, scores and embeddings equal the Keras model's on the 
 original tokenizer gives, and MediaPipe's tokenizer is checked against ours through the
 tokenizer probe."""
 
+import dataclasses
 import io
 import zipfile
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from harness import VOCAB, tiny_encoder, tiny_preprocessor
+from harness import TINY, VOCAB, tiny_encoder, tiny_preprocessor
 
-from bert_keras import BertClassifier, BertPreprocessor, BertTextEmbedder, BertTokenClassifier, BertTokenizer
+from bert_keras import (
+    BertClassifier,
+    BertEncoder,
+    BertPreprocessor,
+    BertTextEmbedder,
+    BertTokenClassifier,
+    BertTokenizer,
+)
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.serving import mediapipe_metadata
-
-pytest.importorskip("mediapipe.tasks.python.text")
 
 # Lowercased by MediaPipe and split as the original does: both give the same ids.
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "", "who did go home, john?", "A GOOD FILM!", "paris 中文"]
@@ -144,3 +150,16 @@ def test_cli_exports_for_mediapipe_with_labels(tmp_path, capsys):
         assert task(["the quick brown fox"])[1] == ["x", "y", "z"]
     assert cli(["export", fixture, "--format", "onnx", "--mediapipe", "--out", str(tmp_path / "m.onnx")]) == 2
     assert "--mediapipe is an option of --format litert" in capsys.readouterr().err
+
+
+def test_int8_export_runs_in_mediapipe(tmp_path):
+    """LiteRT's dynamic-range int8 file (matrices big enough to quantize) runs in MediaPipe,
+    close to float32 and smaller."""
+    model = BertClassifier(BertEncoder(dataclasses.replace(TINY, hidden_size=64, intermediate_size=256)), num_classes=2)
+    sizes = {}
+    for quantize in (None, "int8"):
+        path = tmp_path / f"{quantize}.tflite"
+        difference, names = mediapipe_metadata.export_checked(model, tiny_preprocessor(), path, quantize=quantize)
+        sizes[quantize] = path.stat().st_size
+    assert names == ["0", "1"] and 0 < difference < 0.05
+    assert sizes["int8"] < 0.5 * sizes[None]
