@@ -239,6 +239,6 @@ def run_mediapipe(args, model, preprocessor):
     print(f"  ran in MediaPipe's {task}; largest difference from Keras: {difference:.2e}")
     print(
         "  MediaPipe tokenizes in the app: it lowercases ASCII only and keeps accents, so text other than plain "
-        "English may get other ids than the original tokenizer (docs/deploy.md gives the measured rates)"
+        "English gets other ids than the original tokenizer unless the app normalises it first (docs/deploy.md)"
     )
     return 0
