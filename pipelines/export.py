@@ -235,6 +235,8 @@ def run_mediapipe(args, model, preprocessor):
     path = Path(args.out)
     kind = "float32" if args.quantize is None else args.quantize
     print(f"exported {type(model).__name__} to {path} (MediaPipe Tasks, {kind}, {path.stat().st_size / 1e6:.1f} MB)")
+    length = mediapipe_metadata.packed_length(preprocessor, args.max_seq_length)
+    print(f"  inputs: ids, mask, segment_ids int32 [1, {length}]: every text padded or cut to {length} tokens")
     task = "TextEmbedder" if labels is None else f"TextClassifier, labels {', '.join(labels)}"
     print(f"  ran in MediaPipe's {task}; largest difference from Keras: {difference:.2e}")
     print(

@@ -79,14 +79,19 @@ def mediapipe_function(signature, seq_length=None):
         raise ValueError(f"MediaPipe's text tasks run a {kinds}, not a {type(model).__name__}")
     if output == "probabilities" and model.num_classes == 1:
         raise ValueError("MediaPipe's TextClassifier answers class scores; this BertClassifier is a regression")
-    packer = signature.preprocessor.packer
-    length = int(seq_length or packer.seq_length or packer.max_seq_length)
+    length = packed_length(signature.preprocessor, seq_length)
 
     def serve(input_word_ids, input_mask, input_type_ids):
         packed = dict(zip(INPUT_NAMES, (input_word_ids, input_mask, input_type_ids)))
         return {output: signature.from_ids(packed, signature.run)[output]}
 
     return serve, [tf.TensorSpec([1, length], tf.int32, name=name) for name in INPUT_NAMES]
+
+
+def packed_length(preprocessor, seq_length=None):
+    """The ids MediaPipe packs each text into: `seq_length`, else the preprocessor's fixed
+    length, else its longest."""
+    return int(seq_length or preprocessor.packer.seq_length or preprocessor.packer.max_seq_length)
 
 
 def export_checked(model, preprocessor, path, labels=None, seq_length=None, quantize=None, texts=deploy.CHECK_TEXTS):

@@ -145,7 +145,7 @@ def test_cli_exports_for_mediapipe_with_labels(tmp_path, capsys):
     command = ["export", fixture, "--format", "litert", "--mediapipe", "--labels", "x", "y", "z", "--out", str(out)]
     assert cli(command) == 0
     printed = capsys.readouterr().out
-    assert "MediaPipe" in printed and "labels x, y, z" in printed
+    assert "MediaPipe" in printed and "labels x, y, z" in printed and "int32 [1, 12]" in printed  # its seq_length
     with mediapipe_metadata.MediaPipeTask(out) as task:
         assert task(["the quick brown fox"])[1] == ["x", "y", "z"]
     assert cli(["export", fixture, "--format", "onnx", "--mediapipe", "--out", str(tmp_path / "m.onnx")]) == 2
