@@ -3,7 +3,7 @@
 Every function returns a list[str], the same on every run (sorted sources, a seeded sample):
 
 * `squad_questions()`, `squad_paragraphs()`: SQuAD v1.1 dev (typed questions; Wikipedia
-  paragraphs), from ../shared/data.
+  paragraphs), from ../shared/data; `squad_pairs()`: (question, paragraph) tuples.
 * `typographic_messages()`: English program messages with typographic quotes and
   apostrophes, from the GNU `en@quot` gettext catalogs installed on the machine.
 * `program_messages(languages)`: translated program messages from the installed gettext
@@ -49,6 +49,11 @@ def squad_questions(path=None):
 
 def squad_paragraphs(path=None):
     return [paragraph["context"] for paragraph in _squad_paragraphs(path)]
+
+
+def squad_pairs(path=None):
+    """(question, its paragraph) for each SQuAD dev question: text pairs as a reranker gets them."""
+    return [(qa["question"], paragraph["context"]) for paragraph in _squad_paragraphs(path) for qa in paragraph["qas"]]
 
 
 def typographic_messages(count=2000, locales=LOCALES):
