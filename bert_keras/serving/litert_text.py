@@ -21,10 +21,11 @@ numbers and the original's rules are applied as a table:
    than `max_chars_per_word` characters become `unk_token`, as in the original.
 
 One thing per-character rules cannot do: NFD reorders combining marks by their combining
-class, which changes the text only where two marks of which one is not `Mn` (and so is not
-removed) meet, e.g. two of the musical symbols' combining stems. Such rows (uncased only)
-are refused: `exact` is false. Every code point alone and in context equals the original
-(tests/serving/test_litert_text.py, bench/bench_litert_text.py).
+class, which changes the uncased text only where a mark the accent removal keeps (not `Mn`)
+follows another such mark of a higher class in one run of marks, e.g. two of the musical
+symbols' combining stems. Such rows are refused: `exact` is false. Every code point alone
+and in context equals the original (tests/serving/test_litert_text.py,
+bench/bench_litert_text.py --code-points).
 """
 
 import functools
@@ -41,7 +42,7 @@ CODE_POINTS = 0x110000
 BLOCK = 256
 SIGMA, FINAL_SIGMA = 0x3A3, 0x3C2
 # Columns of the behaviour table: a code point's outputs are OUTPUT.. + RELATIVE * code point.
-REMOVED, SPACE, CJK, CASED, IGNORABLE, SIGMA_MARK, STARTS_MARK, ENDS_MARK, HEAVY_MARK, LOW_CLASS, HIGH_CLASS = range(11)
+REMOVED, SPACE, CJK, CASED, IGNORABLE, SIGMA_MARK, STARTS_MARK, ENDS_MARK, FIRST_KEPT_MARK, LAST_KEPT_MARK = range(10)
 COUNT, RELATIVE = 11, 12
 OUTPUTS = 4  # at most this many characters come out of one (uncased: a Hangul syllable's 3 jamo)
 OUTPUT = 13
@@ -85,9 +86,10 @@ def behaviour(code, lower_case):
         row[SIGMA_MARK] = int(code == SIGMA)
         row[STARTS_MARK] = int(unicodedata.combining(decomposed[0]) > 0)
         row[ENDS_MARK] = int(unicodedata.combining(decomposed[-1]) > 0)
-        row[HEAVY_MARK] = int(any(unicodedata.combining(c) and unicodedata.category(c) != "Mn" for c in decomposed))
-        classes = [unicodedata.combining(c) for c in decomposed if unicodedata.combining(c)]
-        row[LOW_CLASS], row[HIGH_CLASS] = (min(classes), max(classes)) if classes else (256, 0)
+        # The combining classes of the first and last marks the accent removal keeps (not `Mn`).
+        kept = [unicodedata.combining(c) for c in decomposed if unicodedata.category(c) != "Mn"]
+        kept = [combining for combining in kept if combining] or [0]
+        row[FIRST_KEPT_MARK], row[LAST_KEPT_MARK] = kept[0], kept[-1]
     if len(outputs) > OUTPUTS or any(c.isspace() or is_removed(c) for c in outputs):
         raise ValueError(f"U+{code:04X} becomes {outputs!r}, which the LiteRT tokenizer cannot write")
     row[COUNT] = len(outputs)
@@ -155,6 +157,23 @@ def decode_utf8(values, rows):
     return tf.gather(code, kept), tf.gather(rows, kept)
 
 
+def neighbours(marked, groups):
+    """For each position, the index of the nearest `marked` one before it and after it in
+    the same group (`groups` sorted), or `size` (a sentinel) where there is none."""
+    size = tf.size(groups)
+    counted = tf.cast(marked, tf.int32)
+    positions = tf.concat([tf.cast(tf.where(marked)[:, 0], tf.int32), tf.reshape(size, [1])], 0)
+    before = tf.cumsum(counted, exclusive=True)
+    previous = tf.where(before > 0, tf.gather(positions, tf.maximum(before - 1, 0)), size)
+    after = tf.gather(positions, before + counted)
+    with_sentinel = tf.concat([groups, [-1]], 0)
+
+    def in_group(index):
+        return tf.where(tf.equal(tf.gather(with_sentinel, index), groups), index, size)
+
+    return in_group(previous), in_group(after)
+
+
 def _previous(values, fill):
     return tf.concat([tf.reshape(fill, [1]), values[:-1]], 0)
 
@@ -213,37 +232,22 @@ class LiteRTTokenizer:
     def final_sigma(self, table, rows):
         """Whether each character is in Python's Final_Sigma context within its word:
         after a cased character and not before one, case-ignorable ones skipped."""
-        size = tf.size(rows)
-        counted = tf.cast(tf.equal(table[:, IGNORABLE], 0), tf.int32)
-        # Positions of the characters that are not case-ignorable, then a sentinel.
-        positions = tf.concat([tf.cast(tf.where(counted > 0)[:, 0], tf.int32), tf.reshape(size, [1])], 0)
-        sentinel_rows = tf.concat([rows, [-1]], 0)
+        previous, after = neighbours(tf.equal(table[:, IGNORABLE], 0), rows)
         cased = tf.concat([table[:, CASED], [0]], 0)
-        before = tf.cumsum(counted, exclusive=True)
-        previous = tf.gather(positions, tf.maximum(before - 1, 0))
-        after = tf.gather(positions, before + counted)
-
-        def cased_at(position, allowed):
-            same_row = tf.equal(tf.gather(sentinel_rows, position), rows)
-            return tf.logical_and(tf.logical_and(allowed, same_row), tf.equal(tf.gather(cased, position), 1))
-
-        return tf.logical_and(cased_at(previous, before > 0), tf.logical_not(cased_at(after, before >= 0)))
+        before_cased = tf.equal(tf.gather(cased, previous), 1)
+        return tf.logical_and(before_cased, tf.not_equal(tf.gather(cased, after), 1))
 
     def reordered(self, table, rows):
-        """1 where NFD's reordering of combining marks could change the uncased text, else 0:
-        in a run of characters joined by combining marks that holds a mark NFD keeps (not
-        `Mn`), marks of more than one combining class."""
+        """1 where NFD's canonical reordering changes the uncased text, else 0: where a kept
+        mark (not `Mn`) follows one of a higher combining class in the same run of marks."""
         previous = tf.gather(table, tf.maximum(tf.range(tf.size(rows)) - 1, 0))
         same_row = tf.equal(_previous(rows, -1), rows)
         joined = tf.logical_and(tf.equal(table[:, STARTS_MARK] * previous[:, ENDS_MARK], 1), same_row)
-        run = tf.cumsum(1 - tf.cast(joined, tf.int32)) - 1
-        runs = tf.reduce_max(tf.concat([run, [-1]], 0)) + 1
-        size = tf.math.unsorted_segment_sum(tf.ones_like(run), run, runs)
-        heavy = tf.math.unsorted_segment_max(table[:, HEAVY_MARK], run, runs)
-        low = tf.math.unsorted_segment_min(table[:, LOW_CLASS], run, runs)
-        high = tf.math.unsorted_segment_max(table[:, HIGH_CLASS], run, runs)
-        mixed = tf.logical_and(tf.logical_and(size > 1, heavy > 0), tf.logical_and(high > 0, low < high))
-        return tf.gather(tf.cast(mixed, tf.int32), run)
+        run = tf.cumsum(1 - tf.cast(joined, tf.int32))
+        marked = table[:, FIRST_KEPT_MARK] > 0
+        earlier, _ = neighbours(marked, run)
+        last_class = tf.gather(tf.concat([table[:, LAST_KEPT_MARK], [0]], 0), earlier)
+        return tf.cast(tf.logical_and(marked, last_class > table[:, FIRST_KEPT_MARK]), tf.int32)
 
     def word_strings(self, table, rows, outputs):
         """The normalised words as strings, and each word's row and length in characters."""
