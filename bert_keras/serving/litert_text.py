@@ -175,7 +175,8 @@ def neighbours(marked, groups):
 
 
 def _previous(values, fill):
-    return tf.concat([tf.reshape(fill, [1]), values[:-1]], 0)
+    """`values` shifted one place on, `fill` first (empty stays empty)."""
+    return tf.concat([tf.reshape(fill, [1]), values], 0)[: tf.size(values)]
 
 
 class LiteRTTokenizer:
@@ -189,6 +190,7 @@ class LiteRTTokenizer:
         self.block_index = tf.constant(block_index)
         self.blocks = tf.constant(blocks)
         self.behaviours = tf.constant(behaviours)
+        self.removed = tf.constant(behaviours[:, REMOVED])
         self.bytes = tf_text.ByteSplitter()
         # A byte vocabulary: ids 1..255 are bytes that start a word, 257..511 bytes that continue it.
         byte_tokens = [bytes([byte]) for byte in range(1, 256)]
@@ -214,16 +216,18 @@ class LiteRTTokenizer:
         splits = tf.cast(split.row_splits, tf.int32)
         values = tf.cast(split.flat_values, tf.int32)
         codes, rows = decode_utf8(values, row_ids(splits, tf.size(values)))
-        table = tf.gather(self.behaviours, self.lookup(codes))
-        kept = tf.where(tf.equal(table[:, REMOVED], 0))[:, 0]
-        codes, rows, table = tf.gather(codes, kept), tf.gather(rows, kept), tf.gather(table, kept)
+        behaviours = self.lookup(codes)
+        kept = tf.where(tf.equal(tf.gather(self.removed, behaviours), 0))[:, 0]
+        codes, rows = tf.gather(codes, kept), tf.gather(rows, kept)
+        table = tf.gather(self.behaviours, tf.gather(behaviours, kept))
         outputs = table[:, OUTPUT:PUNCTUATION] + table[:, RELATIVE : RELATIVE + 1] * codes[:, tf.newaxis]
-        if self.lower_case:
+        exact = tf.fill(tf.reshape(batch, [1]), True)
+        if self.lower_case:  # cased: no lower case, no NFD
             final = tf.logical_and(tf.equal(table[:, SIGMA_MARK], 1), self.final_sigma(table, rows))
             outputs = tf.concat([tf.where(final, FINAL_SIGMA, outputs[:, 0])[:, tf.newaxis], outputs[:, 1:]], 1)
-        refused = tf.math.unsorted_segment_max(self.reordered(table, rows), rows, batch)
+            exact = tf.less_equal(tf.math.unsorted_segment_max(self.reordered(table, rows), rows, batch), 0)
         ids, piece_rows = self.pieces(self.word_strings(table, rows, outputs))
-        return ids, piece_rows, tf.less_equal(refused, 0)
+        return ids, piece_rows, exact
 
     def lookup(self, codes):
         block = tf.gather(self.block_index, codes // BLOCK)
@@ -240,9 +244,8 @@ class LiteRTTokenizer:
     def reordered(self, table, rows):
         """1 where NFD's canonical reordering changes the uncased text, else 0: where a kept
         mark (not `Mn`) follows one of a higher combining class in the same run of marks."""
-        previous = tf.gather(table, tf.maximum(tf.range(tf.size(rows)) - 1, 0))
         same_row = tf.equal(_previous(rows, -1), rows)
-        joined = tf.logical_and(tf.equal(table[:, STARTS_MARK] * previous[:, ENDS_MARK], 1), same_row)
+        joined = tf.logical_and(tf.equal(table[:, STARTS_MARK] * _previous(table[:, ENDS_MARK], 0), 1), same_row)
         run = tf.cumsum(1 - tf.cast(joined, tf.int32))
         marked = table[:, FIRST_KEPT_MARK] > 0
         earlier, _ = neighbours(marked, run)

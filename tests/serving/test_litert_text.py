@@ -103,6 +103,15 @@ def test_real_multilingual_text_and_hard_cases(single, vocab_index):
     assert_original(single, texts + HARD_TEXTS, vocab_index)
 
 
+def test_texts_without_words_and_an_empty_batch(single, vocab_index):
+    """Rows (and whole batches) in which nothing is left to tokenize: empty, removed
+    characters only, spaces only, a lone combining mark."""
+    assert_original(single, ["", "\x00\u200b\ufeff", " \u3000\t", "\u0301"], vocab_index)
+    assert_original(single, ["", "\x00\u200b\ufeff", " \u3000\t", "\u0301", "a b"], vocab_index)
+    rows, exact = tokenize(single[1], text=[])
+    assert rows == [] and exact.tolist() == []
+
+
 def test_code_points_of_every_kind_in_context(single, vocab_index):
     """Every 97th code point: letters of every script, marks, symbols, unassigned and
     private-use code points (bench/bench_litert_text.py --code-points runs them all)."""
