@@ -43,8 +43,13 @@ FORMATS = ("litert", "onnx")
 QUANTIZATIONS = {"litert": ("int8", "float16"), "onnx": ("int8",)}
 TOLERANCE = 1e-4  # float32 exports against Keras
 EXACTNESS_OUTPUT = "tokenized_exactly"
-# The original tokenizer's answers on these equal LiteRT's: the self-check compares on them.
-CHECK_TEXTS = ("The quick brown fox jumps over the lazy dog.", "", "an UNEXPECTEDLY funny, touching film!")
+# The self-check's texts: ASCII, empty, and accents, typographic punctuation, CJK, Greek, a ligature.
+CHECK_TEXTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "",
+    "an UNEXPECTEDLY funny, touching film!",
+    "Ça va? “Très” bien… 東京 ΟΔΟΣ ﬁn",
+)
 # The custom ops of a text-in export, which tf.text's registrar adds to the interpreter.
 TFTEXT_KERNELS = (
     "TFText>ByteSplitWithOffsets",
