@@ -9,11 +9,11 @@ import json
 import numpy as np
 import pytest
 from conftest import DATA, REFERENCE, require
-from harness import TINY
+from harness import TINY, tiny_encoder, tiny_preprocessor
 from original_tokenizer import original_ids
 
 from bench import real_texts
-from bert_keras import BertClassifier, BertEncoder, BertPreprocessor, BertTokenizer
+from bert_keras import BertClassifier, BertEncoder, BertPreprocessor, BertReranker, BertTokenizer
 from bert_keras.serving import deploy
 
 MAX_SEQ_LENGTH = 512
@@ -157,3 +157,16 @@ def test_marks_nfd_would_reorder_are_refused_alone(single, vocab_index):
     if tokenizer.lower_case:
         with pytest.raises(ValueError, match="combining marks"):
             runtime(text=np.array(texts, dtype=object))
+
+
+def test_reranker_takes_query_and_passage_as_text(tmp_path):
+    """A cross-encoder's LiteRT file reads (query, passage) text pairs and scores them as
+    the Keras model does (the export's self-check runs pairs with accents, CJK, Greek)."""
+    model = BertReranker(tiny_encoder())
+    text, differences = deploy.export_checked("litert", model, tiny_preprocessor(), tmp_path / "reranker.tflite")
+    assert text and 0 <= max(differences.values()) <= deploy.TOLERANCE, differences
+    runtime = deploy.predictor("litert", tmp_path / "reranker.tflite")
+    assert runtime.signatures["serving_default"]["inputs"] == sorted(model.segments)
+    queries = np.array(["où est la gare ?", "東京"], dtype=object)
+    outputs = runtime(**dict(zip(model.segments, [queries, queries[::-1]])))
+    assert outputs[deploy.EXACTNESS_OUTPUT].all() and np.isfinite(outputs["scores"]).all()
