@@ -208,13 +208,14 @@ def run_portable(args, model, preprocessor):
         raise ValueError(str(error)) from None  # a user's install, not a bug: one line
     path = Path(args.out)
     kind = "float32" if args.quantize is None else args.quantize
-    inputs = "raw text (`text`)" if text else "packed ids (input_word_ids, input_mask, input_type_ids)"
+    names = ", ".join(f"`{spec.name}`" for spec in deploy.text_specs(segments or ("text",)))
+    inputs = f"raw text ({names})" if text else "packed ids (input_word_ids, input_mask, input_type_ids)"
     print(f"exported {type(model).__name__} to {path} ({args.format}, {kind}, {path.stat().st_size / 1e6:.1f} MB)")
     print(f"  inputs: {inputs}; vocabulary: {path.with_suffix('.vocab.txt')}")
     if text:
         print(
-            "  texts other than printable ASCII (+ tab, newline, return) are refused: `tokenized_exactly` is "
-            "false and their outputs NaN/-1; send their packed ids to an ids export or the SavedModel"
+            "  tokenized in the file as the original BERT tokenizer on any text; a row whose combining marks NFD "
+            "would reorder is refused: `tokenized_exactly` is false and its outputs NaN/-1 (docs/deploy.md)"
         )
     largest = ", ".join(f"{key} {value:.2e}" for key, value in sorted(differences.items()))
     print(f"  loaded in its runtime; largest difference from Keras: {largest}")

@@ -6,15 +6,14 @@ Keras 3 variables the functions read (a `tf.Module` refuses them as untracked), 
 them itself. Freezing in Python first (`convert_variables_to_constants_v2`) is also exact
 but holds several copies of the weights: over 11 GB for BERT-base, about 4 GB this way.
 
-LiteRT takes raw text where the tokenizer's ops have LiteRT kernels: tf.text's
-`FastBertNormalize` and `FastWordpieceTokenize` (registered by
-`tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS`) and packing written in builtin ops.
-They equal the original tokenizer on printable ASCII text (plus tab, newline, carriage
-return); on other text FastBertNormalize differs from the original's Unicode rules (e.g.
-ligatures, full-width forms, final sigma, control characters), so those rows are refused:
-`tokenized_exactly` is false and their outputs are NaN (integers -1, strings empty), never
-a silently different answer. Heads whose text outputs need byte offsets (spans, word tags)
-and text pairs take the packed int32 ids instead, named as the TF Hub encoder's inputs.
+LiteRT takes raw text, one text or a pair (`litert_text`): the original BERT tokenizer's
+rules run inside the file on any text, as builtin ops, a table of every code point and
+tf.text's LiteRT kernels (`ByteSplit`, `FastWordpieceDetokenize`, `FastWordpieceTokenize`,
+registered by `tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS`). The rare row it cannot
+tokenize exactly (combining marks NFD would reorder, see `litert_text`) is refused:
+`tokenized_exactly` is false and its outputs are NaN (integers -1, strings empty), never a
+silently different answer. Heads whose text outputs need byte offsets (spans, word tags)
+take the packed int32 ids instead, named as the TF Hub encoder's inputs.
 
 ONNX goes through tf2onnx 1.17, which converts a TF 2.21 graph except `Erfc` (exact GELU);
 `_erfc` writes it as `1 - Erf`. ONNX has no tokenizer that matches WordPiece exactly here,
@@ -33,10 +32,10 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from bert_keras.checkpoint import write_vocab
 from bert_keras.models.encoder import INPUT_NAMES
+from bert_keras.serving.litert_text import LiteRTPacker
 from bert_keras.serving.serving_tasks import FillMaskSignature, serving_signature
 from bert_keras.tasks.serving_signature import ServingSignature
 
@@ -44,13 +43,22 @@ FORMATS = ("litert", "onnx")
 QUANTIZATIONS = {"litert": ("int8", "float16"), "onnx": ("int8",)}
 TOLERANCE = 1e-4  # float32 exports against Keras
 EXACTNESS_OUTPUT = "tokenized_exactly"
-# The original tokenizer's answers on these equal LiteRT's: the self-check compares on them.
-CHECK_TEXTS = ("The quick brown fox jumps over the lazy dog.", "", "an UNEXPECTEDLY funny, touching film!")
-# Printable ASCII plus tab, newline and carriage return: the rows LiteRT tokenizes exactly.
-EXACT_CHARACTERS = "\t\n\r" + "".join(chr(code) for code in range(0x20, 0x7F))
+# The self-check's texts: ASCII, empty, and accents, typographic punctuation, CJK, Greek, a ligature.
+CHECK_TEXTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "",
+    "an UNEXPECTEDLY funny, touching film!",
+    "Ça va? “Très” bien… 東京 ΟΔΟΣ ﬁn",
+)
 # The custom ops of a text-in export, which tf.text's registrar adds to the interpreter.
-TFTEXT_KERNELS = ("FastBertNormalize", "FastWordpieceTokenizeWithOffsets", "RaggedTensorToTensor")
-_NOT_EXACT = "\u2063"
+TFTEXT_KERNELS = (
+    "TFText>ByteSplitWithOffsets",
+    "TFText>FastWordpieceDetokenize",
+    "FastWordpieceTokenizeWithOffsets",
+    "RaggedTensorToTensor",
+)
+# A text LiteRT refuses (marks of two combining classes that NFD would reorder), uncased.
+REFUSED_TEXT = "\U0001d16d\U0001d165"
 ONNX_OPSET = 17
 
 
@@ -77,10 +85,10 @@ def refuse_windows(model, format):
         )
 
 
-def takes_text(signature, segments):
-    """Whether a LiteRT export can take raw text: one text input, and outputs that
-    depend on the packed ids only (no byte offsets back into the text)."""
-    return len(segments) == 1 and type(signature).from_text is ServingSignature.from_text
+def takes_text(signature):
+    """Whether a LiteRT export can take raw text: outputs that depend on the packed ids
+    only (no byte offsets back into the text)."""
+    return type(signature).from_text is ServingSignature.from_text
 
 
 def ids_function(signature):
@@ -100,20 +108,28 @@ def ids_function(signature):
     return serve_ids, specs
 
 
-def text_function(signature, preprocessor):
-    """Raw text -> the signature's outputs plus `tokenized_exactly`, in LiteRT's ops."""
+def text_function(signature, preprocessor, segments):
+    """Raw texts (one input a segment) -> the signature's outputs plus `tokenized_exactly`,
+    in LiteRT's ops."""
     packer = preprocessor.packer
     max_seq_length = packer.seq_length or packer.max_seq_length
     # A fixed seq_length is a dynamic length rounded up to a multiple of itself.
-    packer = LiteRTPacker(preprocessor.tokenizer, max_seq_length, packer.seq_length or packer.pad_to_multiple_of)
+    multiple = packer.seq_length or packer.pad_to_multiple_of
+    packer = LiteRTPacker(preprocessor.tokenizer, max_seq_length, multiple, packer.truncation)
 
-    def serve_text(text):
-        packed, exact = packer(text)
+    def serve_text(*texts):
+        packed, exact = packer(texts)
         outputs = signature.from_ids(packed, signature.run)
         outputs = {key: refused(value, exact) for key, value in outputs.items() if key not in INPUT_NAMES}
         return {**outputs, EXACTNESS_OUTPUT: exact}
 
-    return serve_text, [tf.TensorSpec([None], tf.string, name="text")], packer
+    return serve_text, text_specs(segments), packer
+
+
+def text_specs(segments):
+    """A text export's inputs: `text` for one segment, else the segments' names."""
+    names = ["text"] if len(segments) == 1 else segments
+    return [tf.TensorSpec([None], tf.string, name=name) for name in names]
 
 
 def refused(value, exact):
@@ -125,57 +141,6 @@ def refused(value, exact):
     return tf.where(tf.reshape(exact, [-1] + [1] * (value.shape.rank - 1)), value, blank)
 
 
-class LiteRTPacker:
-    """Text -> the packed ids `BertPreprocessor` makes for one segment, and whether each
-    row was tokenized exactly, with ops LiteRT runs (tf.text's kernels and builtins)."""
-
-    def __init__(self, tokenizer, max_seq_length, pad_to_multiple_of=1):
-        self.tokenizer = tokenizer
-        self.max_seq_length = int(max_seq_length)
-        self.pad_to_multiple_of = int(pad_to_multiple_of)
-        self.normalizer = tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=tokenizer.lower_case)
-        self.wordpiece = tf_text.FastWordpieceTokenizer(
-            vocab=tokenizer.vocabulary,
-            suffix_indicator="##",
-            max_bytes_per_word=tokenizer.max_chars_per_word,  # ASCII: a byte is a character
-            token_out_type=tf.int32,
-            unknown_token=tokenizer.unk_token,
-            no_pretokenization=False,
-        )
-        # The whole text as one "word" over a vocabulary of the exact characters: any other
-        # character makes it unknown (id 0, a token no ASCII text spells).
-        characters = list(EXACT_CHARACTERS)
-        self.exact_characters = tf_text.FastWordpieceTokenizer(
-            vocab=[_NOT_EXACT] + characters + [f"##{c}" for c in characters],
-            suffix_indicator="##",
-            max_bytes_per_word=1 << 30,
-            token_out_type=tf.int32,
-            unknown_token=_NOT_EXACT,
-            no_pretokenization=True,
-        )
-
-    def __call__(self, text):
-        checked = self.exact_characters.tokenize(text).to_tensor(default_value=1)
-        exact = tf.logical_not(tf.reduce_any(tf.equal(checked, 0), axis=1))
-        pieces = self.wordpiece.tokenize(self.normalizer.normalize(text))
-        budget = self.max_seq_length - 2
-        body = pieces.to_tensor(default_value=self.tokenizer.pad_id, shape=[None, budget])
-        lengths = tf.minimum(tf.cast(pieces.row_lengths(), tf.int32), budget)
-        # As `BertPacker`'s dynamic length: the longest row, rounded up to a multiple.
-        multiple = self.pad_to_multiple_of
-        width = tf.minimum(
-            (tf.reduce_max(tf.concat([lengths, [0]], 0)) + 2 + multiple - 1) // multiple * multiple, budget + 2
-        )
-        batch = tf.shape(body)[0]
-        padding = tf.fill([batch, 1], self.tokenizer.pad_id)
-        word_ids = tf.concat([tf.fill([batch, 1], self.tokenizer.cls_id), body, padding], axis=1)[:, :width]
-        position = tf.range(width)[tf.newaxis, :]
-        word_ids = tf.where(tf.equal(position, lengths[:, tf.newaxis] + 1), self.tokenizer.sep_id, word_ids)
-        input_mask = tf.cast(position < lengths[:, tf.newaxis] + 2, tf.int32)
-        packed = {"input_word_ids": word_ids, "input_mask": input_mask, "input_type_ids": tf.zeros_like(input_mask)}
-        return packed, exact
-
-
 def litert_functions(model, preprocessor, labels=None, segments=None, text=True):
     """{signature key: (graph function, input specs)} of a LiteRT export, and whether it takes text.
 
@@ -184,12 +149,12 @@ def litert_functions(model, preprocessor, labels=None, segments=None, text=True)
     refuse_windows(model, "LiteRT")
     signature = serving_signature(model, preprocessor, labels)
     segments = tuple(segments or getattr(model, "segments", None) or signature.segments)
-    if not (text and takes_text(signature, segments)):
+    if not (text and takes_text(signature)):
         return {"serving_default": ids_function(signature)}, False
-    serve_text, specs, packer = text_function(signature, preprocessor)
+    serve_text, specs, packer = text_function(signature, preprocessor, segments)
 
-    def tokenize(text):
-        packed, exact = packer(text)
+    def tokenize(*texts):
+        packed, exact = packer(texts)
         return {**packed, EXACTNESS_OUTPUT: exact}
 
     return {"serving_default": (serve_text, specs), "tokenize": (tokenize, specs)}, True
@@ -266,9 +231,9 @@ class LiteRTPredictor:
         if EXACTNESS_OUTPUT in outputs and not outputs[EXACTNESS_OUTPUT].all():
             rows = np.flatnonzero(~outputs[EXACTNESS_OUTPUT].astype(bool)).tolist()
             raise ValueError(
-                f"{self.path}: rows {rows} hold characters other than printable ASCII, tab, newline and "
-                "carriage return, which LiteRT's tokenizer does not split as the original BERT tokenizer; "
-                "send their packed ids to an ids export (or the SavedModel) instead"
+                f"{self.path}: rows {rows} hold combining marks of several classes side by side, which "
+                "LiteRT's tokenizer does not order as the original BERT tokenizer's NFD; send their packed "
+                "ids to an ids export (or the SavedModel) instead"
             )
         return outputs
 
@@ -340,12 +305,14 @@ def check_export(format, path, model, preprocessor, labels=None, segments=None, 
     texts = [tf.constant(list(texts))] * len(segments)
     if format == "litert" and "tokenize" in runtime.signatures:
         expected = signature.from_text(texts, signature.run)
-        outputs = runtime(text=texts[0].numpy().astype(object))
-        try:
-            runtime(text=np.array(["caf\u00e9"], dtype=object))
-            raise AssertionError(f"{path} answered a text it cannot tokenize exactly")
-        except ValueError:
-            pass
+        names = [spec.name for spec in text_specs(segments)]
+        outputs = runtime(**{name: text.numpy().astype(object) for name, text in zip(names, texts)})
+        if preprocessor.tokenizer.lower_case:
+            try:
+                runtime(**{name: np.array([REFUSED_TEXT], dtype=object) for name in names})
+                raise AssertionError(f"{path} answered a text it cannot tokenize exactly")
+            except ValueError:
+                pass
     else:
         packed = _ids_like(signature, preprocessor(texts))
         expected = signature.from_ids(packed, signature.run)

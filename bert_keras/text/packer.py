@@ -234,10 +234,10 @@ def balanced_lengths(lengths, budget):
     num_segments = lengths.shape[1]
     shortest_first = tf.sort(lengths, axis=1)
     shortest_sums = tf.cumsum(shortest_first, axis=1, exclusive=True)
-    cap = tf.reduce_max((budget - shortest_sums) // tf.range(num_segments, 0, -1, dtype=tf.int64), axis=1)
+    cap = tf.reduce_max((budget - shortest_sums) // tf.range(num_segments, 0, -1, dtype=lengths.dtype), axis=1)
     cap = tf.maximum(cap, 0)[:, tf.newaxis]
     kept = tf.minimum(lengths, cap)
     left_over = budget - tf.reduce_sum(kept, axis=1, keepdims=True)
-    cut = tf.cast(lengths > cap, tf.int64)
-    extra = cut * tf.cast(tf.cumsum(cut, axis=1, exclusive=True) < left_over, tf.int64)
+    cut = tf.cast(lengths > cap, lengths.dtype)
+    extra = cut * tf.cast(tf.cumsum(cut, axis=1, exclusive=True) < left_over, lengths.dtype)
     return kept + extra
