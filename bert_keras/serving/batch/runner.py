@@ -43,8 +43,8 @@ def predict_files(
     compute_dtype=None,
     stream=None,
 ):
-    """Predicts every row of `inputs` (files or globs) with `model` (a path, or a model
-    already loaded) into `output` (.jsonl, .tsv or .npy), resuming a run of the same
+    """Predicts every row of `inputs` (files or globs) with `model` (a path, a model
+    already loaded, or a `predictor_for` one, whose own options then hold) into `output` (.jsonl, .tsv or .npy), resuming a run of the same
     arguments that was stopped. `columns` maps the model's segment names to input
     columns; `id_column` names the rows' ids (default FILE:LINE); `top_k` is a fill-mask
     model's fillers a mask. Progress lines go to
@@ -78,7 +78,10 @@ def _fingerprint(path):
 
 def predictor_for(model, batch_size, all_scores, max_seq_length, doc_stride, top_k, compute_dtype=None):
     """A `SavedModelPredictor` for an export, else a `BatchPredictor` of the model (or the
-    one at that path), computing in `compute_dtype` (None: the model's own)."""
+    one at that path), computing in `compute_dtype` (None: the model's own); a predictor
+    built before is used as it is (many runs share its traced function)."""
+    if isinstance(model, (BatchPredictor, SavedModelPredictor)):
+        return model
     if isinstance(model, (str, Path)) and saved_model_dir(model) is not None:
         if max_seq_length is not None or doc_stride is not None or compute_dtype is not None:
             raise ValueError(f"{model} is an export: its length, windows and dtype were fixed when it was exported")
