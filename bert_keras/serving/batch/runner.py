@@ -44,11 +44,13 @@ def predict_files(
     stream=None,
 ):
     """Predicts every row of `inputs` (files or globs) with `model` (a path, a model
-    already loaded, or a `predictor_for` one, whose own options then hold) into `output` (.jsonl, .tsv or .npy), resuming a run of the same
-    arguments that was stopped. `columns` maps the model's segment names to input
-    columns; `id_column` names the rows' ids (default FILE:LINE); `top_k` is a fill-mask
-    model's fillers a mask. Progress lines go to
-    `stream` (stderr). Returns a summary: rows, errors, truncated rows and the notice."""
+    already loaded, or a `predictor_for` one, whose own options then hold) into `output`
+    (.jsonl, .tsv or .npy), resuming a run of the same arguments that was stopped.
+    `columns` maps the model's segment names to input columns; `id_column` names the
+    rows' ids (default FILE:LINE); `top_k` is a fill-mask model's fillers a mask;
+    `compute_dtype="bfloat16"` computes in bfloat16 (faster on CPUs with bfloat16 units;
+    records stay float32). Progress lines go to `stream` (stderr). Returns a summary:
+    rows, errors, truncated rows and the notice."""
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
     if chunk_size < 1 or batch_size < 1:
