@@ -24,8 +24,9 @@ Peers run in an interpreter with torch, transformers and sentence-transformers:
     python -m venv /work/sidevenv && /work/sidevenv/bin/pip install torch==2.13.0 transformers sentence-transformers
     python bench/bench_predict.py --peer-python /work/sidevenv/bin/python
 
-A full run takes about 15 minutes on 2 cores; `--rows`, `--scale`, `--beam-rows` and
-`--resume-rows` size it, `--skip-*` leave parts out.
+`--rows`, `--scale`, `--beam-rows` and `--resume-rows` size it, `--skip-*` leave parts out.
+The peers dominate the time: on the shared 2-core machine under load (load average 9-18),
+`--rows 500 --scale 1000,10000,30000 --beam-rows 1000 --resume-rows 5000` took 43 minutes.
 """
 
 import argparse
