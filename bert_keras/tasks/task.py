@@ -53,13 +53,21 @@ def preprocess_function(task):
 def output_layer(encoder, units, name, per_token=False):
     """A head's new float32 Dense over the encoder's features (pooled, or every token's),
     built, with the original's truncated normal (stddev `initializer_range`, 0.02)."""
+    hidden = encoder.config.hidden_size
+    return dense_output(
+        units, name, encoder.config.initializer_range, (None, None, hidden) if per_token else (None, hidden)
+    )
+
+
+def dense_output(units, name, initializer_range, input_shape):
+    """`output_layer` on inputs of `input_shape` (a head whose features are not the encoder's)."""
     layer = keras.layers.Dense(
         units,
-        kernel_initializer=keras.initializers.TruncatedNormal(stddev=encoder.config.initializer_range),
+        kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
         dtype="float32",
         name=name,
     )
-    layer.build((None, None, encoder.config.hidden_size) if per_token else (None, encoder.config.hidden_size))
+    layer.build(input_shape)
     return layer
 
 
