@@ -2,7 +2,7 @@
 two-layer bidirectional LSTM, then the fine-tuning tagger's tag layer.
 
 The encoder is never trained, so its features can be computed once and the task model
-(`FeatureTaggingHead`) trained on them for many epochs (`bert_keras.recipes.feature_based`);
+(`FeatureBiLSTM`) trained on them for many epochs (`bert_keras.recipes.feature_based`);
 the whole `BertFeatureTagger` (encoder + head) is what is saved and tags raw text. Labels
 and predictions are the `BertTokenClassifier`'s: each word's tag at its first piece.
 """
@@ -10,7 +10,7 @@ and predictions are the `BertTokenClassifier`'s: each word's tag at its first pi
 import keras
 import tensorflow as tf
 
-from bert_keras.tasks.task import BertTask, dense_output
+from bert_keras.tasks.task import BertTask, output_layer
 from bert_keras.tasks.token_classifier import BertTokenClassifier, document_logits
 
 EMBEDDINGS = "embeddings"
@@ -78,34 +78,21 @@ class LayerMix(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
-class FeatureTaggingHead(keras.layers.Layer):
-    """The task model on stacked features `[B, L, n, H]` and `input_mask` `[B, L]`:
-    `LayerMix`, `lstm_layers` bidirectional LSTMs of `lstm_units` a direction over the
-    real tokens, dropout, then the tag layer -> float32 logits `[B, L, num_classes]`."""
+class FeatureBiLSTM(keras.layers.Layer):
+    """The task model's body on stacked features `[B, L, n, H]` and `input_mask` `[B, L]`:
+    `LayerMix`, then `lstm_layers` bidirectional LSTMs of `lstm_units` a direction over the
+    real tokens -> `[B, L, 2 * lstm_units]`."""
 
-    def __init__(
-        self,
-        num_classes,
-        combine="concat",
-        lstm_units=768,
-        lstm_layers=2,
-        dropout=0.1,
-        initializer_range=0.02,
-        **kwargs,
-    ):
+    def __init__(self, combine="concat", lstm_units=768, lstm_layers=2, **kwargs):
         super().__init__(**kwargs)
         if lstm_units < 1 or lstm_layers < 1:
             raise ValueError(f"lstm_units and lstm_layers must be positive, got {lstm_units} and {lstm_layers}")
-        self.num_classes, self.combine = int(num_classes), combine
-        self.lstm_units, self.lstm_layers, self.dropout_rate = int(lstm_units), int(lstm_layers), float(dropout)
-        self.initializer_range = float(initializer_range)
+        self.combine, self.lstm_units, self.lstm_layers = combine, int(lstm_units), int(lstm_layers)
         self.mix = LayerMix(combine, name="mix")
         self.lstms = [
             keras.layers.Bidirectional(keras.layers.LSTM(self.lstm_units, return_sequences=True), name=f"bilstm_{i}")
             for i in range(self.lstm_layers)
         ]
-        self.dropout = keras.layers.Dropout(dropout)
-        self.logits = None
 
     def build(self, features_shape, mask_shape=None):
         num_layers, width = features_shape[-2], features_shape[-1]
@@ -114,32 +101,24 @@ class FeatureTaggingHead(keras.layers.Layer):
         for lstm in self.lstms:
             lstm.build((None, None, width))
             width = 2 * self.lstm_units
-        self.logits = dense_output(self.num_classes, "logits", self.initializer_range, (None, None, width))
 
     def call(self, features, input_mask, training=None):
         mask = tf.cast(input_mask, tf.bool)
         hidden = self.mix(features)
         for lstm in self.lstms:
             hidden = lstm(hidden, mask=mask, training=training)
-        return self.logits(self.dropout(hidden, training=training))
+        return hidden
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "num_classes": self.num_classes,
-            "combine": self.combine,
-            "lstm_units": self.lstm_units,
-            "lstm_layers": self.lstm_layers,
-            "dropout": self.dropout_rate,
-            "initializer_range": self.initializer_range,
-        }
+        config = {"combine": self.combine, "lstm_units": self.lstm_units, "lstm_layers": self.lstm_layers}
+        return {**super().get_config(), **config}
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
 class BertFeatureTagger(BertTokenClassifier):
     """A `BertTokenClassifier` whose frozen encoder only gives features: the chosen
     `layers` (`hidden_state_indices`), combined by `combine`, go through a
-    `FeatureTaggingHead` (the paper: two layers of 768 units a direction).
+    `FeatureBiLSTM` (the paper: two layers of 768 units a direction).
 
     Call: packed dict of int `[B, L]` -> float32 logits `[B, L, K]` (windows `[B, W, L]`
     as the classifier's, for `tag`). `features(packed)` gives the head's input, the
@@ -168,11 +147,10 @@ class BertFeatureTagger(BertTokenClassifier):
         self.hidden_states = hidden_state_indices(layers, encoder.config.num_hidden_layers)
         self.layer_names = [layer if layer == EMBEDDINGS else int(layer) for layer in layers]
         encoder.trainable = False
-        config = encoder.config
-        self.head = FeatureTaggingHead(
-            num_classes, combine, lstm_units, lstm_layers, dropout, config.initializer_range, name="tagging_head"
-        )
-        self.head.build((None, None, len(self.hidden_states), config.hidden_size))
+        self.bilstm = FeatureBiLSTM(combine, lstm_units, lstm_layers, name="bilstm")
+        self.bilstm.build((None, None, len(self.hidden_states), encoder.config.hidden_size))
+        self.dropout = keras.layers.Dropout(dropout)
+        self.logits = output_layer(encoder, num_classes, "logits", per_token=True, width=2 * self.bilstm.lstm_units)
         self.built = True
 
     def features(self, inputs, hidden_states=None):
@@ -190,7 +168,12 @@ class BertFeatureTagger(BertTokenClassifier):
     def call(self, inputs, training=None):
         if inputs["input_word_ids"].shape.rank == 3:
             raise ValueError("BertFeatureTagger takes packed [batch, seq] inputs; tag() reads long texts in windows")
-        return self.head(self.features(inputs), inputs["input_mask"], training=training)
+        return self.tag_logits(self.features(inputs), inputs["input_mask"], training=training)
+
+    def tag_logits(self, features, input_mask, training=None):
+        """The trained part: `features` (`features(...)`'s) and `input_mask` -> logits `[B, L, K]`."""
+        hidden = self.bilstm(features, input_mask, training=training)
+        return self.logits(self.dropout(hidden, training=training))
 
     def windowed_logits(self, inputs, doc_stride, training=None):
         """Each window tagged on its own, then the documents' logits (`document_logits`)."""
@@ -203,9 +186,9 @@ class BertFeatureTagger(BertTokenClassifier):
         config = super().get_config()
         for name in ("doc_stride", "max_windows"):
             config.pop(name)
-        head = self.head
-        config.update(layers=self.layer_names, combine=head.combine, lstm_units=head.lstm_units)
-        return {**config, "lstm_layers": head.lstm_layers}
+        bilstm = self.bilstm
+        config.update(layers=self.layer_names, combine=bilstm.combine, lstm_units=bilstm.lstm_units)
+        return {**config, "lstm_layers": bilstm.lstm_layers}
 
     def head_weight_map(self):
         return []

@@ -50,24 +50,16 @@ def preprocess_function(task):
     return function
 
 
-def output_layer(encoder, units, name, per_token=False):
-    """A head's new float32 Dense over the encoder's features (pooled, or every token's),
-    built, with the original's truncated normal (stddev `initializer_range`, 0.02)."""
-    hidden = encoder.config.hidden_size
-    return dense_output(
-        units, name, encoder.config.initializer_range, (None, None, hidden) if per_token else (None, hidden)
-    )
-
-
-def dense_output(units, name, initializer_range, input_shape):
-    """`output_layer` on inputs of `input_shape` (a head whose features are not the encoder's)."""
+def output_layer(encoder, units, name, per_token=False, width=None):
+    """A head's new float32 Dense over the encoder's features (pooled, or every token's; or
+    `width` wide, a head's own layers), with the original's init (truncated normal, 0.02)."""
     layer = keras.layers.Dense(
         units,
-        kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
+        kernel_initializer=keras.initializers.TruncatedNormal(stddev=encoder.config.initializer_range),
         dtype="float32",
         name=name,
     )
-    layer.build(input_shape)
+    layer.build((None,) * (1 + per_token) + (width or encoder.config.hidden_size,))
     return layer
 
 

@@ -67,14 +67,14 @@ def test_training_moves_the_head_and_never_the_encoder(combine):
     assert tagger.features(packed).shape == (3, length, 3, TINY.hidden_size)
     assert tagger(packed).shape == (3, length, 9)
     mixed_width = {"concat": 3 * TINY.hidden_size, "sum": TINY.hidden_size, "weighted": TINY.hidden_size}[combine]
-    assert tagger.head.lstms[0].forward_layer.cell.kernel.shape == (mixed_width, 4 * 6)
-    assert tagger.head.logits.kernel.shape == (2 * 6, 9)
+    assert tagger.bilstm.lstms[0].forward_layer.cell.kernel.shape == (mixed_width, 4 * 6)
+    assert tagger.logits.kernel.shape == (2 * 6, 9)
     encoder_before = [w.numpy().copy() for w in tagger.encoder.weights]
-    head_before = [w.numpy().copy() for w in tagger.head.weights]
+    head_before = [w.numpy().copy() for w in tagger.trainable_weights]
     tagger.compile(optimizer=keras.optimizers.Adam(1e-2))
     tagger.fit(tf.ragged.constant(WORDS), tf.ragged.constant(LABELS), epochs=2, batch_size=3, verbose=0)
     assert all(np.array_equal(b, w.numpy()) for b, w in zip(encoder_before, tagger.encoder.weights))
-    assert all(not np.array_equal(b, w.numpy()) for b, w in zip(head_before, tagger.head.weights))
+    assert all(not np.array_equal(b, w.numpy()) for b, w in zip(head_before, tagger.trainable_weights))
     assert not tagger.encoder.trainable_weights
 
 
@@ -85,7 +85,7 @@ def test_saved_tagger_reloads_frozen_and_tags_raw_words(tmp_path):
     tagger.labels = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
     tagger.save(tmp_path / "tagger.keras")
     loaded = keras.saving.load_model(tmp_path / "tagger.keras")
-    assert loaded.layer_names == [0] and loaded.head.combine == "weighted" and not loaded.encoder.trainable
+    assert loaded.layer_names == [0] and loaded.bilstm.combine == "weighted" and not loaded.encoder.trainable
     packed, _ = tagger.word_start_positions(tf.ragged.constant(WORDS))
     np.testing.assert_allclose(loaded(packed).numpy(), tagger(packed).numpy(), atol=1e-6)
     tags = loaded.tag(WORDS[0])
