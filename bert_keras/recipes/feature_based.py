@@ -44,6 +44,9 @@ class FeatureCache:
         if missing:
             raise ValueError(f"the feature cache holds hidden states {self.hidden_states}, not {missing}")
         picks = [self.hidden_states.index(index) for index in hidden_states]
+        step = picks[1] - picks[0] if len(picks) > 1 else 1
+        if step in (1, -1) and picks == list(range(picks[0], picks[-1] + step, step)):
+            picks = slice(picks[0], None if picks[-1] + step < 0 else picks[-1] + step, step)  # a view, no copy
         return FeatureCache(list(hidden_states), [f[:, picks] for f in self.features], self.targets)
 
 
@@ -178,6 +181,7 @@ def train_feature_tagger(
     output_dir,
     cache=None,
     epochs=5,
+    max_train_steps=None,
     batch_size=32,
     learning_rate=1e-3,
     eval_batch_size=64,
@@ -187,9 +191,9 @@ def train_feature_tagger(
     """Trains the BiLSTM and tag layer of `model` (a `BertFeatureTagger`) on a prepared `ConllData`: the
     features computed once (`cache_tagging_features`, unless `cache`, of at least the
     model's layers, is given), then `epochs` of Adam at `learning_rate` (gradients clipped
-    to norm 1) with conlleval on the dev set after each. The best epoch's weights stay in
-    `model`, saved whole as `output_dir/best.keras`, with `eval_results.json` and the best
-    epoch's `predictions.txt`. Returns a `FinetuningRun`."""
+    to norm 1; at most `max_train_steps` steps in all) with conlleval on the dev set after
+    each. The best epoch's weights stay in `model`, saved whole as `output_dir/best.keras`,
+    with `eval_results.json` and the best epoch's `predictions.txt`. Returns a `FinetuningRun`."""
     start = time.perf_counter()
     cache = cache_tagging_features(model, data, batch_size=eval_batch_size) if cache is None else cache
     cache = cache.select(model.hidden_states)
@@ -210,9 +214,10 @@ def train_feature_tagger(
     )
     verbose, progress = fit_progress(verbose)
     start = time.perf_counter()
-    history = trainer.fit(
-        CachedBatches(cache.train, batch_size, seed), epochs=epochs, verbose=verbose, callbacks=[*progress, keeper]
-    )
+    batches = CachedBatches(cache.train, batch_size, seed)
+    steps = min(len(batches), max_train_steps or len(batches))
+    epochs = min(epochs, max(1, (max_train_steps or epochs * steps) // steps))
+    history = trainer.fit(batches, epochs=epochs, steps_per_epoch=steps, verbose=verbose, callbacks=[*progress, keeper])
     keeper.history.append({"cache_seconds": cache_seconds, "train_seconds": round(time.perf_counter() - start, 1)})
     (output_dir / "eval_results.json").write_text(json.dumps(keeper.history, indent=2) + "\n")
     trainer.set_weights(keeper.best_weights)

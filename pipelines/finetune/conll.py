@@ -76,7 +76,6 @@ def feature_arguments(args):
     against the fine-tuning flags it does not take."""
     unused = {
         "--doc-stride": args.doc_stride is not None,
-        "--max-train-steps": args.max_train_steps is not None,
         "--max-train-minutes": args.max_train_minutes is not None,
         "--strategy": args.strategy != "default",
         "a fractional --epochs": args.epochs != int(args.epochs),
@@ -99,6 +98,7 @@ def train_feature_based(args, model, data):
         data,
         output_dir=args.output_dir,
         epochs=int(args.epochs),
+        max_train_steps=args.max_train_steps,
         batch_size=args.batch_size,
         learning_rate=args.learning_rate,
         eval_batch_size=args.eval_batch_size,
