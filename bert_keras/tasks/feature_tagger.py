@@ -90,7 +90,9 @@ class FeatureBiLSTM(keras.layers.Layer):
         self.combine, self.lstm_units, self.lstm_layers = combine, int(lstm_units), int(lstm_layers)
         self.mix = LayerMix(combine, name="mix")
         self.lstms = [
-            keras.layers.Bidirectional(keras.layers.LSTM(self.lstm_units, return_sequences=True), name=f"bilstm_{i}")
+            keras.layers.Bidirectional(
+                keras.layers.LSTM(self.lstm_units, return_sequences=True, name=f"lstm_{i}"), name=f"bilstm_{i}"
+            )
             for i in range(self.lstm_layers)
         ]
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import REFERENCE, require
-from harness import TINY, tiny_encoder, tiny_preprocessor
+from harness import TINY, run_task_test, tiny_encoder, tiny_preprocessor
 
 from bert_keras import BertEncoder
 from bert_keras.tasks.feature_tagger import BertFeatureTagger, LayerMix
@@ -107,3 +107,27 @@ def test_saved_tagger_reloads_frozen_and_tags_raw_words(tmp_path):
 def test_bad_layers_are_a_clear_error(layers, message):
     with pytest.raises(ValueError, match=message):
         BertFeatureTagger(tiny_encoder(), 9, layers=layers)
+
+
+def test_exported_tagger_tags_each_word_at_its_first_piece(tmp_path):
+    tagger = BertFeatureTagger(
+        tiny_encoder(), 3, layers=[-1, "embeddings"], lstm_units=4, preprocessor=tiny_preprocessor()
+    )
+    texts = ["john lives in paris .", "the quick brown fox"]  # whole vocabulary entries: one piece a word
+
+    def check(model, out):
+        logits = model(model.preprocessor(tf.constant(texts))).numpy()
+        for row, text in enumerate(texts):
+            count = len(text.split())
+            assert out["num_words"][row] == count
+            assert out["tag_ids"][row, :count].tolist() == logits[row, 1 : count + 1].argmax(-1).tolist()
+
+    words = tf.ragged.constant([text.split() for text in texts])
+    run_task_test(
+        tagger,
+        tmp_path,
+        words,
+        {"text": texts},
+        check,
+        fit_data=(words, tf.ragged.constant([[1, 0, 0, 2, 0], [0, 0, 0, 1]])),
+    )
