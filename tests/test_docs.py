@@ -86,6 +86,12 @@ TINY = {
     "bert-keras pretrain": PRETRAIN,
     "bert-keras finetune glue": FINETUNE,
     "bert-keras finetune conll": FINETUNE,
+    "bert-keras finetune conll --data-dir conll2003 --output-dir runs/ner-features": [
+        *FINETUNE,
+        "--feature-based=-1,-2",
+        "--lstm-units",
+        "8",
+    ],
     "bert-keras finetune tsv": FINETUNE,
     "bert-keras finetune squad": [
         *FINETUNE,

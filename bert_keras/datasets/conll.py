@@ -241,8 +241,14 @@ def predict_tags(model, sentences, batch_size, contexts=None):
         labels = np.argmax(model.predict_on_batch(packed), axis=-1)
         for row, row_positions in enumerate(positions.to_list()):
             predictions.append([LABELS[labels[row, p]] if p >= 0 else "O" for p in row_positions])
+    return sentence_tags(predictions, contexts)
+
+
+def sentence_tags(predictions, contexts=None):
+    """Tags predicted for the examples (`training_examples`' words) -> each sentence's:
+    with `contexts`, its own words' tags without the context's."""
     if contexts:
-        return [tags[c.first : c.first + c.count] for tags, c in zip(predictions, contexts)]
+        return [tags[c.first : c.first + c.count] for tags, c in zip(predictions, contexts, strict=True)]
     return predictions
 
 
@@ -268,12 +274,10 @@ def tagging_batches(sentences, batch_size, seed, contexts=None):
     return length_grouped_batches((words, labels), lengths, batch_size, shuffle=True, seed=seed)
 
 
-def conll_scores(model, sentences, batch_size, contexts=None):
-    """(conlleval precision, recall, f1 and accuracy of `model`'s tags for `sentences`
-    (tagged among their `contexts` when given, `predict_tags`), the predicted tags)."""
-    predicted = predict_tags(model, sentences, batch_size, contexts)
+def conll_scores(sentences, predicted):
+    """conlleval's precision, recall, f1 and accuracy of `predicted` tags for `sentences`."""
     scores = conlleval([s.tags for s in sentences], predicted)
-    return {name: scores[name] for name in ("precision", "recall", "f1", "accuracy")}, predicted
+    return {name: scores[name] for name in ("precision", "recall", "f1", "accuracy")}
 
 
 class ConllData(TaskData):
@@ -309,8 +313,12 @@ class ConllData(TaskData):
         return tagging_batches(self.train, batch_size, seed, self.train_contexts)
 
     def evaluate(self, model, batch_size):
-        metrics, self.predicted = conll_scores(model, self.dev, batch_size, self.dev_contexts)
-        return metrics
+        return self.score(predict_tags(model, self.dev, batch_size, self.dev_contexts))
+
+    def score(self, predicted):
+        """conlleval of tags `predicted` for the dev sentences, kept for `write_predictions`."""
+        self.predicted = predicted
+        return conll_scores(self.dev, predicted)
 
     def write_predictions(self, output_dir):
         """The last evaluation's tags as `word gold predicted` lines, `predictions.txt`."""

@@ -50,16 +50,16 @@ def preprocess_function(task):
     return function
 
 
-def output_layer(encoder, units, name, per_token=False):
-    """A head's new float32 Dense over the encoder's features (pooled, or every token's),
-    built, with the original's truncated normal (stddev `initializer_range`, 0.02)."""
+def output_layer(encoder, units, name, per_token=False, width=None):
+    """A head's new float32 Dense over the encoder's features (pooled, or every token's; or
+    `width` wide, a head's own layers), with the original's init (truncated normal, 0.02)."""
     layer = keras.layers.Dense(
         units,
         kernel_initializer=keras.initializers.TruncatedNormal(stddev=encoder.config.initializer_range),
         dtype="float32",
         name=name,
     )
-    layer.build((None, None, encoder.config.hidden_size) if per_token else (None, encoder.config.hidden_size))
+    layer.build((None,) * (1 + per_token) + (width or encoder.config.hidden_size,))
     return layer
 
 

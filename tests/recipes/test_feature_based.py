@@ -1,0 +1,100 @@
+"""The feature-based CoNLL-2003 run (`train_feature_tagger`, `finetune conll --feature-based`)
+on a tiny encoder and the first sentences of the real files: the encoder runs once over
+the data whatever the epochs, the saved tagger tags raw words as the run scored them, and
+bad layer lists are clear errors."""
+
+import json
+
+import keras
+import pytest
+import tensorflow as tf
+from conftest import DATA, require
+
+from bert_keras import BertConfig, BertEncoder
+from bert_keras.datasets.conll import ConllData, conlleval, predict_tags, read_conll
+from bert_keras.recipes.feature_based import cache_tagging_features, train_feature_tagger
+from bert_keras.tasks.feature_tagger import BertFeatureTagger
+from bert_keras_cli.cli import main as cli
+
+CONLL = DATA / "conll2003"
+
+
+@pytest.fixture(scope="module")
+def tiny_conll(tmp_path_factory):
+    """(data folder of eng.train's first 80 and eng.testa's first 40 lines, a tiny encoder .keras)."""
+    folder = tmp_path_factory.mktemp("conll")
+    for split, lines in (("train", 80), ("testa", 40)):
+        text = require(CONLL / f"eng.{split}").read_text().splitlines()[:lines]
+        (folder / f"eng.{split}").write_text("\n".join(text) + "\n")
+    init = folder / "encoder.keras"
+    keras.utils.set_random_seed(0)
+    BertEncoder(BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=2)).save(init)
+    return folder, init
+
+
+def tagger(init, **arguments):
+    return BertFeatureTagger.from_checkpoint(
+        init, vocab=require(DATA / "vocab" / "vocab.txt"), seq_length=None, num_classes=9, lstm_units=8, **arguments
+    )
+
+
+def count_encoded_rows(model):
+    """A variable counting the rows the model's encoder runs on, in graphs as eagerly."""
+    rows = tf.Variable(0, dtype=tf.int64, trainable=False)
+    call = model.encoder.call
+
+    def counted(inputs, *args, **kwargs):
+        rows.assign_add(tf.shape(inputs["input_word_ids"], out_type=tf.int64)[0])
+        return call(inputs, *args, **kwargs)
+
+    model.encoder.call = counted
+    return rows
+
+
+def test_features_are_computed_once_and_the_saved_tagger_tags_as_scored(tiny_conll, tmp_path):
+    folder, init = tiny_conll
+    data = ConllData(folder)
+    model = tagger(init, layers=[-1, "embeddings"], combine="weighted")
+    rows = count_encoded_rows(model)
+    run = train_feature_tagger(model, data, output_dir=tmp_path, epochs=3, batch_size=4, eval_batch_size=8, verbose=0)
+    assert int(rows.numpy()) == data.train_size + data.dev_size  # once, for 3 epochs of training and scoring
+    assert len(run.evaluations) == 4 and run.evaluations[-1]["cache_seconds"] >= 0
+    loaded = keras.saving.load_model(tmp_path / "best.keras")
+    gold = read_conll(folder / "eng.testa")
+    predicted = predict_tags(loaded, gold, 8)  # from raw words, the encoder run again
+    assert conlleval([s.tags for s in gold], predicted)["f1"] == pytest.approx(run.best["f1"])
+    lines = [line.split()[2] for line in (tmp_path / "predictions.txt").read_text().splitlines() if line]
+    assert lines == [tag for tags in predicted for tag in tags]
+
+
+def test_a_cache_of_all_layers_serves_each_choice(tiny_conll):
+    folder, init = tiny_conll
+    data = ConllData(folder, max_examples=6)
+    everything = tagger(init, layers=["embeddings", 0, 1])
+    cache = cache_tagging_features(everything, data, verbose=0)
+    last_two = tagger(init, layers=[-1, -2])
+    alone = cache_tagging_features(last_two, data, verbose=0)
+    picked = cache.select(last_two.hidden_states)
+    for a, b in zip(picked.train.features + picked.dev.features, alone.train.features + alone.dev.features):
+        assert a.shape == b.shape and abs(a.astype("float32") - b.astype("float32")).max() < 1e-2  # float16
+    assert [t.tolist() for t in picked.train.targets] == [t.tolist() for t in alone.train.targets]
+    with pytest.raises(ValueError, match="holds hidden states"):
+        alone.select([0])
+
+
+def test_finetune_conll_feature_based_command(tiny_conll, tmp_path, capsys):
+    folder, init = tiny_conll
+    vocab = str(require(DATA / "vocab" / "vocab.txt"))
+    common = ["finetune", "conll", "--data-dir", str(folder), "--init", str(init), "--vocab", vocab, "--verbose", "0"]
+    flags = ["--feature-based=-1,-2", "--combine", "concat", "--lstm-units", "8", "--batch-size", "4", "--epochs", "2"]
+    assert cli([*common, "--output-dir", str(tmp_path / "run"), *flags]) == 0
+    assert "feature-based: layers [-1, -2] (concat), BiLSTM 2x8" in capsys.readouterr().out
+    history = json.loads((tmp_path / "run" / "eval_results.json").read_text())
+    assert [h["epoch"] for h in history[:2]] == [1, 2]
+    loaded = keras.saving.load_model(tmp_path / "run" / "best.keras")
+    assert isinstance(loaded, BertFeatureTagger) and loaded.hidden_states == [2, 1]
+    best = json.loads((tmp_path / "run" / "best_metrics.json").read_text())
+    assert best["f1"] == max(h["f1"] for h in history[:2])
+    for layers, message in (("=5", "out of range"), ("=,", "none given")):
+        assert cli([*common, "--output-dir", str(tmp_path / layers[1:]), f"--feature-based{layers}"]) != 0
+        assert message in capsys.readouterr().err
