@@ -23,6 +23,7 @@ import tensorflow as tf
 from bert_keras.data.pretraining_inputs import PretrainingInputs
 from bert_keras.models.dtype import with_dtype
 from bert_keras.models.saving import save_checkpoint
+from bert_keras.recipes.compilation import resolve_jit_compile
 from bert_keras.text.tokenizer import BertTokenizer
 from bert_keras.text.vocab import check_vocabulary
 from bert_keras.training import distribute
@@ -80,7 +81,7 @@ def pretrain(
     weight_decay=0.01,
     gradient_accumulation_steps=1,
     strategy=None,
-    jit_compile=False,
+    jit_compile="auto",
     verbose="auto",
 ):
     """Pre-trains `pretrainer` (a `BertPretrainer` built in `strategy`'s scope) through
@@ -89,7 +90,8 @@ def pretrain(
     (the resume state), `logs/<phase>/` (TensorBoard), `packing_<phase>.json` with
     `packing` (rows of up to `packing` instances; `batch_size` then counts instances)
     and `final/` (the encoder as `.keras`, Hugging Face and TF1, and encoder + heads as
-    TF1). `eval_data` (TFRecords) or `eval_corpus` (text) is evaluated at every
+    TF1). `jit_compile` "auto": XLA where it runs (`resolve_jit_compile`).
+    `eval_data` (TFRecords) or `eval_corpus` (text) is evaluated at every
     checkpoint, at most `eval_steps` batches. Called again with the same arguments, it
     resumes from the last checkpoint. Returns a `PretrainingRun`."""
     output_dir = Path(output_dir)
@@ -192,7 +194,7 @@ def run_phase(
                 weight_decay=weight_decay,
                 gradient_accumulation_steps=accumulation,
             ),
-            jit_compile=jit_compile,
+            jit_compile=resolve_jit_compile(pretrainer, jit_compile),
         )
         done = restored_steps(pretrainer, backup)  # optimizer variables are made in the scope
     if done:
