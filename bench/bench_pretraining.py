@@ -1,6 +1,6 @@
 """Pre-training throughput: bert-keras BertPretrainer vs keras-hub BertMaskedLM vs HF PyTorch.
 
-Each as shipped (its default compile: bert-keras' recipes compile with XLA; keras-hub
+Each as shipped (its default compile: bert-keras' `pretrain` compiles with XLA; keras-hub
 leaves `jit_compile` to Keras, whose "auto" is off on a CPU-only machine) and with XLA
 set either way. One optimizer step (forward, backward, AdamW update) at batch 8 x seq 128 with 20 masked
 predictions, random weights, mini and base. bert-keras trains MLM + NSP; keras-hub's
@@ -48,11 +48,11 @@ def bert_keras_runner(config, jit_compile):
     """`jit_compile` "auto": as `pretrain` compiles by default."""
     from bert_keras import BertConfig, BertEncoder
     from bert_keras.models.pretrainer import BertPretrainer
-    from bert_keras.recipes.compilation import resolve_jit_compile
+    from bert_keras.recipes.pretraining import pretraining_jit_compile
     from bert_keras.training.optimization import create_optimizer
 
     model = BertPretrainer(BertEncoder(BertConfig(**config)))
-    model.compile(optimizer=create_optimizer(1e-4, 10000, 100), jit_compile=resolve_jit_compile(model, jit_compile))
+    model.compile(optimizer=create_optimizer(1e-4, 10000, 100), jit_compile=pretraining_jit_compile(jit_compile))
     batch = make_batch(config["vocab_size"])
     return lambda: model.train_on_batch(batch)
 

@@ -104,7 +104,10 @@ def add_training_arguments(parser, output_help, overwrite_help, learning_rate, e
     parser.add_argument("--eval-batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     add_distribution_arguments(parser)
-    add_jit_compile_argument(parser)
+    add_jit_compile_argument(
+        parser,
+        "on GPUs and TPUs; off on CPU, where XLA compiles once per padded length and is slower, and with windows",
+    )
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Keras progress output")
 
 
@@ -165,12 +168,11 @@ def add_distribution_arguments(parser):
     )
 
 
-def add_jit_compile_argument(parser):
-    """--jit-compile / --no-jit-compile; neither: "auto", the recipe's default (XLA where it
-    runs: not for windows, whose count depends on the data)."""
+def add_jit_compile_argument(parser, default_help):
+    """--jit-compile / --no-jit-compile; neither: "auto", the recipe's default (`default_help`)."""
     parser.add_argument(
         "--jit-compile",
         action=argparse.BooleanOptionalAction,
         default="auto",
-        help="compile the train step with XLA (default: on, except for windowed heads)",
+        help=f"compile the train step with XLA (default: {default_help})",
     )

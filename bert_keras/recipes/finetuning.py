@@ -14,7 +14,6 @@ import keras
 import tensorflow as tf
 
 from bert_keras.models.dtype import with_dtype
-from bert_keras.recipes.compilation import resolve_jit_compile
 from bert_keras.training import distribute
 from bert_keras.training.callbacks import EvaluateAndKeepBest, StopAfterSteps, TensorBoard, TimeBudget
 from bert_keras.training.finetuning import fitting_batch_size, schedule
@@ -67,8 +66,9 @@ def finetune(
     Each global batch is split into per-replica batches (an epoch's last, smaller batch
     is dropped; a set smaller than one batch is one smaller batch), padded to
     `max_seq_length` where the strategy needs static shapes (TPUs). `loss` goes to the
-    task's `compile` ("auto": its default), and so does `jit_compile` ("auto": XLA where it
-    runs, `resolve_jit_compile`). `saved_model` is what `best.keras` holds
+    task's `compile` ("auto": its default), and so does `jit_compile` ("auto": Keras' choice,
+    XLA on GPUs and TPUs; not on CPU, where XLA compiles once per padded length and
+    fine-tuning ran slower with it, nor with windows). `saved_model` is what `best.keras` holds
     (default `model`; a `BertDistiller` keeps its student). Returns a `FinetuningRun`."""
     strategy = strategy or tf.distribute.get_strategy()
     fitted_batch = fitting_batch_size(num_examples, batch_size, strategy.num_replicas_in_sync)
@@ -79,7 +79,7 @@ def finetune(
     total = min(planned, max_train_steps or planned)
     with strategy.scope():
         optimizer = create_optimizer(learning_rate, total, int(warmup_proportion * total), weight_decay=weight_decay)
-        model.compile(optimizer=optimizer, loss=loss, jit_compile=resolve_jit_compile(model, jit_compile))
+        model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
     dataset = _replica_batches(model, train_batches, preprocessed, strategy, fitted_batch, max_seq_length)
     _print_plan(total, planned, epochs, steps_per_epoch, fitted_batch, learning_rate, warmup_proportion)
     with distribute.chief_path(output_dir, strategy) as output_dir:

@@ -23,7 +23,6 @@ import tensorflow as tf
 from bert_keras.data.pretraining_inputs import PretrainingInputs
 from bert_keras.models.dtype import with_dtype
 from bert_keras.models.saving import save_checkpoint
-from bert_keras.recipes.compilation import resolve_jit_compile
 from bert_keras.text.tokenizer import BertTokenizer
 from bert_keras.text.vocab import check_vocabulary
 from bert_keras.training import distribute
@@ -90,7 +89,7 @@ def pretrain(
     (the resume state), `logs/<phase>/` (TensorBoard), `packing_<phase>.json` with
     `packing` (rows of up to `packing` instances; `batch_size` then counts instances)
     and `final/` (the encoder as `.keras`, Hugging Face and TF1, and encoder + heads as
-    TF1). `jit_compile` "auto": XLA where it runs (`resolve_jit_compile`).
+    TF1). `jit_compile` "auto": XLA (`pretraining_jit_compile`).
     `eval_data` (TFRecords) or `eval_corpus` (text) is evaluated at every
     checkpoint, at most `eval_steps` batches. Called again with the same arguments, it
     resumes from the last checkpoint. Returns a `PretrainingRun`."""
@@ -136,6 +135,16 @@ def pretrain(
         )
     save_final(pretrainer, output_dir / "final", vocab, strategy)
     return PretrainingRun(pretrainer, history)
+
+
+def pretraining_jit_compile(jit_compile="auto"):
+    """`jit_compile` as given, or for "auto": XLA, also on CPU where Keras' "auto" leaves it
+    off, since pre-training batches have one shape (compiled once) and the step ran
+    1.08-1.14x faster with it (docs/benchmarks.md); under a `tf.distribute` strategy,
+    Keras' "auto" decides, as for any Keras model."""
+    if jit_compile != "auto":
+        return jit_compile
+    return "auto" if tf.distribute.has_strategy() else True
 
 
 def lengths(phase):
@@ -194,7 +203,7 @@ def run_phase(
                 weight_decay=weight_decay,
                 gradient_accumulation_steps=accumulation,
             ),
-            jit_compile=resolve_jit_compile(pretrainer, jit_compile),
+            jit_compile=pretraining_jit_compile(jit_compile),
         )
         done = restored_steps(pretrainer, backup)  # optimizer variables are made in the scope
     if done:

@@ -1,7 +1,7 @@
-"""XLA by default: every head that `finetune` and `distill` train takes an XLA train step
-and learns under it what it learns without (the same weights from the same start), the
-recipes pick XLA unless windows or a `tf.distribute` strategy rule it out, and
-`--no-jit-compile` turns it off."""
+"""XLA: every head that `finetune` and `distill` train takes an XLA train step and learns
+under it what it learns without (the same weights from the same start); `pretrain`
+compiles with XLA by default, fine-tuning leaves it to Keras (off on CPU, and with
+windows); the flags turn it on and off."""
 
 import dataclasses
 
@@ -13,6 +13,7 @@ from harness import TINY, tiny_preprocessor
 
 from bert_keras import BertClassifier, BertEncoder, BertTextEmbedder, BertTokenClassifier
 from bert_keras.recipes import finetune
+from bert_keras.recipes.pretraining import pretraining_jit_compile
 from bert_keras.tasks.distillation import BertDistiller, student_of
 from bert_keras.tasks.reranker import BertReranker
 from bert_keras.tasks.span_labeler import BertSpanLabeler
@@ -82,31 +83,21 @@ def finetuned(model, data, **options):
     return run.model
 
 
-def test_finetune_compiles_with_xla_unless_told_or_windowed(tmp_path):
+def test_finetune_leaves_xla_to_keras_off_on_cpu_and_with_windows(tmp_path):
     data = (np.array(TEXTS), LABELS)
-    assert finetuned(classifier(), data, output_dir=tmp_path / "default").jit_compile is True
-    assert finetuned(classifier(), data, output_dir=tmp_path / "off", jit_compile=False).jit_compile is False
+    assert not tf.config.list_physical_devices("GPU")
+    assert finetuned(classifier(), data, output_dir=tmp_path / "default").jit_compile is False
+    assert finetuned(classifier(), data, output_dir=tmp_path / "on", jit_compile=True).jit_compile is True
     windowed = with_windows(classifier(), doc_stride=2)
     assert finetuned(windowed, data, output_dir=tmp_path / "windows").jit_compile is False
 
 
-def test_finetune_under_a_strategy_leaves_xla_to_keras(tmp_path):
-    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    with strategy.scope():
-        model = classifier()
-    run = finetune(
-        model,
-        tf.data.Dataset.from_tensor_slices((np.array(TEXTS), LABELS)).batch(3),
-        6,
-        lambda _: {"score": 0.0},
-        "score",
-        output_dir=tmp_path,
-        batch_size=3,
-        epochs=1,
-        strategy=strategy,
-        verbose=0,
-    )
-    assert run.model.jit_compile is False  # Keras' "auto" on a CPU-only machine
+def test_pretraining_compiles_with_xla_unless_told_or_distributed():
+    assert pretraining_jit_compile() is True
+    assert pretraining_jit_compile(False) is False
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        assert pretraining_jit_compile() == "auto"  # as Keras does under a strategy
+        assert pretraining_jit_compile(True) is True
 
 
 @pytest.mark.parametrize(
