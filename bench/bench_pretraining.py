@@ -1,12 +1,12 @@
 """Pre-training throughput: bert-keras BertPretrainer vs keras-hub BertMaskedLM vs HF PyTorch.
 
-Each as shipped (its default compile: bert-keras' `pretrain` compiles with XLA; keras-hub
-leaves `jit_compile` to Keras, whose "auto" is off on a CPU-only machine) and with XLA
-set either way. One optimizer step (forward, backward, AdamW update) at batch 8 x seq 128 with 20 masked
-predictions, random weights, mini and base. bert-keras trains MLM + NSP; keras-hub's
-BertMaskedLM has no NSP head; Hugging Face BertForPreTraining computes MLM logits at every
-position (its API). Each peer runs in its own spawned process (torch and TensorFlow
-cannot share one), interleaved round by round; medians of sequences/s.
+Each as shipped (its default compile: both leave `jit_compile` to Keras, whose "auto" is
+off on a CPU-only machine) and with XLA. One optimizer step (forward, backward, AdamW
+update) at batch 8 x seq 128 with 20 masked predictions, random weights, mini and base.
+bert-keras trains MLM + NSP; keras-hub's BertMaskedLM has no NSP head; Hugging Face
+BertForPreTraining computes MLM logits at every position (its API). Each peer runs in its
+own spawned process (torch and TensorFlow cannot share one), interleaved round by round;
+medians of sequences/s.
 
     nice -n 10 python bench/bench_pretraining.py [--presets mini base] [--rounds 5]
 
@@ -48,11 +48,10 @@ def bert_keras_runner(config, jit_compile):
     """`jit_compile` "auto": as `pretrain` compiles by default."""
     from bert_keras import BertConfig, BertEncoder
     from bert_keras.models.pretrainer import BertPretrainer
-    from bert_keras.recipes.pretraining import pretraining_jit_compile
     from bert_keras.training.optimization import create_optimizer
 
     model = BertPretrainer(BertEncoder(BertConfig(**config)))
-    model.compile(optimizer=create_optimizer(1e-4, 10000, 100), jit_compile=pretraining_jit_compile(jit_compile))
+    model.compile(optimizer=create_optimizer(1e-4, 10000, 100), jit_compile=jit_compile)
     batch = make_batch(config["vocab_size"])
     return lambda: model.train_on_batch(batch)
 
@@ -118,7 +117,7 @@ def pytorch_runner(config):
 HUB = "keras-hub BertMaskedLM"
 PEERS = {
     "bert-keras": lambda config: bert_keras_runner(config, jit_compile="auto"),
-    "bert-keras --no-jit-compile": lambda config: bert_keras_runner(config, jit_compile=False),
+    "bert-keras (XLA)": lambda config: bert_keras_runner(config, jit_compile=True),
     HUB: keras_hub_runner,
     f"{HUB} (XLA)": lambda config: keras_hub_runner(config, jit_compile=True),
     "HF PyTorch BertForPreTraining": pytorch_runner,

@@ -201,12 +201,9 @@ def _pretrain_command(args, init, out, vocab, records, held_out, steps):
         "--max-predictions-per-seq",
         max(1, args.seq_length * 15 // 100 + 1),
         "--learning-rate",
-        1e-4 if init else 1e-3,
+        1e-4 if init else 5e-4,
         "--warmup-steps",
         max(1, steps // 10),
-        "--packing",
-        4,
-        "--no-jit-compile",  # BERT-Tiny's step is slower under XLA on CPU (docs/benchmarks.md)
         "--eval-corpus",
         held_out,
         "--eval-steps",

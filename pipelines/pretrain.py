@@ -72,7 +72,7 @@ def register(subparsers):
     add_phase2_and_input_arguments(parser)
     parser.add_argument("--seed", type=int, default=0)
     add_distribution_arguments(parser)
-    add_jit_compile_argument(parser, "on; under --strategy other than default, Keras' choice")
+    add_jit_compile_argument(parser, "Keras' choice: on GPUs and TPUs, off on CPU, where it trained slower here")
     parser.set_defaults(func=run)
 
 

@@ -89,7 +89,8 @@ def pretrain(
     (the resume state), `logs/<phase>/` (TensorBoard), `packing_<phase>.json` with
     `packing` (rows of up to `packing` instances; `batch_size` then counts instances)
     and `final/` (the encoder as `.keras`, Hugging Face and TF1, and encoder + heads as
-    TF1). `jit_compile` "auto": XLA (`pretraining_jit_compile`).
+    TF1). `jit_compile` "auto" is Keras' choice: XLA on GPUs and TPUs, not on CPU, where the
+    step measured slower with it on shared cores (docs/benchmarks.md).
     `eval_data` (TFRecords) or `eval_corpus` (text) is evaluated at every
     checkpoint, at most `eval_steps` batches. Called again with the same arguments, it
     resumes from the last checkpoint. Returns a `PretrainingRun`."""
@@ -135,16 +136,6 @@ def pretrain(
         )
     save_final(pretrainer, output_dir / "final", vocab, strategy)
     return PretrainingRun(pretrainer, history)
-
-
-def pretraining_jit_compile(jit_compile="auto"):
-    """`jit_compile` as given, or for "auto": XLA, also on CPU where Keras' "auto" leaves it
-    off, since pre-training batches have one shape (compiled once) and the step ran
-    1.08-1.14x faster with it (docs/benchmarks.md); under a `tf.distribute` strategy,
-    Keras' "auto" decides, as for any Keras model."""
-    if jit_compile != "auto":
-        return jit_compile
-    return "auto" if tf.distribute.has_strategy() else True
 
 
 def lengths(phase):
@@ -203,7 +194,7 @@ def run_phase(
                 weight_decay=weight_decay,
                 gradient_accumulation_steps=accumulation,
             ),
-            jit_compile=pretraining_jit_compile(jit_compile),
+            jit_compile=jit_compile,
         )
         done = restored_steps(pretrainer, backup)  # optimizer variables are made in the scope
     if done:

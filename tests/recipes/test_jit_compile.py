@@ -1,7 +1,6 @@
 """XLA: every head that `finetune` and `distill` train takes an XLA train step and learns
-under it what it learns without (the same weights from the same start); `pretrain`
-compiles with XLA by default, fine-tuning leaves it to Keras (off on CPU, and with
-windows); the flags turn it on and off."""
+under it what it learns without (the same weights from the same start); the recipes leave
+"auto" to Keras (off on CPU, and with windows); the flags turn XLA on and off."""
 
 import dataclasses
 
@@ -13,7 +12,6 @@ from harness import TINY, tiny_preprocessor
 
 from bert_keras import BertClassifier, BertEncoder, BertTextEmbedder, BertTokenClassifier
 from bert_keras.recipes import finetune
-from bert_keras.recipes.pretraining import pretraining_jit_compile
 from bert_keras.tasks.distillation import BertDistiller, student_of
 from bert_keras.tasks.reranker import BertReranker
 from bert_keras.tasks.span_labeler import BertSpanLabeler
@@ -90,14 +88,6 @@ def test_finetune_leaves_xla_to_keras_off_on_cpu_and_with_windows(tmp_path):
     assert finetuned(classifier(), data, output_dir=tmp_path / "on", jit_compile=True).jit_compile is True
     windowed = with_windows(classifier(), doc_stride=2)
     assert finetuned(windowed, data, output_dir=tmp_path / "windows").jit_compile is False
-
-
-def test_pretraining_compiles_with_xla_unless_told_or_distributed():
-    assert pretraining_jit_compile() is True
-    assert pretraining_jit_compile(False) is False
-    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
-        assert pretraining_jit_compile() == "auto"  # as Keras does under a strategy
-        assert pretraining_jit_compile(True) is True
 
 
 @pytest.mark.parametrize(
