@@ -1,12 +1,17 @@
 """Pre-training throughput: bert-keras BertPretrainer vs keras-hub BertMaskedLM vs HF PyTorch.
 
-One optimizer step (forward, backward, AdamW update) at batch 8 x seq 128 with 20 masked
-predictions, random weights, mini and base. bert-keras trains MLM + NSP; keras-hub's
-BertMaskedLM has no NSP head; Hugging Face BertForPreTraining computes MLM logits at every
-position (its API). Each peer runs in its own spawned process (torch and TensorFlow
-cannot share one), interleaved round by round; medians of sequences/s.
+Each as shipped (its default compile: both leave `jit_compile` to Keras, whose "auto" is
+off on a CPU-only machine) and with XLA. One optimizer step (forward, backward, AdamW
+update) at batch 8 x seq 128 with 20 masked predictions, random weights, mini and base.
+bert-keras trains MLM + NSP; keras-hub's BertMaskedLM has no NSP head; Hugging Face
+BertForPreTraining computes MLM logits at every position (its API). Each peer runs in its
+own spawned process (torch and TensorFlow cannot share one), interleaved round by round;
+medians of sequences/s.
 
     nice -n 10 python bench/bench_pretraining.py [--presets mini base] [--rounds 5]
+
+keras-hub is not a dependency: run it with a Python that has it (a side venv that sees
+this one's packages) for the keras-hub rows.
 """
 
 import argparse
@@ -40,6 +45,7 @@ def make_batch(vocab_size, seed=0):
 
 
 def bert_keras_runner(config, jit_compile):
+    """`jit_compile` "auto": as `pretrain` compiles by default."""
     from bert_keras import BertConfig, BertEncoder
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.training.optimization import create_optimizer
@@ -50,7 +56,8 @@ def bert_keras_runner(config, jit_compile):
     return lambda: model.train_on_batch(batch)
 
 
-def keras_hub_runner(config):
+def keras_hub_runner(config, **jit_compile):
+    """No `jit_compile`: keras-hub's default."""
     import keras
     import keras_hub
 
@@ -67,7 +74,7 @@ def keras_hub_runner(config):
         optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01, global_clipnorm=1.0),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         weighted_metrics=[keras.metrics.SparseCategoricalAccuracy()],
-        jit_compile=True,
+        **jit_compile,
     )
     batch = make_batch(config["vocab_size"])
     x = {
@@ -107,10 +114,12 @@ def pytorch_runner(config):
     return step
 
 
+HUB = "keras-hub BertMaskedLM"
 PEERS = {
+    "bert-keras": lambda config: bert_keras_runner(config, jit_compile="auto"),
     "bert-keras (XLA)": lambda config: bert_keras_runner(config, jit_compile=True),
-    "bert-keras": lambda config: bert_keras_runner(config, jit_compile=False),
-    "keras-hub BertMaskedLM (XLA)": keras_hub_runner,
+    HUB: keras_hub_runner,
+    f"{HUB} (XLA)": lambda config: keras_hub_runner(config, jit_compile=True),
     "HF PyTorch BertForPreTraining": pytorch_runner,
 }
 
@@ -173,7 +182,7 @@ def main():
 
     print(f"\n{'preset':6} {'implementation':32} {'seq/s':>8} {'vs keras-hub':>12} {'vs HF':>8}")
     for preset, name, value, throughput in rows:
-        hub = throughput.get("keras-hub BertMaskedLM (XLA)")
+        hub = throughput.get(HUB)
         hf = throughput.get("HF PyTorch BertForPreTraining")
         print(
             f"{preset:6} {name:32} {value:>8.2f} "

@@ -1,8 +1,9 @@
 """Flags and defaults shared by several sub-commands, so that no command module
 imports another: the starting checkpoint (`--init`, `--vocab`, `--cased`), the
-distribution flags (`--strategy`, `--tpu`, `--devices`, `--mixed-precision`), and the
-argument types of the files a command reads, checked before TensorFlow loads."""
+distribution flags (`--strategy`, `--tpu`, `--devices`, `--mixed-precision`), XLA
+(`--jit-compile`), and the argument types of the files a command reads, checked before TensorFlow loads."""
 
+import argparse
 import glob
 import os
 
@@ -103,7 +104,10 @@ def add_training_arguments(parser, output_help, overwrite_help, learning_rate, e
     parser.add_argument("--eval-batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     add_distribution_arguments(parser)
-    parser.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
+    add_jit_compile_argument(
+        parser,
+        "on GPUs and TPUs; off on CPU, where XLA compiles once per padded length and is slower, and with windows",
+    )
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Keras progress output")
 
 
@@ -161,4 +165,14 @@ def add_distribution_arguments(parser):
         "--mixed-precision",
         action="store_true",
         help="mixed_float16 with loss scaling on GPU, mixed_bfloat16 on TPU/CPU",
+    )
+
+
+def add_jit_compile_argument(parser, default_help):
+    """--jit-compile / --no-jit-compile; neither: "auto", the recipe's default (`default_help`)."""
+    parser.add_argument(
+        "--jit-compile",
+        action=argparse.BooleanOptionalAction,
+        default="auto",
+        help=f"compile the train step with XLA (default: {default_help})",
     )

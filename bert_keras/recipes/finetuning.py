@@ -52,7 +52,7 @@ def finetune(
     loss="auto",
     preprocessed=False,
     strategy=None,
-    jit_compile=False,
+    jit_compile="auto",
     verbose="auto",
 ):
     """Fine-tunes `model` (a task built in `strategy`'s scope) on `train_batches` of
@@ -66,7 +66,9 @@ def finetune(
     Each global batch is split into per-replica batches (an epoch's last, smaller batch
     is dropped; a set smaller than one batch is one smaller batch), padded to
     `max_seq_length` where the strategy needs static shapes (TPUs). `loss` goes to the
-    task's `compile` ("auto": its default). `saved_model` is what `best.keras` holds
+    task's `compile` ("auto": its default), and so does `jit_compile` ("auto": Keras' choice,
+    XLA on GPUs and TPUs; not on CPU, where XLA compiles once per padded length and
+    fine-tuning ran slower with it, nor with windows). `saved_model` is what `best.keras` holds
     (default `model`; a `BertDistiller` keeps its student). Returns a `FinetuningRun`."""
     strategy = strategy or tf.distribute.get_strategy()
     fitted_batch = fitting_batch_size(num_examples, batch_size, strategy.num_replicas_in_sync)

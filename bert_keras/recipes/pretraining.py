@@ -80,7 +80,7 @@ def pretrain(
     weight_decay=0.01,
     gradient_accumulation_steps=1,
     strategy=None,
-    jit_compile=False,
+    jit_compile="auto",
     verbose="auto",
 ):
     """Pre-trains `pretrainer` (a `BertPretrainer` built in `strategy`'s scope) through
@@ -89,7 +89,9 @@ def pretrain(
     (the resume state), `logs/<phase>/` (TensorBoard), `packing_<phase>.json` with
     `packing` (rows of up to `packing` instances; `batch_size` then counts instances)
     and `final/` (the encoder as `.keras`, Hugging Face and TF1, and encoder + heads as
-    TF1). `eval_data` (TFRecords) or `eval_corpus` (text) is evaluated at every
+    TF1). `jit_compile` "auto" is Keras' choice: XLA on GPUs and TPUs, not on CPU, where the
+    step measured slower with it on shared cores (docs/benchmarks.md).
+    `eval_data` (TFRecords) or `eval_corpus` (text) is evaluated at every
     checkpoint, at most `eval_steps` batches. Called again with the same arguments, it
     resumes from the last checkpoint. Returns a `PretrainingRun`."""
     output_dir = Path(output_dir)
