@@ -1,8 +1,15 @@
 """The set-up the training commands share (`pretrain`, `finetune`, `distill`): the
-`--strategy`, `--mixed-precision` and `--seed` flags applied, and a fresh `--output-dir`."""
+`--strategy`, `--mixed-precision` and `--seed` flags applied, and a fresh `--output-dir`,
+or one that holds the unfinished run of the same command, which then resumes."""
 
+import json
 import shutil
 from pathlib import Path
+
+# The command line of the run in --output-dir, beside its backups, until the run ends.
+COMMAND = Path("checkpoints") / "command.json"
+# Flags that do not change what a run computes.
+NOT_COMPARED = ("overwrite", "verbose", "func")
 
 
 def set_up_training(args, batch_size=None):
@@ -44,3 +51,37 @@ def fresh_output_dir(output_dir, overwrite, run_files, what, run_suffixes=()):
         path = output_dir / name
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     return output_dir
+
+
+def resumable_output_dir(args, run_files, what, run_suffixes=()):
+    """`--output-dir` for a run that resumes: empty or new (the run starts there, its
+    command line recorded), or holding the unfinished run of the same command (it resumes).
+    The unfinished run of another command line is refused, naming the arguments that
+    differ; `--overwrite` starts over (`fresh_output_dir`). `finish_run` ends the record."""
+    output_dir = Path(args.output_dir)
+    command = json.loads(json.dumps({k: v for k, v in vars(args).items() if k not in NOT_COMPARED}, default=str))
+    if not args.overwrite and (output_dir / COMMAND).exists():
+        recorded = json.loads((output_dir / COMMAND).read_text())
+        differ = sorted(name for name in recorded.keys() | command.keys() if recorded.get(name) != command.get(name))
+        if differ:
+            raise ValueError(
+                f"--output-dir {output_dir} holds an unfinished {what} of another command line ("
+                + "; ".join(
+                    f"--{name.replace('_', '-')} {recorded.get(name)!r} there, {command.get(name)!r} now"
+                    for name in differ
+                )
+                + "): run the same command to resume it, or pass --overwrite to start over"
+            )
+        print(f"--output-dir {output_dir}: resuming the unfinished {what} in it")
+        return output_dir
+    fresh_output_dir(output_dir, args.overwrite, run_files, what, run_suffixes)
+    (output_dir / COMMAND).parent.mkdir(parents=True, exist_ok=True)
+    (output_dir / COMMAND).write_text(json.dumps(command, indent=2) + "\n")
+    return output_dir
+
+
+def finish_run(output_dir):
+    """The run in `output_dir` is complete: its command record goes (with the backups'
+    folder, now empty), so the same command there no longer resumes it."""
+    (Path(output_dir) / COMMAND).unlink(missing_ok=True)
+    shutil.rmtree(Path(output_dir) / COMMAND.parent, ignore_errors=True)
