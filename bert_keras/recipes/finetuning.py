@@ -63,7 +63,9 @@ def finetune(
 ):
     """Fine-tunes `model` (a task built in `strategy`'s scope) on `train_batches` of
     `num_examples`: raw samples batched at `batch_size` (the task's
-    `preprocessed_dataset` packs them), or packed ones with `preprocessed=True`.
+    `preprocessed_dataset` packs them), or packed ones with `preprocessed=True`; a
+    dataset, or a function that builds it anew (which a run resumed inside an epoch needs
+    to see the same data: every iterator of one dataset shuffles anew).
     `evaluate(model) -> {metric: value}` runs after every epoch (and `on_best(metrics)`
     when an epoch is the best so far); the weights of the best `main_metric` are kept
     and written, without optimizer state, as `output_dir/best.keras`, every epoch's
@@ -82,8 +84,7 @@ def finetune(
     has written its model. Returns a `FinetuningRun` (`history`: this call's epochs)."""
     strategy = strategy or tf.distribute.get_strategy()
     fitted_batch = fitting_batch_size(num_examples, batch_size, strategy.num_replicas_in_sync)
-    if fitted_batch != batch_size:  # the set's one batch, cut to the smaller size
-        train_batches = train_batches.unbatch().batch(fitted_batch)
+    build = _builder(train_batches, batch_size, fitted_batch)
     steps_per_epoch, epochs, planned = schedule(num_examples, fitted_batch, epochs, max_train_steps)
     # Epochs are of equal length, so the plan may run a few steps past max_train_steps: stop at it.
     total = min(planned, max_train_steps or planned)
@@ -117,9 +118,7 @@ def finetune(
         stops = [budget, *([StopAfterSteps(total, steps_per_epoch)] if total < planned else [])]
         history = _fit(
             model,
-            lambda skip: _replica_batches(
-                model, train_batches, preprocessed, strategy, fitted_batch, max_seq_length, skip
-            ),
+            lambda skip: _replica_batches(model, build, preprocessed, strategy, fitted_batch, max_seq_length, skip),
             backup,
             [*stops, keeper],
             plan,
@@ -167,11 +166,23 @@ def _fit(model, batches, backup, callbacks, plan, epochs, output_dir, strategy, 
     )
 
 
+def _builder(train_batches, batch_size, fitted_batch):
+    """A function that builds the training batches (`train_batches` may be one), the set's
+    one batch cut to `fitted_batch` when the set is smaller than `batch_size`."""
+
+    def build():
+        batches = train_batches() if callable(train_batches) else train_batches
+        return batches if fitted_batch == batch_size else batches.unbatch().batch(fitted_batch)
+
+    return build
+
+
 def _replica_batches(model, train_batches, preprocessed, strategy, batch_size, max_seq_length, skip=0):
-    """The training batches after the first `skip` (those a resumed run has trained:
-    skipped before they are packed), packed unless `preprocessed`, repeated and split into
-    per-replica batches (padded to `max_seq_length` where the strategy needs static shapes)."""
-    full = train_batches.repeat().filter(lambda *batch: tf.shape(tf.nest.flatten(batch)[0])[0] == batch_size)
+    """The training batches (`train_batches()`) after the first `skip` (those a resumed
+    run has trained: skipped before they are packed), packed unless `preprocessed`,
+    repeated and split into per-replica batches (padded to `max_seq_length` where the
+    strategy needs static shapes)."""
+    full = train_batches().repeat().filter(lambda *batch: tf.shape(tf.nest.flatten(batch)[0])[0] == batch_size)
     full = full.skip(skip)
     batches = full if preprocessed else model.preprocessed_dataset(full)
     seq_length = max_seq_length if distribute.needs_static_shapes(strategy) else None

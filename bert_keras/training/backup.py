@@ -185,11 +185,13 @@ def fit_from_backup(model, backup, batches, *, steps, epochs, steps_per_epoch, c
         for first, last, epoch_steps in fits:
             if first >= last:
                 break
-            data = batches(first * steps_per_epoch + steps_per_epoch - epoch_steps)
+            skip = first * steps_per_epoch + steps_per_epoch - epoch_steps
             if backup.resumes_metrics and len(model.metrics_variables) != len(backup.resumes_metrics):
-                model.evaluate(data, steps=1, verbose=0)  # builds the metrics Keras builds in the first step
+                # Builds the metrics Keras builds in the first step, on data of its own: a second
+                # iterator of one dataset would shuffle anew.
+                model.evaluate(batches(skip), steps=1, verbose=0)
             history = model.fit(
-                data,
+                batches(skip),
                 initial_epoch=first,
                 epochs=last,
                 steps_per_epoch=epoch_steps,

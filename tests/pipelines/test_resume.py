@@ -6,6 +6,7 @@ differs."""
 
 import gc
 import json
+import re
 from collections import Counter
 
 import keras
@@ -150,7 +151,7 @@ def test_a_killed_run_resumes_as_if_it_had_not_stopped(kind, tmp_path, monkeypat
             cli([*argv, "--output-dir", str(tmp_path / "resumed")])
     capsys.readouterr()
     assert cli([*argv, "--output-dir", str(tmp_path / "resumed")]) == 0
-    assert "resuming after step 4 of 6" in capsys.readouterr().out
+    assert re.search(r"^resuming after step 4 of \d+$", capsys.readouterr().out, re.M)
 
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     assert sorted(path.name for path in resumed.iterdir()) == sorted(path.name for path in whole.iterdir())
