@@ -7,6 +7,7 @@ TensorBoard logs, the best model written once, at the end, as `best.keras`, and 
 of the run (`StepBackup`) from which it resumes after a kill.
 """
 
+import functools
 import json
 from pathlib import Path
 from typing import NamedTuple
@@ -92,41 +93,19 @@ def finetune(
         optimizer = create_optimizer(learning_rate, total, int(warmup_proportion * total), weight_decay=weight_decay)
         model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
     _print_plan(total, planned, epochs, steps_per_epoch, fitted_batch, learning_rate, warmup_proportion)
-    keeper = EvaluateAndKeepBest(evaluate, main_metric, on_best)
-    budget = TimeBudget(max_train_minutes)
-    plan = dict(
-        examples=num_examples,
-        batch_size=fitted_batch,
-        steps=total,
-        steps_per_epoch=steps_per_epoch,
-        learning_rate=learning_rate,
-        warmup_proportion=warmup_proportion,
-        weight_decay=weight_decay,
-    )
+    keeper, budget = EvaluateAndKeepBest(evaluate, main_metric, on_best), TimeBudget(max_train_minutes)
+    plan = dict(examples=num_examples, batch_size=fitted_batch, steps=total, steps_per_epoch=steps_per_epoch)
+    plan.update(learning_rate=learning_rate, warmup_proportion=warmup_proportion, weight_decay=weight_decay)
     with (
-        distribute.backup_and_restore(
-            Path(output_dir) / "checkpoints",
-            strategy,
-            save_freq=backup_steps,
-            states={"keeper": keeper, "time": budget},
-            plan=plan,
-            on_sigterm=distribute.input_pipelines(strategy) == 1,
-        ) as backup,
+        _backup(output_dir, strategy, backup_steps, plan, keeper=keeper, time=budget) as backup,
         distribute.chief_path(output_dir, strategy) as output_dir,
     ):
         output_dir.mkdir(parents=True, exist_ok=True)
         stops = [budget, *([StopAfterSteps(total, steps_per_epoch)] if total < planned else [])]
-        history = _fit(
-            model,
-            lambda skip: _replica_batches(model, build, preprocessed, strategy, fitted_batch, max_seq_length, skip),
-            backup,
-            [*stops, keeper],
-            plan,
-            epochs,
-            output_dir,
-            strategy,
-            verbose,
+        batches = functools.partial(
+            _replica_batches, model, build, preprocessed, strategy, fitted_batch, max_seq_length
         )
+        history = _fit(model, batches, backup, [*stops, keeper], plan, epochs, output_dir, strategy, verbose)
         evaluations = [*keeper.history, {"train_seconds": round(budget.seconds, 1)}]
         (output_dir / "eval_results.json").write_text(json.dumps(evaluations, indent=2) + "\n")
         model.set_weights(keeper.best_weights)
@@ -137,6 +116,19 @@ def finetune(
         f"model in {output_dir / 'best.keras'}"
     )
     return FinetuningRun(model, history, keeper.best, evaluations)
+
+
+def _backup(output_dir, strategy, backup_steps, plan, **states):
+    """The run's `StepBackup` in `output_dir/checkpoints` (a `with` block: `distribute.backup_and_restore`)."""
+    on_sigterm = distribute.input_pipelines(strategy) == 1
+    return distribute.backup_and_restore(
+        Path(output_dir) / "checkpoints",
+        strategy,
+        save_freq=backup_steps,
+        states=states,
+        plan=plan,
+        on_sigterm=on_sigterm,
+    )
 
 
 def _fit(model, batches, backup, callbacks, plan, epochs, output_dir, strategy, verbose):
