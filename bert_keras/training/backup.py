@@ -42,7 +42,7 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self.states, self.plan = dict(states or {}), json.loads(json.dumps(plan))  # as read back
         self.step = 0
         self.on_sigterm, self.batches_per_step = on_sigterm, batches_per_step
-        self.finished, self.terminated, self.training = False, False, False
+        self.finished, self.terminated = False, False
         self.resumes_metrics = None
         self._previous_handler = None
 
@@ -95,23 +95,17 @@ class StepBackup(keras.callbacks.BackupAndRestore):
 
     def on_train_begin(self, logs=None):
         """No load here (`restore` did it, before the data was built); SIGTERM is caught."""
-        self.training = True
         self._batches = _steps(self.model) * self.batches_per_step
         if self.on_sigterm and threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGTERM, self._terminate)
 
     def on_train_end(self, logs=None):
-        self.training = False
         if self._previous_handler is not None:
             signal.signal(signal.SIGTERM, self._previous_handler)
             self._previous_handler = None
 
     def _terminate(self, signum, frame):
-        if self.training:
-            self.terminated = True  # backed up at the next step
-            return
-        signal.signal(signal.SIGTERM, self._previous_handler or signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        self.terminated = True  # backed up after this step (an epoch's last: after its evaluation)
 
     def on_epoch_begin(self, epoch, logs=None):
         """A run resumed inside an epoch goes on with that epoch's running metrics."""

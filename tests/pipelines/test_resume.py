@@ -141,6 +141,7 @@ def weights(path):
     return keras.saving.load_model(path).get_weights()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [*COMMANDS, "distill"])
 def test_a_killed_run_resumes_as_if_it_had_not_stopped(kind, tmp_path, monkeypatch, capsys):
     argv = command(kind, tmp_path)
@@ -185,3 +186,10 @@ def test_another_command_line_is_refused_naming_what_differs(tmp_path, monkeypat
     assert cli([*argv, "--output-dir", str(out), "--learning-rate", "1e-3", "--overwrite"]) == 0
     assert "resuming" not in capsys.readouterr().out
     assert not (out / "checkpoints").exists()
+
+
+def test_the_backup_interval_flag_defaults_to_the_librarys():
+    from bert_keras.recipes.finetuning import BACKUP_STEPS
+    from bert_keras_cli.arguments import BACKUP_STEPS as FLAG_DEFAULT
+
+    assert FLAG_DEFAULT == BACKUP_STEPS
