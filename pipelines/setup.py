@@ -57,24 +57,27 @@ def resumable_output_dir(args, run_files, what, run_suffixes=()):
     """`--output-dir` for a run that resumes: empty or new (the run starts there, its
     command line recorded), or holding the unfinished run of the same command (it resumes).
     The unfinished run of another command line is refused, naming the arguments that
-    differ; `--overwrite` starts over (`fresh_output_dir`). `finish_run` ends the record."""
+    differ, unless it stopped before its first backup (bad input, say: it starts over);
+    `--overwrite` starts over (`fresh_output_dir`). `finish_run` ends the record."""
     output_dir = Path(args.output_dir)
     command = json.loads(json.dumps({k: v for k, v in vars(args).items() if k not in NOT_COMPARED}, default=str))
-    if not args.overwrite and (output_dir / COMMAND).exists():
-        recorded = json.loads((output_dir / COMMAND).read_text())
-        differ = sorted(name for name in recorded.keys() | command.keys() if recorded.get(name) != command.get(name))
-        if differ:
-            raise ValueError(
-                f"--output-dir {output_dir} holds an unfinished {what} of another command line ("
-                + "; ".join(
-                    f"--{name.replace('_', '-')} {recorded.get(name)!r} there, {command.get(name)!r} now"
-                    for name in differ
-                )
-                + "): run the same command to resume it, or pass --overwrite to start over"
-            )
+    recorded = json.loads((output_dir / COMMAND).read_text()) if (output_dir / COMMAND).exists() else None
+    backed_up = any(path.name != COMMAND.name for path in (output_dir / COMMAND.parent).glob("*"))
+    differ = sorted(
+        name for name in (recorded or {}).keys() | command.keys() if (recorded or {}).get(name) != command.get(name)
+    )
+    if recorded is not None and not args.overwrite and not differ:
         print(f"--output-dir {output_dir}: resuming the unfinished {what} in it")
         return output_dir
-    fresh_output_dir(output_dir, args.overwrite, run_files, what, run_suffixes)
+    if recorded is not None and not args.overwrite and backed_up:
+        raise ValueError(
+            f"--output-dir {output_dir} holds an unfinished {what} of another command line ("
+            + "; ".join(
+                f"--{name.replace('_', '-')} {recorded.get(name)!r} there, {command.get(name)!r} now" for name in differ
+            )
+            + "): run the same command to resume it, or pass --overwrite to start over"
+        )
+    fresh_output_dir(output_dir, args.overwrite or recorded is not None, run_files, what, run_suffixes)
     (output_dir / COMMAND).parent.mkdir(parents=True, exist_ok=True)
     (output_dir / COMMAND).write_text(json.dumps(command, indent=2) + "\n")
     return output_dir
