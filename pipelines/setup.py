@@ -2,6 +2,7 @@
 `--strategy`, `--mixed-precision` and `--seed` flags applied, and a fresh `--output-dir`,
 or one that holds the unfinished run of the same command, which then resumes."""
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -62,7 +63,7 @@ def resumable_output_dir(args, run_files, what, run_suffixes=()):
     output_dir = Path(args.output_dir)
     command = json.loads(json.dumps({k: v for k, v in vars(args).items() if k not in NOT_COMPARED}, default=str))
     recorded = json.loads((output_dir / COMMAND).read_text()) if (output_dir / COMMAND).exists() else None
-    backed_up = any(path.name != COMMAND.name for path in (output_dir / COMMAND.parent).glob("*"))
+    backed_up = _backed_up(output_dir)
     differ = sorted(
         name for name in (recorded or {}).keys() | command.keys() if (recorded or {}).get(name) != command.get(name)
     )
@@ -88,3 +89,27 @@ def finish_run(output_dir):
     folder, now empty), so the same command there no longer resumes it."""
     (Path(output_dir) / COMMAND).unlink(missing_ok=True)
     shutil.rmtree(Path(output_dir) / COMMAND.parent, ignore_errors=True)
+
+
+def _backed_up(output_dir):
+    """Whether the run in `output_dir` has made a backup (files beside its command record)."""
+    return any(path.name != COMMAND.name for path in (Path(output_dir) / COMMAND.parent).glob("*"))
+
+
+@contextlib.contextmanager
+def resumable_run(args, run_files, what, run_suffixes=()):
+    """A `with` block around a run into `resumable_output_dir` that ends with `finish_run`.
+    A run that fails before its first backup (bad input) leaves nothing: no record, and
+    no `--output-dir` when the block made it."""
+    output_dir = Path(args.output_dir)
+    existed = output_dir.exists()
+    resumable_output_dir(args, run_files, what, run_suffixes)
+    try:
+        yield output_dir
+    except BaseException:
+        if not _backed_up(output_dir):
+            finish_run(output_dir)
+            if not existed and not any(output_dir.iterdir()):
+                output_dir.rmdir()
+        raise
+    finish_run(output_dir)

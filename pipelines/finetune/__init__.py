@@ -10,7 +10,7 @@ epoch, the best model kept as `best.keras`, progress bars and TensorBoard logs.
 import importlib
 
 from bert_keras_cli.finetune.common import RUN_FILES, add_common_arguments
-from bert_keras_cli.setup import finish_run, resumable_output_dir
+from bert_keras_cli.setup import resumable_run
 
 TASK_MODULES = ("glue", "squad", "conll", "tsv", "embedder", "reranker")
 
@@ -32,13 +32,11 @@ def register(subparsers):
 
 def in_output_dir(run):
     """`run(args)` into an empty `--output-dir`, or one holding the unfinished run of the
-    same command, which resumes (`resumable_output_dir`: `--overwrite` removes the
+    same command, which resumes (`setup.resumable_run`: `--overwrite` removes the
     fine-tuning run there first; GLUE submissions are TASK.tsv)."""
 
     def run_in_output_dir(args):
-        resumable_output_dir(args, RUN_FILES, "fine-tuning run", run_suffixes=(".tsv",))
-        status = run(args)
-        finish_run(args.output_dir)
-        return status
+        with resumable_run(args, RUN_FILES, "fine-tuning run", run_suffixes=(".tsv",)):
+            return run(args)
 
     return run_in_output_dir
