@@ -17,7 +17,8 @@ The hooks and the private symbols each relies on:
 - `TensorBoard`: epoch metrics and each epoch's last step written whatever the batch-level
   summary condition: overrides `TensorBoard._log_epoch_metrics`, writes with
   `TensorBoard._train_writer`, and names and numbers the step as Keras' own batch summaries
-  (`batch_<metric>`, steps counted from 1 in each `fit`).
+  (`batch_<metric>`); batches are counted on from the optimizer's steps, so a resumed
+  `fit` goes on numbering where the run stopped: sets `TensorBoard._global_train_batch`.
 - `accept_raw_inputs` / `keep_input_dtype`: a layer's call gets its inputs as given:
   sets `Layer._convert_input_args` and `Layer._allow_non_tensor_positional_args`.
 - `RestoresCompile`: `.keras` loading compiles a model whose `compile` is overridden:
@@ -83,22 +84,27 @@ class TensorBoard(keras.callbacks.TensorBoard):
     included, and the training metrics of every epoch's last step. Keras 3.15 writes both
     under its batch-level condition (global batch a multiple of `update_freq`), so an
     epoch ending on any other batch lost them: a run of 2,000 steps checkpointed every 333
-    with `update_freq` 33 logged no held-out curve, and its logs ended at step 1,980."""
+    with `update_freq` 33 logged no held-out curve, and its logs ended at step 1,980.
+    Batches are numbered from the optimizer's steps (Keras: from 1 in each `fit`), so the
+    `fit` of a resumed run logs each step under the number an uninterrupted run gives it."""
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
-        self.batches, self.batch_logs = 0, None
+        optimizer = self.model.optimizer
+        self._global_train_batch = int(optimizer.iterations.numpy()) * (optimizer.gradient_accumulation_steps or 1)
+        self.batch_logs = None
 
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)
-        self.batches, self.batch_logs = self.batches + 1, logs
+        self.batch_logs = logs
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.update_freq != "epoch" and isinstance(self.batch_logs, dict):
-            # The epoch's last step, numbered as Keras numbers batch summaries (from 1 per `fit`).
+        step = self._global_train_batch
+        if self.update_freq != "epoch" and isinstance(self.batch_logs, dict) and step % self.update_freq:
+            # The epoch's last step, unless Keras' batch summaries wrote it.
             with tf.summary.record_if(True), self._train_writer.as_default():
                 for name, value in self.batch_logs.items():
-                    tf.summary.scalar(f"batch_{name}", value, step=self.batches)
+                    tf.summary.scalar(f"batch_{name}", value, step=step)
         super().on_epoch_end(epoch, logs)
 
     def _log_epoch_metrics(self, epoch, logs):

@@ -10,6 +10,8 @@ import os
 # bert_keras.training.distribute.STRATEGIES, repeated so that parsing imports no TensorFlow
 # (tests/test_cli.py checks they agree).
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
+# bert_keras.recipes.finetuning.BACKUP_STEPS, repeated for the same reason.
+BACKUP_STEPS = 500
 
 
 class InputPath(str):
@@ -80,6 +82,7 @@ def training_options(args):
             "max_train_steps",
             "max_train_minutes",
             "max_seq_length",
+            "backup_steps",
             "jit_compile",
         )
     }
@@ -88,8 +91,16 @@ def training_options(args):
 def add_training_arguments(parser, output_help, overwrite_help, learning_rate, epochs, batch_size, max_seq_length):
     """The flags of a fine-tuning run (`finetune`'s tasks and `distill`): --output-dir and
     --overwrite, the schedule and its limits, evaluation, seed, distribution, XLA, progress."""
-    parser.add_argument("--output-dir", required=True, help=output_help)
+    parser.add_argument(
+        "--output-dir", required=True, help=f"{output_help}; the same command run again resumes the run in it"
+    )
     parser.add_argument("--overwrite", action="store_true", help=overwrite_help)
+    parser.add_argument(
+        "--backup-steps",
+        type=int,
+        default=BACKUP_STEPS,
+        help=f"back up the run every this many steps (and at every epoch end and on SIGTERM; default {BACKUP_STEPS})",
+    )
     parser.add_argument("--epochs", type=float, default=epochs)
     parser.add_argument("--batch-size", type=int, default=batch_size)
     parser.add_argument("--learning-rate", type=float, default=learning_rate)

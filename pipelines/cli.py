@@ -24,6 +24,8 @@ from bert_keras_cli.startup import quiet_start_up
 # Commands that go on where they stopped when run again.
 RESUMABLE = {
     "pretrain": "run the same command again to resume from the last checkpoint",
+    "finetune": "run the same command again to resume from the last backup",
+    "distill": "run the same command again to resume from the last backup",
     "demo": "run the same command again to go on where it stopped",
     "create-pretraining-data": "run the same command again: finished shards are kept",
     "predict": "run the same command again: finished chunks are kept",

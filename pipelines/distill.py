@@ -23,9 +23,9 @@ Example: `bert-keras distill --teacher runs/sst2/best.keras --student teacher:3
 """
 
 from bert_keras_cli.arguments import add_training_arguments, training_options
-from bert_keras_cli.setup import fresh_output_dir, set_up_training
+from bert_keras_cli.setup import resumable_run, set_up_training
 
-RUN_FILES = ("best.keras", "labels.txt", "distill_results.json", "eval_results.json", "logs")
+RUN_FILES = ("best.keras", "labels.txt", "distill_results.json", "eval_results.json", "logs", "checkpoints")
 CONLL = "conll"
 
 
@@ -168,9 +168,14 @@ def load_teacher(args):
 
 
 def run(args):
+    with resumable_run(args, RUN_FILES, "distillation") as output_dir:
+        distill_into(args, output_dir)
+    return 0
+
+
+def distill_into(args, output_dir):
     from bert_keras.recipes.distillation import distill
 
-    output_dir = fresh_output_dir(args.output_dir, args.overwrite, RUN_FILES, "distillation")
     strategy, teacher = load_teacher(args)
     data = read_data(args, teacher)
     distill(
@@ -195,4 +200,3 @@ def run(args):
         verbose=args.verbose,
         **training_options(args),
     )
-    return 0

@@ -103,7 +103,8 @@ def _check_variable_index():
 
 def _check_tensorboard():
     """Epochs of 3 batches with `update_freq=2` end off the batch-level condition; their
-    held-out metrics and their last step's training loss must still reach the logs."""
+    held-out metrics and their last step's training loss must still reach the logs. A
+    second `fit` (a resumed run) numbers its steps on from the optimizer's."""
     inputs = keras.Input((2,))
     model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
     model.compile(optimizer="sgd", loss="mse")
@@ -112,6 +113,8 @@ def _check_tensorboard():
         callback = TensorBoard(logs, update_freq=2)
         model.fit(x, y, batch_size=2, epochs=2, validation_data=(x, y), verbose=0, callbacks=[callback])
         validation, train = (_logged_steps(Path(logs) / split) for split in ("validation", "train"))
+        model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[TensorBoard(logs, update_freq=2)])
+        resumed = _logged_steps(Path(logs) / "train")
     assert validation.get("epoch_loss") == {0, 1}, (
         f"TensorBoard: the held-out epoch_loss reached the validation log at epochs {validation.get('epoch_loss')}, "
         "not 0 and 1: Keras' _log_epoch_metrics changed"
@@ -119,6 +122,10 @@ def _check_tensorboard():
     assert train.get("batch_loss") == {2, 3, 4, 6}, (
         f"TensorBoard: batch_loss was logged at steps {train.get('batch_loss')}, not 2, 3 (the first epoch's end), "
         "4 and 6: Keras' batch summaries changed"
+    )
+    assert resumed.get("batch_loss") == {2, 3, 4, 6, 8, 9}, (
+        f"TensorBoard: a second fit logged batch_loss at steps {resumed.get('batch_loss')}, not on from step 6 "
+        "(8, 9): Keras' TensorBoard._global_train_batch changed"
     )
 
 

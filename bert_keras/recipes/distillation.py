@@ -51,7 +51,6 @@ def distill(
     `training_options` go to `finetune`. Returns a `DistillationRun`."""
     strategy = strategy or tf.distribute.get_strategy()
     cached = {"teacher": teacher, "teacher_batch_size": eval_batch_size} if cache_teacher and not labels_only else {}
-    train_batches = data.train_batches(batch_size, seed, **cached)
     teacher_metrics = data.evaluate(teacher, eval_batch_size)
     print(f"teacher: {data.main_metric} {teacher_metrics[data.main_metric]:.4f}")
     student, distiller = _distiller(
@@ -59,7 +58,7 @@ def distill(
     )
     finetuned = finetune(
         distiller,
-        train_batches,
+        lambda: data.train_batches(batch_size, seed, **cached),
         data.train_size,
         lambda model: data.evaluate(model.student, eval_batch_size),
         data.main_metric,

@@ -3,11 +3,13 @@
 AdamW with linear warm-up over a proportion of the steps then linear decay, epochs of
 equal length (`training.finetuning.schedule`), the task's official metric after every
 epoch with the best weights kept (`EvaluateAndKeepBest`), an optional wall-clock budget,
-TensorBoard logs, and the best model written once, at the end, as `best.keras`.
+TensorBoard logs, the best model written once, at the end, as `best.keras`, and backups
+of the run (`StepBackup`) from which it resumes after a kill.
 """
 
+import functools
 import json
-import time
+from pathlib import Path
 from typing import NamedTuple
 
 import keras
@@ -15,10 +17,14 @@ import tensorflow as tf
 
 from bert_keras.models.dtype import with_dtype
 from bert_keras.training import distribute
+from bert_keras.training.backup import fit_from_backup, prune_logs
 from bert_keras.training.callbacks import EvaluateAndKeepBest, StopAfterSteps, TensorBoard, TimeBudget
 from bert_keras.training.finetuning import fitting_batch_size, schedule
 from bert_keras.training.optimization import create_optimizer
 from bert_keras.training.progress import fit_progress
+
+# Optimizer steps between backups: on a small model about one step's time in 1,000 (docs/finetuning.md).
+BACKUP_STEPS = 500
 
 
 class FinetuningRun(NamedTuple):
@@ -49,6 +55,7 @@ def finetune(
     max_train_steps=None,
     max_train_minutes=None,
     max_seq_length=None,
+    backup_steps=BACKUP_STEPS,
     loss="auto",
     preprocessed=False,
     strategy=None,
@@ -57,7 +64,9 @@ def finetune(
 ):
     """Fine-tunes `model` (a task built in `strategy`'s scope) on `train_batches` of
     `num_examples`: raw samples batched at `batch_size` (the task's
-    `preprocessed_dataset` packs them), or packed ones with `preprocessed=True`.
+    `preprocessed_dataset` packs them), or packed ones with `preprocessed=True`; a
+    dataset, or a function that builds it anew (which a run resumed inside an epoch needs
+    to see the same data: every iterator of one dataset shuffles anew).
     `evaluate(model) -> {metric: value}` runs after every epoch (and `on_best(metrics)`
     when an epoch is the best so far); the weights of the best `main_metric` are kept
     and written, without optimizer state, as `output_dir/best.keras`, every epoch's
@@ -69,53 +78,107 @@ def finetune(
     task's `compile` ("auto": its default), and so does `jit_compile` ("auto": Keras' choice,
     XLA on GPUs and TPUs; not on CPU, where XLA compiles once per padded length and
     fine-tuning ran slower with it, nor with windows). `saved_model` is what `best.keras` holds
-    (default `model`; a `BertDistiller` keeps its student). Returns a `FinetuningRun`."""
+    (default `model`; a `BertDistiller` keeps its student).
+
+    The run is backed up to `output_dir/checkpoints/` every `backup_steps` steps, at every
+    epoch end and on SIGTERM (`training.backup.StepBackup`); called again with the same
+    arguments it resumes from the last backup (`train_batches` must be deterministic:
+    seeded shuffles) and ends as an uninterrupted run would; the backups go when the run
+    has written its model. Returns a `FinetuningRun` (`history`: this call's epochs)."""
     strategy = strategy or tf.distribute.get_strategy()
     fitted_batch = fitting_batch_size(num_examples, batch_size, strategy.num_replicas_in_sync)
-    if fitted_batch != batch_size:  # the set's one batch, cut to the smaller size
-        train_batches = train_batches.unbatch().batch(fitted_batch)
+    build = _builder(train_batches, batch_size, fitted_batch)
     steps_per_epoch, epochs, planned = schedule(num_examples, fitted_batch, epochs, max_train_steps)
     # Epochs are of equal length, so the plan may run a few steps past max_train_steps: stop at it.
     total = min(planned, max_train_steps or planned)
     with strategy.scope():
         optimizer = create_optimizer(learning_rate, total, int(warmup_proportion * total), weight_decay=weight_decay)
         model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
-    dataset = _replica_batches(model, train_batches, preprocessed, strategy, fitted_batch, max_seq_length)
     _print_plan(total, planned, epochs, steps_per_epoch, fitted_batch, learning_rate, warmup_proportion)
-    with distribute.chief_path(output_dir, strategy) as output_dir:
+    keeper, budget = EvaluateAndKeepBest(evaluate, main_metric, on_best), TimeBudget(max_train_minutes)
+    plan = dict(examples=num_examples, batch_size=fitted_batch, steps=total, steps_per_epoch=steps_per_epoch)
+    plan.update(learning_rate=learning_rate, warmup_proportion=warmup_proportion, weight_decay=weight_decay)
+    with (
+        _backup(output_dir, strategy, backup_steps, plan, keeper=keeper, time=budget) as backup,
+        distribute.chief_path(output_dir, strategy) as output_dir,
+    ):
         output_dir.mkdir(parents=True, exist_ok=True)
-        keeper = EvaluateAndKeepBest(evaluate, main_metric, on_best)
-        verbose, progress = fit_progress(verbose)
-        stops = [TimeBudget(max_train_minutes)] if max_train_minutes else []
-        stops += [StopAfterSteps(total, steps_per_epoch)] if total < planned else []
-        start = time.perf_counter()
-        history = model.fit(
-            dataset,
-            epochs=epochs,
-            steps_per_epoch=steps_per_epoch,
-            verbose=verbose,
-            callbacks=[
-                *progress,
-                *stops,
-                keeper,
-                TensorBoard(str(output_dir / "logs"), update_freq=max(1, steps_per_epoch // 20)),
-            ],
+        stops = [budget, *([StopAfterSteps(total, steps_per_epoch)] if total < planned else [])]
+        batches = functools.partial(
+            _replica_batches, model, build, preprocessed, strategy, fitted_batch, max_seq_length
         )
-        keeper.history.append({"train_seconds": round(time.perf_counter() - start, 1)})
-        (output_dir / "eval_results.json").write_text(json.dumps(keeper.history, indent=2) + "\n")
+        history = _fit(model, batches, backup, [*stops, keeper], plan, epochs, output_dir, strategy, verbose)
+        evaluations = [*keeper.history, {"train_seconds": round(budget.seconds, 1)}]
+        (output_dir / "eval_results.json").write_text(json.dumps(evaluations, indent=2) + "\n")
         model.set_weights(keeper.best_weights)
         with_dtype(saved_model or model).save(output_dir / "best.keras")  # the model alone: no optimizer state
+        backup.remove()
     print(
         f"best {main_metric}: {keeper.best[main_metric]:.4f} (epoch {keeper.best['epoch']}); "
         f"model in {output_dir / 'best.keras'}"
     )
-    return FinetuningRun(model, history, keeper.best, keeper.history)
+    return FinetuningRun(model, history, keeper.best, evaluations)
 
 
-def _replica_batches(model, train_batches, preprocessed, strategy, batch_size, max_seq_length):
-    """The training batches, packed unless `preprocessed`, repeated and split into per-replica
-    batches (padded to `max_seq_length` where the strategy needs static shapes)."""
-    batches = (train_batches if preprocessed else model.preprocessed_dataset(train_batches)).repeat()
+def _backup(output_dir, strategy, backup_steps, plan, **states):
+    """The run's `StepBackup` in `output_dir/checkpoints` (a `with` block: `distribute.backup_and_restore`)."""
+    on_sigterm = distribute.input_pipelines(strategy) == 1
+    return distribute.backup_and_restore(
+        Path(output_dir) / "checkpoints",
+        strategy,
+        save_freq=backup_steps,
+        states=states,
+        plan=plan,
+        on_sigterm=on_sigterm,
+    )
+
+
+def _fit(model, batches, backup, callbacks, plan, epochs, output_dir, strategy, verbose):
+    """`fit_from_backup` after `backup` restored the run (the logs written after that
+    backup dropped), with `callbacks`, progress and TensorBoard logs. Returns the `History`."""
+    steps, steps_per_epoch = plan["steps"], plan["steps_per_epoch"]
+    with strategy.scope():
+        done = backup.restore(model)
+    if done:
+        print(f"resuming after step {done} of {steps}")
+    keeper = backup.states["keeper"]
+    prune_logs(output_dir / "logs", done, len(keeper.history))
+    verbose, progress = fit_progress(verbose)
+    return fit_from_backup(
+        model,
+        backup,
+        batches,
+        steps=steps,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        callbacks=lambda: [
+            *progress,
+            *callbacks,
+            TensorBoard(str(output_dir / "logs"), update_freq=max(1, steps_per_epoch // 20)),
+        ],
+        verbose=verbose,
+    )
+
+
+def _builder(train_batches, batch_size, fitted_batch):
+    """A function that builds the training batches (`train_batches` may be one), the set's
+    one batch cut to `fitted_batch` when the set is smaller than `batch_size`."""
+
+    def build():
+        batches = train_batches() if callable(train_batches) else train_batches
+        return batches if fitted_batch == batch_size else batches.unbatch().batch(fitted_batch)
+
+    return build
+
+
+def _replica_batches(model, train_batches, preprocessed, strategy, batch_size, max_seq_length, skip=0):
+    """The training batches (`train_batches()`) after the first `skip` (those a resumed
+    run has trained: skipped before they are packed), packed unless `preprocessed`,
+    repeated and split into per-replica batches (padded to `max_seq_length` where the
+    strategy needs static shapes)."""
+    full = train_batches().repeat().filter(lambda *batch: tf.shape(tf.nest.flatten(batch)[0])[0] == batch_size)
+    full = full.skip(skip)
+    batches = full if preprocessed else model.preprocessed_dataset(full)
     seq_length = max_seq_length if distribute.needs_static_shapes(strategy) else None
     return distribute.distribute_dataset(
         strategy,

@@ -1,12 +1,12 @@
 """The pre-training run: masked LM (+ next sentence) with `model.fit`, phase after phase.
 
-Checkpoints are Keras `BackupAndRestore` backups (weights, optimizer state) taken every
-`checkpoint_every` steps; one Keras "epoch" is one checkpoint interval (the last one
-shorter when the interval does not divide the steps). The data stream is deterministic,
-so a run killed at any moment and started again with the same arguments skips the
-batches already trained on, read off the restored optimizer's `iterations`, and loses at
-most one interval. Held-out data is evaluated at every checkpoint; a second phase (e.g.
-128 -> 512 tokens) runs after the first, as in the paper.
+Checkpoints are `StepBackup`s (Keras' `BackupAndRestore`: weights, optimizer state) taken
+every `checkpoint_every` steps and on SIGTERM; one Keras "epoch" is one checkpoint
+interval (the last one shorter when the interval does not divide the steps). The data
+stream is deterministic, so a run killed at any moment and started again with the same
+arguments skips the batches already trained on, read off the restored optimizer's
+`iterations`, and loses at most one interval. Held-out data is evaluated at every
+checkpoint; a second phase (e.g. 128 -> 512 tokens) runs after the first, as in the paper.
 """
 
 import dataclasses
@@ -26,6 +26,7 @@ from bert_keras.models.saving import save_checkpoint
 from bert_keras.text.tokenizer import BertTokenizer
 from bert_keras.text.vocab import check_vocabulary
 from bert_keras.training import distribute
+from bert_keras.training.backup import fit_from_backup, prune_logs
 from bert_keras.training.callbacks import StopAfterSteps, TensorBoard
 from bert_keras.training.optimization import create_optimizer
 from bert_keras.training.progress import fit_progress
@@ -183,51 +184,49 @@ def run_phase(
     `output_dir/checkpoints/<phase>`. Returns its `History`."""
     accumulation = gradient_accumulation_steps
     interval = min(checkpoint_every, phase.steps)
-    backup = output_dir / "checkpoints" / phase.name
-    with strategy.scope():
-        pretrainer.compile(
-            optimizer=create_optimizer(
-                phase.learning_rate,
-                phase.steps,
-                phase.warmup_steps,
-                optimizer=optimizer,
-                weight_decay=weight_decay,
-                gradient_accumulation_steps=accumulation,
-            ),
-            jit_compile=jit_compile,
-        )
-        done = restored_steps(pretrainer, backup)  # optimizer variables are made in the scope
-    if done:
-        print(f"{phase.name}: resuming after step {min(done, phase.steps)} of {phase.steps}", file=sys.stderr)
-    # A finished phase still goes through fit, which restores its final weights.
-    skip = done * accumulation if done < phase.steps else 0
-    rows = phase.batch_size
-    if packing:
-        rows = packing_rows(inputs, phase, output_dir, packing, packing_window, strategy)
-    # The dataset functions run inside distribute_dataset, in this iteration.
-    dataset = distribute.distribute_dataset(
-        strategy,
-        lambda batch, context: inputs.batches(batch, context, skip, packing, packing_window),
-        rows,
-    )
-    validation = {} if held_out is None else held_out_validation(held_out, phase.batch_size, eval_steps, strategy)
+    plan = dict(dataclasses.asdict(phase), checkpoint_every=checkpoint_every, accumulation=accumulation)
+    options = dict(plan=plan, on_sigterm=distribute.input_pipelines(strategy) == 1, batches_per_step=accumulation)
     with (
         distribute.chief_path(output_dir / "logs" / phase.name, strategy) as logs,
-        distribute.backup_and_restore(backup, strategy, double_checkpoint=True, delete_checkpoint=False) as restore,
+        distribute.backup_and_restore(output_dir / "checkpoints" / phase.name, strategy, **options) as backup,
     ):
+        with strategy.scope():
+            pretrainer.compile(
+                optimizer=create_optimizer(
+                    phase.learning_rate,
+                    phase.steps,
+                    phase.warmup_steps,
+                    optimizer=optimizer,
+                    weight_decay=weight_decay,
+                    gradient_accumulation_steps=accumulation,
+                ),
+                jit_compile=jit_compile,
+            )
+            done = backup.restore(pretrainer)  # optimizer variables are made in the scope
+        if done:
+            print(f"{phase.name}: resuming after step {min(done, phase.steps)} of {phase.steps}", file=sys.stderr)
+        prune_logs(logs, done * accumulation, done // interval if done < phase.steps else -(-done // interval))
+        rows = phase.batch_size
+        if packing:
+            rows = packing_rows(inputs, phase, output_dir, packing, packing_window, strategy)
+        validation = {} if held_out is None else held_out_validation(held_out, phase.batch_size, eval_steps, strategy)
         verbose, progress = fit_progress(verbose)
-        callbacks = [
-            *progress,
-            restore,
-            TensorBoard(str(logs), update_freq=max(1, interval // 10)),
-            StopAfterSteps(phase.steps * accumulation, interval * accumulation),
-        ]
         try:
-            return pretrainer.fit(
-                dataset,
+            return fit_from_backup(
+                pretrainer,
+                backup,
+                # The dataset functions run inside distribute_dataset, in this iteration.
+                lambda skip: distribute.distribute_dataset(
+                    strategy, lambda batch, context: inputs.batches(batch, context, skip, packing, packing_window), rows
+                ),
+                steps=phase.steps * accumulation,
                 epochs=-(-phase.steps // interval),
                 steps_per_epoch=interval * accumulation,
-                callbacks=callbacks,
+                callbacks=lambda: [
+                    *progress,
+                    TensorBoard(str(logs), update_freq=max(1, interval // 10)),
+                    StopAfterSteps(phase.steps, interval),
+                ],
                 verbose=verbose,
                 shuffle=False,  # the dataset is already shuffled, deterministically
                 **validation,
@@ -247,24 +246,6 @@ def held_out_validation(held_out, batch_size, eval_steps, strategy):
         ),
         validation_steps=held_out.held_out_steps(batch_size, eval_steps),
     )
-
-
-def restored_steps(pretrainer, backup):
-    """Optimizer updates already made in this phase: the `iterations` of the optimizer
-    restored from `backup` (0 without one). The weights are loaded here as
-    `BackupAndRestore` loads them at the start of `fit` (the newest backup, else the
-    one before it)."""
-    for path in (Path(backup) / "latest.weights.h5", Path(backup) / "latest.weights.h5.bkp"):
-        if not path.exists():
-            continue
-        if not pretrainer.optimizer.built:
-            pretrainer.optimizer.build(pretrainer.trainable_variables)
-        try:
-            pretrainer.load_weights(str(path))
-        except OSError:
-            continue
-        return int(pretrainer.optimizer.iterations.numpy())
-    return 0
 
 
 def packing_rows(inputs, phase, output_dir, packing, packing_window, strategy):

@@ -6,16 +6,20 @@ held-out metrics.
 """
 
 import time
+from pathlib import Path
 
 import keras
+import numpy as np
 
 # Every epoch's metrics and last step in TensorBoard, held-out ones included (a private Keras hook).
 from bert_keras.compat import TensorBoard as TensorBoard
 
 
 class StopAfterSteps(keras.callbacks.Callback):
-    """Ends training after `steps` batches in all when every epoch is `steps_per_epoch`
-    batches: the last epoch is then shorter (a run of 300 steps checkpointed every 1000)."""
+    """Ends training after `steps` optimizer steps in all when every epoch is
+    `steps_per_epoch` steps: the last epoch is then shorter (a run of 300 steps
+    checkpointed every 1000). Counted by the optimizer, so a resumed run stops where the
+    uninterrupted one would."""
 
     def __init__(self, steps, steps_per_epoch):
         super().__init__()
@@ -25,24 +29,42 @@ class StopAfterSteps(keras.callbacks.Callback):
         self.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.epoch * self.steps_per_epoch + batch + 1 >= self.steps:
+        done = int(self.model.optimizer.iterations.numpy())
+        if done >= self.steps:
             self.model.stop_training = True
-            if batch + 1 < self.steps_per_epoch:  # Keras' progress bar then shows the planned length
-                print(f"\nstopping after batch {self.steps}: this epoch ran {batch + 1} of its {self.steps_per_epoch}")
+            ran = done - self.epoch * self.steps_per_epoch
+            if ran < self.steps_per_epoch:  # Keras' progress bar then shows the planned length
+                print(f"\nstopping after batch {self.steps}: this epoch ran {ran} of its {self.steps_per_epoch}")
 
 
 class TimeBudget(keras.callbacks.Callback):
-    """Ends training (the epoch's evaluation still runs) once `minutes` have passed."""
+    """Ends training (the epoch's evaluation still runs) once `minutes` of training have
+    passed (none: never), counting the time before a resume; `seconds` is that time."""
 
-    def __init__(self, minutes):
+    def __init__(self, minutes=None):
         super().__init__()
         self.minutes = minutes
+        self.earlier = 0.0
+        self.start = None
+
+    @property
+    def seconds(self):
+        return self.earlier + (0.0 if self.start is None else time.perf_counter() - self.start)
 
     def on_train_begin(self, logs=None):
         self.start = time.perf_counter()
 
+    def on_train_end(self, logs=None):
+        self.earlier, self.start = self.seconds, None
+
+    def backup_state(self, folder):
+        return {"seconds": self.seconds}
+
+    def restore_state(self, folder, state):
+        self.earlier = state["seconds"]
+
     def on_train_batch_end(self, batch, logs=None):
-        if time.perf_counter() - self.start > 60 * self.minutes:
+        if self.minutes is not None and self.seconds > 60 * self.minutes:
             # Keras's progress bar then shows the epoch's planned length, not this step.
             print(f"\ntime budget of {self.minutes} min reached: stopping after step {batch + 1} of this epoch")
             self.model.stop_training = True
@@ -81,3 +103,20 @@ class EvaluateAndKeepBest(keras.callbacks.Callback):
             self.best_weights = self.model.get_weights()
             if self.on_best is not None:
                 self.on_best(metrics)
+
+    def backup_state(self, folder):
+        """The metrics so far and the best weights, as `best-<epoch>.npz` in `folder` (for `StepBackup`)."""
+        if self.best is None:
+            return {"history": self.history, "best": None, "files": []}
+        name = f"best-{self.best['epoch']}.npz"
+        if not (Path(folder) / name).exists():
+            temporary = Path(folder) / f"{name}.tmp.npz"
+            np.savez(temporary, *self.best_weights)
+            temporary.replace(Path(folder) / name)
+        return {"history": self.history, "best": self.best, "files": [name]}
+
+    def restore_state(self, folder, state):
+        self.history, self.best = list(state["history"]), state["best"]
+        if self.best is not None:
+            with np.load(Path(folder) / state["files"][0]) as arrays:
+                self.best_weights = [arrays[f"arr_{index}"] for index in range(len(arrays.files))]

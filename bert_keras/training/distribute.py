@@ -26,6 +26,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from bert_keras.models.dtype import warn_if_slow_bfloat16
+from bert_keras.training.backup import StepBackup
 
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
 
@@ -234,22 +235,20 @@ def chief_path(path, strategy):
 
 @contextlib.contextmanager
 def backup_and_restore(backup_dir, strategy, **kwargs):
-    """A `keras.callbacks.BackupAndRestore` for this worker, in a `with` block.
+    """A `backup.StepBackup` (Keras' `BackupAndRestore`) for this worker, in a `with` block.
 
     The chief backs up to `backup_dir`. The other workers restore from a copy of the
     chief's backup (the folder must be shared, e.g. NFS or GCS mounted on every host),
     then write their backups to a temporary folder removed when the block ends (also on
     an error), so every worker resumes from the same step.
     """
-    import keras
-
     if is_chief(strategy):
-        yield keras.callbacks.BackupAndRestore(str(backup_dir), **kwargs)
+        yield StepBackup(backup_dir, **kwargs)
         return
     folder = Path(tempfile.mkdtemp(prefix=f"worker{strategy.cluster_resolver.task_id}_backup_"))
     try:
         if Path(backup_dir).is_dir():
             shutil.copytree(backup_dir, folder, dirs_exist_ok=True)
-        yield keras.callbacks.BackupAndRestore(str(folder), **{**kwargs, "delete_checkpoint": True})
+        yield StepBackup(folder, **kwargs)
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -42,7 +42,10 @@ model = BertClassifier(encoder, len(labels), preprocessor=preprocessor, labels=l
 
 targets = np.array([labels.index(label) for label in train_labels], "int32")
 lengths = [len(text) for text in train_texts]
-batches = length_grouped_batches((train_texts, targets), lengths, batch_size=32, shuffle=True, seed=0)
+
+
+def batches():  # built anew for each fit: a run resumed inside an epoch sees the same data order
+    return length_grouped_batches((train_texts, targets), lengths, batch_size=32, shuffle=True, seed=0)
 
 
 def evaluate(model):

@@ -10,7 +10,7 @@ epoch, the best model kept as `best.keras`, progress bars and TensorBoard logs.
 import importlib
 
 from bert_keras_cli.finetune.common import RUN_FILES, add_common_arguments
-from bert_keras_cli.setup import fresh_output_dir
+from bert_keras_cli.setup import resumable_run
 
 TASK_MODULES = ("glue", "squad", "conll", "tsv", "embedder", "reranker")
 
@@ -27,15 +27,16 @@ def register(subparsers):
         task_parser = tasks.add_parser(name, help=module.HELP, description=module.__doc__)
         add_common_arguments(task_parser, **module.DEFAULTS)
         module.add_arguments(task_parser)
-        task_parser.set_defaults(func=in_fresh_output_dir(module.run))
+        task_parser.set_defaults(func=in_output_dir(module.run))
 
 
-def in_fresh_output_dir(run):
-    """`run(args)` into an empty `--output-dir` (`fresh_output_dir`: `--overwrite`
-    removes the fine-tuning run there first; GLUE submissions are TASK.tsv)."""
+def in_output_dir(run):
+    """`run(args)` into an empty `--output-dir`, or one holding the unfinished run of the
+    same command, which resumes (`setup.resumable_run`: `--overwrite` removes the
+    fine-tuning run there first; GLUE submissions are TASK.tsv)."""
 
-    def run_in_fresh_output_dir(args):
-        fresh_output_dir(args.output_dir, args.overwrite, RUN_FILES, "fine-tuning run", run_suffixes=(".tsv",))
-        return run(args)
+    def run_in_output_dir(args):
+        with resumable_run(args, RUN_FILES, "fine-tuning run", run_suffixes=(".tsv",)):
+            return run(args)
 
-    return run_in_fresh_output_dir
+    return run_in_output_dir

@@ -104,7 +104,7 @@ def train(args, strategy, model, data):
 
     run = finetune(
         model,
-        data.train_batches(args.batch_size, args.seed),
+        lambda: data.train_batches(args.batch_size, args.seed),
         data.train_size,
         lambda model: data.evaluate(model, args.eval_batch_size),
         data.main_metric,

@@ -1,0 +1,195 @@
+"""Every training command resumes after a kill: a run stopped at a step (inside an epoch,
+after a backup and before the next) and run again with the same command ends with the
+same dev metrics, weights and logged steps as an uninterrupted run with the same seed,
+no step logged twice; another command line into its folder is refused, naming what
+differs."""
+
+import gc
+import json
+import re
+from collections import Counter
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import DATA, VOCAB_FILE, require
+from harness import tiny_preprocessor
+
+from bert_keras import BertClassifier, BertConfig, BertEncoder
+from bert_keras.training.backup import StepBackup
+from bert_keras_cli.cli import main as cli
+
+# 12 training examples, batches of 4: epochs of 3 steps; backups every 2 steps and at
+# epoch ends (steps 2, 3, 4, 6); killed after step 5, the run resumes inside epoch 2.
+KILL_AFTER = 5
+COMMON = ["--batch-size", "4", "--epochs", "2", "--backup-steps", "2", "--verbose", "0", "--eval-batch-size", "4"]
+
+
+class Killed(Exception):
+    """Stands for SIGKILL: the process stops at once, whatever it was doing."""
+
+
+def sst2_rows(count):
+    return require(DATA / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1 : count + 1]
+
+
+def tiny_encoder_file(folder):
+    path = folder / "encoder.keras"
+    BertEncoder(BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1)).save(path)
+    return ["--init", str(path), "--vocab", str(require(VOCAB_FILE))]
+
+
+def tsv(folder):
+    rows = sst2_rows(20)
+    (folder / "train.tsv").write_text("text\tlabel\n" + "\n".join(rows[:12]) + "\n", encoding="utf-8")
+    (folder / "dev.tsv").write_text("text\tlabel\n" + "\n".join(rows[12:]) + "\n", encoding="utf-8")
+    return ["finetune", "tsv", "--train", str(folder / "train.tsv"), "--dev", str(folder / "dev.tsv")]
+
+
+def glue(folder):
+    rows = sst2_rows(20)
+    (folder / "train.tsv").write_text("sentence\tlabel\n" + "\n".join(rows[:12]) + "\n", encoding="utf-8")
+    (folder / "dev.tsv").write_text("sentence\tlabel\n" + "\n".join(rows[12:]) + "\n", encoding="utf-8")
+    return ["finetune", "glue", "--task", "sst-2", "--data-dir", str(folder)]
+
+
+def conll(folder):
+    for split in ("train", "testa"):
+        lines = require(DATA / "conll2003" / f"eng.{split}").read_text().splitlines()[:200]
+        (folder / f"eng.{split}").write_text("\n".join(lines) + "\n")
+    return ["finetune", "conll", "--data-dir", str(folder), "--max-examples", "12"]
+
+
+def squad(folder):
+    dev = str(require(DATA / "squad" / "dev-v1.1.json"))
+    articles = ["--train-articles", "0:1", "--predict-articles", "47:48", "--max-examples", "12"]
+    return ["finetune", "squad", "--train-file", dev, "--predict-file", dev, *articles, "--max-seq-length", "96"]
+
+
+def pairs(folder):
+    rows = [row.split("\t")[0] for row in sst2_rows(24)]
+    (folder / "pairs.tsv").write_text(
+        "anchor\tpositive\n" + "".join(f"{a}\t{b}\n" for a, b in zip(rows[::2], rows[1::2])), encoding="utf-8"
+    )
+    return folder / "pairs.tsv"
+
+
+def embedder(folder):
+    return ["finetune", "embedder", "--train", str(pairs(folder)), "--dev", str(pairs(folder))]
+
+
+def reranker(folder):
+    rows = [row.split("\t") for row in sst2_rows(12)]
+    (folder / "scored.tsv").write_text(
+        "query\tdocument\tlabel\n" + "".join(f"is it good ?\t{text}\t{label}\n" for text, label in rows),
+        encoding="utf-8",
+    )
+    return ["finetune", "reranker", "--train", str(folder / "scored.tsv"), "--dev", str(folder / "scored.tsv")]
+
+
+def distill(folder):
+    keras.utils.set_random_seed(0)
+    teacher = BertClassifier(
+        BertEncoder(BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=2)),
+        2,
+        preprocessor=tiny_preprocessor(),
+        labels=["0", "1"],
+    )
+    teacher.save(folder / "teacher.keras")
+    command = tsv(folder)[2:]
+    return ["distill", "--teacher", str(folder / "teacher.keras"), "--student", "teacher:1", *command]
+
+
+COMMANDS = {"tsv": tsv, "glue": glue, "conll": conll, "squad": squad, "embedder": embedder, "reranker": reranker}
+
+
+def command(kind, folder):
+    if kind == "distill":
+        return [*distill(folder), *COMMON]
+    return [*COMMANDS[kind](folder), *tiny_encoder_file(folder), *COMMON]
+
+
+def kill_after(step):
+    """Makes the next run die right after training `step` (backups before it are kept),
+    its logs written as far as the process had got (as a killed process leaves them: no
+    writer of the dead run left to write later, in this process)."""
+    original = StepBackup.on_train_batch_end
+
+    def on_train_batch_end(self, batch, logs=None):
+        original(self, batch, logs)
+        if int(self.model.optimizer.iterations.numpy()) == step:
+            for callback in gc.get_objects():
+                if isinstance(callback, keras.callbacks.TensorBoard):
+                    callback._close_writers()
+            raise Killed(f"killed after step {step}")
+
+    return on_train_batch_end
+
+
+def scalars(folder):
+    """[(file kind, tag, step, value)] of the TensorBoard scalars under `folder`."""
+    found = []
+    for path in sorted(folder.rglob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                found.append((path.parent.name, value.tag, event.step, float(tf.make_ndarray(value.tensor))))
+    return found
+
+
+def weights(path):
+    return keras.saving.load_model(path).get_weights()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", [*COMMANDS, "distill"])
+def test_a_killed_run_resumes_as_if_it_had_not_stopped(kind, tmp_path, monkeypatch, capsys):
+    argv = command(kind, tmp_path)
+    assert cli([*argv, "--output-dir", str(tmp_path / "whole")]) == 0
+    with monkeypatch.context() as patch:
+        patch.setattr(StepBackup, "on_train_batch_end", kill_after(KILL_AFTER))
+        with pytest.raises(Killed):
+            cli([*argv, "--output-dir", str(tmp_path / "resumed")])
+    capsys.readouterr()
+    assert cli([*argv, "--output-dir", str(tmp_path / "resumed")]) == 0
+    assert re.search(r"^resuming after step 4 of \d+$", capsys.readouterr().out, re.M)
+
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    assert sorted(path.name for path in resumed.iterdir()) == sorted(path.name for path in whole.iterdir())
+    expected, actual = (json.loads((run / "eval_results.json").read_text())[:-1] for run in (whole, resumed))
+    assert [sorted(epoch) for epoch in actual] == [sorted(epoch) for epoch in expected] and len(actual) == 2
+    for got, want in zip(actual, expected):
+        np.testing.assert_allclose([got[key] for key in sorted(want)], [want[key] for key in sorted(want)], atol=1e-5)
+    for got, want in zip(weights(resumed / "best.keras"), weights(whole / "best.keras")):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    logged, reference = scalars(resumed / "logs"), scalars(whole / "logs")
+    assert not [key for key, count in Counter(entry[:3] for entry in logged).items() if count > 1]
+    assert sorted(entry[:3] for entry in logged) == sorted(entry[:3] for entry in reference)
+    values = dict((entry[:3], entry[3]) for entry in reference)
+    for entry in logged:
+        if "steps_per_second" not in entry[1]:
+            assert entry[3] == pytest.approx(values[entry[:3]], rel=1e-4, abs=1e-5), entry
+
+
+def test_another_command_line_is_refused_naming_what_differs(tmp_path, monkeypatch, capsys):
+    argv = command("tsv", tmp_path)
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr(StepBackup, "on_train_batch_end", kill_after(3))
+        with pytest.raises(Killed):
+            cli([*argv, "--output-dir", str(out)])
+    capsys.readouterr()
+    assert cli([*argv, "--output-dir", str(out), "--learning-rate", "1e-3", "--seed", "3"]) == 2
+    err = capsys.readouterr().err
+    assert f"--output-dir {out} holds an unfinished fine-tuning run of another command line" in err
+    assert "--learning-rate 2e-05 there, 0.001 now; --seed 0 there, 3 now" in err
+    assert cli([*argv, "--output-dir", str(out), "--learning-rate", "1e-3", "--overwrite"]) == 0
+    assert "resuming" not in capsys.readouterr().out
+    assert not (out / "checkpoints").exists()
+
+
+def test_the_backup_interval_flag_defaults_to_the_librarys():
+    from bert_keras.recipes.finetuning import BACKUP_STEPS
+    from bert_keras_cli.arguments import BACKUP_STEPS as FLAG_DEFAULT
+
+    assert FLAG_DEFAULT == BACKUP_STEPS
