@@ -109,7 +109,10 @@ def text_function(signature, preprocessor):
 
     def serve_text(text):
         packed, exact = packer(text)
-        outputs = signature.from_ids(packed, signature.run)
+        # The model's own outputs are refused first, so that what the signature derives
+        # from them (label names, which LiteRT cannot blank later) is refused too.
+        run = lambda ids: tf.nest.map_structure(lambda value: refused(value, exact), signature.run(ids))  # noqa: E731
+        outputs = signature.from_ids(packed, run)
         outputs = {key: refused(value, exact) for key, value in outputs.items() if key not in INPUT_NAMES}
         return {**outputs, EXACTNESS_OUTPUT: exact}
 
@@ -117,12 +120,12 @@ def text_function(signature, preprocessor):
 
 
 def refused(value, exact):
-    """`value` with the rows that were not tokenized exactly blanked: NaN, -1 or ""."""
+    """`value` with the rows that were not tokenized exactly blanked: NaN or -1. Strings
+    (label names) come blank from the refused ids they name."""
     if value.dtype == tf.string:
-        blank = tf.constant("")
-    else:
-        blank = tf.constant(float("nan") if value.dtype.is_floating else -1, value.dtype)
-    return tf.where(tf.reshape(exact, [-1] + [1] * (value.shape.rank - 1)), value, blank)
+        return value
+    rows = tf.reshape(exact, [-1] + [1] * (value.shape.rank - 1))
+    return tf.where(rows, value, tf.constant(float("nan") if value.dtype.is_floating else -1, value.dtype))
 
 
 class LiteRTPacker:
@@ -373,5 +376,6 @@ def export_checked(format, model, preprocessor, path, labels=None, segments=None
 
 def _difference(got, want):
     if want.dtype.kind in "SUO":
-        return 0.0 if np.array_equal(got.astype(want.dtype), want) else float("inf")
+        text = np.vectorize(lambda value: value.decode() if isinstance(value, bytes) else str(value), otypes=[object])
+        return 0.0 if np.array_equal(text(got), text(want)) else float("inf")
     return float(np.max(np.abs(got.astype(np.float64) - want), initial=0.0))
