@@ -187,14 +187,14 @@ def run_savedmodel(args, model, preprocessor):
 def run_portable(args, model, preprocessor):
     from pathlib import Path
 
-    from bert_keras.serving import deploy, export
+    from bert_keras.serving import deploy, export, portable
 
     segments, labels = export.trained_inputs(model, args.segments and tuple(args.segments), args.labels)
     try:
         text, differences = deploy.export_checked(
             args.format, model, preprocessor, args.out, labels, segments, args.quantize
         )
-    except deploy.MissingRuntime as error:
+    except portable.MissingRuntime as error:
         raise ValueError(str(error)) from None  # a user's install, not a bug: one line
     path = Path(args.out)
     kind = "float32" if args.quantize is None else args.quantize
