@@ -71,10 +71,13 @@ def text_function(signature, preprocessor):
 
     def serve_text(text):
         packed, exact = packer(text)
-        # The model's own outputs are refused first, so that what the signature derives
-        # from them (label names, which LiteRT cannot blank later) is refused too.
-        run = lambda ids: tf.nest.map_structure(lambda value: refused(value, exact), signature.run(ids))  # noqa: E731
-        outputs = signature.from_ids(packed, run)
+
+        def run_refusing(ids):
+            """The model's own outputs refused first, so that what the signature derives from
+            them (label names, which LiteRT cannot blank later) is refused too."""
+            return tf.nest.map_structure(lambda value: refused(value, exact), signature.run(ids))
+
+        outputs = signature.from_ids(packed, run_refusing)
         outputs = {key: refused(value, exact) for key, value in outputs.items() if key not in INPUT_NAMES}
         return {**outputs, EXACTNESS_OUTPUT: exact}
 
