@@ -1,8 +1,10 @@
 """SavedModel, LiteRT and ONNX Runtime exports side by side on CPU, float32 and quantized.
 
-For a fine-tuned all-MiniLM-L6-v2 SST-2 classifier (`--sst2-model`, e.g. `best.keras` from
-`python bench/bench_finetune.py sst2 --output-dir DIR`) and for BERT-base (random weights
-from the `base` preset, a 2-class head: latency does not depend on the weights):
+For an all-MiniLM-L6-v2 SST-2 classifier fine-tuned by the command line (`--sst2-model`:
+the `best.keras` of `bert-keras finetune glue --task sst-2 --data-dir ../shared/data/glue/SST-2
+--init <all-MiniLM-L6-v2 folder> --max-train-steps 300 --output-dir DIR`, label names and
+all) and for BERT-base (random weights from the `base` preset, a 2-class head: latency does
+not depend on the weights):
 
 1. Each export is written in its own process (`bert-keras export`'s path, with its
    self-check against Keras), whose peak resident memory is recorded; a process past
@@ -18,6 +20,10 @@ from the `base` preset, a 2-class head: latency does not depend on the weights):
    interquartile range are of paired ratios.
 3. The threads that worked: for each export, how many of the process's threads got over
    5% of the wall time of its batch-32 requests (from /proc/self/task/*/stat).
+4. Real text refused: the text-in LiteRT file `bert-keras export --format litert` writes is
+   run (its `tokenize` signature) on each kind of real text of `real_texts.py` (where
+   present); the share of rows it refuses is that of the LiteRT rows. The SavedModel takes
+   text and refuses none; the ONNX file and the LiteRT rows timed here take packed ids.
 
 Every export gets the same packed ids (the SavedModel's `serve_ids`, the others' id
 inputs); tokenization is outside the timing.
@@ -107,22 +113,65 @@ def base_preprocessor():
 def export_worker(model, format, precision, path):
     """Writes one export as `bert-keras export` does (with its self-check); prints a JSON line."""
     from bert_keras.serving import deploy
-    from bert_keras.serving.export import export_for_serving
+    from bert_keras.serving.export import export_for_serving, trained_inputs
 
     started = time.perf_counter()
     model, preprocessor = load_model(model)
+    _, labels = trained_inputs(model)  # the label names `bert-keras export` serves
     quantize = None if precision == "float32" else precision
     differences = {}
     if format == "savedmodel":
         export_for_serving(model, preprocessor, path, compute_dtype=quantize)
     else:  # as deploy.export_checked, but LiteRT on ids too: every row gets the same packed ids
         if format == "litert":
-            deploy.export_litert(model, preprocessor, path, quantize=quantize, text=False)
+            deploy.export_litert(model, preprocessor, path, labels, quantize=quantize, text=False)
         else:
-            deploy.export_onnx(model, preprocessor, path, quantize=quantize)
-        differences = deploy.check_export(format, path, model, preprocessor)
+            deploy.export_onnx(model, preprocessor, path, labels, quantize=quantize)
+        differences = deploy.check_export(format, path, model, preprocessor, labels)
     seconds = time.perf_counter() - started
     print(json.dumps({"export_s": seconds, "export_peak_mb": memory_mb("VmHWM"), "difference": differences}))
+
+
+def refusal_worker(model, path):
+    """`bert-keras export MODEL --format litert` (text in), then the share of each kind of real
+    text its tokenizer refuses; prints a JSON line {kind: [refused, rows]}."""
+    import real_texts
+
+    from bert_keras.serving import deploy
+    from bert_keras_cli.cli import main as cli
+
+    if cli(["export", model, "--format", "litert", "--out", path]) != 0:
+        raise SystemExit(f"bert-keras export {model} --format litert failed")
+    tokenize = deploy.predictor("litert", path).interpreter.get_signature_runner("tokenize")
+    refused = {}
+    for kind, texts in real_texts_by_kind(real_texts).items():
+        batches = (np.array(texts[start : start + 64], dtype=object) for start in range(0, len(texts), 64))
+        exact = np.concatenate([tokenize(text=batch)[deploy.EXACTNESS_OUTPUT] for batch in batches])
+        refused[kind] = [int(np.sum(~exact.astype(bool))), len(exact)]
+    print(json.dumps(refused))
+
+
+def real_texts_by_kind(real_texts):
+    return {
+        "SQuAD dev questions": real_texts.squad_questions(),
+        "SQuAD dev paragraphs": real_texts.squad_paragraphs(),
+        "program messages, en@quot": real_texts.typographic_messages(),
+        "program messages, 10 languages": real_texts.program_messages(),
+        "chat lines": real_texts.chat_lines(),
+    }
+
+
+def refusals(model, folder):
+    """{kind: [refused, rows]} of the text-in LiteRT export on real text; None without
+    `real_texts.py` (bench/) or for BERT-base (random weights: no model file to export)."""
+    try:
+        import real_texts  # noqa: F401
+    except ImportError:
+        print("bench/real_texts.py is not here: no refusal figures", flush=True)
+        return None
+    if model == "base":
+        return None
+    return last_json([sys.executable, __file__, "--refusals", model, str(Path(folder) / "text.tflite")])
 
 
 def stop_past(limit_mb):
@@ -294,6 +343,9 @@ def measure(name, model, texts, labels, folder, with_accuracy):
         exports[format, precision] = json.loads(record.read_text())
         paths[f"{format} {precision}"] = path
         print(f"{name}: exported {format} {precision}: {exports[format, precision]}", flush=True)
+    refused = refusals(model, folder)
+    if refused:
+        print(f"{name}: LiteRT text in, rows refused: {json.dumps(refused)}", flush=True)
     variants = list(args.variants)
     if model == "base" and args.peer_onnx:
         variants.append(("peer", "float32"))
@@ -310,8 +362,23 @@ def measure(name, model, texts, labels, folder, with_accuracy):
         if "error" not in row:
             path = paths[f"{format} {precision}"]
             row = {**row, **measured["rows"][f"{format} {precision}"], "file_mb": size_mb(path)}
-        rows.append((name, format, precision, row))
+        rows.append((name, format, precision, {**row, "refused": refused_cell(format, refused)}))
+    if refused:
+        print(f"\n{name}, LiteRT text in (`bert-keras export --format litert`), real text refused:")
+        print("| text | rows | refused |\n|---|---|---|")
+        for kind, (count, total) in refused.items():
+            print(f"| {kind} | {total} | {count} ({100 * count / total:.1f}%) |")
     return rows, measured["tensorflow_mb"]
+
+
+def refused_cell(format, refused):
+    """The refusal column: the share of all real rows the format's text input refuses."""
+    if format == "savedmodel":
+        return "0 (text in)"
+    if format != "litert" or not refused:
+        return "ids in"
+    count, rows = (sum(values) for values in zip(*refused.values()))
+    return f"{100 * count / rows:.1f}% (text in)"
 
 
 def size_mb(path):
@@ -340,9 +407,9 @@ def report(rows, tensorflow_mb):
     )
     print(
         "| model | export | batch 1 (ms) | x SM fp32 | batch 32 (ms) | x SM fp32 | busy threads | file (MB) "
-        "| RSS added (MB) | export peak RSS (MB) | SST-2 dev acc |"
+        "| RSS added (MB) | export peak RSS (MB) | SST-2 dev acc | real text refused |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for model_name, format, precision, row in rows:
         if "error" in row:
             print(f"| {model_name} | {format} {precision} | export failed: {row['error']} |")
@@ -351,7 +418,8 @@ def report(rows, tensorflow_mb):
         print(
             f"| {model_name} | {format} {precision} | {spread(row['batch1'], 1)} | {ratio(row['batch1_ratio'])} "
             f"| {spread(row['batch32'], 0)} | {ratio(row['batch32_ratio'])} | {row['busy_threads']} "
-            f"| {row['file_mb']:.0f} | {row['added_mb']:.0f} | {row['export_peak_mb']:.0f} | {accuracy} |"
+            f"| {row['file_mb']:.0f} | {row['added_mb']:.0f} | {row['export_peak_mb']:.0f} | {accuracy} "
+            f"| {row['refused']} |"
         )
     print(f"TensorFlow itself (import, before any export is loaded): {tensorflow_mb:.0f} MB resident")
 
@@ -395,6 +463,7 @@ if __name__ == "__main__":
     parser.add_argument("--work-dir", help="keep the exports here (default: a temporary folder); reused if there")
     parser.add_argument("--export", nargs=4, metavar=("MODEL", "FORMAT", "PRECISION", "PATH"), help=argparse.SUPPRESS)
     parser.add_argument("--measure", nargs=2, metavar=("PATHS", "INPUTS"), help=argparse.SUPPRESS)
+    parser.add_argument("--refusals", nargs=2, metavar=("MODEL", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.export:
@@ -402,5 +471,7 @@ if __name__ == "__main__":
         export_worker(*args.export)
     elif args.measure:
         measure_worker(*args.measure, args.rounds)
+    elif args.refusals:
+        refusal_worker(*args.refusals)
     else:
         main()

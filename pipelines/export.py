@@ -195,7 +195,7 @@ def run_savedmodel(args, model, preprocessor):
 def run_portable(args, model, preprocessor):
     from pathlib import Path
 
-    from bert_keras.serving import deploy, export
+    from bert_keras.serving import deploy, export, portable
 
     if args.mediapipe:
         return run_mediapipe(args, model, preprocessor)
@@ -204,7 +204,7 @@ def run_portable(args, model, preprocessor):
         text, differences = deploy.export_checked(
             args.format, model, preprocessor, args.out, labels, segments, args.quantize
         )
-    except deploy.MissingRuntime as error:
+    except portable.MissingRuntime as error:
         raise ValueError(str(error)) from None  # a user's install, not a bug: one line
     path = Path(args.out)
     kind = "float32" if args.quantize is None else args.quantize
@@ -225,13 +225,13 @@ def run_portable(args, model, preprocessor):
 def run_mediapipe(args, model, preprocessor):
     from pathlib import Path
 
-    from bert_keras.serving import deploy, mediapipe_metadata
+    from bert_keras.serving import mediapipe_metadata, portable
 
     try:
         difference, labels = mediapipe_metadata.export_checked(
             model, preprocessor, args.out, args.labels, args.max_seq_length, args.quantize
         )
-    except deploy.MissingRuntime as error:
+    except portable.MissingRuntime as error:
         raise ValueError(str(error)) from None
     path = Path(args.out)
     kind = "float32" if args.quantize is None else args.quantize

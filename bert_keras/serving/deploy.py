@@ -15,9 +15,7 @@ tokenize exactly (combining marks NFD would reorder, see `litert_text`) is refus
 silently different answer. Heads whose text outputs need byte offsets (spans, word tags)
 take the packed int32 ids instead, named as the TF Hub encoder's inputs.
 
-ONNX goes through tf2onnx 1.17, which converts a TF 2.21 graph except `Erfc` (exact GELU);
-`_erfc` writes it as `1 - Erf`. ONNX has no tokenizer that matches WordPiece exactly here,
-so ONNX exports take the packed ids.
+ONNX exports (`onnx_export`) take the packed ids. What both formats share is in `portable`.
 
 `quantize="int8"`: LiteRT's dynamic-range quantization (int8 weights, int8 matmuls on
 activations quantized per batch) or ONNX Runtime's `quantize_dynamic` (the same idea,
@@ -25,7 +23,6 @@ weights quantized per output channel);
 `"float16"` (LiteRT only): float16 weights, computed in float32.
 """
 
-import importlib
 import tempfile
 from pathlib import Path
 
@@ -33,14 +30,20 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.checkpoint import write_vocab
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.serving.litert_text import LiteRTPacker
-from bert_keras.serving.serving_tasks import FillMaskSignature, serving_signature
+from bert_keras.serving.onnx_export import OnnxPredictor, export_onnx
+from bert_keras.serving.portable import (
+    check_quantize,
+    ids_function,
+    refuse_windows,
+    require,
+    write_vocabulary,
+)
+from bert_keras.serving.serving_tasks import serving_signature
 from bert_keras.tasks.serving_signature import ServingSignature
 
 FORMATS = ("litert", "onnx")
-QUANTIZATIONS = {"litert": ("int8", "float16"), "onnx": ("int8",)}
 TOLERANCE = 1e-4  # float32 exports against Keras
 EXACTNESS_OUTPUT = "tokenized_exactly"
 # The self-check's texts: ASCII, empty, and accents, typographic punctuation, CJK, Greek, a ligature.
@@ -59,53 +62,12 @@ TFTEXT_KERNELS = (
 )
 # A text LiteRT refuses (marks of two combining classes that NFD would reorder), uncased.
 REFUSED_TEXT = "\U0001d16d\U0001d165"
-ONNX_OPSET = 17
-
-
-class MissingRuntime(ImportError):
-    """A converter or runtime of the `[deploy]` extra is not installed."""
-
-
-def require(module, what):
-    try:
-        return importlib.import_module(module)
-    except ImportError as error:
-        raise MissingRuntime(
-            f"{what} needs the Python module `{module}` ({error}); install it with: pip install 'bert-keras[deploy]'"
-        ) from None
-
-
-def refuse_windows(model, format):
-    """Portable exports take one window a text: a head with a `doc_stride` would silently
-    answer its first window only."""
-    if getattr(model, "doc_stride", None) is not None:
-        raise ValueError(
-            f"a {format} export reads one window a text; this {type(model).__name__} reads long texts in windows "
-            f"(doc_stride={model.doc_stride}): export it as a SavedModel, which makes the windows in the graph"
-        )
 
 
 def takes_text(signature):
     """Whether a LiteRT export can take raw text: outputs that depend on the packed ids
     only (no byte offsets back into the text)."""
     return type(signature).from_text is ServingSignature.from_text
-
-
-def ids_function(signature):
-    """The signature on packed int32 ids, as a graph function of named inputs. Outputs that
-    are inputs passed through (the encoder's `input_mask`) are left out: the caller has them."""
-    if isinstance(signature, FillMaskSignature):
-        raise ValueError(
-            "fill-mask (BertPretrainer) exports only as a SavedModel: LiteRT has no kernels for the "
-            "broadcasting selects and slices of its top-k outputs, and ONNX Runtime fails on tf2onnx's graph"
-        )
-    specs = signature.ids_inputs()
-
-    def serve_ids(*ids):
-        outputs = signature.from_ids(dict(zip(INPUT_NAMES, ids)), signature.run)
-        return {key: value for key, value in outputs.items() if key not in INPUT_NAMES}
-
-    return serve_ids, specs
 
 
 def text_function(signature, preprocessor, segments):
@@ -119,7 +81,13 @@ def text_function(signature, preprocessor, segments):
 
     def serve_text(*texts):
         packed, exact = packer(texts)
-        outputs = signature.from_ids(packed, signature.run)
+
+        def run_refusing(ids):
+            """The model's own outputs refused first, so that what the signature derives from
+            them (label names, which LiteRT cannot blank later) is refused too."""
+            return tf.nest.map_structure(lambda value: refused(value, exact), signature.run(ids))
+
+        outputs = signature.from_ids(packed, run_refusing)
         outputs = {key: refused(value, exact) for key, value in outputs.items() if key not in INPUT_NAMES}
         return {**outputs, EXACTNESS_OUTPUT: exact}
 
@@ -133,12 +101,12 @@ def text_specs(segments):
 
 
 def refused(value, exact):
-    """`value` with the rows that were not tokenized exactly blanked: NaN, -1 or ""."""
+    """`value` with the rows that were not tokenized exactly blanked: NaN or -1. Strings
+    (label names) come blank from the refused ids they name."""
     if value.dtype == tf.string:
-        blank = tf.constant("")
-    else:
-        blank = tf.constant(float("nan") if value.dtype.is_floating else -1, value.dtype)
-    return tf.where(tf.reshape(exact, [-1] + [1] * (value.shape.rank - 1)), value, blank)
+        return value
+    rows = tf.reshape(exact, [-1] + [1] * (value.shape.rank - 1))
+    return tf.where(rows, value, tf.constant(float("nan") if value.dtype.is_floating else -1, value.dtype))
 
 
 def litert_functions(model, preprocessor, labels=None, segments=None, text=True):
@@ -174,7 +142,7 @@ def export_litert(model, preprocessor, path, labels=None, segments=None, quantiz
 def litert_flatbuffer(functions, quantize, name):
     """{signature key: (graph function, input specs)} -> the converted .tflite bytes;
     an op LiteRT has no kernel for (other than tf.text's) is an error naming model `name`."""
-    _check_quantize("litert", quantize)
+    check_quantize("litert", quantize)
     archive = keras.export.ExportArchive()
     for key, (function, specs) in functions.items():
         archive.add_endpoint(key, function, input_signature=specs)
@@ -203,15 +171,6 @@ def custom_ops(flatbuffer):
     return {code.CustomCode().decode() for code in codes if code.CustomCode()}
 
 
-def write_vocabulary(tokenizer, path):
-    return write_vocab(tokenizer.vocabulary, Path(path).with_suffix(".vocab.txt"))
-
-
-def _check_quantize(format, quantize):
-    if quantize is not None and quantize not in QUANTIZATIONS[format]:
-        raise ValueError(f"{format} exports quantize to {' or '.join(QUANTIZATIONS[format])}, not {quantize!r}")
-
-
 class LiteRTPredictor:
     """A `.tflite` export in ai-edge-litert's interpreter, with tf.text's kernels."""
 
@@ -236,59 +195,6 @@ class LiteRTPredictor:
                 "ids to an ids export (or the SavedModel) instead"
             )
         return outputs
-
-
-def export_onnx(model, preprocessor, path, labels=None, quantize=None):
-    """Writes `path` (.onnx, inputs `input_word_ids`, `input_mask`, `input_type_ids`) and
-    `<stem>.vocab.txt` beside it."""
-    _check_quantize("onnx", quantize)
-    refuse_windows(model, "ONNX")
-    tf2onnx = require("tf2onnx", "the ONNX export")
-    function, specs = ids_function(serving_signature(model, preprocessor, labels))
-    proto, _ = tf2onnx.convert.from_function(
-        tf.function(function, input_signature=specs),
-        input_signature=specs,
-        opset=ONNX_OPSET,
-        custom_op_handlers={"Erfc": (_erfc, [])},
-    )
-    path = Path(path)
-    if quantize is None:
-        path.write_bytes(proto.SerializeToString())
-    else:
-        quantization = require("onnxruntime.quantization", "int8 ONNX quantization")
-        with tempfile.TemporaryDirectory() as folder:
-            float_path = Path(folder) / "float32.onnx"
-            float_path.write_bytes(proto.SerializeToString())
-            # Per output channel: per tensor cost the SST-2 MiniLM classifier 1.0 point of dev accuracy, this 0.
-            quantization.quantize_dynamic(float_path, path, weight_type=quantization.QuantType.QInt8, per_channel=True)
-    write_vocabulary(preprocessor.tokenizer, path)
-
-
-def _erfc(ctx, node, name, args):
-    """tf2onnx handler: ONNX has Erf but no Erfc; erfc(x) = 1 - erf(x)."""
-    from tf2onnx import utils
-
-    erf = ctx.make_node("Erf", [node.input[0]]).output[0]
-    one = ctx.make_const(utils.make_name("one"), np.array(1, np.float32)).output[0]
-    node.type = "Sub"
-    ctx.replace_inputs(node, [one, erf])
-
-
-class OnnxPredictor:
-    """An `.onnx` export in ONNX Runtime's CPU session."""
-
-    def __init__(self, path, threads=None):
-        ort = require("onnxruntime", "running an ONNX export")
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self.output_names = [output.name for output in self.session.get_outputs()]
-        self.path = path
-
-    def __call__(self, **inputs):
-        return dict(zip(self.output_names, self.session.run(None, inputs)))
 
 
 def predictor(format, path, threads=None):
@@ -347,5 +253,6 @@ def export_checked(format, model, preprocessor, path, labels=None, segments=None
 
 def _difference(got, want):
     if want.dtype.kind in "SUO":
-        return 0.0 if np.array_equal(got.astype(want.dtype), want) else float("inf")
+        text = np.vectorize(lambda value: value.decode() if isinstance(value, bytes) else str(value), otypes=[object])
+        return 0.0 if np.array_equal(text(got), text(want)) else float("inf")
     return float(np.max(np.abs(got.astype(np.float64) - want), initial=0.0))

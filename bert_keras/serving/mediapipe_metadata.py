@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras.models.encoder import INPUT_NAMES
-from bert_keras.serving import deploy
+from bert_keras.serving import deploy, portable
 from bert_keras.serving.export import trained_inputs
 from bert_keras.serving.serving_tasks import serving_signature
 from bert_keras.tasks.classifier import BertClassifier
@@ -72,7 +72,7 @@ def mediapipe_function(signature, seq_length=None):
     """(graph function, input specs): the signature's model on one packed text of
     `seq_length` ids, answering its one MediaPipe output (`OUTPUTS`)."""
     model = signature.model
-    deploy.refuse_windows(model, "MediaPipe")
+    portable.refuse_windows(model, "MediaPipe")
     output = OUTPUTS.get(type(model))
     if output is None:
         kinds = " or ".join(kind.__name__ for kind in OUTPUTS)
@@ -116,8 +116,8 @@ class MediaPipeTask:
     names) or `TextEmbedder`, on CPU; close it (or use `with`) before exiting."""
 
     def __init__(self, path):
-        tasks = deploy.require("mediapipe.tasks.python.text", "running a MediaPipe export")
-        options = deploy.require("mediapipe.tasks.python.core.base_options", "running a MediaPipe export")
+        tasks = portable.require("mediapipe.tasks.python.text", "running a MediaPipe export")
+        options = portable.require("mediapipe.tasks.python.core.base_options", "running a MediaPipe export")
         with zipfile.ZipFile(path) as files:
             self.classifier = LABELS_FILE in files.namelist()
         task, task_options = (
@@ -168,7 +168,7 @@ def with_metadata(flatbuffer, vocabulary, labels=None, name="bert"):
     """A `.tflite`'s bytes with MediaPipe's BERT text metadata: its inputs must be the
     three packed id tensors (named as `INPUT_NAMES` by the converter), its one output
     class scores (`labels`: their names) or an embedding (`labels=None`)."""
-    schema = deploy.require("ai_edge_litert.schema_py_generated", "the MediaPipe export")
+    schema = portable.require("ai_edge_litert.schema_py_generated", "the MediaPipe export")
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(flatbuffer, 0))
     if len(model.subgraphs) != 1:
         raise ValueError(f"MediaPipe's text tasks run a model of one subgraph, this one has {len(model.subgraphs)}")
@@ -191,7 +191,7 @@ def with_metadata(flatbuffer, vocabulary, labels=None, name="bert"):
 
 def metadata_flatbuffer(inputs, outputs, labels=None, name="bert"):
     """The `ModelMetadata` flatbuffer for a model with input tensors named `inputs`."""
-    schema = deploy.require("mediapipe.tasks.metadata.metadata_schema_py_generated", "the MediaPipe export")
+    schema = portable.require("mediapipe.tasks.metadata.metadata_schema_py_generated", "the MediaPipe export")
     roles = [next((role for key, role in INPUT_METADATA_NAMES.items() if key in tensor), None) for tensor in inputs]
     if sorted(filter(None, roles)) != sorted(INPUT_METADATA_NAMES.values()):
         raise ValueError(f"MediaPipe's BERT inputs are {list(INPUT_METADATA_NAMES)}; the model takes {inputs}")

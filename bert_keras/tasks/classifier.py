@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from bert_keras.checkpoint import Transposed
 from bert_keras.tasks.preprocessing import is_packed
-from bert_keras.tasks.serving_signature import ServingSignature, as_float32, label_table
+from bert_keras.tasks.serving_signature import ServingSignature, as_float32, label_names, label_table
 from bert_keras.tasks.task import BertTask, default_optimizer, output_layer
 from bert_keras.tasks.windowing import WINDOW_POOLING, encode_windows, is_windowed, pool_windows, window_arguments
 
@@ -163,11 +163,14 @@ class ClassifierSignature(ServingSignature):
             probabilities = tf.sigmoid(logits)
             outputs = {"logits": logits, "probabilities": probabilities, "predicted": tf.cast(logits > 0, tf.int32)}
             if self.label_table is not None:
-                names = tf.broadcast_to(self.label_table, tf.shape(logits))
-                outputs["labels"] = tf.where(logits > 0, names, "")
+                predicted = tf.where(logits > 0, tf.range(tf.shape(logits)[-1]), -1)
+                outputs["labels"] = label_names(self.label_table, predicted)
             return outputs
-        label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        # A row of NaN logits (one an export refused) names no class: -1 and "".
+        label_ids = tf.where(
+            tf.reduce_all(tf.math.is_finite(logits), axis=-1), tf.argmax(logits, axis=-1, output_type=tf.int32), -1
+        )
         outputs = {"logits": logits, "probabilities": tf.nn.softmax(logits), "label_ids": label_ids}
         if self.label_table is not None:
-            outputs["labels"] = tf.gather(self.label_table, label_ids)
+            outputs["labels"] = label_names(self.label_table, label_ids)
         return outputs

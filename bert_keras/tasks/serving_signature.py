@@ -22,7 +22,7 @@ class ServingSignature:
     per-token outputs (None when the model's output is itself one per-token tensor).
     `segments` are the default string input names. Both come from the model's own
     declaration (`text_input_names`, `token_output_names`), which `fit` reads too.
-    `label_table` holds class names (a string tensor) for heads that have them. By
+    `label_table` holds class names (a tuple of strings) for heads that have them. By
     default `from_ids` returns the model's dict of outputs as float32; subclasses override
     it for other outputs, and `from_text` when text needs more than packing (e.g. answers
     mapped back to it).
@@ -90,12 +90,21 @@ class ServingSignature:
 
 
 def label_table(labels, count, model):
-    """`labels` as a string constant (None stays None); there must be `count` of them."""
+    """`labels` as a tuple of strings (None stays None); there must be `count` of them.
+
+    Not a tensor: each graph that uses it makes its own constant. A tensor made once is
+    captured as an input by every graph function, which tf2onnx leaves as a missing input."""
     if labels is None:
         return None
     if len(labels) != count:
         raise ValueError(f"{len(labels)} labels for {model}")
-    return tf.constant(list(labels))
+    return tuple(str(label) for label in labels)
+
+
+def label_names(table, ids):
+    """The names of label `ids`, "" for -1: a gather from a constant, which LiteRT runs
+    on strings too (it has no string select)."""
+    return tf.gather(tf.constant(("", *table)), ids + 1)
 
 
 def check_no_labels(model, labels):

@@ -140,6 +140,31 @@ def test_demo_run_again_resumes_instead_of_redoing(demo_run, capsys):
     assert (out / "finetune" / "best.keras").stat().st_mtime_ns == stamp
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("format", ["litert", "onnx"])
+def test_demo_classifier_exports_to_litert_and_onnx(demo_run, tmp_path, capsys, format):
+    """Issue 43: the demo's classifier (four label names) through `bert-keras export
+    --format`, which checks it against Keras (1e-4) and names the labels it answers."""
+    import keras
+
+    from bert_keras.serving import deploy
+
+    out, _ = demo_run
+    model = keras.saving.load_model(out / "finetune" / "best.keras")
+    path = tmp_path / f"demo.{format}"
+    assert cli(["export", str(out / "finetune" / "best.keras"), "--format", format, "--out", str(path)]) == 0
+    assert "largest difference from Keras: label_ids 0.00e+00, labels 0.00e+00" in capsys.readouterr().out
+    texts = ["Return the number of items in a container.", "Open a file and return a stream."]
+    want = [model.labels[i] for i in np.asarray(model.predict(np.array(texts), verbose=0)).argmax(-1)]
+    runtime = deploy.predictor(format, path)
+    if format == "litert":
+        got = runtime(text=np.array(texts, dtype=object))["labels"]
+    else:
+        packed = model.preprocessor([tf.constant(texts)])
+        got = runtime(**{name: value.numpy() for name, value in packed.items()})["labels"]
+    assert [label.decode() if isinstance(label, bytes) else label for label in got] == want
+
+
 def test_demo_init_needs_a_real_checkpoint(capsys, tmp_path):
     assert cli(["demo", "--output-dir", str(tmp_path / "out"), "--init", str(tmp_path / "nope")]) == 2
     assert "nope" in capsys.readouterr().err

@@ -24,7 +24,7 @@ from bert_keras import (
     BertTextEmbedder,
     BertTokenClassifier,
 )
-from bert_keras.serving import deploy
+from bert_keras.serving import deploy, portable
 
 TEXTS = ["the quick brown fox jumps over the lazy dog.", "", "who did go home, john?", "a good film!"]
 
@@ -85,7 +85,7 @@ def test_unknown_quantization_and_missing_runtime_are_clear_errors(tmp_path, mon
     with pytest.raises(ValueError, match="onnx exports quantize to int8, not 'float16'"):
         deploy.export_onnx(tiny_encoder(), tiny_preprocessor(), tmp_path / "m.onnx", quantize="float16")
     monkeypatch.setitem(__import__("sys").modules, "tf2onnx", None)
-    with pytest.raises(deploy.MissingRuntime, match=r"pip install 'bert-keras\[deploy\]'"):
+    with pytest.raises(portable.MissingRuntime, match=r"pip install 'bert-keras\[deploy\]'"):
         deploy.export_onnx(tiny_encoder(), tiny_preprocessor(), tmp_path / "m.onnx")
 
 

@@ -87,14 +87,14 @@ def test_metadata_is_what_mediapipe_reads(tmp_path):
     """The schema's own reader finds the tokenizer, the input roles and the label file."""
     from mediapipe.tasks.metadata import metadata_schema_py_generated as schema
 
-    from bert_keras.serving import deploy
+    from bert_keras.serving import deploy, portable
 
     function, specs = mediapipe_metadata.mediapipe_function(
         BertClassifier(tiny_encoder(), num_classes=2).serving_signature(tiny_preprocessor()), SEQ_LENGTH
     )
     flatbuffer = deploy.litert_flatbuffer({"serving_default": (function, specs)}, None, "BertClassifier")
     model_file = mediapipe_metadata.with_metadata(flatbuffer, VOCAB, ["no", "yes"])
-    litert = deploy.require("ai_edge_litert.schema_py_generated", "reading")
+    litert = portable.require("ai_edge_litert.schema_py_generated", "reading")
     model = litert.Model.GetRootAsModel(model_file, 0)
     (entry,) = [e for e in map(model.Metadata, range(model.MetadataLength())) if e.Name() == b"TFLITE_METADATA"]
     data = model.Buffers(entry.Buffer()).DataAsNumpy().tobytes()
