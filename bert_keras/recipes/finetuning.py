@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from bert_keras.models.dtype import with_dtype
+from bert_keras.models.encoder import set_recompute
 from bert_keras.training import distribute
 from bert_keras.training.callbacks import EvaluateAndKeepBest, StopAfterSteps, TensorBoard, TimeBudget
 from bert_keras.training.finetuning import fitting_batch_size, schedule
@@ -53,6 +54,7 @@ def finetune(
     preprocessed=False,
     strategy=None,
     jit_compile=False,
+    recompute=False,
     verbose="auto",
 ):
     """Fine-tunes `model` (a task built in `strategy`'s scope) on `train_batches` of
@@ -66,7 +68,8 @@ def finetune(
     Each global batch is split into per-replica batches (an epoch's last, smaller batch
     is dropped; a set smaller than one batch is one smaller batch), padded to
     `max_seq_length` where the strategy needs static shapes (TPUs). `loss` goes to the
-    task's `compile` ("auto": its default). `saved_model` is what `best.keras` holds
+    task's `compile` ("auto": its default). `recompute` recomputes the encoders' layers in
+    the backward pass (`BertEncoder(recompute=True)`). `saved_model` is what `best.keras` holds
     (default `model`; a `BertDistiller` keeps its student). Returns a `FinetuningRun`."""
     strategy = strategy or tf.distribute.get_strategy()
     fitted_batch = fitting_batch_size(num_examples, batch_size, strategy.num_replicas_in_sync)
@@ -75,6 +78,7 @@ def finetune(
     steps_per_epoch, epochs, planned = schedule(num_examples, fitted_batch, epochs, max_train_steps)
     # Epochs are of equal length, so the plan may run a few steps past max_train_steps: stop at it.
     total = min(planned, max_train_steps or planned)
+    set_recompute(model, recompute)
     with strategy.scope():
         optimizer = create_optimizer(learning_rate, total, int(warmup_proportion * total), weight_decay=weight_decay)
         model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)

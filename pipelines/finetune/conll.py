@@ -17,7 +17,7 @@ def add_arguments(parser):
         "--data-dir", required=True, type=InputPath, help="folder with eng.train and eng.testa (eng.testb)"
     )
     parser.add_argument("--eval-split", default="testa", help="eng.<split> to evaluate on (default testa)")
-    add_window_arguments(parser, pooling=False)
+    add_window_arguments(parser, pooling=False, trained=True)
     parser.add_argument(
         "--document-context",
         action="store_true",
@@ -33,7 +33,13 @@ def run(args):
 
     data = ConllData(args.data_dir, args.eval_split, args.max_examples, args.document_context, args.max_seq_length)
     print(f"CoNLL-2003: {data.train_size} training sentences, {data.dev_size} in eng.{args.eval_split}")
-    strategy, model = build_head(args, BertTokenClassifier, **data.head_arguments(), doc_stride=args.doc_stride)
+    strategy, model = build_head(
+        args,
+        BertTokenClassifier,
+        **data.head_arguments(),
+        doc_stride=args.doc_stride,
+        window_micro_batch=args.window_micro_batch,
+    )
     data.prepare(model)
     if args.document_context:
         print(f"document context: {sum(len(c.words) for c in data.train_contexts)} words in training examples")
