@@ -105,13 +105,18 @@ def add_training_arguments(parser, output_help, overwrite_help, learning_rate, e
     parser.add_argument("--seed", type=int, default=0)
     add_distribution_arguments(parser)
     parser.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
+    add_recompute_argument(parser)
+    parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Keras progress output")
+
+
+def add_recompute_argument(parser):
+    """--recompute, of every training command."""
     parser.add_argument(
         "--recompute",
         action="store_true",
         help="keep only each Transformer layer's input and recompute its activations in the backward pass: "
         "less memory for about a third more compute",
     )
-    parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Keras progress output")
 
 
 def add_window_arguments(parser, pooling=True, default_pooling="mean", served=False, trained=False):

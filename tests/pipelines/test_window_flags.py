@@ -53,54 +53,6 @@ def test_finetune_classifiers(files, monkeypatch, pooling):
         assert (calls["doc_stride"], calls["window_pooling"]) == (64, pooling or "mean")
 
 
-def test_window_micro_batch_reaches_the_training_heads(files, monkeypatch):
-    common = ["--init", str(files / "init"), "--output-dir", str(files / "out"), "--window-micro-batch", "8"]
-    pairs = str(files / "pairs.tsv")
-    for head, task in (
-        (BertClassifier, ["tsv", "--train", str(files / "train.tsv"), "--dev", str(files / "train.tsv")]),
-        (BertClassifier, ["glue", "--task", "sst-2", "--data-dir", str(files / "SST-2")]),
-        (BertTextEmbedder, ["embedder", "--train", pairs, "--dev", pairs]),
-    ):
-        with monkeypatch.context() as patch, pytest.raises(Reached):
-            calls = recorder(patch, head, "from_checkpoint")
-            cli(["finetune", *task, *common])
-        assert calls["window_micro_batch"] == 8
-    with pytest.raises(SystemExit):
-        cli(
-            [
-                "embed",
-                "--input",
-                str(files / "lines.txt"),
-                "--output",
-                "v.npy",
-                "--init",
-                "i",
-                "--window-micro-batch",
-                "8",
-            ]
-        )
-
-
-@pytest.mark.slow
-def test_finetune_tsv_in_window_micro_batches_with_recompute(tmp_path):
-    """A real (tiny) run with both memory flags: the saved model keeps them."""
-    from conftest import DATA, require
-
-    from bert_keras import BertConfig, BertEncoder
-
-    text = "a good film , " * 12
-    (tmp_path / "long.tsv").write_text(f"text\tlabel\n{text}\tpos\na bad film\tneg\n", encoding="utf-8")
-    init = tmp_path / "encoder.keras"
-    BertEncoder(BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1)).save(init)
-    data = str(tmp_path / "long.tsv")
-    argv = ["finetune", "tsv", "--train", data, "--dev", data, "--init", str(init), "--batch-size", "2"]
-    argv += ["--vocab", str(require(DATA / "vocab" / "vocab.txt")), "--max-train-steps", "1", "--verbose", "0"]
-    argv += ["--max-seq-length", "16", "--doc-stride", "8", "--window-micro-batch", "3", "--recompute"]
-    assert cli([*argv, "--output-dir", str(tmp_path / "run")]) == 0
-    model = keras.saving.load_model(tmp_path / "run" / "best.keras")
-    assert (model.doc_stride, model.window_micro_batch, model.encoder.recompute) == (8, 3, True)
-
-
 def test_finetune_embedder_and_embed(files, monkeypatch):
     calls = recorder(monkeypatch, BertTextEmbedder, "from_checkpoint")
     pairs = str(files / "pairs.tsv")
