@@ -92,7 +92,6 @@ def test_finetune_tsv_in_window_micro_batches_with_recompute(tmp_path):
     """A real (tiny) run with both memory flags: the saved model keeps them."""
     from conftest import DATA, require
 
-
     text = "a good film , " * 12
     (tmp_path / "long.tsv").write_text(f"text\tlabel\n{text}\tpos\na bad film\tneg\n", encoding="utf-8")
     init = tmp_path / "encoder.keras"
