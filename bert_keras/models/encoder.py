@@ -117,12 +117,13 @@ class BertEncoder(WorksAroundKeras20585, keras.Model):
                 )
                 attention_probs.append(probs)
             elif self.recompute and training:
+                # The bias is not an input of the recomputed function: it needs no gradient.
                 hidden = recompute_gradient(
-                    lambda hidden, bias, block=block, positions=positions: [
+                    lambda hidden, block=block, positions=positions: [
                         block(hidden, bias, training=True, query_positions=positions)
                     ],
                     block,
-                )(hidden, bias)[0]
+                )(hidden)[0]
             else:
                 hidden = block(hidden, bias, training=training, query_positions=positions)
             encoder_outputs.append(hidden)
