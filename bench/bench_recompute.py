@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
 
-from bench.training_memory import cpu, report, run_setting, step_timer  # noqa: E402
+from bench.training_memory import cpu, report, run_setting, step_timer, stop_above  # noqa: E402
 
 SETTINGS = {"base-128": 128, "base-512": 512, "embedder": None}
 MODES = ("off", "recompute", "tf.recompute_grad")
@@ -92,6 +92,8 @@ def train_embedder(args):
 
 def child(args):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.stop_above_gb:
+        stop_above(args.stop_above_gb)
     (train_embedder if args.setting == "embedder" else train_base)(args)
 
 
@@ -102,6 +104,7 @@ def main():
     parser.add_argument("--config", default="base", help="the BERT preset of the base-* settings (smoke: tiny)")
     parser.add_argument("--steps", type=int, default=4, help="steps per run; the first is not timed")
     parser.add_argument("--peers", action="store_true", help="also keras.RematScope (BERT-base settings)")
+    parser.add_argument("--stop-above-gb", type=float, help="end a setting whose resident memory passes this")
     parser.add_argument("--setting", help=argparse.SUPPRESS)  # a child process' one setting
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--work", default="/tmp", help="where the embedder's pairs file is written")
@@ -118,6 +121,7 @@ def main():
         for mode in modes:
             common = ["--setting", setting, "--mode", mode, "--batch-size", str(batch), "--steps", str(args.steps)]
             common += ["--config", args.config]
+            common += ["--stop-above-gb", str(args.stop_above_gb)] if args.stop_above_gb else []
             results[mode] = result = run_setting(__file__, [*common, "--work", args.work])
             if "error" in result:
                 print(f"| {setting} | {batch} | {mode} | failed: {result['error']} | | | |", flush=True)
