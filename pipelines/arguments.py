@@ -84,6 +84,7 @@ def training_options(args):
             "max_seq_length",
             "backup_steps",
             "jit_compile",
+            "recompute",
         )
     }
 
@@ -119,12 +120,23 @@ def add_training_arguments(parser, output_help, overwrite_help, learning_rate, e
         parser,
         "on GPUs and TPUs; off on CPU, where XLA compiles once per padded length and is slower, and with windows",
     )
+    add_recompute_argument(parser)
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Keras progress output")
 
 
-def add_window_arguments(parser, pooling=True, default_pooling="mean", served=False):
-    """--doc-stride (and --window-pooling; `served`: --max-windows): long texts read in
-    windows, not truncated."""
+def add_recompute_argument(parser):
+    """--recompute, of every training command."""
+    parser.add_argument(
+        "--recompute",
+        action="store_true",
+        help="keep only each Transformer layer's input and recompute its activations in the backward pass: "
+        "less memory for about a third more compute",
+    )
+
+
+def add_window_arguments(parser, pooling=True, default_pooling="mean", served=False, trained=False):
+    """--doc-stride (and --window-pooling; `served`: --max-windows; `trained`:
+    --window-micro-batch): long texts read in windows, not truncated."""
     parser.add_argument(
         "--doc-stride",
         type=int,
@@ -138,6 +150,14 @@ def add_window_arguments(parser, pooling=True, default_pooling="mean", served=Fa
             default=default_pooling,
             help="a document's logits from its windows': mean (labels of the whole text) or max (evidence "
             "in one window)" + ("" if default_pooling else "; default: the model's"),
+        )
+    if trained:
+        parser.add_argument(
+            "--window-micro-batch",
+            type=int,
+            help="with --doc-stride: run at most this many windows through the encoder at once, in training "
+            "too (the same gradient, recomputed window by window), so memory is set by it, not by the "
+            "documents' lengths; default: all of a batch's windows at once",
         )
     if served:
         parser.add_argument(

@@ -18,7 +18,13 @@ An optional second phase (e.g. 128 -> 512 tokens) runs after the first, as in th
 import sys
 from pathlib import Path
 
-from bert_keras_cli.arguments import CheckpointPath, InputPath, add_distribution_arguments, add_jit_compile_argument
+from bert_keras_cli.arguments import (
+    CheckpointPath,
+    InputPath,
+    add_distribution_arguments,
+    add_jit_compile_argument,
+    add_recompute_argument,
+)
 from bert_keras_cli.setup import set_up_training
 
 
@@ -69,6 +75,7 @@ def register(subparsers):
     parser.add_argument("--optimizer", choices=("adamw", "lamb"), default="adamw")
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--gradient-accumulation-steps", type=int, default=1)
+    add_recompute_argument(parser)
     add_phase2_and_input_arguments(parser)
     parser.add_argument("--seed", type=int, default=0)
     add_distribution_arguments(parser)
@@ -146,6 +153,7 @@ def phases(args):
 
 
 def run(args):
+    from bert_keras.models.encoder import set_recompute
     from bert_keras.recipes.pretraining import pretrain
     from bert_keras.training import distribute
 
@@ -153,6 +161,7 @@ def run(args):
     strategy = set_up_training(args)
     with strategy.scope():
         pretrainer = build_pretrainer(args)
+    set_recompute(pretrainer, args.recompute)
     pretrain(
         pretrainer,
         plan,

@@ -8,6 +8,7 @@ from bert_keras.compat import WorksAroundKeras20585
 from bert_keras.config import BertConfig
 from bert_keras.layers import BertEmbeddings, BertPooler, TransformerEncoderBlock
 from bert_keras.layers.attention_mask import attention_bias, packed_position_ids
+from bert_keras.models.recompute import recompute_gradient
 from bert_keras.models.saving import load_checkpoint
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
@@ -32,14 +33,19 @@ class BertEncoder(WorksAroundKeras20585, keras.Model):
     padding), positions restart at 0 for every sequence and attention stays within a
     sequence, so each sequence's outputs are those it would get alone in a row
     (`pooled_output` is then the first sequence's).
+
+    `recompute=True` keeps only each Transformer block's input in training and computes
+    its activations again in the backward pass (`models.recompute`): about a third more
+    compute for memory that no longer grows with the number of layers.
     """
 
     # Read by its export (`serving_tasks.EncoderSignature`), as a task head's (`BertTask`).
     text_input_names = ("text",)
     token_output_names = ("sequence_output", "encoder_outputs")
 
-    def __init__(self, config=None, **kwargs):
+    def __init__(self, config=None, recompute=False, **kwargs):
         super().__init__(**kwargs)
+        self.recompute = bool(recompute)
         if config is None:
             config = BertConfig()
         elif isinstance(config, dict):
@@ -110,6 +116,14 @@ class BertEncoder(WorksAroundKeras20585, keras.Model):
                     hidden, bias, training=training, return_attention_probs=True, query_positions=positions
                 )
                 attention_probs.append(probs)
+            elif self.recompute and training:
+                # The bias is not an input of the recomputed function: it needs no gradient.
+                hidden = recompute_gradient(
+                    lambda hidden, block=block, positions=positions: [
+                        block(hidden, bias, training=True, query_positions=positions)
+                    ],
+                    block,
+                )(hidden)[0]
             else:
                 hidden = block(hidden, bias, training=training, query_positions=positions)
             encoder_outputs.append(hidden)
@@ -155,7 +169,7 @@ class BertEncoder(WorksAroundKeras20585, keras.Model):
         return tensors + [None] * (len(INPUT_NAMES) + 1 - len(tensors))
 
     def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict()}
+        return {**super().get_config(), "config": self.config.to_dict(), "recompute": self.recompute}
 
     @classmethod
     def from_config(cls, config):
@@ -216,3 +230,12 @@ class BertEncoder(WorksAroundKeras20585, keras.Model):
 
 def _compatible(a, b):
     return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
+
+
+def set_recompute(model, recompute=True):
+    """Sets `recompute` on every `BertEncoder` in `model` (itself, or a layer at any
+    depth: a task's encoder, a distiller's student); returns how many there are."""
+    if isinstance(model, BertEncoder):
+        model.recompute = bool(recompute)
+        return 1
+    return sum(set_recompute(layer, recompute) for layer in getattr(model, "layers", ()))

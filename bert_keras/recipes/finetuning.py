@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from bert_keras.models.dtype import with_dtype
+from bert_keras.models.encoder import set_recompute
 from bert_keras.training import distribute
 from bert_keras.training.backup import fit_from_backup, prune_logs
 from bert_keras.training.callbacks import EvaluateAndKeepBest, StopAfterSteps, TensorBoard, TimeBudget
@@ -60,6 +61,7 @@ def finetune(
     preprocessed=False,
     strategy=None,
     jit_compile="auto",
+    recompute=False,
     verbose="auto",
 ):
     """Fine-tunes `model` (a task built in `strategy`'s scope) on `train_batches` of
@@ -77,8 +79,9 @@ def finetune(
     `max_seq_length` where the strategy needs static shapes (TPUs). `loss` goes to the
     task's `compile` ("auto": its default), and so does `jit_compile` ("auto": Keras' choice,
     XLA on GPUs and TPUs; not on CPU, where XLA compiles once per padded length and
-    fine-tuning ran slower with it, nor with windows). `saved_model` is what `best.keras` holds
-    (default `model`; a `BertDistiller` keeps its student).
+    fine-tuning ran slower with it, nor with windows). `recompute` recomputes the encoders'
+    layers in the backward pass (`BertEncoder(recompute=True)`). `saved_model` is what
+    `best.keras` holds (default `model`; a `BertDistiller` keeps its student).
 
     The run is backed up to `output_dir/checkpoints/` every `backup_steps` steps, at every
     epoch end and on SIGTERM (`training.backup.StepBackup`); called again with the same
@@ -91,6 +94,7 @@ def finetune(
     steps_per_epoch, epochs, planned = schedule(num_examples, fitted_batch, epochs, max_train_steps)
     # Epochs are of equal length, so the plan may run a few steps past max_train_steps: stop at it.
     total = min(planned, max_train_steps or planned)
+    set_recompute(model, recompute)
     with strategy.scope():
         optimizer = create_optimizer(learning_rate, total, int(warmup_proportion * total), weight_decay=weight_decay)
         model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)

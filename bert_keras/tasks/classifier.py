@@ -34,6 +34,9 @@ class BertClassifier(BertTask):
             one window; the loss, taken per document, trains the window that holds it).
         max_windows: the most windows a document may have (None: no bound); beyond it
             is an error (INVALID_ARGUMENT from a served model).
+        window_micro_batch: the most windows the encoder runs at once (None: all of a
+            batch's): a training step's memory is then set by it, whatever the
+            documents' lengths, for the same gradient (recomputed in the backward pass).
 
     Call: packed dict of int `[B, L]` -> float32 logits `[B, K]` (`[B, 1]` scores for
     regression); windowed inputs `[B, W, L]` (`bert_keras.tasks.windowing`) -> the
@@ -41,7 +44,7 @@ class BertClassifier(BertTask):
     """
 
     hf_architecture = "BertForSequenceClassification"
-    window_argument_names = ("doc_stride", "window_pooling", "max_windows")
+    window_argument_names = ("doc_stride", "window_pooling", "max_windows", "window_micro_batch")
 
     def __init__(
         self,
@@ -53,10 +56,13 @@ class BertClassifier(BertTask):
         doc_stride=None,
         window_pooling="mean",
         max_windows=None,
+        window_micro_batch=None,
         **kwargs,
     ):
         super().__init__(encoder, preprocessor, **kwargs)
-        self.doc_stride, self.max_windows = window_arguments(doc_stride, max_windows)
+        self.doc_stride, self.max_windows, self.window_micro_batch = window_arguments(
+            doc_stride, max_windows, window_micro_batch
+        )
         if window_pooling not in WINDOW_POOLING:
             raise ValueError(f"window_pooling must be one of {WINDOW_POOLING}, got {window_pooling!r}")
         self.window_pooling = window_pooling
@@ -73,7 +79,9 @@ class BertClassifier(BertTask):
 
     def call(self, inputs, training=None):
         if is_packed(inputs) and is_windowed(inputs):
-            outputs, mask = encode_windows(self.encoder, inputs, training, outputs=("pooled_output",))
+            outputs, mask = encode_windows(
+                self.encoder, inputs, training, outputs=("pooled_output",), micro_batch=self.window_micro_batch
+            )
             logits = self.logits(self.dropout(outputs["pooled_output"], training=training))
             return pool_windows(logits, mask, self.window_pooling)
         pooled = self._encode(inputs, training)["pooled_output"]
@@ -120,6 +128,7 @@ class BertClassifier(BertTask):
             "doc_stride": self.doc_stride,
             "window_pooling": self.window_pooling,
             "max_windows": self.max_windows,
+            "window_micro_batch": self.window_micro_batch,
         }
 
     # --- checkpoints ------------------------------------------------------------------

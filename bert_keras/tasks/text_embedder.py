@@ -66,6 +66,9 @@ class BertTextEmbedder(BertTask):
             is the average of the windows' vectors weighted by their tokens, then
             normalised.
         max_windows: the most windows a text may have (None: no bound).
+        window_micro_batch: the most windows the encoder runs at once (None: all of a
+            batch's): a training step's memory is then set by it, whatever the
+            documents' lengths, for the same gradient (recomputed in the backward pass).
 
     The encoder's pooler, which the vectors do not use, is frozen.
 
@@ -76,7 +79,7 @@ class BertTextEmbedder(BertTask):
     `CoSENTLoss`.
     """
 
-    window_argument_names = ("doc_stride", "max_windows")
+    window_argument_names = ("doc_stride", "max_windows", "window_micro_batch")
 
     def __init__(
         self,
@@ -88,11 +91,14 @@ class BertTextEmbedder(BertTask):
         preprocessor=None,
         doc_stride=None,
         max_windows=None,
+        window_micro_batch=None,
         **kwargs,
     ):
         # One text a vector, whatever the columns it was trained on.
         super().__init__(encoder, preprocessor, segments=("text",), **kwargs)
-        self.doc_stride, self.max_windows = window_arguments(doc_stride, max_windows)
+        self.doc_stride, self.max_windows, self.window_micro_batch = window_arguments(
+            doc_stride, max_windows, window_micro_batch
+        )
         if pooling not in POOLING:
             raise ValueError(f"pooling must be one of {POOLING}, got {pooling!r}")
         self.pooling = pooling
@@ -109,7 +115,9 @@ class BertTextEmbedder(BertTask):
         """Packed inputs -> float32 vectors `[B, H]` (of windowed inputs `[B, W, L]`: each
         text's windows' vectors averaged, weighted by their tokens)."""
         if is_packed(packed) and is_windowed(packed):
-            outputs, windows = encode_windows(self.encoder, packed, training, outputs=("sequence_output",))
+            outputs, windows = encode_windows(
+                self.encoder, packed, training, outputs=("sequence_output",), micro_batch=self.window_micro_batch
+            )
             vectors = self._pooled(outputs["sequence_output"], packed["input_mask"])
             weights = tf.reduce_sum(packed["input_mask"], axis=-1)
             vectors = pool_windows(vectors, windows, "mean", weights)
@@ -221,6 +229,7 @@ class BertTextEmbedder(BertTask):
             "document_prefix": self.document_prefix,
             "doc_stride": self.doc_stride,
             "max_windows": self.max_windows,
+            "window_micro_batch": self.window_micro_batch,
         }
 
     @classmethod

@@ -36,6 +36,9 @@ class BertTokenClassifier(BertTask):
             windows of that length starting `doc_stride` pieces apart.
         max_windows: the most windows a text may have (None: no bound); more is an
             `InvalidArgumentError` (INVALID_ARGUMENT when served).
+        window_micro_batch: the most windows the encoder runs at once (None: all of a
+            batch's): a training step's memory is then set by it, whatever the
+            documents' lengths, for the same gradient (recomputed in the backward pass).
 
     Call: packed dict of int `[B, L]` -> float32 logits `[B, L, K]`; windowed `[B, W, L]`
     -> the document's logits `[B, T, K]`, laid out as one packed sequence: [CLS] at 0,
@@ -47,17 +50,27 @@ class BertTokenClassifier(BertTask):
     token_output_names = None  # its output is one per-token tensor
     hf_architecture = "BertForTokenClassification"
 
-    window_argument_names = ("doc_stride", "max_windows")
+    window_argument_names = ("doc_stride", "max_windows", "window_micro_batch")
 
     def __init__(
-        self, encoder, num_classes, dropout=0.1, preprocessor=None, doc_stride=None, max_windows=None, **kwargs
+        self,
+        encoder,
+        num_classes,
+        dropout=0.1,
+        preprocessor=None,
+        doc_stride=None,
+        max_windows=None,
+        window_micro_batch=None,
+        **kwargs,
     ):
         super().__init__(encoder, preprocessor, **kwargs)
         if num_classes < 1:
             raise ValueError(f"num_classes must be positive, got {num_classes}")
         self.num_classes = int(num_classes)
         self.dropout_rate = float(dropout)
-        self.doc_stride, self.max_windows = window_arguments(doc_stride, max_windows)
+        self.doc_stride, self.max_windows, self.window_micro_batch = window_arguments(
+            doc_stride, max_windows, window_micro_batch
+        )
         self.dropout = keras.layers.Dropout(dropout)
         self.logits = output_layer(encoder, num_classes, "logits", per_token=True)
         self.built = True
@@ -72,7 +85,9 @@ class BertTokenClassifier(BertTask):
 
     def windowed_logits(self, inputs, doc_stride, training=None):
         """Windowed inputs made `doc_stride` apart -> the documents' logits (`document_logits`)."""
-        sequence = encode_windows(self.encoder, inputs, training, outputs=("sequence_output",))[0]["sequence_output"]
+        sequence = encode_windows(
+            self.encoder, inputs, training, outputs=("sequence_output",), micro_batch=self.window_micro_batch
+        )[0]["sequence_output"]
         return document_logits(self.logits(self.dropout(sequence, training=training)), inputs, doc_stride)
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
@@ -166,6 +181,7 @@ class BertTokenClassifier(BertTask):
             "dropout": self.dropout_rate,
             "doc_stride": self.doc_stride,
             "max_windows": self.max_windows,
+            "window_micro_batch": self.window_micro_batch,
         }
 
     def head_weight_map(self):

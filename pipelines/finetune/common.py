@@ -90,7 +90,12 @@ def train_classifier(args, data):
     from bert_keras.tasks.classifier import BertClassifier
 
     strategy, model = build_head(
-        args, BertClassifier, **data.head_arguments(), doc_stride=args.doc_stride, window_pooling=args.window_pooling
+        args,
+        BertClassifier,
+        **data.head_arguments(),
+        doc_stride=args.doc_stride,
+        window_pooling=args.window_pooling,
+        window_micro_batch=args.window_micro_batch,
     )
     report_truncation(args, model.preprocessor, data.training_texts(), "training examples")
     return model, train(args, strategy, model, data)

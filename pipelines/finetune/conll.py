@@ -22,7 +22,7 @@ def add_arguments(parser):
         "--data-dir", required=True, type=InputPath, help="folder with eng.train and eng.testa (eng.testb)"
     )
     parser.add_argument("--eval-split", default="testa", help="eng.<split> to evaluate on (default testa)")
-    add_window_arguments(parser, pooling=False)
+    add_window_arguments(parser, pooling=False, trained=True)
     parser.add_argument(
         "--document-context",
         action="store_true",
@@ -61,7 +61,13 @@ def run(args):
     if feature_based:
         strategy, model = build_head(args, BertFeatureTagger, **data.head_arguments(), **feature_arguments(args))
     else:
-        strategy, model = build_head(args, BertTokenClassifier, **data.head_arguments(), doc_stride=args.doc_stride)
+        strategy, model = build_head(
+            args,
+            BertTokenClassifier,
+            **data.head_arguments(),
+            doc_stride=args.doc_stride,
+            window_micro_batch=args.window_micro_batch,
+        )
     data.prepare(model)
     if args.document_context:
         print(f"document context: {sum(len(c.words) for c in data.train_contexts)} words in training examples")

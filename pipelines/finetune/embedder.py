@@ -24,7 +24,7 @@ DEFAULTS = dict(learning_rate=2e-5, epochs=1, batch_size=32, max_seq_length=None
 
 
 def add_arguments(parser):
-    add_window_arguments(parser, pooling=False)
+    add_window_arguments(parser, pooling=False, trained=True)
     parser.add_argument(
         "--train", required=True, help="training TSV (header: anchor positive [negative], or text_a text_b score)"
     )
@@ -56,6 +56,7 @@ def run(args):
             max_seq_length=args.max_seq_length,
             pooling=args.pooling,
             doc_stride=args.doc_stride,
+            window_micro_batch=args.window_micro_batch,
         )
     print(
         f"encoder {source}: L{model.encoder.config.num_hidden_layers}/H{model.encoder.config.hidden_size}, "

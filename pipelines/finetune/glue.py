@@ -14,7 +14,7 @@ DEFAULTS = dict(learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128)
 
 
 def add_arguments(parser):
-    add_window_arguments(parser)
+    add_window_arguments(parser, trained=True)
     parser.add_argument("--task", required=True, help="cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte or wnli")
     parser.add_argument(
         "--data-dir", required=True, type=InputPath, help="folder with train.tsv, dev*.tsv (and test*.tsv)"

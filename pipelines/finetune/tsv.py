@@ -17,7 +17,7 @@ DEFAULTS = dict(learning_rate=2e-5, epochs=3, batch_size=32, max_seq_length=128)
 
 
 def add_arguments(parser):
-    add_window_arguments(parser)
+    add_window_arguments(parser, trained=True)
     parser.add_argument("--train", required=True, type=InputPath, help="training TSV (header: text [text_b] label)")
     parser.add_argument("--dev", required=True, type=InputPath, help="evaluation TSV, same columns")
     parser.add_argument("--labels", nargs="+", help="class names in label-id order (default: sorted training labels)")

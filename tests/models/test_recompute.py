@@ -1,0 +1,73 @@
+"""Recomputation: an encoder that recomputes its blocks' activations in the backward pass
+(and a function recomputed in chunks) gets the gradients it gets without, dropout
+included."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from harness import ODD_TINY, random_inputs
+
+from bert_keras.models.encoder import BertEncoder, set_recompute
+from bert_keras.models.recompute import recompute_gradient
+from bert_keras.tasks.classifier import BertClassifier
+
+
+def encoder_gradients(recompute, eager):
+    keras.utils.set_random_seed(3)
+    encoder = BertEncoder(ODD_TINY, recompute=recompute)  # dropout 0.1: the masks must repeat
+    inputs = {name: tf.constant(value) for name, value in random_inputs(batch=3, seq=11).items()}
+    weights = tf.random.stateless_normal([3, 11, ODD_TINY.hidden_size], [4, 5])
+
+    def step():
+        with tf.GradientTape() as tape:
+            outputs = encoder(inputs, training=True)
+            loss = tf.reduce_sum(outputs["sequence_output"] * weights) + tf.reduce_sum(outputs["pooled_output"])
+        return loss, tape.gradient(loss, encoder.trainable_variables)
+
+    loss, grads = step() if eager else tf.function(step)()
+    return [loss.numpy(), *(tf.convert_to_tensor(grad).numpy() for grad in grads)]
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_recomputed_encoder_has_the_same_gradients(eager):
+    expected = encoder_gradients(False, eager)
+    actual = encoder_gradients(True, eager)
+    assert len(actual) == len(expected) == 1 + len(BertEncoder(ODD_TINY).trainable_variables)
+    for value, reference in zip(actual, expected):
+        np.testing.assert_allclose(value, reference, atol=1e-5 * max(1.0, np.abs(reference).max()))
+
+
+def test_recompute_is_saved_and_set_on_the_encoders_within():
+    encoder = BertEncoder(ODD_TINY, recompute=True)
+    assert BertEncoder.from_config(encoder.get_config()).recompute is True
+    assert BertEncoder(ODD_TINY).get_config()["recompute"] is False
+    head = BertClassifier(BertEncoder(ODD_TINY), 2)
+    assert set_recompute(head) == 1 and head.encoder.recompute is True
+    assert BertClassifier.from_config(head.get_config()).encoder.recompute is True
+
+
+def test_chunks_give_the_whole_batch_outputs_and_gradients():
+    keras.utils.set_random_seed(0)
+    layer = keras.layers.Dense(4)
+    layer.build((None, 3))
+    rows = tf.reshape(tf.range(21, dtype=tf.float32), [7, 3]) / 10.0
+
+    def function(rows):
+        return [tf.tanh(layer(rows)), tf.reduce_sum(layer(rows), axis=1)]
+
+    results = []
+    for run in (function, recompute_gradient(function, layer, chunk_size=3)):
+        with tf.GradientTape() as tape:
+            outputs = run(rows)
+            loss = tf.reduce_sum(outputs[0] ** 2) + tf.reduce_sum(outputs[1] * tf.range(7.0))
+        results.append(
+            [
+                *(output.numpy() for output in outputs),
+                *(g.numpy() for g in tape.gradient(loss, layer.trainable_variables)),
+            ]
+        )
+    for value, reference in zip(*results):
+        np.testing.assert_allclose(value, reference, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="chunk_size must be a positive integer"):
+        recompute_gradient(function, layer, chunk_size=0)
