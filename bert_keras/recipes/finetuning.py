@@ -76,18 +76,14 @@ def finetune(
     `epochs` may be fractional; `max_train_steps` and `max_train_minutes` stop earlier.
     Each global batch is split into per-replica batches (an epoch's last, smaller batch
     is dropped; a set smaller than one batch is one smaller batch), padded to
-    `max_seq_length` where the strategy needs static shapes (TPUs). `loss` goes to the
-    task's `compile` ("auto": its default), and so does `jit_compile` ("auto": Keras' choice,
-    XLA on GPUs and TPUs; not on CPU, where XLA compiles once per padded length and
-    fine-tuning ran slower with it, nor with windows). `recompute` recomputes the encoders'
-    layers in the backward pass (`BertEncoder(recompute=True)`). `saved_model` is what
+    `max_seq_length` where the strategy needs static shapes (TPUs). `loss` and `jit_compile`
+    go to the task's `compile` ("auto": XLA on GPUs and TPUs, not on CPU, where it ran slower,
+    nor with windows); `recompute`: `BertEncoder(recompute=True)`. `saved_model` is what
     `best.keras` holds (default `model`; a `BertDistiller` keeps its student).
-
-    The run is backed up to `output_dir/checkpoints/` every `backup_steps` steps, at every
-    epoch end and on SIGTERM (`training.backup.StepBackup`); called again with the same
-    arguments it resumes from the last backup (`train_batches` must be deterministic:
-    seeded shuffles) and ends as an uninterrupted run would; the backups go when the run
-    has written its model. Returns a `FinetuningRun` (`history`: this call's epochs)."""
+    Backed up to `output_dir/checkpoints/` every `backup_steps` steps, at epoch ends and on
+    SIGTERM (`training.backup.StepBackup`), a run called again with the same arguments resumes
+    there (`train_batches` must be deterministic) and ends as an uninterrupted run would.
+    Returns a `FinetuningRun` (`history`: this call's epochs)."""
     strategy = strategy or tf.distribute.get_strategy()
     fitted_batch = fitting_batch_size(num_examples, batch_size, strategy.num_replicas_in_sync)
     build = _builder(train_batches, batch_size, fitted_batch)

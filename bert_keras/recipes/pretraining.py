@@ -184,7 +184,9 @@ def run_phase(
     `output_dir/checkpoints/<phase>`. Returns its `History`."""
     accumulation = gradient_accumulation_steps
     interval = min(checkpoint_every, phase.steps)
-    plan = dict(dataclasses.asdict(phase), checkpoint_every=checkpoint_every, accumulation=accumulation)
+    # Not `steps`: a run resumed with more steps goes on to them (its schedule stretched).
+    settings = {key: value for key, value in dataclasses.asdict(phase).items() if key != "steps"}
+    plan = dict(settings, checkpoint_every=checkpoint_every, accumulation=accumulation)
     options = dict(plan=plan, on_sigterm=distribute.input_pipelines(strategy) == 1, batches_per_step=accumulation)
     with (
         distribute.chief_path(output_dir / "logs" / phase.name, strategy) as logs,
@@ -205,6 +207,7 @@ def run_phase(
             done = backup.restore(pretrainer)  # optimizer variables are made in the scope
         if done:
             print(f"{phase.name}: resuming after step {min(done, phase.steps)} of {phase.steps}", file=sys.stderr)
+        backup.finished = backup.finished and done >= phase.steps  # run again with more steps: goes on
         prune_logs(logs, done * accumulation, done // interval if done < phase.steps else -(-done // interval))
         rows = phase.batch_size
         if packing:

@@ -129,6 +129,7 @@ class BertFeatureTagger(BertTokenClassifier):
 
     hf_architecture = None  # no transformers class holds this head
     window_argument_names = ()
+    window_micro_batch = None  # the frozen encoder's windows are never trained
 
     def __init__(
         self,
@@ -186,7 +187,7 @@ class BertFeatureTagger(BertTokenClassifier):
 
     def get_config(self):
         config = super().get_config()
-        for name in ("doc_stride", "max_windows"):
+        for name in ("doc_stride", "max_windows", "window_micro_batch"):
             config.pop(name)
         bilstm = self.bilstm
         config.update(layers=self.layer_names, combine=bilstm.combine, lstm_units=bilstm.lstm_units)
