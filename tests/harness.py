@@ -240,3 +240,33 @@ def _as_tensors(x):
     if isinstance(x, (tf.Tensor, tf.RaggedTensor)):
         return x
     return tf.constant(x)
+
+
+class Reached(Exception):
+    """A command got to the library call a test replaced (`recorder`)."""
+
+
+def recorder(monkeypatch, owner, name):
+    """Replaces `owner.name` by a function that records its arguments and raises `Reached`:
+    a command's flags as they reach the library, without running it."""
+    calls = {}
+
+    def record(*args, **kwargs):
+        calls.update(kwargs, args=args)
+        raise Reached
+
+    monkeypatch.setattr(owner, name, record)
+    return calls
+
+
+def command_files(folder):
+    """Tiny inputs of the training commands in `folder`: train.tsv, pairs.tsv, SST-2/,
+    lines.txt and an empty init/."""
+    (folder / "train.tsv").write_text("text\tlabel\na good film\tpos\na bad film\tneg\n", encoding="utf-8")
+    (folder / "pairs.tsv").write_text("anchor\tpositive\nwho\tjohn\nwhere\tparis\n", encoding="utf-8")
+    (folder / "SST-2").mkdir()
+    for name in ("train.tsv", "dev.tsv"):
+        (folder / "SST-2" / name).write_text("sentence\tlabel\na good film\t1\na bad film\t0\n", encoding="utf-8")
+    (folder / "lines.txt").write_text("a good film\n", encoding="utf-8")
+    (folder / "init").mkdir()
+    return folder

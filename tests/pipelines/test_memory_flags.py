@@ -4,39 +4,17 @@ tiny run with both."""
 
 import keras
 import pytest
-from harness import VOCAB
+from harness import VOCAB, Reached, command_files, recorder
 
 from bert_keras import BertClassifier, BertConfig, BertEncoder, BertTextEmbedder
 from bert_keras.recipes import finetuning, pretraining
 from bert_keras_cli.cli import main as cli
 
 
-class Reached(Exception):
-    """The command got to the library call."""
-
-
-def recorder(monkeypatch, owner, name):
-    calls = {}
-
-    def record(*args, **kwargs):
-        calls.update(kwargs, args=args)
-        raise Reached
-
-    monkeypatch.setattr(owner, name, record)
-    return calls
-
-
 @pytest.fixture
 def files(tmp_path):
-    (tmp_path / "train.tsv").write_text("text\tlabel\na good film\tpos\na bad film\tneg\n", encoding="utf-8")
-    (tmp_path / "pairs.tsv").write_text("anchor\tpositive\nwho\tjohn\nwhere\tparis\n", encoding="utf-8")
-    (tmp_path / "SST-2").mkdir()
-    for name in ("train.tsv", "dev.tsv"):
-        (tmp_path / "SST-2" / name).write_text("sentence\tlabel\na good film\t1\na bad film\t0\n", encoding="utf-8")
-    (tmp_path / "lines.txt").write_text("a good film\n", encoding="utf-8")
     (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-    (tmp_path / "init").mkdir()
-    return tmp_path
+    return command_files(tmp_path)
 
 
 def test_recompute_reaches_the_encoders(files, monkeypatch):

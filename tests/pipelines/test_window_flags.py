@@ -4,38 +4,16 @@ library: each command runs up to the library call, which is replaced by a record
 import keras
 import numpy as np
 import pytest
-from harness import tiny_encoder, tiny_preprocessor
+from harness import Reached, command_files, recorder, tiny_encoder, tiny_preprocessor
 
 from bert_keras import BertClassifier, BertTextEmbedder
 from bert_keras.serving import export
 from bert_keras_cli.cli import main as cli
 
 
-class Reached(Exception):
-    """The command got to the library call."""
-
-
-def recorder(monkeypatch, owner, name):
-    calls = {}
-
-    def record(*args, **kwargs):
-        calls.update(kwargs, args=args)
-        raise Reached
-
-    monkeypatch.setattr(owner, name, record)
-    return calls
-
-
 @pytest.fixture
 def files(tmp_path):
-    (tmp_path / "train.tsv").write_text("text\tlabel\na good film\tpos\na bad film\tneg\n", encoding="utf-8")
-    (tmp_path / "pairs.tsv").write_text("anchor\tpositive\nwho\tjohn\nwhere\tparis\n", encoding="utf-8")
-    (tmp_path / "SST-2").mkdir()
-    for name in ("train.tsv", "dev.tsv"):
-        (tmp_path / "SST-2" / name).write_text("sentence\tlabel\na good film\t1\na bad film\t0\n", encoding="utf-8")
-    (tmp_path / "lines.txt").write_text("a good film\n", encoding="utf-8")
-    (tmp_path / "init").mkdir()
-    return tmp_path
+    return command_files(tmp_path)
 
 
 @pytest.mark.parametrize("pooling", [None, "max"])
