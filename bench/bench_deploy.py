@@ -144,21 +144,11 @@ def refusal_worker(model, path):
         raise SystemExit(f"bert-keras export {model} --format litert failed")
     tokenize = deploy.predictor("litert", path).interpreter.get_signature_runner("tokenize")
     refused = {}
-    for kind, texts in real_texts_by_kind(real_texts).items():
+    for kind, texts in real_texts.by_kind().items():
         batches = (np.array(texts[start : start + 64], dtype=object) for start in range(0, len(texts), 64))
         exact = np.concatenate([tokenize(text=batch)[deploy.EXACTNESS_OUTPUT] for batch in batches])
         refused[kind] = [int(np.sum(~exact.astype(bool))), len(exact)]
     print(json.dumps(refused))
-
-
-def real_texts_by_kind(real_texts):
-    return {
-        "SQuAD dev questions": real_texts.squad_questions(),
-        "SQuAD dev paragraphs": real_texts.squad_paragraphs(),
-        "program messages, en@quot": real_texts.typographic_messages(),
-        "program messages, 10 languages": real_texts.program_messages(),
-        "chat lines": real_texts.chat_lines(),
-    }
 
 
 def refusals(model, folder):

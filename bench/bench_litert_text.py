@@ -40,16 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the original tokenizer's port, the ti
 
 from harness import TINY  # noqa: E402
 from original_tokenizer import original_ids  # noqa: E402
-from real_texts import (  # noqa: E402
-    DATA,
-    LANGUAGES,
-    chat_lines,
-    program_messages,
-    squad_pairs,
-    squad_paragraphs,
-    squad_questions,
-    typographic_messages,
-)
+from real_texts import DATA, by_kind, squad_pairs  # noqa: E402
 
 from bert_keras import BertClassifier, BertEncoder, BertPreprocessor, BertTokenizer  # noqa: E402
 from bert_keras.serving import deploy  # noqa: E402
@@ -57,16 +48,6 @@ from bert_keras.serving import deploy  # noqa: E402
 VOCAB = DATA / "vocab" / "vocab.txt"
 MAX_SEQ_LENGTH = 512
 BATCH = 256
-
-
-def kinds():
-    return {
-        "SQuAD v1.1 dev questions": squad_questions(),
-        "SQuAD v1.1 dev paragraphs": squad_paragraphs(),
-        "English messages, typographic quotes (en@quot)": typographic_messages(),
-        f"program messages in {len(LANGUAGES)} languages": program_messages(),
-        "chat-like lines": chat_lines(),
-    }
 
 
 def export(tokenizer, folder, segments):
@@ -176,7 +157,7 @@ def main():
     tf.config.threading.set_inter_op_parallelism_threads(1)
     vocabulary = BertTokenizer(VOCAB).vocabulary
     index = {token: position for position, token in enumerate(vocabulary)}
-    texts = kinds()
+    texts = by_kind()
     pairs = squad_pairs()
     results = {"cpu": cpu()}
     with tempfile.TemporaryDirectory() as folder:

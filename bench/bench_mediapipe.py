@@ -41,13 +41,7 @@ def kinds(by_language=False):
             f"program messages ({language})": real_texts.program_messages((language,))
             for language in real_texts.LANGUAGES
         }
-    return {
-        "SQuAD v1.1 dev questions": real_texts.squad_questions(),
-        "SQuAD v1.1 dev paragraphs": real_texts.squad_paragraphs(),
-        "English program messages with typographic quotes": real_texts.typographic_messages(),
-        f"program messages in {len(real_texts.LANGUAGES)} languages": real_texts.program_messages(real_texts.LANGUAGES),
-        "chat-like lines": real_texts.chat_lines(),
-    }
+    return real_texts.by_kind()
 
 
 def original_ids(tokenizer, texts, length, batch=256):

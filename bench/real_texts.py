@@ -8,6 +8,7 @@ Every function returns a list[str], the same on every run (sorted sources, a see
   apostrophes, from the GNU `en@quot` gettext catalogs installed on the machine.
 * `program_messages(languages)`: translated program messages from the installed gettext
   catalogs of each language, `count` per language.
+* `by_kind()`: all of the above but the pairs, by name.
 * `chat_lines()`: short chat-like lines written for this (emoji with zero-width joiners,
   accents, typographic punctuation, CJK, Korean, Hebrew, Hindi).
 """
@@ -67,6 +68,17 @@ def program_messages(languages=LANGUAGES, count=200, locales=LOCALES):
 
 def chat_lines():
     return list(CHAT_LINES)
+
+
+def by_kind():
+    """{kind: texts} of the kinds of issue 43's table, in its order."""
+    return {
+        "SQuAD v1.1 dev questions": squad_questions(),
+        "SQuAD v1.1 dev paragraphs": squad_paragraphs(),
+        "English program messages with typographic quotes (en@quot)": typographic_messages(),
+        f"program messages in {len(LANGUAGES)} languages": program_messages(),
+        "chat-like lines": chat_lines(),
+    }
 
 
 def catalog_messages(language, locales=LOCALES):
