@@ -4,6 +4,7 @@ or one that holds the unfinished run of the same command, which then resumes."""
 
 import contextlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def resumable_output_dir(args, run_files, what, run_suffixes=()):
     `--overwrite` starts over (`fresh_output_dir`). `finish_run` ends the record."""
     output_dir = Path(args.output_dir)
     command = json.loads(json.dumps({k: v for k, v in vars(args).items() if k not in NOT_COMPARED}, default=str))
-    recorded = json.loads((output_dir / COMMAND).read_text()) if (output_dir / COMMAND).exists() else None
+    recorded = None if args.overwrite else _recorded_command(output_dir)
     backed_up = _backed_up(output_dir)
     differ = sorted(
         name for name in (recorded or {}).keys() | command.keys() if (recorded or {}).get(name) != command.get(name)
@@ -80,8 +81,25 @@ def resumable_output_dir(args, run_files, what, run_suffixes=()):
         )
     fresh_output_dir(output_dir, args.overwrite or recorded is not None, run_files, what, run_suffixes)
     (output_dir / COMMAND).parent.mkdir(parents=True, exist_ok=True)
-    (output_dir / COMMAND).write_text(json.dumps(command, indent=2) + "\n")
+    written = (output_dir / COMMAND).with_suffix(".json.tmp")  # whole or not at all: a kill leaves none
+    written.write_text(json.dumps(command, indent=2) + "\n")
+    os.replace(written, output_dir / COMMAND)
     return output_dir
+
+
+def _recorded_command(output_dir):
+    """The command line recorded in `output_dir` (None: none); an unreadable record is an
+    error naming it."""
+    path = output_dir / COMMAND
+    if not path.exists():
+        return None
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        recorded = None
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{path}: not a JSON command record (cut short?); pass --overwrite to start over")
+    return recorded
 
 
 def finish_run(output_dir):

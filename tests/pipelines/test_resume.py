@@ -183,6 +183,10 @@ def test_another_command_line_is_refused_naming_what_differs(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert f"--output-dir {out} holds an unfinished fine-tuning run of another command line" in err
     assert "--learning-rate 2e-05 there, 0.001 now; --seed 0 there, 3 now" in err
+    record = out / "checkpoints" / "command.json"
+    record.write_bytes(record.read_bytes()[:10])  # cut short
+    assert cli([*argv, "--output-dir", str(out)]) == 2
+    assert f"{record}: not a JSON command record" in capsys.readouterr().err
     assert cli([*argv, "--output-dir", str(out), "--learning-rate", "1e-3", "--overwrite"]) == 0
     assert "resuming" not in capsys.readouterr().out
     assert not (out / "checkpoints").exists()
