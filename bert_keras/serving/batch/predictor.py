@@ -1,11 +1,19 @@
 """A model answering batches of rows as records: each chunk sorted by length into
-batches padded only to their own longest text, as the server's length-sorted
+batches padded only to their own longest row, as the server's length-sorted
 micro-batches, through the head's `ServingSignature` (what its export answers, decoded
 the same way). Long texts are read in the model's windows when it has a `doc_stride`;
-otherwise each truncated row says so (`truncated_pieces`)."""
+otherwise each truncated row says so (`truncated_pieces`), counted from the very
+pieces the model is given.
+
+A head whose signature only packs its texts (classifier, regression, reranker,
+embedder) has each chunk tokenized in one call: its rows are then sorted by their
+packed length and each batch of ids packed and run; heads that map answers back to the
+text (span, tagger, fill-mask) or pack choices run their signature on the batch's
+texts."""
 
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from bert_keras.checkpoint import read_checkpoint
@@ -16,9 +24,14 @@ from bert_keras.serving.export import BYTES_PER_TOKEN, bounded_preprocessor, ser
 from bert_keras.serving.serving_tasks import serving_signature
 from bert_keras.tasks.checkpoint_models import load_model as load_checkpoint_model
 from bert_keras.tasks.checkpoint_models import model_class
+from bert_keras.tasks.serving_signature import ServingSignature
 from bert_keras.tasks.task import with_windows
 from bert_keras.tasks.text_embedder import BertTextEmbedder
-from bert_keras.tasks.windowing import truncated_pieces, truncation_notice
+from bert_keras.tasks.windowing import truncation_notice
+from bert_keras.text.packer import BertPacker
+from bert_keras.text.preprocessor import BertPreprocessor
+
+RUN_ERRORS = (tf.errors.InvalidArgumentError, ValueError)
 
 
 def load_model(path):
@@ -41,6 +54,28 @@ def load_model(path):
     return model
 
 
+class CountingPacker(BertPacker):
+    """A `BertPacker` that keeps, as `cut`, the pieces its last `pack` cut from each row
+    (traced with it, so a graph returns both from one tokenization)."""
+
+    def pack(self, segments, seq_length):
+        self.cut = self.truncated_pieces(segments, seq_length)
+        return super().pack(segments, seq_length)
+
+
+def row_preprocessor(model, max_seq_length=None, bounded=True):
+    """The model's serving preprocessor as predict packs rows: to each batch's longest row
+    (batches are sorted by length; rounding up would only add padding), with a
+    `CountingPacker`; `bounded`, a text is read only as far as the packed length reaches."""
+    preprocessor = serving_preprocessor(model, max_seq_length=max_seq_length)
+    if bounded:
+        preprocessor = bounded_preprocessor(preprocessor)
+    config = {**preprocessor.get_config(), "tokenizer": preprocessor.tokenizer, "pad_to_multiple_of": 1}
+    preprocessor = BertPreprocessor.from_config(config)
+    preprocessor.packer = CountingPacker.from_config(preprocessor.packer.get_config())
+    return preprocessor
+
+
 class BatchPredictor:
     """`model` answering batches of rows as records (`records.py`), padded per batch."""
 
@@ -50,16 +85,28 @@ class BatchPredictor:
         self.kind = head_kind(model)
         self.batch_size, self.all_scores = batch_size, all_scores
         self.windows = getattr(model, "doc_stride", None) is not None
-        self.preprocessor = serving_preprocessor(model, max_seq_length=max_seq_length)
-        if not self.windows:  # a 10 MB line is read only as far as the packed length can reach
-            self.preprocessor = bounded_preprocessor(self.preprocessor)
+        # Without windows a 10 MB line is read only as far as the packed length can reach.
+        self.preprocessor = row_preprocessor(model, max_seq_length, bounded=not self.windows)
         trained_segments, self.labels = trained_inputs(model)
         labels = self.labels if self._labelled(model) else None
         signature = serving_signature(model, self.preprocessor, labels=labels, top_k=top_k)
         self.segments = tuple(trained_segments or signature.segments)
         self.choices = self.kind == "multiple-choice"  # the last segment holds a list of choices a row
         spec = signature.text_inputs(self.segments)
-        self._run = tf.function(lambda *texts: signature.from_text(texts, signature.run), input_signature=spec)
+        packer = self.preprocessor.packer
+        self._run = tf.function(
+            lambda *texts: (signature.from_text(texts, signature.run), None if self.windows else packer.cut),
+            input_signature=spec,
+        )
+        self._tokenize = None
+        if not self.windows and type(signature).from_text is ServingSignature.from_text:
+            tokenizer = self.preprocessor.tokenizer
+            self._tokenize = tf.function(lambda *texts: _tokens(tokenizer, packer, texts), input_signature=spec)
+            ids = [tf.RaggedTensorSpec([None, None], tf.int32, 1, tf.int64)] * len(self.segments)
+            self._run_ids = tf.function(
+                lambda ids, rows: signature.from_ids(packer([tf.gather(t, rows) for t in ids]), signature.run),
+                input_signature=[ids, tf.TensorSpec([None], tf.int64)],
+            )
 
     def _labelled(self, model):
         return self.kind in ("classifier", "multi-label", "tagger") and self.labels is not None
@@ -73,15 +120,30 @@ class BatchPredictor:
                 if on_error == "raise":
                     raise ValueError(row.error)
                 results[index] = {"id": row.id, "error": row.error}
-        for batch in self._batches(rows, [i for i in range(len(rows)) if results[i] is None]):
-            for index, record in zip(batch, self._batch_records([rows[i] for i in batch], on_error)):
+        valid = [i for i in range(len(rows)) if results[i] is None]
+        tokens = self._chunk_tokens(rows) if valid else None
+        lengths = tokens[2] if tokens is not None else [_length(row) if row.texts else 0 for row in rows]
+        for batch in self._batches(rows, valid, lengths):
+            for index, record in zip(batch, self._batch_records(rows, batch, on_error, tokens)):
                 results[index] = record
         return results
 
-    def _batches(self, rows, indices):
+    def _chunk_tokens(self, rows):
+        """(ids of each segment, pieces cut, packed lengths) of every row of a chunk, from
+        one tokenization (rows in error as empty texts); None for a head run on texts."""
+        if self._tokenize is None:
+            return None
+        columns = [[row.texts[segment] if row.texts else "" for row in rows] for segment in self.segments]
+        try:
+            ids, cut, lengths = self._tokenize(*map(tf.constant, columns))
+        except RUN_ERRORS:
+            return None  # each batch's own run then names the row that fails
+        return ids, cut.numpy(), lengths.numpy()
+
+    def _batches(self, rows, indices, lengths):
         """`indices` of `rows` sorted by length in batches (of one number of choices each)."""
         count = (lambda i: len(rows[i].texts[self.segments[-1]])) if self.choices else (lambda i: 0)
-        ordered = sorted(indices, key=lambda i: (count(i), _length(rows[i])))
+        ordered = sorted(indices, key=lambda i: (count(i), lengths[i]))
         batch = []
         for index in ordered:
             if batch and (len(batch) == self.batch_size or count(batch[0]) != count(index)):
@@ -91,24 +153,35 @@ class BatchPredictor:
         if batch:
             yield batch
 
-    def _batch_records(self, rows, on_error):
-        texts = [row.texts for row in rows]
-        columns = tuple([text[segment] for text in texts] for segment in self.segments)
+    def _batch_records(self, rows, batch, on_error, tokens=None):
+        """The records of the rows `batch` of `rows`; a batch that fails runs again a row
+        at a time when errors are skipped, so only the bad row's record is an error."""
+        texts = [rows[i].texts for i in batch]
         try:
-            outputs = {key: value.numpy() for key, value in self._run(*map(tf.constant, columns)).items()}
-        except (tf.errors.InvalidArgumentError, ValueError) as error:
-            if on_error == "raise" or len(rows) == 1:
-                message = f"{rows[0].id}: {str(error).splitlines()[0]}" if len(rows) == 1 else str(error)
+            outputs, cut = self._outputs(texts, batch, tokens)
+        except RUN_ERRORS as error:
+            if on_error == "raise" or len(batch) == 1:
+                message = f"{rows[batch[0]].id}: {str(error).splitlines()[0]}" if len(batch) == 1 else str(error)
                 if on_error == "raise":
                     raise ValueError(message) from None
-                return [{"id": rows[0].id, "error": message}]
-            return [record for row in rows for record in self._batch_records([row], on_error)]
+                return [{"id": rows[batch[0]].id, "error": message}]
+            return [record for index in batch for record in self._batch_records(rows, [index], on_error, tokens)]
         answers = records(self.kind, outputs, texts, self.labels, self.all_scores)
-        dropped = [0] * len(rows) if self.windows else self._truncated(columns)
         return [
-            {"id": row.id, **answer, **({"truncated_pieces": int(cut)} if cut else {})}
-            for row, answer, cut in zip(rows, answers, dropped)
+            {"id": rows[index].id, **answer, **({"truncated_pieces": int(pieces)} if pieces else {})}
+            for index, answer, pieces in zip(batch, answers, cut)
         ]
+
+    def _outputs(self, texts, batch, tokens):
+        """(numpy outputs, pieces truncation cut from each row: its choices' summed)."""
+        if tokens is not None:
+            ids, cut, _ = tokens
+            outputs = self._run_ids(ids, tf.constant(batch, tf.int64))
+            return {key: value.numpy() for key, value in outputs.items()}, cut[batch]
+        columns = tuple([text[segment] for text in texts] for segment in self.segments)
+        outputs, cut = self._run(*map(tf.constant, columns))
+        cut = np.zeros(len(texts), np.int64) if cut is None else cut.numpy().reshape(len(texts), -1).sum(axis=1)
+        return {key: value.numpy() for key, value in outputs.items()}, cut
 
     def truncation_notice(self, dropped):
         """The run's line on truncation, from the pieces each row lost (`dropped`); None: none cut."""
@@ -120,16 +193,13 @@ class BatchPredictor:
             )
         return notice
 
-    def _truncated(self, columns):
-        """The pieces truncation cuts from each row (its choices' summed)."""
-        if not self.choices:
-            return truncated_pieces(self.preprocessor, columns)
-        count = len(columns[-1][0])
-        flat = tuple(
-            [text for text in column for text in ([text] * count if isinstance(text, str) else text)]
-            for column in columns
-        )
-        return truncated_pieces(self.preprocessor, flat).reshape(-1, count).sum(axis=1)
+
+def _tokens(tokenizer, packer, texts):
+    """Each segment's ids, the pieces packing cuts from each row and its packed length."""
+    ids = [tokenizer(text) for text in texts]
+    lengths = tf.stack([segment.row_lengths() for segment in ids], axis=1)
+    cut = packer.truncated_pieces(ids)
+    return ids, cut, tf.reduce_sum(lengths, axis=1) - cut
 
 
 def _length(row):

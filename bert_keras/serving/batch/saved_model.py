@@ -56,7 +56,9 @@ class SavedModelPredictor(BatchPredictor):
         # Call by name; a 2-D input is a multiple-choice export's choices, which go last.
         self.segments = tuple(sorted(inputs, key=lambda name: (inputs[name].shape.rank, name)))
         self.choices = self.kind == "multiple-choice"
-        self._run = lambda *columns: function(**dict(zip(self.segments, columns)))
+        # Outputs and no count of the pieces cut (see `truncation_notice`); run on texts.
+        self._run = lambda *columns: (function(**dict(zip(self.segments, columns))), None)
+        self._tokenize = None
 
     def truncation_notice(self, dropped):
         return (
