@@ -23,6 +23,7 @@ from bert_keras.models.dtype import with_dtype
 from bert_keras.serving.batch import load_model, predict_files
 from bert_keras.serving.export import export_for_serving, serving_preprocessor
 from bert_keras.tasks.task import with_windows
+from bert_keras.tasks.windowing import truncated_pieces
 from bert_keras_cli.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,6 +210,13 @@ def test_multiple_choice_records_equal_model_predict(tmp_path, folders):
         for i, probabilities in zip(group, expected):
             np.testing.assert_allclose(records[i]["probabilities"], probabilities, atol=1e-5, rtol=0)
             assert records[i]["choice_text"] == rows[i]["choices"][probabilities.argmax()]
+    # A row's count is its choices' pieces cut, as tokenizing each (question, choice) pair counts them.
+    predict_files(model, [str(source)], tmp_path / "cut.jsonl", batch_size=2, max_seq_length=6)
+    cut = [record.get("truncated_pieces", 0) for record in read_jsonl(tmp_path / "cut.jsonl")]
+    preprocessor = serving_preprocessor(model, max_seq_length=6)
+    pairs = [([row["question"]] * len(row["choices"]), row["choices"]) for row in rows]
+    expected = [int(truncated_pieces(preprocessor, tuple(pair)).sum()) for pair in pairs]
+    assert cut == expected and sum(expected) > 0
 
 
 def test_fill_mask_top_k_equal_the_model_s_mlm_logits(tmp_path):
