@@ -32,6 +32,7 @@ from bert_keras.text.packer import BertPacker
 from bert_keras.text.preprocessor import BertPreprocessor
 
 RUN_ERRORS = (tf.errors.InvalidArgumentError, ValueError)
+TOKENIZE_ROWS = 1024  # rows a tokenizer call: bounds its scratch memory when texts are long
 
 
 def load_model(path):
@@ -130,15 +131,20 @@ class BatchPredictor:
 
     def _chunk_tokens(self, rows):
         """(ids of each segment, pieces cut, packed lengths) of every row of a chunk, from
-        one tokenization (rows in error as empty texts); None for a head run on texts."""
+        one tokenization, `TOKENIZE_ROWS` at a time (rows in error as empty texts); None
+        for a head run on texts."""
         if self._tokenize is None:
             return None
         columns = [[row.texts[segment] if row.texts else "" for row in rows] for segment in self.segments]
         try:
-            ids, cut, lengths = self._tokenize(*map(tf.constant, columns))
+            parts = [
+                self._tokenize(*(tf.constant(column[start : start + TOKENIZE_ROWS]) for column in columns))
+                for start in range(0, len(rows), TOKENIZE_ROWS)
+            ]
         except RUN_ERRORS:
             return None  # each batch's own run then names the row that fails
-        return ids, cut.numpy(), lengths.numpy()
+        ids = [tf.concat([part[0][index] for part in parts], axis=0) for index in range(len(self.segments))]
+        return ids, *(np.concatenate([part[index].numpy() for part in parts]) for index in (1, 2))
 
     def _batches(self, rows, indices, lengths):
         """`indices` of `rows` sorted by length in batches (of one number of choices each)."""
