@@ -28,19 +28,19 @@ import numpy as np
 BATCH, SEQ, PREDICTIONS = 8, 128, 20
 
 
-def make_batch(vocab_size, seed=0):
+def make_batch(vocab_size, seed=0, batch=BATCH, seq=SEQ, predictions=PREDICTIONS):
     rng = np.random.default_rng(seed)
     positions = np.sort(
-        np.stack([rng.choice(np.arange(1, SEQ - 1), PREDICTIONS, replace=False) for _ in range(BATCH)]), 1
+        np.stack([rng.choice(np.arange(1, seq - 1), predictions, replace=False) for _ in range(batch)]), 1
     )
     return {
-        "input_word_ids": rng.integers(1000, vocab_size, (BATCH, SEQ)).astype("int32"),
-        "input_mask": np.ones((BATCH, SEQ), "int32"),
-        "input_type_ids": np.repeat([[0] * (SEQ // 2) + [1] * (SEQ // 2)], BATCH, 0).astype("int32"),
+        "input_word_ids": rng.integers(1000, vocab_size, (batch, seq)).astype("int32"),
+        "input_mask": np.ones((batch, seq), "int32"),
+        "input_type_ids": np.repeat([[0] * (seq // 2) + [1] * (seq // 2)], batch, 0).astype("int32"),
         "masked_lm_positions": positions.astype("int32"),
-        "masked_lm_ids": rng.integers(1000, vocab_size, (BATCH, PREDICTIONS)).astype("int32"),
-        "masked_lm_weights": np.ones((BATCH, PREDICTIONS), "float32"),
-        "next_sentence_labels": rng.integers(0, 2, (BATCH, 1)).astype("int32"),
+        "masked_lm_ids": rng.integers(1000, vocab_size, (batch, predictions)).astype("int32"),
+        "masked_lm_weights": np.ones((batch, predictions), "float32"),
+        "next_sentence_labels": rng.integers(0, 2, (batch, 1)).astype("int32"),
     }
 
 

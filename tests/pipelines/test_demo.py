@@ -12,7 +12,10 @@ from bert_keras.serving.tfserving.session import SessionPredictor
 from bert_keras_cli.cli import main as cli
 from bert_keras_cli.demo import CLASSIFY_REQUESTS, FILL_MASK_REQUESTS, TASK_PACKAGES
 
-SMALL = ["--pretrain-steps", "12", "--finetune-steps", "6", "--vocab-size", "600", "--batch-size", "8"]
+SMALL = [
+    *("--pretrain-steps", "12", "--pretrain-learning-rate", "1e-3", "--finetune-steps", "6"),
+    *("--vocab-size", "600", "--batch-size", "8"),
+]
 ORIGINAL_FEATURES = {
     "input_ids",
     "input_mask",
@@ -46,6 +49,7 @@ def test_demo_writes_every_artefact(demo_run):
     trained = (out / "corpus" / "python_docs.txt").read_text(encoding="utf-8").strip().split("\n\n")
     assert len(held_out) > 10 and not set(held_out) & set(trained)
     assert list((out / "pretrain" / "logs" / "phase1" / "validation").glob("events.out.tfevents.*"))
+    assert re.search(r"\$ bert-keras pretrain .* --learning-rate 0\.001 ", printed)
     # The summary's two accuracies are those of the two runs, from the same steps and seed.
     both = [
         json.loads((out / run / "best_metrics.json").read_text())["accuracy"] for run in ("finetune", "finetune_random")
