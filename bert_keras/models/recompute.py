@@ -34,8 +34,11 @@ def recompute_gradient(function, layer, chunk_size=None):
             outputs = [tf.stop_gradient(output) for output in _forward(function, inputs, chunk_size)]
 
             def gradient(*upstream, variables=()):
-                for variable, value in zip(layer.non_trainable_variables, state):
-                    variable.assign(value)
+                # After the gradient arrives, as the recomputation: dropout masks depend on
+                # the seeds alone, so restored early every block's would be drawn at once.
+                with tf.control_dependencies(upstream[:1]):
+                    for variable, value in zip(layer.non_trainable_variables, state):
+                        variable.assign(value)
                 trainable = [variable for variable in variables if variable.trainable]
                 if chunk_size is None:
                     input_grads, grads = _whole_gradient(function, inputs, upstream, trainable)
