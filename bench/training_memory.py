@@ -40,12 +40,23 @@ def step_timer():
     return StepTimer()
 
 
+def tensor_memory():
+    """TensorFlow's CPU allocator: the GB its tensors held at most and hold now (after
+    training: the weights and optimizer state). Peak RSS minus the peak is the runtime,
+    Python and memory the allocator keeps after tensors are freed."""
+    import tensorflow as tf
+
+    info = tf.config.experimental.get_memory_info("CPU:0")
+    return {"tensor_peak_gb": info["peak"] / 2**30, "tensor_now_gb": info["current"] / 2**30}
+
+
 def report(timer, skip, **figures):
     """Prints this process's result line: seconds per step (the median after the first
-    `skip` steps, which trace and warm up), peak RSS in GB, and `figures`."""
+    `skip` steps, which trace and warm up), peak RSS and tensor memory in GB, and `figures`."""
     steps = sorted(b - a for a, b in zip(timer.times[skip:], timer.times[skip + 1 :]))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    result = {"seconds_per_step": steps[len(steps) // 2], "peak_rss_gb": peak, "steps_timed": len(steps), **figures}
+    result = {"seconds_per_step": steps[len(steps) // 2], "peak_rss_gb": peak, "steps_timed": len(steps)}
+    result.update(tensor_memory(), **figures)
     print(RESULT + json.dumps(result), flush=True)
 
 

@@ -31,11 +31,11 @@ def recompute_gradient(function, layer, chunk_size=None):
         @tf.custom_gradient
         def run(*inputs):
             state = [tf.identity(variable) for variable in layer.non_trainable_variables]
+            _assign_after(inputs[0], layer.non_trainable_variables, state)
             outputs = [tf.stop_gradient(output) for output in _forward(function, inputs, chunk_size)]
 
             def gradient(*upstream, variables=()):
-                for variable, value in zip(layer.non_trainable_variables, state):
-                    variable.assign(value)
+                _assign_after(upstream[0], layer.non_trainable_variables, state)
                 trainable = [variable for variable in variables if variable.trainable]
                 if chunk_size is None:
                     input_grads, grads = _whole_gradient(function, inputs, upstream, trainable)
@@ -52,6 +52,16 @@ def recompute_gradient(function, layer, chunk_size=None):
         return run(*inputs)
 
     return wrapped
+
+
+def _assign_after(tensor, variables, values):
+    """Assigns `values` to `variables` once `tensor` is computed. Dropout masks depend on
+    the seeds alone: without this, TensorFlow's executor may draw every block's masks
+    at the start of the forward pass (or of the backward pass) and hold them all, one
+    attention-sized tensor a block; after it, a block draws its masks when it runs."""
+    with tf.control_dependencies([tensor]):
+        for variable, value in zip(variables, values):
+            variable.assign(value)
 
 
 def _after(upstream, tensor):
