@@ -199,6 +199,7 @@ def test_the_backup_interval_flag_defaults_to_the_librarys():
     assert FLAG_DEFAULT == BACKUP_STEPS
 
 
+@pytest.mark.slow
 def test_a_resumed_cached_teacher_run_computes_the_teachers_logits_once(tmp_path, monkeypatch, capsys):
     """`distill --cache-teacher` of 3 epochs killed inside epoch 2 and run again: the
     teacher runs over the 12 training examples once in the resumed run, which builds the

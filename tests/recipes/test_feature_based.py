@@ -3,6 +3,7 @@ on a tiny encoder and the first sentences of the real files: the encoder runs on
 the data whatever the epochs, the saved tagger tags raw words as the run scored them, and
 bad layer lists are clear errors."""
 
+import io
 import json
 
 import keras
@@ -106,6 +107,12 @@ class Killed(Exception):
     """Stands for SIGKILL."""
 
 
+def npz_bytes(**arrays):
+    file = io.BytesIO()
+    np.savez(file, **arrays)
+    return file.getvalue()
+
+
 def killed_after(step):
     original = StepBackup.on_train_batch_end
 
@@ -124,6 +131,7 @@ def train(init, data, output_dir, **options):
     return train_feature_tagger(model, data, **{**arguments, **options}), model
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_on_its_stored_features_as_if_it_had_not_stopped(tiny_conll, tmp_path, monkeypatch):
     """Killed after step 3 of 2 epochs of 2 (backed up after step 2), then run again: the
     features are read back, not computed, and the run ends with the uninterrupted one's
@@ -159,7 +167,12 @@ def test_a_killed_run_resumes_on_its_stored_features_as_if_it_had_not_stopped(ti
 
 @pytest.mark.parametrize(
     "content, problem",
-    [(b"", "not a whole feature cache"), (b"PK\x03\x04 cut", "not a whole feature cache"), (None, "other layers")],
+    [
+        (b"", "not a whole feature cache"),
+        (b"PK\x03\x04 cut", "not a whole feature cache"),
+        (npz_bytes(features=np.zeros(3)), "not a whole feature cache"),  # another program's .npz
+        (None, "other layers"),
+    ],
 )
 def test_a_bad_stored_feature_cache_is_an_error_naming_it(tiny_conll, tmp_path, content, problem):
     folder, init = tiny_conll
