@@ -136,6 +136,23 @@ class RestoresCompile:
             self.optimizer.build(self.trainable_variables)
 
 
+def builds_from_fit_data(model):
+    """Whether Keras' `fit` builds `model` from a batch it takes from the training data: a
+    model made in a strategy's scope. Keras then starts the data anew, and a second
+    iterator of one dataset shuffles anew (how far the first one's prefetching ran decides
+    how), so such a model is built before `fit` (`needs_symbolic_build`), on other data."""
+    return getattr(model, "_distribute_strategy", None) is not None
+
+
+def needs_symbolic_build(model):
+    """Whether Keras' build before `fit` or `evaluate` has anything to build: the model's
+    layers, its compiled metrics or loss (as `Trainer._symbolic_build` decides)."""
+    compiled = (getattr(model, "_compile_metrics", None), getattr(model, "_compile_loss", None))
+    return not all(layer.built for layer in model._flatten_layers()) or any(
+        part is not None and not part.built for part in compiled
+    )
+
+
 def keras_version():
     return tuple(int(part) for part in keras.version().split(".")[:2])
 
@@ -235,6 +252,8 @@ def keras_20585_patched():
 def _build_from_a_local_batch(keras_build):
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         strategy = self._distribute_strategy
+        if iterator is not None and strategy is not None and not needs_symbolic_build(self):
+            iterator = None  # nothing to build: `fit`'s data is not touched (see `needs_symbolic_build`)
         if iterator is not None and strategy is not None:
             for _, _, steps in iterator:
                 try:

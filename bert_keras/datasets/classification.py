@@ -79,14 +79,18 @@ class ClassificationData(TaskData):
     def training_texts(self):
         return text_columns(self.train.texts)
 
-    def train_batches(self, batch_size, seed, teacher=None, teacher_batch_size=64):
-        """Length-grouped batches of (texts, labels), or with a distillation `teacher`, of
-        (texts, {labels, teacher_outputs}): its logits computed once, here."""
+    def teacher_outputs(self, teacher, batch_size=64):
+        """A distillation `teacher`'s logits of every training example (float32), for `train_batches`."""
+        return teacher.predict(text_columns(self.train.texts), batch_size=batch_size, verbose=0).astype("float32")
+
+    def train_batches(self, batch_size, seed, teacher_outputs=None):
+        """Length-grouped batches of (texts, labels), or with a distillation teacher's
+        `teacher_outputs` (`teacher_outputs(teacher)`, computed once for every call), of
+        (texts, {labels, teacher_outputs})."""
         targets = np.asarray(self.train.labels, "float32" if self.regression else "int32")
         columns = text_columns(self.train.texts)
-        if teacher is not None:
-            logits = teacher.predict(columns, batch_size=teacher_batch_size, verbose=0)
-            targets = {"labels": targets, TEACHER_OUTPUTS: logits.astype("float32")}
+        if teacher_outputs is not None:
+            targets = {"labels": targets, TEACHER_OUTPUTS: teacher_outputs}
         lengths = sum(np.char.str_len(np.array(segment, dtype=str)) for segment in self.train.texts)
         return length_grouped_batches((columns, targets), lengths, batch_size, shuffle=True, seed=seed)
 

@@ -50,7 +50,10 @@ def distill(
     sizes and speeds, the run's `settings`) and `labels.txt` (the data's labels).
     `training_options` go to `finetune`. Returns a `DistillationRun`."""
     strategy = strategy or tf.distribute.get_strategy()
-    cached = {"teacher": teacher, "teacher_batch_size": eval_batch_size} if cache_teacher and not labels_only else {}
+    # Once, not at each build of the batches (a run resumed inside an epoch builds them up to three times).
+    cached = (
+        {"teacher_outputs": data.teacher_outputs(teacher, eval_batch_size)} if cache_teacher and not labels_only else {}
+    )
     teacher_metrics = data.evaluate(teacher, eval_batch_size)
     print(f"teacher: {data.main_metric} {teacher_metrics[data.main_metric]:.4f}")
     student, distiller = _distiller(

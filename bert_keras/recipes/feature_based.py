@@ -2,17 +2,21 @@
 the task model trained on them.
 
 `cache_tagging_features` runs the encoder over the training and dev examples a single
-time and keeps each example's real tokens' features (float16, `[tokens, n, H]`) with its
-labels or word start positions; `train_feature_tagger` trains a `BertFeatureTagger`'s
-BiLSTM and tag layer on that cache for a number of epochs, scores the dev set with
-conlleval after each one from the cache too, and saves the whole tagger (encoder included) with the best
-epoch's weights as `best.keras`. One cache of several layers serves every choice of
+time (kept for a resumed run: `stored_tagging_features`) and keeps each example's real
+tokens' features (float16, `[tokens, n, H]`) with its labels or word start positions;
+`train_feature_tagger` trains a `BertFeatureTagger`'s BiLSTM and tag layer on that cache
+for a number of epochs, scores the dev set with conlleval after each one from the cache
+too, and saves the whole tagger (encoder included) with the best epoch's weights as
+`best.keras`; killed, it resumes from its backups. One cache of several layers serves every choice of
 them (`FeatureCache.select`).
 """
 
 import dataclasses
+import hashlib
 import json
+import os
 import time
+import zipfile
 from pathlib import Path
 
 import keras
@@ -21,8 +25,9 @@ import tensorflow as tf
 
 from bert_keras.datasets.conll import LABELS, sentence_tags, training_examples
 from bert_keras.models.dtype import with_dtype
-from bert_keras.recipes.finetuning import FinetuningRun
+from bert_keras.recipes.finetuning import BACKUP_STEPS, FinetuningRun
 from bert_keras.tasks.token_classifier import IGNORE_LABEL
+from bert_keras.training.backup import StepBackup, fit_from_backup
 from bert_keras.training.callbacks import EvaluateAndKeepBest
 from bert_keras.training.progress import fit_progress, progress_bar
 
@@ -99,14 +104,82 @@ def cache_tagging_features(model, data, hidden_states=None, batch_size=64, verbo
     )
 
 
+# The stored feature cache, beside the run's backups (`output_dir/checkpoints/`) until the run ends.
+CACHE = Path("checkpoints") / "features.cache"
+
+
+def cache_key(model, data):
+    """What a stored cache must match: the model's hidden states, and a digest of its encoder's
+    weights and of the examples."""
+    digest = hashlib.sha256()
+    for weight in model.encoder.get_weights():
+        digest.update(np.ascontiguousarray(weight).tobytes())
+    digest.update(json.dumps([training_examples(data.train, data.train_contexts), data.dev_size]).encode())
+    return {"hidden_states": list(model.hidden_states), "digest": digest.hexdigest()}
+
+
+def stored_tagging_features(model, data, path, batch_size=64, verbose=1):
+    """The `TaggingCache` stored in `path` by a run of this model on these examples, or
+    computed (`cache_tagging_features`) and stored there, whole or not at all (a kill
+    while it is written leaves none). A file that is not such a cache is an error naming it."""
+    path, key = Path(path), cache_key(model, data)
+    if path.exists():
+        return _read_cache(path, key)
+    cache = cache_tagging_features(model, data, batch_size=batch_size, verbose=verbose)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {"key": np.array(json.dumps(key))}
+    for name, split in (("train", cache.train), ("dev", cache.dev)):
+        arrays[f"{name}_features"] = np.concatenate(split.features)
+        arrays[f"{name}_lengths"] = np.array([len(f) for f in split.features])
+        arrays[f"{name}_targets"] = np.concatenate(split.targets).astype("int32")
+        arrays[f"{name}_target_lengths"] = np.array([len(t) for t in split.targets])
+    written = path.with_name(path.name + ".tmp")
+    with open(written, "wb") as file:
+        np.savez(file, **arrays)
+    os.replace(written, path)
+    return cache
+
+
+def _read_cache(path, key):
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            arrays = {name: stored[name] for name in stored.files}
+        stored_key = json.loads(str(arrays["key"]))
+        splits = [_split(arrays, name, stored_key["hidden_states"]) for name in ("train", "dev")]
+    except (OSError, ValueError, EOFError, KeyError, TypeError, zipfile.BadZipFile) as error:
+        raise ValueError(
+            f"{path}: not a whole feature cache ({type(error).__name__}: {error}); "
+            "delete it (or pass --overwrite) to compute the features anew"
+        ) from None
+    if stored_key != key:
+        what = "layers" if stored_key.get("hidden_states") != key["hidden_states"] else "encoder weights or examples"
+        raise ValueError(
+            f"{path}: the feature cache of other {what} (hidden states {stored_key.get('hidden_states')}, "
+            f"this run's {key['hidden_states']}); delete it (or pass --overwrite) to compute the features anew"
+        )
+    return TaggingCache(*splits)
+
+
+def _split(arrays, name, hidden_states):
+    lengths, target_lengths = arrays[f"{name}_lengths"], arrays[f"{name}_target_lengths"]
+    features, targets = arrays[f"{name}_features"], arrays[f"{name}_targets"]
+    if lengths.sum() != len(features) or target_lengths.sum() != len(targets) or len(lengths) != len(target_lengths):
+        raise ValueError(f"the {name} examples' lengths do not add up to their arrays")
+    return FeatureCache(
+        hidden_states,
+        np.split(features, np.cumsum(lengths)[:-1]),
+        [t.astype("int32") for t in np.split(targets, np.cumsum(target_lengths)[:-1])],
+    )
+
+
 class CachedBatches(keras.utils.PyDataset):
     """Training batches of a `FeatureCache`: every epoch shuffled by `seed`, then chunks of
     50 batches sorted by length (little padding), padded as the packer pads."""
 
-    def __init__(self, cache, batch_size, seed=0, shuffle=True):
+    def __init__(self, cache, batch_size, seed=0, shuffle=True, epoch=0):
         super().__init__()
         self.cache, self.batch_size, self.seed, self.shuffle = cache, batch_size, seed, shuffle
-        self.epoch = 0
+        self.epoch = epoch
         self.batches = self._batches()
 
     def _batches(self):
@@ -151,6 +224,18 @@ class CachedBatches(keras.utils.PyDataset):
             self.batches = self._batches()
 
 
+def batches_after(cache, batch_size, seed, steps_per_epoch, skip=0):
+    """The training batches of `cache` (`CachedBatches`, the first `steps_per_epoch` of
+    each epoch's order) after the first `skip`, endlessly: those a resumed run trains."""
+    step = skip
+    while True:
+        epoch, index = divmod(step, steps_per_epoch)
+        if index == 0 or step == skip:
+            batches = CachedBatches(cache, batch_size, seed, epoch=epoch)
+        yield batches[index]
+        step += 1
+
+
 class CachedFeatureModel(keras.Model):
     """A `BertFeatureTagger`'s trained part on cached features: `{"features", "input_mask"}` -> logits."""
 
@@ -186,19 +271,23 @@ def train_feature_tagger(
     learning_rate=1e-3,
     eval_batch_size=64,
     seed=0,
+    backup_steps=BACKUP_STEPS,
     verbose="auto",
 ):
     """Trains the BiLSTM and tag layer of `model` (a `BertFeatureTagger`) on a prepared `ConllData`: the
-    features computed once (`cache_tagging_features`, unless `cache`, of at least the
+    features computed once (`stored_tagging_features` in `output_dir`, unless `cache`, of at least the
     model's layers, is given), then `epochs` of Adam at `learning_rate` (gradients clipped
     to norm 1; at most `max_train_steps` steps in all) with conlleval on the dev set after
     each. The best epoch's weights stay in `model`, saved whole as `output_dir/best.keras`,
-    with `eval_results.json` and the best epoch's `predictions.txt`. Returns a `FinetuningRun`."""
+    with `eval_results.json` and the best epoch's `predictions.txt`. Backed up every
+    `backup_steps` steps and at epoch ends (`StepBackup`), a run called again resumes and
+    ends as an uninterrupted one would. Returns a `FinetuningRun`."""
+    output_dir = Path(output_dir)
     start = time.perf_counter()
-    cache = cache_tagging_features(model, data, batch_size=eval_batch_size) if cache is None else cache
+    if cache is None:
+        cache = stored_tagging_features(model, data, output_dir / CACHE, eval_batch_size)
     cache = cache.select(model.hidden_states)
     cache_seconds = round(time.perf_counter() - start, 1)
-    output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     trainer = CachedFeatureModel(model)
     trainer.compile(
@@ -212,15 +301,39 @@ def train_feature_tagger(
         "f1",
         lambda metrics: data.write_predictions(output_dir),
     )
-    verbose, progress = fit_progress(verbose)
     start = time.perf_counter()
-    batches = CachedBatches(cache.train, batch_size, seed)
-    steps = min(len(batches), max_train_steps or len(batches))
+    count = len(CachedBatches(cache.train, batch_size, seed))
+    steps = min(count, max_train_steps or count)
     epochs = min(epochs, max(1, (max_train_steps or epochs * steps) // steps))
-    history = trainer.fit(batches, epochs=epochs, steps_per_epoch=steps, verbose=verbose, callbacks=[*progress, keeper])
+    plan = dict(epochs=epochs, steps_per_epoch=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed)
+    backup = StepBackup(output_dir / CACHE.parent, save_freq=backup_steps, states={"keeper": keeper}, plan=plan)
+    history = _fit(trainer, backup, cache.train, plan, verbose)
     keeper.history.append({"cache_seconds": cache_seconds, "train_seconds": round(time.perf_counter() - start, 1)})
     (output_dir / "eval_results.json").write_text(json.dumps(keeper.history, indent=2) + "\n")
     trainer.set_weights(keeper.best_weights)
     with_dtype(model).save(output_dir / "best.keras")
+    (output_dir / CACHE).unlink(missing_ok=True)
+    backup.remove()
     print(f"best f1: {keeper.best['f1']:.4f} (epoch {keeper.best['epoch']}); model in {output_dir / 'best.keras'}")
     return FinetuningRun(model, history, keeper.best, keeper.history)
+
+
+def _fit(trainer, backup, cache, plan, verbose):
+    """`fit_from_backup` of `trainer` on `batches_after` the steps `backup` restored."""
+    steps, epochs, batch_size, seed = plan["steps_per_epoch"], plan["epochs"], plan["batch_size"], plan["seed"]
+    trainer(CachedBatches(cache, batch_size, seed).inputs(0))  # built, for the backup to load into
+    done = backup.restore(trainer)
+    if done:
+        print(f"resuming after step {done} of {steps * epochs}")
+    verbose, progress = fit_progress(verbose)
+    return fit_from_backup(
+        trainer,
+        backup,
+        lambda skip: batches_after(cache, batch_size, seed, steps, skip),
+        steps=steps * epochs,
+        epochs=epochs,
+        steps_per_epoch=steps,
+        callbacks=lambda: [*progress, backup.states["keeper"]],
+        shuffle=False,  # the batches shuffle themselves
+        verbose=verbose,
+    )

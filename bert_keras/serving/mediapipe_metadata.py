@@ -20,6 +20,7 @@ cannot be turned off.
 """
 
 import io
+import unicodedata
 import zipfile
 from pathlib import Path
 
@@ -59,6 +60,8 @@ def export_mediapipe(model, preprocessor, path, labels=None, seq_length=None, qu
             "export a cased model with --format litert (without --mediapipe) or as a SavedModel"
         )
     labels = trained_inputs(model, labels=labels)[1] if isinstance(model, BertClassifier) else labels
+    if labels is not None and isinstance(model, BertClassifier):
+        check_labels(labels, model.num_classes, path)
     signature = serving_signature(model, preprocessor, labels)
     function, specs = mediapipe_function(signature, seq_length)
     flatbuffer = deploy.litert_flatbuffer({"serving_default": (function, specs)}, quantize, type(model).__name__)
@@ -92,6 +95,26 @@ def packed_length(preprocessor, seq_length=None):
     """The ids MediaPipe packs each text into: `seq_length`, else the preprocessor's fixed
     length, else its longest."""
     return int(seq_length or preprocessor.packer.seq_length or preprocessor.packer.max_seq_length)
+
+
+def check_labels(labels, num_classes, path):
+    """A clear error naming `path` and its `labels.txt` unless `labels` are `num_classes`
+    names that the file, one name a line, holds as they are: none empty, none with a line
+    break, tab or other control character."""
+    where = f"{path} ({LABELS_FILE})"
+    labels = list(labels)
+    if len(labels) != num_classes:
+        raise ValueError(
+            f"{where}: {len(labels)} label(s) for the classifier's {num_classes} classes; give one name a class"
+        )
+    for index, label in enumerate(labels):
+        if not isinstance(label, str) or not label.strip():
+            raise ValueError(f"{where}: label {index} ({label!r}) is not a name: empty, blank or not text")
+        if any(unicodedata.category(character) in ("Cc", "Zl", "Zp") for character in label):
+            raise ValueError(
+                f"{where}: label {index} ({label!r}) holds a line break, tab or other control character; "
+                "the file holds one label a line"
+            )
 
 
 def export_checked(model, preprocessor, path, labels=None, seq_length=None, quantize=None, texts=deploy.CHECK_TEXTS):

@@ -23,6 +23,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bert_keras.compat import builds_from_fit_data, needs_symbolic_build
+
 STATE = "state.json"
 WEIGHTS = "latest.weights.h5"
 BACKUP = ".bkp"
@@ -180,9 +182,11 @@ def fit_from_backup(model, backup, batches, *, steps, epochs, steps_per_epoch, c
             if first >= last:
                 break
             skip = first * steps_per_epoch + steps_per_epoch - epoch_steps
-            if backup.resumes_metrics and len(model.metrics_variables) != len(backup.resumes_metrics):
-                # Builds the metrics Keras builds in the first step, on data of its own: a second
-                # iterator of one dataset would shuffle anew.
+            resumes = backup.resumes_metrics and len(model.metrics_variables) != len(backup.resumes_metrics)
+            if resumes or (builds_from_fit_data(model) and needs_symbolic_build(model)):
+                # Builds the metrics Keras builds in the first step (or, under a strategy, from a
+                # batch of `fit`'s data), on data of its own: a second iterator of one dataset
+                # would shuffle anew.
                 model.evaluate(batches(skip), steps=1, verbose=0)
             history = model.fit(
                 batches(skip),

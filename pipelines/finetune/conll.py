@@ -109,6 +109,7 @@ def train_feature_based(args, model, data):
         learning_rate=args.learning_rate,
         eval_batch_size=args.eval_batch_size,
         seed=args.seed,
+        backup_steps=args.backup_steps,
         verbose=args.verbose,
     )
     return run.best

@@ -197,3 +197,29 @@ def test_the_backup_interval_flag_defaults_to_the_librarys():
     from bert_keras_cli.arguments import BACKUP_STEPS as FLAG_DEFAULT
 
     assert FLAG_DEFAULT == BACKUP_STEPS
+
+
+@pytest.mark.slow
+def test_a_resumed_cached_teacher_run_computes_the_teachers_logits_once(tmp_path, monkeypatch, capsys):
+    """`distill --cache-teacher` of 3 epochs killed inside epoch 2 and run again: the
+    teacher runs over the 12 training examples once in the resumed run, which builds the
+    batches twice (the rest of epoch 2, then epoch 3)."""
+    from bert_keras.tasks.task import BertTask
+
+    argv = [*command("distill", tmp_path), "--cache-teacher", "--epochs", "3", "--output-dir", str(tmp_path / "run")]
+    over_the_training_set = []
+    predict = BertTask.predict
+
+    def counted(self, x, *args, **kwargs):
+        over_the_training_set.append(len(tf.nest.flatten(x)[0]) == 12)
+        return predict(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(BertTask, "predict", counted)
+    with monkeypatch.context() as patch:
+        patch.setattr(StepBackup, "on_train_batch_end", kill_after(KILL_AFTER))
+        with pytest.raises(Killed):
+            cli(argv)
+    del over_the_training_set[:]
+    assert cli(argv) == 0
+    assert re.search(r"^resuming after step 4 of 9$", capsys.readouterr().out, re.M)
+    assert sum(over_the_training_set) == 1

@@ -3,17 +3,20 @@ on a tiny encoder and the first sentences of the real files: the encoder runs on
 the data whatever the epochs, the saved tagger tags raw words as the run scored them, and
 bad layer lists are clear errors."""
 
+import io
 import json
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import DATA, require
 
 from bert_keras import BertConfig, BertEncoder
 from bert_keras.datasets.conll import ConllData, conlleval, predict_tags, read_conll
-from bert_keras.recipes.feature_based import cache_tagging_features, train_feature_tagger
+from bert_keras.recipes.feature_based import CACHE, cache_tagging_features, train_feature_tagger
 from bert_keras.tasks.feature_tagger import BertFeatureTagger
+from bert_keras.training.backup import StepBackup
 from bert_keras_cli.cli import main as cli
 
 CONLL = DATA / "conll2003"
@@ -98,3 +101,91 @@ def test_finetune_conll_feature_based_command(tiny_conll, tmp_path, capsys):
     for layers, message in (("=5", "out of range"), ("=,", "none given")):
         assert cli([*common, "--output-dir", str(tmp_path / layers[1:]), f"--feature-based{layers}"]) != 0
         assert message in capsys.readouterr().err
+
+
+class Killed(Exception):
+    """Stands for SIGKILL."""
+
+
+def npz_bytes(**arrays):
+    file = io.BytesIO()
+    np.savez(file, **arrays)
+    return file.getvalue()
+
+
+def killed_after(step):
+    original = StepBackup.on_train_batch_end
+
+    def on_train_batch_end(self, batch, logs=None):
+        original(self, batch, logs)
+        if int(self.model.optimizer.iterations.numpy()) == step:
+            raise Killed
+
+    return on_train_batch_end
+
+
+def train(init, data, output_dir, **options):
+    keras.utils.set_random_seed(0)
+    model = tagger(init, layers=[-1, -2], combine="weighted")
+    arguments = dict(output_dir=output_dir, epochs=2, batch_size=4, eval_batch_size=8, backup_steps=2, verbose=0)
+    return train_feature_tagger(model, data, **{**arguments, **options}), model
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_on_its_stored_features_as_if_it_had_not_stopped(tiny_conll, tmp_path, monkeypatch):
+    """Killed after step 3 of 2 epochs of 2 (backed up after step 2), then run again: the
+    features are read back, not computed, and the run ends with the uninterrupted one's
+    weights and dev F1; a kill while the cache is written leaves no cache."""
+    folder, init = tiny_conll
+    data = ConllData(folder, max_examples=16)
+    whole, _ = train(init, data, tmp_path / "whole", max_train_steps=4)
+    with monkeypatch.context() as patch:
+        patch.setattr(StepBackup, "on_train_batch_end", killed_after(3))
+        with pytest.raises(Killed):
+            train(init, data, tmp_path / "run", max_train_steps=4)
+    assert (tmp_path / "run" / CACHE).exists()
+    keras.utils.set_random_seed(0)
+    model = tagger(init, layers=[-1, -2], combine="weighted")
+    rows = count_encoded_rows(model)
+    resumed = train_feature_tagger(
+        model,
+        data,
+        output_dir=tmp_path / "run",
+        epochs=2,
+        batch_size=4,
+        eval_batch_size=8,
+        backup_steps=2,
+        max_train_steps=4,
+        verbose=0,
+    )
+    assert int(rows.numpy()) == 0  # the stored features
+    assert [e["f1"] for e in resumed.evaluations[:-1]] == [e["f1"] for e in whole.evaluations[:-1]]
+    for got, want in zip(resumed.model.get_weights(), whole.model.get_weights()):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b"", "not a whole feature cache"),
+        (b"PK\x03\x04 cut", "not a whole feature cache"),
+        (npz_bytes(features=np.zeros(3)), "not a whole feature cache"),  # another program's .npz
+        (None, "other layers"),
+    ],
+)
+def test_a_bad_stored_feature_cache_is_an_error_naming_it(tiny_conll, tmp_path, content, problem):
+    folder, init = tiny_conll
+    data = ConllData(folder, max_examples=4)
+    path = tmp_path / CACHE
+    if content is None:  # the cache of other layers
+        keras.utils.set_random_seed(0)
+        with pytest.raises(Killed):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(StepBackup, "on_train_batch_end", killed_after(1))
+                train_feature_tagger(tagger(init, layers=[-1]), data, output_dir=tmp_path, batch_size=4, verbose=0)
+    else:
+        path.parent.mkdir()
+        path.write_bytes(content)
+    with pytest.raises(ValueError, match=f"^{path}: [^\n]*{problem}[^\n]*$"):
+        train(init, data, tmp_path)

@@ -135,6 +135,29 @@ def test_refusals_name_the_problem(tmp_path):
         )
 
 
+@pytest.mark.parametrize(
+    "labels, problem",
+    [
+        ([], r"0 label\(s\) for the classifier's 2 classes"),
+        (["a"] * 100_000, r"100000 label\(s\) for the classifier's 2 classes"),
+        (["a", "b", "c"], r"3 label\(s\) for the classifier's 2 classes"),
+        (["", "b"], r"label 0 \(''\) is not a name"),
+        (["good", " "], r"label 1 \(' '\) is not a name"),
+        (["a\nb", "c"], r"label 0 \('a\\nb'\) holds a line break"),
+        (["a", "b\tc"], r"label 1 \('b\\tc'\) holds a line break, tab"),
+        (["\x00\x01\x02", "b"], r"label 0 \('\\x00\\x01\\x02'\) holds a line break"),
+        (["a\u2028b", "c"], r"label 0 .* holds a line break"),
+    ],
+)
+def test_bad_labels_are_refused_naming_the_file(tmp_path, labels, problem):
+    """Refused before the conversion, in one line naming the export and its labels.txt."""
+    path = tmp_path / "m.tflite"
+    model = BertClassifier(tiny_encoder(), num_classes=2)
+    with pytest.raises(ValueError, match=rf"^{path} \(labels.txt\): {problem}[^\n]*$"):
+        mediapipe_metadata.export_mediapipe(model, tiny_preprocessor(), path, labels=labels)
+    assert not path.exists()
+
+
 def test_cli_exports_for_mediapipe_with_labels(tmp_path, capsys):
     from pathlib import Path
 
@@ -148,6 +171,8 @@ def test_cli_exports_for_mediapipe_with_labels(tmp_path, capsys):
     assert "MediaPipe" in printed and "labels x, y, z" in printed and "int32 [1, 12]" in printed  # its seq_length
     with mediapipe_metadata.MediaPipeTask(out) as task:
         assert task(["the quick brown fox"])[1] == ["x", "y", "z"]
+    assert cli([*command[:-5], "x", "y\tz", "w", "--out", str(tmp_path / "tab.tflite")]) == 2
+    assert "tab.tflite (labels.txt): label 1 ('y\\tz') holds a line break, tab" in capsys.readouterr().err
     assert cli(["export", fixture, "--format", "onnx", "--mediapipe", "--out", str(tmp_path / "m.onnx")]) == 2
     assert "--mediapipe is an option of --format litert" in capsys.readouterr().err
 

@@ -2,6 +2,7 @@
 
     python distribute_runs.py mirrored OUT                 # 2 logical CPUs: one device vs mirrored
     python distribute_runs.py worker INDEX PORTS DATA OUT  # one MultiWorkerMirrored worker
+    python distribute_runs.py resume OUT                   # 2 logical CPUs: fine-tuning killed, resumed
 
 Logical devices and multi-worker collectives must be configured before TensorFlow
 starts its runtime, hence the separate processes. Results go to OUT as .npz / .json
@@ -31,6 +32,9 @@ RUN = dict(
     max_seq_length=SEQ_LENGTH,
     verbose=0,
 )
+# The resumed run: 24 examples in global batches of 8, two epochs of 3 steps, backups every
+# 2 steps and at epoch ends; killed after step 5, it resumes after step 4, inside epoch 2.
+RESUME_EXAMPLES, KILL_AFTER = 24, 5
 
 
 def no_score(model):
@@ -168,6 +172,116 @@ def mirrored(out):
     (out / "mirrored.json").write_text(json.dumps(report))
 
 
+class Killed(Exception):
+    """Stands for SIGKILL: the process stops at once, whatever it was doing."""
+
+
+def killed_after(step):
+    """A `StepBackup.on_train_batch_end` that dies right after training `step`, the logs
+    written as far as the process had got (no writer of the dead run left to write later)."""
+    import gc
+
+    import keras
+
+    from bert_keras.training.backup import StepBackup
+
+    original = StepBackup.on_train_batch_end
+
+    def on_train_batch_end(self, batch, logs=None):
+        original(self, batch, logs)
+        if int(self.model.optimizer.iterations.numpy()) == step:
+            for callback in gc.get_objects():
+                if isinstance(callback, keras.callbacks.TensorBoard):
+                    callback._close_writers()
+            raise Killed(f"killed after step {step}")
+
+    return on_train_batch_end
+
+
+def scalars(folder):
+    """[[file kind, tag, step, value]] of the TensorBoard scalars under `folder`."""
+    import tensorflow as tf
+
+    found = []
+    for path in sorted(Path(folder).rglob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                found.append([path.parent.name, value.tag, event.step, float(tf.make_ndarray(value.tensor))])
+    return found
+
+
+def resume(out):
+    """The fine-tuning run (`bert_keras.recipes.finetune`, dropout on) mirrored over 2
+    logical CPUs: uninterrupted, and killed after step KILL_AFTER then run again."""
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras
+    import numpy as np
+
+    from bert_keras import BertConfig, BertEncoder
+    from bert_keras.datasets.metrics import accuracy
+    from bert_keras.recipes import finetune
+    from bert_keras.tasks.classifier import BertClassifier
+    from bert_keras.tasks.preprocessing import preprocessor_for
+    from bert_keras.training import distribute
+    from bert_keras.training.backup import StepBackup
+    from bert_keras.training.finetuning import length_grouped_batches
+
+    out = Path(out)
+    inputs = json.loads((out / "inputs.json").read_text())
+    texts = np.array(inputs["sentences"][:RESUME_EXAMPLES], object)
+    labels = np.array([len(text) % 2 for text in texts], "int32")
+    strategy = distribute.resolve_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
+    config = BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1, max_position_embeddings=64)
+    keras.utils.set_random_seed(1)
+    initial = BertClassifier(BertEncoder(config), 2).get_weights()
+
+    def run(folder):
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            encoder = BertEncoder(config)
+            preprocessor = preprocessor_for(
+                encoder, inputs["vocab"], lower_case=True, seq_length=None, max_seq_length=SEQ_LENGTH
+            )
+            model = BertClassifier(encoder, 2, preprocessor=preprocessor)
+            model.set_weights(initial)
+        return finetune(
+            model,
+            lambda: length_grouped_batches((texts, labels), [len(t) for t in texts], GLOBAL_BATCH, True, seed=0),
+            len(texts),
+            lambda model: {"accuracy": accuracy(labels, model.predict(texts, verbose=0).argmax(-1))},
+            "accuracy",
+            output_dir=folder,
+            strategy=strategy,
+            batch_size=GLOBAL_BATCH,
+            epochs=2,
+            learning_rate=1e-3,
+            backup_steps=2,
+            verbose=0,
+        )
+
+    whole = run(out / "whole")
+    StepBackup.on_train_batch_end, original = killed_after(KILL_AFTER), StepBackup.on_train_batch_end
+    try:
+        run(out / "resumed")
+    except Killed:
+        pass
+    StepBackup.on_train_batch_end = original
+    resumed = run(out / "resumed")
+    save_weights(out / "resume.npz", {"whole": whole.model.get_weights(), "resumed": resumed.model.get_weights()})
+    report = {
+        name: {
+            "evaluations": run.evaluations[:-1],
+            "epochs": run.history.epoch,
+            "scalars": scalars(out / name / "logs"),
+        }
+        for name, run in (("whole", whole), ("resumed", resumed))
+    }
+    (out / "resume.json").write_text(json.dumps({**report, "replicas": strategy.num_replicas_in_sync}))
+
+
 def save_weights(path, runs):
     """{run name: list of arrays} -> one .npz ("name.index" keys)."""
     import numpy as np
@@ -240,4 +354,4 @@ def worker(index, ports, data, out):
 
 if __name__ == "__main__":
     mode, *rest = sys.argv[1:]
-    {"mirrored": mirrored, "worker": worker}[mode](*rest)
+    {"mirrored": mirrored, "worker": worker, "resume": resume}[mode](*rest)

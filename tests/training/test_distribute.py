@@ -92,6 +92,30 @@ def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
         assert max_difference(one_device, mirrored) < 1e-5, task
 
 
+@pytest.mark.slow
+def test_mirrored_finetuning_killed_and_resumed_matches_an_uninterrupted_run(tmp_path):
+    """`recipes.finetune` mirrored over 2 logical CPUs, killed after step 5 and run again:
+    the weights (float noise), the epochs' metrics and the logged steps of the
+    uninterrupted run, no step logged twice."""
+    sentences = [line.strip() for line in require(SAMPLE).read_text().splitlines() if line.strip()]
+    (tmp_path / "inputs.json").write_text(json.dumps({"vocab": str(require(VOCAB_FILE)), "sentences": sentences}))
+    result = run(["resume", tmp_path])
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "resuming after step 4 of 6" in result.stdout
+    report = json.loads((tmp_path / "resume.json").read_text())
+    whole, resumed = report["whole"], report["resumed"]
+    assert report["replicas"] == 2 and resumed["epochs"] == [1]
+    assert [e["accuracy"] for e in resumed["evaluations"]] == [e["accuracy"] for e in whole["evaluations"]]
+    weights = load_weights(tmp_path / "resume.npz")
+    assert max_difference(weights["resumed"], weights["whole"]) < 1e-5
+    logged = [tuple(entry[:3]) for entry in resumed["scalars"]]
+    assert len(set(logged)) == len(logged) and sorted(logged) == sorted(tuple(e[:3]) for e in whole["scalars"])
+    values = {tuple(entry[:3]): entry[3] for entry in whole["scalars"]}
+    for entry in resumed["scalars"]:
+        if "steps_per_second" not in entry[1]:
+            assert entry[3] == pytest.approx(values[tuple(entry[:3])], rel=1e-4, abs=1e-5), entry
+
+
 def free_ports(count):
     sockets = [socket.socket() for _ in range(count)]
     for s in sockets:
