@@ -19,7 +19,7 @@ from bert_keras.serving.batch.predictor import BatchPredictor, load_model
 from bert_keras.serving.batch.ranking import QueryPredictor, top_per_query
 from bert_keras.serving.batch.readers import RowReader, count_rows, input_files
 from bert_keras.serving.batch.saved_model import SavedModelPredictor, saved_model_dir
-from bert_keras.serving.batch.writers import PartsFolder
+from bert_keras.serving.batch.writers import PartsFolder, holds_vectors
 from bert_keras.tasks.windowing import TruncationCounts
 from bert_keras.training.progress import ProgressLines
 
@@ -68,10 +68,14 @@ def predict_files(
         **({"compute_dtype": compute_dtype} if compute_dtype else {}),
         **({"top_k_per_query": top_k_per_query} if top_k_per_query else {}),
     }
-    parts = PartsFolder(output, settings, shard_rows)
     predictor = predictor_for(model, batch_size, all_scores, max_seq_length, doc_stride, top_k, compute_dtype)
     if top_k_per_query is not None:
         predictor = QueryPredictor(predictor)
+    if holds_vectors(output) and predictor.kind != "embedder":
+        raise ValueError(
+            f"{output}: .npy holds an embedder's vectors; write .jsonl, .tsv or .parquet for a {predictor.kind}"
+        )
+    parts = PartsFolder(output, settings, shard_rows)
     choices = predictor.segments[-1] if predictor.choices else None
     rows = iter(RowReader(files, predictor.segments, columns, id_column, choices))
     done = parts.finished_chunks()

@@ -33,6 +33,11 @@ def is_folder_output(output):
     return str(output).endswith(("/", os.sep))
 
 
+def holds_vectors(output):
+    """Whether `output` holds vectors alone (`.npy` or a folder of shards)."""
+    return is_folder_output(output) or Path(output).suffix == ".npy"
+
+
 class PartsFolder:
     """`OUT.parts/`: the finished chunks of a run with these `settings`; `shard_rows`, the
     rows of each shard of a folder output."""
@@ -95,7 +100,7 @@ class PartsFolder:
         """Writes OUT from the parts' records, or from those that `records()` yields
         (under a temporary name, then renamed) and removes the parts; returns the rows written."""
         temporary = self.output.with_name(self.output.name + ".tmp")
-        if self.sharded or self.output.suffix == ".npy":
+        if holds_vectors(self.output) or self.sharded:
             write = _write_shards if self.sharded else _write_npy
             count = write(self, temporary)
         elif self.output.suffix == ".jsonl" and records is None:
@@ -170,7 +175,7 @@ def _vector_width(parts):
     for record in parts.records():
         if "embedding" in record:
             return len(record["embedding"])
-    raise ValueError(f"{parts.output}: .npy holds an embedder's vectors; write .jsonl or .tsv for this model")
+    raise ValueError(f"{parts.output}: no row has a vector (every row is in error: see {parts.folder})")
 
 
 def _write_vectors(records, count, width, vectors_path, ids_path):
