@@ -15,6 +15,9 @@ input grows, Apache Beam, and a kill and resume.
    Batches of 32 everywhere. The issue's targets are printed as met or not.
 2. Cost as the input grows: `bert-keras predict` (the command, start-up included) over 1k,
    10k, 100k SST-2 sentences (the 67,349 cycled): seconds, rows/s, peak resident memory.
+   `--tiny-growth` runs it on a tiny random classifier on MiniLM's vocabulary (the
+   streaming code's memory does not depend on the model; 1M rows take ~20 minutes, not
+   2 hours): `--skip-speed --skip-beam --skip-resume --tiny-growth --scale 10000,100000,1000000`.
 3. `--runner DirectRunner` with 1 and 2 worker processes against the local runner.
 4. Kill and resume: a run SIGKILLed when half of its chunks are written, run again,
    against an uninterrupted run: total seconds, and whether the outputs are identical.
