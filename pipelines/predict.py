@@ -41,13 +41,13 @@ def register(subparsers):
     parser.add_argument(
         "--output",
         required=True,
-        help="OUT.jsonl, OUT.tsv, OUT.parquet (with pyarrow) or OUT.npy (an embedder's vectors)",
+        help="OUT.jsonl, OUT.tsv, OUT.parquet (with pyarrow), OUT.npy (an embedder's vectors) or OUT/ (a folder "
+        "of an embedder's vectors in shards vectors-SSSSS-of-NNNNN.npy with ids-SSSSS-of-NNNNN.jsonl)",
     )
     parser.add_argument(
         "--column", action="append", default=[], metavar="SEGMENT=COLUMN", help="read a model input from a column"
     )
     parser.add_argument("--id-column", help="the column of row ids (default: FILE:LINE)")
-    parser.add_argument("--all-scores", action="store_true", help="a classifier's probability of every class")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(
         "--chunk-size", type=int, help="rows read, predicted and written at a time (local runner; default 10000)"
@@ -62,7 +62,7 @@ def register(subparsers):
         help="default: the model's own. bfloat16: weights and matmuls in bfloat16, faster on CPUs with "
         "AVX512-BF16/AMX; outputs stay float32 (not for a SavedModel export: export it with --compute-dtype)",
     )
-    parser.add_argument("--top-k", type=int, default=5, help="a fill-mask model's fillers for each [MASK]")
+    _add_answer_flags(parser)
     parser.add_argument(
         "--on-error",
         choices=("raise", "skip"),
@@ -79,6 +79,19 @@ def register(subparsers):
         "it writes OUT-SSSSS-of-NNNNN.jsonl shards",
     )
     parser.set_defaults(func=run)
+
+
+def _add_answer_flags(parser):
+    """What a head's records hold and how vectors are sharded."""
+    parser.add_argument("--all-scores", action="store_true", help="a classifier's probability of every class")
+    parser.add_argument("--top-k", type=int, default=5, help="a fill-mask model's fillers for each [MASK]")
+    parser.add_argument(
+        "--top-k-per-query",
+        type=int,
+        metavar="K",
+        help="a reranker: write each query's K best rows by score (query, rank, id, score), not every row",
+    )
+    parser.add_argument("--shard-rows", type=int, default=100_000, help="rows of each .npy shard of OUT/")
 
 
 def column_map(flags):
@@ -111,7 +124,7 @@ def run(args):
     from bert_keras.serving.batch import predict_files
 
     chunks = {} if args.chunk_size is None else {"chunk_size": args.chunk_size}
-    summary = predict_files(args.model, args.input, args.output, **chunks, **_options(args))
+    summary = predict_files(args.model, args.input, args.output, **chunks, shard_rows=args.shard_rows, **_options(args))
     if summary["notice"]:
         print(f"predict: {summary['notice']}", file=sys.stderr)
     errors = f", {summary['errors']} rows in error" if summary["errors"] else ""
@@ -131,6 +144,7 @@ def _options(args):
         top_k=args.top_k,
         on_error=args.on_error,
         compute_dtype=args.compute_dtype,
+        top_k_per_query=args.top_k_per_query,
     )
 
 

@@ -189,18 +189,33 @@ def truncated_pieces(preprocessor, texts, batch_size=1024):
     return np.concatenate(dropped) if dropped else np.zeros(0, np.int64)
 
 
+class TruncationCounts(NamedTuple):
+    """What truncation cut from a stream of texts, counted as it went (memory does not grow with it)."""
+
+    texts: int = 0
+    cut: int = 0  # the texts that lost pieces
+    pieces: int = 0
+
+    def add(self, dropped):
+        """These counts with one text's `dropped` pieces added."""
+        return TruncationCounts(self.texts + 1, self.cut + (dropped > 0), self.pieces + dropped)
+
+
 def truncation_notice(preprocessor, texts, what="examples", batch_size=1024, dropped=None):
     """The line that says what truncation without windows cuts from `texts` (as
-    `truncated_pieces`, or their counts `dropped` already known): how many of them lose
-    pieces and how many pieces in all; None when nothing is cut."""
+    `truncated_pieces`, or their counts `dropped` already known, per text or as
+    `TruncationCounts`): how many of them lose pieces and how many pieces in all; None
+    when nothing is cut."""
     if dropped is None:
         dropped = truncated_pieces(preprocessor, texts, batch_size)
-    dropped = np.asarray(dropped)
-    cut = int((dropped > 0).sum())
-    if not cut:
+    if not isinstance(dropped, TruncationCounts):
+        dropped = np.asarray(dropped)
+        dropped = TruncationCounts(len(dropped), int((dropped > 0).sum()), int(dropped.sum()))
+    if not dropped.cut:
         return None
     length = preprocessor.packer.seq_length or preprocessor.packer.max_seq_length
     return (
-        f"truncation: {cut} of {len(dropped)} {what} are longer than {length} tokens and lose {int(dropped.sum())} "
+        f"truncation: {dropped.cut} of {dropped.texts} {what} are longer than {length} tokens and lose "
+        f"{dropped.pieces} "
         "word pieces in all (doc_stride / --doc-stride reads them in windows instead)"
     )

@@ -393,6 +393,17 @@ def test_bad_input_is_one_line_error(tmp_path, classifier_keras, capsys):
     assert error.startswith(f"bert-keras predict: error: {not_model} is not a model") and "\n" not in error
 
 
+def test_a_truncated_parquet_is_one_line_error(tmp_path, classifier_keras, capsys):
+    pa = pytest.importorskip("pyarrow")
+    parquet = pytest.importorskip("pyarrow.parquet")
+    whole = tmp_path / "whole.parquet"
+    parquet.write_table(pa.table({"text": TEXTS}), whole)
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(whole.read_bytes()[:-8])  # a copy cut short: no footer
+    error = predict_error(capsys, str(classifier_keras), "--input", str(cut), "--output", str(tmp_path / "o.jsonl"))
+    assert error.startswith(f"bert-keras predict: error: {cut}: not a readable .parquet file: ") and "\n" not in error
+
+
 def test_on_error_skip_writes_error_records(tmp_path, classifier_keras):
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"text": "the fox"}\n{"body": "x"}\nnot json\n{"text": "bad \xff"}\n{"text": "a dog"}\n')

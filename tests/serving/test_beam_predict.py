@@ -1,10 +1,15 @@
 """`bert_keras.serving.batch.beam`: `BertModelHandler` in Beam's RunInference (also
 keyed) and `bert-keras predict --runner` give the records of the local `predict_files`
-(labels identical, scores within 1e-5), on the DirectRunner in one process and in two."""
+(labels identical, scores within 1e-5), on the DirectRunner in one process and in two,
+and on the PortableRunner with Beam's Python job service."""
 
 import json
 import shlex
 import shutil
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import apache_beam as beam
@@ -131,6 +136,41 @@ def test_runner_needs_jsonl_and_takes_no_local_flags(tmp_path, models, texts_fil
     assert cli(chunked) == 2
     assert "--chunk-size is the local runner's" in capsys.readouterr().err
     assert not list(tmp_path.glob("out*"))
+
+
+def job_service():
+    """Beam's Python job service (`local_job_service_main`) on a free port: (process, port)."""
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        port = probe.getsockname()[1]
+    module = "apache_beam.runners.portability.local_job_service_main"
+    service = subprocess.Popen([sys.executable, "-m", module, "--port", str(port)], stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and service.poll() is None:
+        with socket.socket() as client:
+            if client.connect_ex(("localhost", port)) == 0:
+                return service, port
+        time.sleep(0.2)
+    service.kill()
+    raise RuntimeError("the job service did not start")
+
+
+@pytest.mark.slow
+def test_portable_runner_on_a_local_job_service(tmp_path, models, texts_file, capsys):
+    """The PortableRunner (a job submitted to a job service, run by a worker in this
+    process: LOOPBACK) writes the local run's records."""
+    expected = local_records(models["embedder"], texts_file, tmp_path / "local.jsonl")
+    service, port = job_service()
+    try:
+        argv = ["predict", str(models["embedder"]), "--input", str(texts_file), "--output", str(tmp_path / "out.jsonl")]
+        portable = ["--runner", "PortableRunner", f"--job_endpoint=localhost:{port}", "--environment_type=LOOPBACK"]
+        assert cli([*argv, *portable]) == 0
+    finally:
+        service.kill()
+        service.wait()
+    records = read_jsonl(*sorted(tmp_path.glob("out-*-of-*.jsonl")))
+    assert len(records) == len(TEXTS)
+    assert_records_close({record["id"]: record for record in records}, expected)
 
 
 def doc_block(test):

@@ -8,7 +8,9 @@ in batches padded only to their own longest text, giving the records `predict` w
 
 `predict_on_beam` is `bert-keras predict --runner`: the input files read row by row as
 the local run reads them (so the ids are the same), RunInference, and the records as
-JSON-lines shards `OUT-SSSSS-of-NNNNN.jsonl` in Beam's order (each record has its id).
+JSON-lines shards `OUT-SSSSS-of-NNNNN.jsonl` in Beam's order (each record has its id);
+with `top_k_per_query`, a reranker's best rows of each query, by Beam's combine per key
+(`TopPerQuery`: at most K records a query are held).
 On a cluster runner the model, the inputs and OUT must be on storage every worker reads
 and the workers need bert-keras installed (as for `pretraining_beam`)."""
 
@@ -20,6 +22,7 @@ import tensorflow as tf
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from bert_keras.serving.batch.ranking import query_segment, ranked
 from bert_keras.serving.batch.readers import Row, RowReader, input_files
 from bert_keras.serving.batch.runner import ON_ERROR, predictor_for
 
@@ -127,9 +130,40 @@ def shards_prefix(output):
     return output[: -len(".jsonl")]
 
 
-def predict_on_beam(model, inputs, output, options, columns=None, id_column=None, on_error="raise", **predictor):
+class TopPerQuery(beam.PTransform):
+    """((id, query), record) pairs -> the `k` best-scored records of each query, ranked
+    as the local run ranks them (`ranking.ranked`), and the records in error."""
+
+    def __init__(self, k):
+        super().__init__()
+        if k < 1:
+            raise ValueError(f"top-k-per-query must be at least 1, got {k}")
+        self.k = k
+
+    def expand(self, keyed):
+        errors = keyed | "Errors" >> beam.Filter(lambda pair: "error" in pair[1]) | "Error" >> beam.Values()
+        top = (
+            keyed
+            | "Scored" >> beam.Filter(lambda pair: "error" not in pair[1])
+            | "ByQuery" >> beam.MapTuple(lambda key, record: (key[1], record))
+            | "Top" >> beam.combiners.Top.PerKey(self.k, key=lambda record: record["score"])
+            | "Rank" >> beam.FlatMapTuple(ranked)
+        )
+        return (top, errors) | beam.Flatten()
+
+
+def _with_query(pair, segment):
+    """(id, row) -> ((id, the row's query), row)."""
+    key, row = pair
+    return (key, None if row.texts is None else row.texts[segment]), row
+
+
+def predict_on_beam(
+    model, inputs, output, options, columns=None, id_column=None, on_error="raise", top_k_per_query=None, **predictor
+):
     """`predict_files` on the Beam runner named in `options` (Beam flags): the records
-    of every row of `inputs` into `OUT-SSSSS-of-NNNNN.jsonl` shards. `predictor` holds
+    of every row of `inputs` into `OUT-SSSSS-of-NNNNN.jsonl` shards, or with
+    `top_k_per_query` a reranker's best rows of each query. `predictor` holds
     `BertModelHandler`'s options. Returns the shards' paths."""
     prefix = shards_prefix(output)
     if tf.io.gfile.glob(f"{prefix}-*-of-*.jsonl"):
@@ -138,15 +172,25 @@ def predict_on_beam(model, inputs, output, options, columns=None, id_column=None
     handler = BertModelHandler(model, on_error=on_error, **predictor)
     loaded = handler.load_model()  # the model's segments; a bad model path fails before the pipeline starts
     segments, list_segment = loaded.segments, (loaded.segments[-1] if loaded.choices else None)
+    if top_k_per_query is not None and loaded.kind != "reranker":
+        raise ValueError(f"--top-k-per-query ranks a reranker's passages; this model is a {loaded.kind}")
     del loaded
     with beam.Pipeline(options=PipelineOptions(options)) as pipeline:
-        _ = (
+        rows = (
             pipeline
             | "Files" >> beam.Create(files)
             | "Rows" >> beam.FlatMap(keyed_rows, segments, columns, id_column, list_segment)
-            | "Spread" >> beam.Reshuffle()
-            | "Predict" >> RunInference(KeyedModelHandler(handler))
-            | "Json" >> beam.MapTuple(lambda key, record: json.dumps(record, ensure_ascii=False))
+        )
+        if top_k_per_query is not None:
+            rows = rows | "Query" >> beam.Map(_with_query, query_segment(segments))
+        predicted = rows | "Spread" >> beam.Reshuffle() | "Predict" >> RunInference(KeyedModelHandler(handler))
+        if top_k_per_query is None:
+            records = predicted | "Records" >> beam.Values()
+        else:
+            records = predicted | "TopPerQuery" >> TopPerQuery(top_k_per_query)
+        _ = (
+            records
+            | "Json" >> beam.Map(lambda record: json.dumps(record, ensure_ascii=False))
             | "Write" >> beam.io.WriteToText(prefix, file_name_suffix=".jsonl")
         )
     return sorted(tf.io.gfile.glob(f"{prefix}-*-of-*.jsonl"))

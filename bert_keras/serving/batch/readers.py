@@ -4,6 +4,7 @@ pyarrow is installed). Each row is a `Row`: its id (the `id_column`'s value, els
 `FILE:LINE`), its texts by segment name, or the error that makes it unreadable
 (invalid UTF-8, a NUL byte, a missing column, a line that is not JSON)."""
 
+import contextlib
 import csv
 import glob
 import json
@@ -178,15 +179,35 @@ class RowReader:
         yield from bad
 
     def _parquet_rows(self, path):
-        try:
-            import pyarrow.parquet as parquet
-        except ImportError:
-            raise ValueError(f"{path}: reading .parquet needs pyarrow (pip install pyarrow)") from None
         number = 0
-        for batch in parquet.ParquetFile(path).iter_batches(batch_size=1024):
-            for values in batch.to_pylist():
-                number += 1
-                yield self._row(path, number, values)
+        with parquet_errors(path):
+            for batch in parquet_file(path).iter_batches(batch_size=1024):
+                for values in batch.to_pylist():
+                    number += 1
+                    yield self._row(path, number, values)
+
+
+def parquet_file(path):
+    """The `pyarrow.parquet.ParquetFile` at `path`; a file that is not one (a truncated
+    file has no footer) is an error naming it."""
+    try:
+        import pyarrow.parquet as parquet
+    except ImportError:
+        raise ValueError(f"{path}: reading .parquet needs pyarrow (pip install pyarrow)") from None
+    with parquet_errors(path):
+        return parquet.ParquetFile(path)
+
+
+@contextlib.contextmanager
+def parquet_errors(path):
+    """pyarrow's errors reading `path` as one line naming the file."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except (pa.ArrowException, OSError) as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(f"{path}: not a readable .parquet file: {first}") from None
 
 
 def count_rows(files):
@@ -194,9 +215,7 @@ def count_rows(files):
     total = 0
     for path in files:
         if Path(path).suffix == ".parquet":
-            import pyarrow.parquet as parquet
-
-            total += parquet.ParquetFile(path).metadata.num_rows
+            total += parquet_file(path).metadata.num_rows
             continue
         with open(path, "rb") as stream:
             lines = sum(chunk.count(b"\n") for chunk in iter(lambda: stream.read(1 << 20), b""))

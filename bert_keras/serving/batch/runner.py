@@ -14,13 +14,13 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.serving.batch.predictor import BatchPredictor, load_model
+from bert_keras.serving.batch.ranking import QueryPredictor, top_per_query
 from bert_keras.serving.batch.readers import RowReader, count_rows, input_files
 from bert_keras.serving.batch.saved_model import SavedModelPredictor, saved_model_dir
-from bert_keras.serving.batch.writers import PartsFolder
+from bert_keras.serving.batch.writers import PartsFolder, holds_vectors
+from bert_keras.tasks.windowing import TruncationCounts
 from bert_keras.training.progress import ProgressLines
 
 ON_ERROR = ("raise", "skip")
@@ -41,15 +41,19 @@ def predict_files(
     top_k=5,
     on_error="raise",
     compute_dtype=None,
+    top_k_per_query=None,
+    shard_rows=100_000,
     stream=None,
 ):
     """Predicts every row of `inputs` (files or globs) with `model` (a path, a model
     already loaded, or a `predictor_for` one, whose own options then hold) into `output`
-    (.jsonl, .tsv or .npy), resuming a run of the same arguments that was stopped.
+    (.jsonl, .tsv, .parquet, .npy or a folder `OUT/` of `.npy` shards of `shard_rows`
+    rows), resuming a run of the same arguments that was stopped.
     `columns` maps the model's segment names to input columns; `id_column` names the
     rows' ids (default FILE:LINE); `top_k` is a fill-mask model's fillers a mask;
     `compute_dtype="bfloat16"` computes in bfloat16 (faster on CPUs with bfloat16 units;
-    records stay float32). Progress lines go to `stream` (stderr). Returns a summary:
+    records stay float32); `top_k_per_query` writes a reranker's best passages of each
+    query instead of every row (`ranking.py`). Progress lines go to `stream` (stderr). Returns a summary:
     rows, errors, truncated rows and the notice."""
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
@@ -62,14 +66,21 @@ def predict_files(
         **dict(columns=columns, id_column=id_column, chunk_size=chunk_size, all_scores=all_scores),
         **dict(max_seq_length=max_seq_length, doc_stride=doc_stride, top_k=top_k, on_error=on_error),
         **({"compute_dtype": compute_dtype} if compute_dtype else {}),
+        **({"top_k_per_query": top_k_per_query} if top_k_per_query else {}),
     }
-    parts = PartsFolder(output, settings)
     predictor = predictor_for(model, batch_size, all_scores, max_seq_length, doc_stride, top_k, compute_dtype)
+    if top_k_per_query is not None:
+        predictor = QueryPredictor(predictor)
+    if holds_vectors(output) and predictor.kind != "embedder":
+        raise ValueError(
+            f"{output}: .npy holds an embedder's vectors; write .jsonl, .tsv or .parquet for a {predictor.kind}"
+        )
+    parts = PartsFolder(output, settings, shard_rows)
     choices = predictor.segments[-1] if predictor.choices else None
     rows = iter(RowReader(files, predictor.segments, columns, id_column, choices))
     done = parts.finished_chunks()
     _run_chunks(predictor, parts, rows, done, chunk_size, on_error, stream or sys.stderr, count_rows(files))
-    return _finish(parts, predictor)
+    return _finish(parts, predictor, top_k_per_query)
 
 
 def _fingerprint(path):
@@ -112,16 +123,12 @@ def _run_chunks(predictor, parts, rows, done, chunk_size, on_error, stream, tota
         progress.update(rows_done, suffix=eta)
 
 
-def _finish(parts, predictor):
-    errors = rows = 0
-    cut = []  # the pieces each truncated row lost
+def _finish(parts, predictor, top_k_per_query):
+    errors, dropped = 0, TruncationCounts()
     for record in parts.records():
-        rows += 1
         errors += "error" in record
-        if record.get("truncated_pieces"):
-            cut.append(record["truncated_pieces"])
-    dropped = np.concatenate([cut, np.zeros(rows - len(cut), np.int64)]) if cut else np.zeros(0, np.int64)
+        dropped = dropped.add(record.get("truncated_pieces", 0))
     notice = predictor.truncation_notice(dropped)
-    truncated = len(cut)
-    parts.assemble()
-    return {"rows": rows, "errors": errors, "truncated": truncated, "notice": notice}
+    ranking = None if top_k_per_query is None else (lambda: top_per_query(parts.records, top_k_per_query))
+    parts.assemble(ranking)
+    return {"rows": dropped.texts, "errors": errors, "truncated": dropped.cut, "notice": notice}

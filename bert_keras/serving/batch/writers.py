@@ -4,10 +4,17 @@ run's settings in `OUT.parts/run.json` (another command into the same output is 
 error), and at the end OUT itself, assembled from the parts under a temporary name and
 renamed: a killed run never leaves an OUT that looks complete.
 
-OUT is `.jsonl` (a record a line), `.tsv` (a column a field, nested values as JSON) or
+OUT is `.jsonl` (a record a line), `.tsv` (a column a field, nested values as JSON),
 `.npy` (an embedder's float32 vectors `[rows, H]`, in input order, with the ids in
-`OUT.ids.jsonl` beside it) or `.parquet` (with pyarrow: a column a field, vectors as
-float32 lists, other nested values as JSON)."""
+`OUT.ids.jsonl` beside it), `.parquet` (with pyarrow: a column a field, vectors as
+float32 lists, other nested values as JSON), or a folder `OUT/` (a name ending in `/`)
+of an embedder's vectors in shards of `shard_rows` rows: `vectors-SSSSS-of-NNNNN.npy`,
+each with its rows' ids in `ids-SSSSS-of-NNNNN.jsonl` (the shard names of Beam's
+`WriteToText` and of `datasets`' `save_to_disk`); the folder is written as `OUT.tmp/`
+and renamed whole.
+
+The vectors are written through memory-mapped `.npy` files a row at a time: memory
+does not grow with the rows."""
 
 import itertools
 import json
@@ -17,17 +24,30 @@ from pathlib import Path
 
 import numpy as np
 
-OUTPUTS = (".jsonl", ".tsv", ".npy", ".parquet")
+OUTPUTS = (".jsonl", ".tsv", ".npy", ".parquet", "/")
 SETTINGS = "run.json"
 
 
-class PartsFolder:
-    """`OUT.parts/`: the finished chunks of a run with these `settings`."""
+def is_folder_output(output):
+    """Whether `output` names a folder of vector shards (`OUT/`)."""
+    return str(output).endswith(("/", os.sep))
 
-    def __init__(self, output, settings):
-        self.output = Path(output)
-        if self.output.suffix not in OUTPUTS:
-            raise ValueError(f"--output {output}: write {', '.join(OUTPUTS)}")
+
+def holds_vectors(output):
+    """Whether `output` holds vectors alone (`.npy` or a folder of shards)."""
+    return is_folder_output(output) or Path(output).suffix == ".npy"
+
+
+class PartsFolder:
+    """`OUT.parts/`: the finished chunks of a run with these `settings`; `shard_rows`, the
+    rows of each shard of a folder output."""
+
+    def __init__(self, output, settings, shard_rows=100_000):
+        self.output, self.shard_rows, self.sharded = Path(output), shard_rows, is_folder_output(output)
+        if self.output.suffix not in OUTPUTS and not self.sharded:
+            raise ValueError(f"--output {output}: write {', '.join(OUTPUTS[:-1])} or a folder OUT/ (vector shards)")
+        if shard_rows < 1:
+            raise ValueError(f"shard_rows must be at least 1, got {shard_rows}")
         self.folder = self.output.with_name(self.output.name + ".parts")
         self.settings = json.loads(json.dumps(settings))  # as it reads back
         if self.output.exists() and not self.folder.exists():
@@ -68,13 +88,26 @@ class PartsFolder:
                 for line in stream:
                     yield json.loads(line)
 
-    def assemble(self):
-        """Writes OUT from the parts (under a temporary name, then renamed) and removes them;
-        returns the rows written."""
+    def count(self):
+        """The records in the parts (their lines, not parsed)."""
+        total = 0
+        for index in range(self.finished_chunks()):
+            with open(self.part(index), "rb") as stream:
+                total += sum(chunk.count(b"\n") for chunk in iter(lambda: stream.read(1 << 20), b""))
+        return total
+
+    def assemble(self, records=None):
+        """Writes OUT from the parts' records, or from those that `records()` yields
+        (under a temporary name, then renamed) and removes the parts; returns the rows written."""
         temporary = self.output.with_name(self.output.name + ".tmp")
-        writers = {".jsonl": _write_jsonl, ".tsv": _write_tsv, ".npy": _write_npy, ".parquet": _write_parquet}
-        write = writers[self.output.suffix]
-        count = write(self, temporary)
+        if holds_vectors(self.output) or self.sharded:
+            write = _write_shards if self.sharded else _write_npy
+            count = write(self, temporary)
+        elif self.output.suffix == ".jsonl" and records is None:
+            count = _copy_parts(self, temporary)
+        else:
+            writers = {".jsonl": _write_jsonl, ".tsv": _write_tsv, ".parquet": _write_parquet}
+            count = writers[self.output.suffix](records or self.records, self.output, temporary)
         os.replace(temporary, self.output)
         shutil.rmtree(self.folder)
         return count
@@ -89,7 +122,7 @@ def _write_atomically(path, text):
     os.replace(temporary, path)
 
 
-def _write_jsonl(parts, path):
+def _copy_parts(parts, path):
     """The parts' lines as they are: each part is a record a line in this very form."""
     count = 0
     with open(path, "wb") as stream:
@@ -101,62 +134,93 @@ def _write_jsonl(parts, path):
     return count
 
 
+def _write_jsonl(records, output, path):
+    count = 0
+    with open(path, "w", encoding="utf-8") as stream:
+        for record in records():
+            stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
 def _field(value):
     if isinstance(value, str):
         return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
     return "" if value is None else json.dumps(value, ensure_ascii=False)
 
 
-def _columns(parts):
+def _columns(records):
     """The fields of every record, in order of first appearance, each with its first value."""
     columns = {}
-    for record in parts.records():
+    for record in records():
         for key, value in record.items():
             if columns.get(key) is None:
                 columns[key] = value
     return columns
 
 
-def _write_tsv(parts, path):
-    columns = _columns(parts)
+def _write_tsv(records, output, path):
+    columns = _columns(records)
     count = 0
     with open(path, "w", encoding="utf-8") as stream:
         stream.write("\t".join(columns) + "\n")
-        for record in parts.records():
+        for record in records():
             stream.write("\t".join(_field(record.get(column)) for column in columns) + "\n")
             count += 1
     return count
 
 
-def _write_npy(parts, path):
-    """The vectors into a memory-mapped `.npy` (rows in error: NaN), ids beside it."""
-    count, width = 0, None
+def _vector_width(parts):
+    """The width of the first vector in the parts."""
     for record in parts.records():
-        count += 1
-        if width is None and "embedding" in record:
-            width = len(record["embedding"])
-    if width is None:
-        raise ValueError(f"{parts.output}: .npy holds an embedder's vectors; write .jsonl or .tsv for this model")
-    vectors = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(count, width))
-    ids_path = parts.output.with_name(parts.output.name[: -len(".npy")] + ".ids.jsonl")
-    temporary = ids_path.with_name(ids_path.name + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as ids:
-        for row, record in enumerate(parts.records()):
+        if "embedding" in record:
+            return len(record["embedding"])
+    raise ValueError(f"{parts.output}: no row has a vector (every row is in error: see {parts.folder})")
+
+
+def _write_vectors(records, count, width, vectors_path, ids_path):
+    """`count` of `records` into a memory-mapped `.npy` (rows in error: NaN) and their ids
+    (the records without the vector) into a JSON-lines file."""
+    vectors = np.lib.format.open_memmap(vectors_path, mode="w+", dtype=np.float32, shape=(count, width))
+    with open(ids_path, "w", encoding="utf-8") as ids:
+        for row, record in enumerate(itertools.islice(records, count)):
             vectors[row] = record.get("embedding", np.nan)
             ids.write(json.dumps({k: v for k, v in record.items() if k != "embedding"}, ensure_ascii=False) + "\n")
     vectors.flush()
     del vectors
+
+
+def _write_npy(parts, path):
+    """One `.npy` of every vector, ids beside it in `OUT.ids.jsonl`."""
+    width, count = _vector_width(parts), parts.count()
+    ids_path = parts.output.with_name(parts.output.name[: -len(".npy")] + ".ids.jsonl")
+    temporary = ids_path.with_name(ids_path.name + ".tmp")
+    _write_vectors(parts.records(), count, width, path, temporary)
     os.replace(temporary, ids_path)
     return count
 
 
-def _write_parquet(parts, path, rows_per_group=4096):
+def _write_shards(parts, folder):
+    """`vectors-SSSSS-of-NNNNN.npy` and `ids-SSSSS-of-NNNNN.jsonl` of `shard_rows` rows each into `folder`."""
+    width, count = _vector_width(parts), parts.count()
+    shards = max(-(-count // parts.shard_rows), 1)
+    shutil.rmtree(folder, ignore_errors=True)  # a temporary folder a killed run left
+    folder.mkdir(parents=True)
+    records = parts.records()
+    for shard in range(shards):
+        rows = min(parts.shard_rows, count - shard * parts.shard_rows)
+        name = f"{shard:05d}-of-{shards:05d}"
+        _write_vectors(records, rows, width, folder / f"vectors-{name}.npy", folder / f"ids-{name}.jsonl")
+    return count
+
+
+def _write_parquet(records, output, path, rows_per_group=4096):
     try:
         import pyarrow as pa
         import pyarrow.parquet as parquet
     except ImportError:
-        raise ValueError(f"{parts.output}: writing .parquet needs pyarrow (pip install pyarrow)") from None
-    columns = _columns(parts)
+        raise ValueError(f"{output}: writing .parquet needs pyarrow (pip install pyarrow)") from None
+    columns = _columns(records)
     types = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
     schema = pa.schema(
         [
@@ -173,7 +237,7 @@ def _write_parquet(parts, path, rows_per_group=4096):
     count = 0
     with parquet.ParquetWriter(path, schema) as writer:
         group = []
-        for record in itertools.chain(parts.records(), [None]):
+        for record in itertools.chain(records(), [None]):
             if record is not None:
                 group.append(record)
                 count += 1

@@ -1,0 +1,79 @@
+"""A reranker's best passages per query (`predict --top-k-per-query K`), as
+sentence-transformers' `CrossEncoder.rank` gives them for one query, over a corpus of
+(query, passage) rows whose rows of one query may be anywhere in any file.
+
+The rows' scores are predicted and kept in the parts as any run's (so a killed run
+resumes as one without ranking); the ranking is one pass over them at the end with a
+bounded heap per distinct query: memory holds at most K records of each query (its id,
+score and the query once), not the rows."""
+
+import heapq
+
+from bert_keras.serving.batch.readers import Row
+
+
+def query_segment(segments):
+    """The segment that holds a reranker's query: `query` when the model names one, else its first."""
+    return "query" if "query" in segments else segments[0]
+
+
+class QueryPredictor:
+    """A reranker's predictor whose records also carry their row's query, to rank by."""
+
+    def __init__(self, predictor):
+        if predictor.kind != "reranker":
+            raise ValueError(f"--top-k-per-query ranks a reranker's passages; this model is a {predictor.kind}")
+        self.predictor = predictor
+        self.segment = query_segment(predictor.segments)
+
+    def __getattr__(self, name):
+        return getattr(self.predictor, name)
+
+    def predict_rows(self, rows, on_error="raise"):
+        records = self.predictor.predict_rows(rows, on_error)
+        return [_with_query(row, record, self.segment) for row, record in zip(rows, records)]
+
+
+def _with_query(row: Row, record, segment):
+    return record if "error" in record else {**record, "query": row.texts[segment]}
+
+
+class TopPerQuery:
+    """The `k` best-scored records of each query, fed one at a time; ties go to the
+    row met first."""
+
+    def __init__(self, k):
+        if k < 1:
+            raise ValueError(f"top-k-per-query must be at least 1, got {k}")
+        self.k, self.heaps, self.seen = k, {}, 0
+
+    def add(self, record):
+        query = record["query"]
+        entry = (record["score"], -self.seen, {key: value for key, value in record.items() if key != "query"})
+        self.seen += 1
+        heap = self.heaps.setdefault(query, [])
+        if len(heap) < self.k:
+            heapq.heappush(heap, entry)
+        elif entry[:2] > heap[0][:2]:
+            heapq.heapreplace(heap, entry)
+
+    def records(self):
+        """Each query's records, best first, in the order the queries were first met."""
+        for query, heap in self.heaps.items():
+            yield from ranked(query, [entry[2] for entry in sorted(heap, key=lambda entry: entry[:2], reverse=True)])
+
+
+def ranked(query, records):
+    """`records` (best first) of one query as the ranking's records: query, rank (from 1), then the record."""
+    return [{"query": query, "rank": rank, **record} for rank, record in enumerate(records, start=1)]
+
+
+def top_per_query(records, k):
+    """The ranking of the scored records (with their query) that `records()` yields:
+    each query's best `k`, then the records in error as they are (a second pass)."""
+    top = TopPerQuery(k)
+    for record in records():
+        if "error" not in record:
+            top.add(record)
+    yield from top.records()
+    yield from (record for record in records() if "error" in record)
