@@ -20,7 +20,7 @@ from harness import classifier_keras_file, hf_folder, tiny_embedder_folder, tiny
 
 from bert_keras import BertClassifier, BertTextEmbedder, BertTokenClassifier
 from bert_keras.models.dtype import with_dtype
-from bert_keras.serving.batch import load_model, predict_files
+from bert_keras.serving.batch import load_model, predict_files, writers
 from bert_keras.serving.export import export_for_serving, serving_preprocessor
 from bert_keras.tasks.task import with_windows
 from bert_keras.tasks.windowing import truncated_pieces
@@ -152,6 +152,53 @@ def test_embedder_vectors_as_jsonl_and_npy(tmp_path, embedder_folder):
     predict_files(model, [str(source)], tmp_path / "vectors.jsonl")
     jsonl = np.array([r["embedding"] for r in read_jsonl(tmp_path / "vectors.jsonl")], np.float32)
     np.testing.assert_allclose(jsonl, expected, atol=1e-5, rtol=0)
+
+
+def test_a_run_killed_between_a_chunk_s_vectors_and_records_resumes_to_the_same_shards(
+    tmp_path, embedder_folder, monkeypatch
+):
+    """A chunk's vectors go into a `.npy` part before its JSON part marks it finished: a run
+    stopped between the two resumes to the shards of an uninterrupted run, whose vectors
+    are bit for bit the float32 vectors of the `.jsonl` (text) output."""
+    model = load_model(embedder_folder)
+    source = write_text(tmp_path / "in.txt", TEXTS)
+    predict_files(model, [str(source)], tmp_path / "text.jsonl", chunk_size=2)
+    predict_files(model, [str(source)], f"{tmp_path / 'whole'}/", chunk_size=2, shard_rows=3)
+    write_part = writers._write_text
+
+    def stopped_at_the_second_records(path, text):
+        if path.name == "part-000001.jsonl":
+            raise KeyboardInterrupt
+        write_part(path, text)
+
+    monkeypatch.setattr(writers, "_write_text", stopped_at_the_second_records)
+    with pytest.raises(KeyboardInterrupt):
+        predict_files(model, [str(source)], f"{tmp_path / 'resumed'}/", chunk_size=2, shard_rows=3)
+    parts = tmp_path / "resumed.parts"
+    assert sorted(path.name for path in parts.glob("part-*")) == [
+        "part-000000.jsonl",
+        "part-000000.npy",
+        "part-000001.npy",
+    ]
+    monkeypatch.setattr(writers, "_write_text", write_part)
+    predict_files(model, [str(source)], f"{tmp_path / 'resumed'}/", chunk_size=2, shard_rows=3)
+    names = [
+        "ids-00000-of-00002.jsonl",
+        "ids-00001-of-00002.jsonl",
+        "vectors-00000-of-00002.npy",
+        "vectors-00001-of-00002.npy",
+    ]
+    assert sorted(path.name for path in (tmp_path / "resumed").iterdir()) == names
+    for name in names:
+        assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+    shards = np.concatenate([np.load(tmp_path / "whole" / name) for name in names[2:]])
+    text = np.array([record["embedding"] for record in read_jsonl(tmp_path / "text.jsonl")], np.float32)
+    assert shards.dtype == np.float32 and shards.tobytes() == text.tobytes()
+    ids = [record for name in names[:2] for record in read_jsonl(tmp_path / "whole" / name)]
+    assert ids == [
+        {key: value for key, value in record.items() if key != "embedding"}
+        for record in read_jsonl(tmp_path / "text.jsonl")
+    ]
 
 
 def test_an_embedder_folder_with_modules_it_cannot_run_is_an_error(tmp_path, embedder_folder):

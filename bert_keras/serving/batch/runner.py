@@ -125,7 +125,7 @@ def _run_chunks(predictor, parts, rows, done, chunk_size, on_error, stream, tota
 
 def _finish(parts, predictor, top_k_per_query):
     errors, dropped = 0, TruncationCounts()
-    for record in parts.records():
+    for record in parts.records(vectors=False):
         errors += "error" in record
         dropped = dropped.add(record.get("truncated_pieces", 0))
     notice = predictor.truncation_notice(dropped)

@@ -13,8 +13,12 @@ each with its rows' ids in `ids-SSSSS-of-NNNNN.jsonl` (the shard names of Beam's
 `WriteToText` and of `datasets`' `save_to_disk`); the folder is written as `OUT.tmp/`
 and renamed whole.
 
-The vectors are written through memory-mapped `.npy` files a row at a time: memory
-does not grow with the rows."""
+For an OUT that is not text (`.npy`, `OUT/`, `.parquet`) a chunk's vectors go into a
+float32 `.npy` part first, and its JSON part after holds `"embedding": null` in their place:
+the JSON part marks the chunk finished, so a chunk killed between the two is absent and
+is written again; the vectors are never turned into text and back. The vectors are
+written through memory-mapped `.npy` files a chunk at a time: memory does not grow with
+the rows."""
 
 import itertools
 import json
@@ -26,6 +30,7 @@ import numpy as np
 
 OUTPUTS = (".jsonl", ".tsv", ".npy", ".parquet", "/")
 SETTINGS = "run.json"
+VECTOR = "embedding"
 
 
 def is_folder_output(output):
@@ -49,6 +54,7 @@ class PartsFolder:
         if shard_rows < 1:
             raise ValueError(f"shard_rows must be at least 1, got {shard_rows}")
         self.folder = self.output.with_name(self.output.name + ".parts")
+        self.binary = holds_vectors(output) or self.output.suffix == ".parquet"
         self.settings = json.loads(json.dumps(settings))  # as it reads back
         if self.output.exists() and not self.folder.exists():
             raise FileExistsError(f"{self.output} exists (a finished run); remove it to predict again")
@@ -65,10 +71,13 @@ class PartsFolder:
                 )
         else:
             self.folder.mkdir(parents=True, exist_ok=True)
-            _write_atomically(settings_file, json.dumps(self.settings, indent=1) + "\n")
+            _write_text(settings_file, json.dumps(self.settings, indent=1) + "\n")
 
     def part(self, index):
         return self.folder / f"part-{index:06d}.jsonl"
+
+    def vector_part(self, index):
+        return self.folder / f"part-{index:06d}.npy"
 
     def finished_chunks(self):
         """How many chunks from the first are written."""
@@ -78,15 +87,54 @@ class PartsFolder:
         return count
 
     def write_chunk(self, index, records):
-        _write_atomically(
-            self.part(index), "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-        )
+        """The chunk's records; for an OUT that is not text its vectors first, as a `.npy` part."""
+        if self.binary and any(VECTOR in record for record in records):
+            vectors = np.asarray([record[VECTOR] for record in records if VECTOR in record], np.float32)
+            _write_atomically(self.vector_part(index), lambda stream: np.save(stream, vectors))
+            records = [{**record, VECTOR: None} if VECTOR in record else record for record in records]
+        _write_text(self.part(index), "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
 
-    def records(self):
+    def chunk(self, index, vectors=True):
+        """Chunk `index`'s records as its JSON part holds them and the vectors of its `.npy`
+        part (None: the records hold their vectors, have none, or `vectors` is False)."""
+        with open(self.part(index), encoding="utf-8") as stream:
+            records = [json.loads(line) for line in stream]
+        held_apart = vectors and any(VECTOR in record and record[VECTOR] is None for record in records)
+        return records, np.load(self.vector_part(index)) if held_apart else None
+
+    def records(self, vectors=True):
+        """Every finished chunk's records, each vector back in its record as a list of floats
+        (`vectors=False`: not read, None where a `.npy` part holds it)."""
         for index in range(self.finished_chunks()):
-            with open(self.part(index), encoding="utf-8") as stream:
-                for line in stream:
-                    yield json.loads(line)
+            records, held_apart = self.chunk(index, vectors)
+            rows = iter(() if held_apart is None else held_apart.tolist())
+            for record in records:
+                if held_apart is not None and VECTOR in record and record[VECTOR] is None:
+                    record[VECTOR] = next(rows)
+                yield record
+
+    def vector_blocks(self, width):
+        """Each finished chunk as a float32 array of its vectors (rows without one, in
+        error: NaN) and its records without them."""
+        for index in range(self.finished_chunks()):
+            records, held_apart = self.chunk(index)
+            has = np.array([VECTOR in record for record in records], bool)
+            if held_apart is None:
+                held_apart = np.asarray([record[VECTOR] for record in records if VECTOR in record], np.float32)
+            block = np.full((len(records), width), np.nan, np.float32)
+            block[has] = held_apart.reshape(-1, width)
+            yield block, [{key: value for key, value in record.items() if key != VECTOR} for record in records]
+
+    def vector_width(self):
+        """The width of the first vector in the parts."""
+        for index in range(self.finished_chunks()):
+            records, held_apart = self.chunk(index)
+            if held_apart is not None:
+                return held_apart.shape[1]
+            for record in records:
+                if VECTOR in record:
+                    return len(record[VECTOR])
+        raise ValueError(f"{self.output}: no row has a vector (every row is in error: see {self.folder})")
 
     def count(self):
         """The records in the parts (their lines, not parsed)."""
@@ -113,13 +161,18 @@ class PartsFolder:
         return count
 
 
-def _write_atomically(path, text):
+def _write_atomically(path, write):
+    """`write(stream)` into a temporary file beside `path`, renamed to `path` once on disk."""
     temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as stream:
-        stream.write(text)
+    with open(temporary, "wb") as stream:
+        write(stream)
         stream.flush()
         os.fsync(stream.fileno())
     os.replace(temporary, path)
+
+
+def _write_text(path, text):
+    _write_atomically(path, lambda stream: stream.write(text.encode("utf-8")))
 
 
 def _copy_parts(parts, path):
@@ -170,47 +223,60 @@ def _write_tsv(records, output, path):
     return count
 
 
-def _vector_width(parts):
-    """The width of the first vector in the parts."""
-    for record in parts.records():
-        if "embedding" in record:
-            return len(record["embedding"])
-    raise ValueError(f"{parts.output}: no row has a vector (every row is in error: see {parts.folder})")
+class _Rows:
+    """The rows of `blocks` (`PartsFolder.vector_blocks`) taken a number at a time, across
+    the blocks' edges."""
+
+    def __init__(self, blocks):
+        self.blocks, self.block, self.records = blocks, None, []
+
+    def take(self, count):
+        """`count` rows as (vectors, records) pieces."""
+        while count > 0:
+            if not self.records:
+                self.block, self.records = next(self.blocks)
+                continue
+            piece = self.block[:count], self.records[:count]
+            self.block, self.records = self.block[count:], self.records[count:]
+            count -= len(piece[1])
+            yield piece
 
 
-def _write_vectors(records, count, width, vectors_path, ids_path):
-    """`count` of `records` into a memory-mapped `.npy` (rows in error: NaN) and their ids
-    (the records without the vector) into a JSON-lines file."""
+def _write_vectors(rows, count, width, vectors_path, ids_path):
+    """`count` of `rows` (a `_Rows`) into a memory-mapped `.npy` and their ids (the records
+    without the vector) into a JSON-lines file."""
     vectors = np.lib.format.open_memmap(vectors_path, mode="w+", dtype=np.float32, shape=(count, width))
+    start = 0
     with open(ids_path, "w", encoding="utf-8") as ids:
-        for row, record in enumerate(itertools.islice(records, count)):
-            vectors[row] = record.get("embedding", np.nan)
-            ids.write(json.dumps({k: v for k, v in record.items() if k != "embedding"}, ensure_ascii=False) + "\n")
+        for block, records in rows.take(count):
+            vectors[start : start + len(block)] = block
+            ids.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+            start += len(block)
     vectors.flush()
     del vectors
 
 
 def _write_npy(parts, path):
     """One `.npy` of every vector, ids beside it in `OUT.ids.jsonl`."""
-    width, count = _vector_width(parts), parts.count()
+    width, count = parts.vector_width(), parts.count()
     ids_path = parts.output.with_name(parts.output.name[: -len(".npy")] + ".ids.jsonl")
     temporary = ids_path.with_name(ids_path.name + ".tmp")
-    _write_vectors(parts.records(), count, width, path, temporary)
+    _write_vectors(_Rows(parts.vector_blocks(width)), count, width, path, temporary)
     os.replace(temporary, ids_path)
     return count
 
 
 def _write_shards(parts, folder):
     """`vectors-SSSSS-of-NNNNN.npy` and `ids-SSSSS-of-NNNNN.jsonl` of `shard_rows` rows each into `folder`."""
-    width, count = _vector_width(parts), parts.count()
+    width, count = parts.vector_width(), parts.count()
     shards = max(-(-count // parts.shard_rows), 1)
     shutil.rmtree(folder, ignore_errors=True)  # a temporary folder a killed run left
     folder.mkdir(parents=True)
-    records = parts.records()
+    rows = _Rows(parts.vector_blocks(width))
     for shard in range(shards):
-        rows = min(parts.shard_rows, count - shard * parts.shard_rows)
+        count_here = min(parts.shard_rows, count - shard * parts.shard_rows)
         name = f"{shard:05d}-of-{shards:05d}"
-        _write_vectors(records, rows, width, folder / f"vectors-{name}.npy", folder / f"ids-{name}.jsonl")
+        _write_vectors(rows, count_here, width, folder / f"vectors-{name}.npy", folder / f"ids-{name}.jsonl")
     return count
 
 
