@@ -103,11 +103,12 @@ class PartsFolder:
         return records, np.load(self.vector_part(index)) if held_apart else None
 
     def records(self, vectors=True):
-        """Every finished chunk's records, each vector back in its record as a list of floats
-        (`vectors=False`: not read, None where a `.npy` part holds it)."""
+        """Every finished chunk's records, each vector back in its record: a float32 row of
+        its `.npy` part, or the list of floats a text part holds (`vectors=False`: not read,
+        None where a `.npy` part holds it)."""
         for index in range(self.finished_chunks()):
             records, held_apart = self.chunk(index, vectors)
-            rows = iter(() if held_apart is None else held_apart.tolist())
+            rows = iter(() if held_apart is None else held_apart)
             for record in records:
                 if held_apart is not None and VECTOR in record and record[VECTOR] is None:
                     record[VECTOR] = next(rows)
@@ -290,11 +291,11 @@ def _write_parquet(records, output, path, rows_per_group=4096):
     types = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
     schema = pa.schema(
         [
-            (name, pa.list_(pa.float32()) if name == "embedding" else types.get(type(value), pa.string()))
+            (name, pa.list_(pa.float32()) if name == VECTOR else types.get(type(value), pa.string()))
             for name, value in columns.items()
         ]
     )
-    nested = {name for name, value in columns.items() if name != "embedding" and type(value) not in types}
+    nested = {name for name, value in columns.items() if name != VECTOR and type(value) not in types}
 
     def value(record, name):
         found = record.get(name)
@@ -309,6 +310,19 @@ def _write_parquet(records, output, path, rows_per_group=4096):
                 count += 1
             if group and (record is None or len(group) == rows_per_group):
                 table = {name: [value(row, name) for row in group] for name in columns}
+                if VECTOR in table:
+                    table[VECTOR] = _vector_column(pa, table[VECTOR])
                 writer.write_table(pa.Table.from_pydict(table, schema=schema))
                 group = []
     return count
+
+
+def _vector_column(pa, vectors):
+    """A group's vectors (float32 rows or lists; None for a row in error) as one
+    `list<float32>` column, built from a single array rather than a float at a time."""
+    lengths = [0 if vector is None else len(vector) for vector in vectors]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    present = [np.asarray(vector, np.float32) for vector in vectors if vector is not None]
+    values = np.concatenate(present) if present else np.zeros(0, np.float32)
+    missing = pa.array([vector is None for vector in vectors])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=missing)
