@@ -18,7 +18,8 @@ The hooks and the private symbols each relies on:
   summary condition: overrides `TensorBoard._log_epoch_metrics`, writes with
   `TensorBoard._train_writer`, and names and numbers the step as Keras' own batch summaries
   (`batch_<metric>`); batches are counted on from the optimizer's steps, so a resumed
-  `fit` goes on numbering where the run stopped: sets `TensorBoard._global_train_batch`.
+  `fit` goes on numbering where the run stopped: sets `TensorBoard._global_train_batch`;
+  each step's summaries are flushed when its batch ends (with `TensorBoard._train_writer`).
 - `accept_raw_inputs` / `keep_input_dtype`: a layer's call gets its inputs as given:
   sets `Layer._convert_input_args` and `Layer._allow_non_tensor_positional_args`.
 - `RestoresCompile`: `.keras` loading compiles a model whose `compile` is overridden:
@@ -86,7 +87,10 @@ class TensorBoard(keras.callbacks.TensorBoard):
     epoch ending on any other batch lost them: a run of 2,000 steps checkpointed every 333
     with `update_freq` 33 logged no held-out curve, and its logs ended at step 1,980.
     Batches are numbered from the optimizer's steps (Keras: from 1 in each `fit`), so the
-    `fit` of a resumed run logs each step under the number an uninterrupted run gives it."""
+    `fit` of a resumed run logs each step under the number an uninterrupted run gives it.
+    A step's summaries are on disk when its batch ends (Keras: when the next batch begins),
+    so a backup taken after this callback (`training.backup.StepBackup`) never holds a step
+    whose logs a kill then loses."""
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
@@ -97,6 +101,8 @@ class TensorBoard(keras.callbacks.TensorBoard):
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)
         self.batch_logs = logs
+        if self.update_freq != "epoch":
+            self._train_writer.flush()
 
     def on_epoch_end(self, epoch, logs=None):
         step = self._global_train_batch

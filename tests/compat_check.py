@@ -104,14 +104,18 @@ def _check_variable_index():
 def _check_tensorboard():
     """Epochs of 3 batches with `update_freq=2` end off the batch-level condition; their
     held-out metrics and their last step's training loss must still reach the logs. A
-    second `fit` (a resumed run) numbers its steps on from the optimizer's."""
+    second `fit` (a resumed run) numbers its steps on from the optimizer's. A step's
+    summaries are on disk for the callbacks after it (a backup) when its batch ends."""
     inputs = keras.Input((2,))
     model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
     model.compile(optimizer="sgd", loss="mse")
     x, y = np.ones((6, 2), "float32"), np.ones((6, 1), "float32")
     with tempfile.TemporaryDirectory() as logs:
-        callback = TensorBoard(logs, update_freq=2)
-        model.fit(x, y, batch_size=2, epochs=2, validation_data=(x, y), verbose=0, callbacks=[callback])
+        callback, on_disk, train_log = TensorBoard(logs, update_freq=2), [], Path(logs) / "train"
+        after = keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs: on_disk.append(_logged_steps(train_log).get("batch_loss"))
+        )
+        model.fit(x, y, batch_size=2, epochs=2, validation_data=(x, y), verbose=0, callbacks=[callback, after])
         validation, train = (_logged_steps(Path(logs) / split) for split in ("validation", "train"))
         model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[TensorBoard(logs, update_freq=2)])
         resumed = _logged_steps(Path(logs) / "train")
@@ -126,6 +130,10 @@ def _check_tensorboard():
     assert resumed.get("batch_loss") == {2, 3, 4, 6, 8, 9}, (
         f"TensorBoard: a second fit logged batch_loss at steps {resumed.get('batch_loss')}, not on from step 6 "
         "(8, 9): Keras' TensorBoard._global_train_batch changed"
+    )
+    assert on_disk == [None, {2}, {2}, {2, 3, 4}, {2, 3, 4}, {2, 3, 4, 6}], (
+        f"TensorBoard: after each step, batch_loss was on disk at steps {on_disk}, not up to that step: "
+        "Keras' batch summaries no longer go to TensorBoard._train_writer"
     )
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import compat_check
+import keras
 import pytest
 
 from bert_keras import compat
@@ -50,6 +51,18 @@ def test_tensorboard_check_fails_with_keras_own_epoch_logging(monkeypatch):
 def test_tensorboard_check_fails_without_the_epochs_last_step(monkeypatch):
     monkeypatch.delattr(compat.TensorBoard, "on_epoch_end")
     with pytest.raises(AssertionError, match=r"batch_loss was logged at steps \{2, 4, 6\}"):
+        compat_check._check_tensorboard()
+
+
+def test_tensorboard_check_fails_when_a_step_is_logged_after_its_batch(monkeypatch):
+    """Keras 3.15 flushes a step's summaries when the next batch begins, after a backup of the step."""
+
+    def keras_own(self, batch, logs=None):
+        keras.callbacks.TensorBoard.on_train_batch_end(self, batch, logs)
+        self.batch_logs = logs
+
+    monkeypatch.setattr(compat.TensorBoard, "on_train_batch_end", keras_own)
+    with pytest.raises(AssertionError, match=r"on disk at steps \[None, None, \{2\}, \{2, 3\}"):
         compat_check._check_tensorboard()
 
 

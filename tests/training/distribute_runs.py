@@ -3,6 +3,7 @@
     python distribute_runs.py mirrored OUT                 # 2 logical CPUs: one device vs mirrored
     python distribute_runs.py worker INDEX PORTS DATA OUT  # one MultiWorkerMirrored worker
     python distribute_runs.py resume OUT                   # 2 logical CPUs: fine-tuning killed, resumed
+    python distribute_runs.py resume_worker INDEX PORTS OUT DYING KILL_AFTER NAME...  # fine-tuning, one worker
 
 Logical devices and multi-worker collectives must be configured before TensorFlow
 starts its runtime, hence the separate processes. Results go to OUT as .npz / .json
@@ -11,6 +12,7 @@ files; the test compares them.
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -176,13 +178,21 @@ class Killed(Exception):
     """Stands for SIGKILL: the process stops at once, whatever it was doing."""
 
 
-def killed_after(step):
-    """A `StepBackup.on_train_batch_end` that dies right after training `step`, the logs
-    written as far as the process had got (no writer of the dead run left to write later)."""
+def raise_killed(step):
+    """Stands for SIGKILL in this process: the logs written as far as the process had got
+    (no writer of the dead run left to write later), then `Killed`."""
     import gc
 
     import keras
 
+    for callback in gc.get_objects():
+        if isinstance(callback, keras.callbacks.TensorBoard):
+            callback._close_writers()
+    raise Killed(f"killed after step {step}")
+
+
+def killed_after(step, die=raise_killed):
+    """A `StepBackup.on_train_batch_end` that calls `die(step)` right after training `step`."""
     from bert_keras.training.backup import StepBackup
 
     original = StepBackup.on_train_batch_end
@@ -190,10 +200,7 @@ def killed_after(step):
     def on_train_batch_end(self, batch, logs=None):
         original(self, batch, logs)
         if int(self.model.optimizer.iterations.numpy()) == step:
-            for callback in gc.get_objects():
-                if isinstance(callback, keras.callbacks.TensorBoard):
-                    callback._close_writers()
-            raise Killed(f"killed after step {step}")
+            die(step)
 
     return on_train_batch_end
 
@@ -210,13 +217,10 @@ def scalars(folder):
     return found
 
 
-def resume(out):
-    """The fine-tuning run (`bert_keras.recipes.finetune`, dropout on) mirrored over 2
-    logical CPUs: uninterrupted, and killed after step KILL_AFTER then run again."""
-    import tensorflow as tf
-
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+def resumable_run(strategy, inputs, folder):
+    """The fine-tuning run (`bert_keras.recipes.finetune`, dropout on) of the resume tests into
+    `folder`: RESUME_EXAMPLES sentences in global batches of GLOBAL_BATCH, two epochs of 3 steps,
+    backups every 2 steps and at epoch ends. Returns the `FinetuningRun`."""
     import keras
     import numpy as np
 
@@ -225,61 +229,94 @@ def resume(out):
     from bert_keras.recipes import finetune
     from bert_keras.tasks.classifier import BertClassifier
     from bert_keras.tasks.preprocessing import preprocessor_for
-    from bert_keras.training import distribute
-    from bert_keras.training.backup import StepBackup
     from bert_keras.training.finetuning import length_grouped_batches
 
-    out = Path(out)
-    inputs = json.loads((out / "inputs.json").read_text())
     texts = np.array(inputs["sentences"][:RESUME_EXAMPLES], object)
     labels = np.array([len(text) % 2 for text in texts], "int32")
-    strategy = distribute.resolve_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
     config = BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1, max_position_embeddings=64)
     keras.utils.set_random_seed(1)
     initial = BertClassifier(BertEncoder(config), 2).get_weights()
-
-    def run(folder):
-        keras.utils.set_random_seed(0)
-        with strategy.scope():
-            encoder = BertEncoder(config)
-            preprocessor = preprocessor_for(
-                encoder, inputs["vocab"], lower_case=True, seq_length=None, max_seq_length=SEQ_LENGTH
-            )
-            model = BertClassifier(encoder, 2, preprocessor=preprocessor)
-            model.set_weights(initial)
-        return finetune(
-            model,
-            lambda: length_grouped_batches((texts, labels), [len(t) for t in texts], GLOBAL_BATCH, True, seed=0),
-            len(texts),
-            lambda model: {"accuracy": accuracy(labels, model.predict(texts, verbose=0).argmax(-1))},
-            "accuracy",
-            output_dir=folder,
-            strategy=strategy,
-            batch_size=GLOBAL_BATCH,
-            epochs=2,
-            learning_rate=1e-3,
-            backup_steps=2,
-            verbose=0,
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        encoder = BertEncoder(config)
+        preprocessor = preprocessor_for(
+            encoder, inputs["vocab"], lower_case=True, seq_length=None, max_seq_length=SEQ_LENGTH
         )
+        model = BertClassifier(encoder, 2, preprocessor=preprocessor)
+        model.set_weights(initial)
+    return finetune(
+        model,
+        lambda: length_grouped_batches((texts, labels), [len(t) for t in texts], GLOBAL_BATCH, True, seed=0),
+        len(texts),
+        lambda model: {"accuracy": accuracy(labels, model.predict(texts, verbose=0).argmax(-1))},
+        "accuracy",
+        output_dir=folder,
+        strategy=strategy,
+        batch_size=GLOBAL_BATCH,
+        epochs=2,
+        learning_rate=1e-3,
+        backup_steps=2,
+        verbose=0,
+    )
 
-    whole = run(out / "whole")
+
+def run_report(run, folder):
+    """What the resume tests compare of a `FinetuningRun` written to `folder`."""
+    return {"evaluations": run.evaluations[:-1], "epochs": run.history.epoch, "scalars": scalars(Path(folder) / "logs")}
+
+
+def resume(out):
+    """The resumable run mirrored over 2 logical CPUs: uninterrupted, and killed after
+    step KILL_AFTER then run again."""
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+    from bert_keras.training import distribute
+    from bert_keras.training.backup import StepBackup
+
+    out = Path(out)
+    inputs = json.loads((out / "inputs.json").read_text())
+    strategy = distribute.resolve_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
+    whole = resumable_run(strategy, inputs, out / "whole")
     StepBackup.on_train_batch_end, original = killed_after(KILL_AFTER), StepBackup.on_train_batch_end
     try:
-        run(out / "resumed")
+        resumable_run(strategy, inputs, out / "resumed")
     except Killed:
         pass
     StepBackup.on_train_batch_end = original
-    resumed = run(out / "resumed")
+    resumed = resumable_run(strategy, inputs, out / "resumed")
     save_weights(out / "resume.npz", {"whole": whole.model.get_weights(), "resumed": resumed.model.get_weights()})
-    report = {
-        name: {
-            "evaluations": run.evaluations[:-1],
-            "epochs": run.history.epoch,
-            "scalars": scalars(out / name / "logs"),
-        }
-        for name, run in (("whole", whole), ("resumed", resumed))
-    }
+    report = {name: run_report(run, out / name) for name, run in (("whole", whole), ("resumed", resumed))}
     (out / "resume.json").write_text(json.dumps({**report, "replicas": strategy.num_replicas_in_sync}))
+
+
+def sigkill(step):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def resume_worker(index, ports, out, dying, kill_after, *names):
+    """One of two MultiWorkerMirrored workers: the resumable run into each `out/NAME` in
+    turn; with `kill_after` > 0, worker `dying` dies (SIGKILL) right after that step of the
+    last, leaving the other waiting for it in the next step. Each finished run's weights and
+    report go to `out/NAME-workerINDEX.npz` / `.json`."""
+    set_tf_config(index, ports)
+    from bert_keras.training import distribute
+    from bert_keras.training.backup import StepBackup
+
+    out = Path(out)
+    strategy = distribute.resolve_strategy("multi_worker")
+    inputs = json.loads((out / "inputs.json").read_text())
+    original = StepBackup.on_train_batch_end
+    for position, name in enumerate(names):
+        if int(kill_after) and index == dying and position == len(names) - 1:
+            StepBackup.on_train_batch_end = killed_after(int(kill_after), sigkill)
+        run = resumable_run(strategy, inputs, out / name)
+        StepBackup.on_train_batch_end = original
+        save_weights(out / f"{name}-worker{index}.npz", {"final": run.model.get_weights()})
+        report = {**run_report(run, out / name), "replicas": strategy.num_replicas_in_sync}
+        (out / f"{name}-worker{index}.json").write_text(json.dumps(report))
 
 
 def save_weights(path, runs):
@@ -319,15 +356,20 @@ def keras_20585_error(strategy):
     return None
 
 
-def worker(index, ports, data, out):
-    """One of two MultiWorkerMirrored workers: the upstream probe, then pre-training; the
-    report says whether Keras' trainer was still patched after it."""
+def set_tf_config(index, ports):
+    """TF_CONFIG for worker `index` of a cluster on 127.0.0.1 `ports` ("port,port")."""
     os.environ["TF_CONFIG"] = json.dumps(
         {
             "cluster": {"worker": [f"127.0.0.1:{port}" for port in ports.split(",")]},
             "task": {"type": "worker", "index": int(index)},
         }
     )
+
+
+def worker(index, ports, data, out):
+    """One of two MultiWorkerMirrored workers: the upstream probe, then pre-training; the
+    report says whether Keras' trainer was still patched after it."""
+    set_tf_config(index, ports)
     import tensorflow as tf
 
     from bert_keras import compat
@@ -354,4 +396,4 @@ def worker(index, ports, data, out):
 
 if __name__ == "__main__":
     mode, *rest = sys.argv[1:]
-    {"mirrored": mirrored, "worker": worker, "resume": resume}[mode](*rest)
+    {"mirrored": mirrored, "worker": worker, "resume": resume, "resume_worker": resume_worker}[mode](*rest)

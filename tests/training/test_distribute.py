@@ -332,6 +332,82 @@ def test_multi_worker_pretraining_resumes_after_a_worker_dies(tmp_path):
     assert not any("worker" in path.name for path in output.rglob("*"))
 
 
+def start_finetuning_workers(out, dying, kill_after, names, temp_dirs):
+    """Two `distribute_runs.py resume_worker` processes (TF_CONFIG on 127.0.0.1), each with
+    its own TMPDIR; their output goes to `out/workerINDEX-PORT.log`."""
+    ports = ",".join(map(str, free_ports(2)))
+    workers = []
+    for index in range(2):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(temp_dirs[index]), "TF_CPP_MIN_LOG_LEVEL": "2"}
+        log = open(out / f"worker{index}-{ports}.log", "w")
+        command = [
+            sys.executable,
+            str(RUNS),
+            "resume_worker",
+            str(index),
+            ports,
+            str(out),
+            str(dying),
+            str(kill_after),
+            *names,
+        ]
+        workers.append((subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    return workers
+
+
+@pytest.mark.slow
+def test_multi_worker_finetuning_resumes_after_a_worker_dies(tmp_path):
+    """`recipes.finetune` on two MultiWorkerMirrored workers: the chief dies (SIGKILL) right
+    after its backup of step 4, worker 1 is killed as it waits for it, and both run again
+    with the same arguments: they resume after step 4, inside epoch 2, and end with the
+    weights (float noise), the epochs' metrics and the logged steps of an uninterrupted
+    two-worker run, no step logged twice."""
+    sentences = [line.strip() for line in require(SAMPLE).read_text().splitlines() if line.strip()]
+    (tmp_path / "inputs.json").write_text(json.dumps({"vocab": str(require(VOCAB_FILE)), "sentences": sentences}))
+    temp_dirs = [tmp_path / "tmp0", tmp_path / "tmp1"]
+    for folder in temp_dirs:
+        folder.mkdir()
+
+    # The uninterrupted run, then the run that loses the chief after step 4.
+    workers = start_finetuning_workers(tmp_path, 0, 4, ["whole", "resumed"], temp_dirs)
+    (chief, chief_log), (other, other_log) = workers
+    try:
+        assert chief.wait(timeout=600) == -signal.SIGKILL, Path(chief_log.name).read_text()[-4000:]
+    finally:
+        other.kill()
+        other.wait()
+        chief_log.close()
+        other_log.close()
+    assert (tmp_path / "whole-worker1.json").exists() and not (tmp_path / "resumed-worker1.json").exists()
+    stale = sorted(temp_dirs[1].glob("worker1_*"))  # none where worker 1 stopped on its error
+
+    workers = start_finetuning_workers(tmp_path, 0, 0, ["resumed"], temp_dirs)
+    logs = []
+    for worker, log in workers:
+        assert worker.wait(timeout=600) == 0, Path(log.name).read_text()[-4000:]
+        log.close()
+        logs.append(Path(log.name).read_text())
+    assert all("resuming after step 4 of 6" in log for log in logs), logs[0][-3000:]
+    whole, resumed = (json.loads((tmp_path / f"{name}-worker0.json").read_text()) for name in ("whole", "resumed"))
+    assert whole["replicas"] == 2 and resumed["epochs"] == [1]
+    assert [e["accuracy"] for e in resumed["evaluations"]] == [e["accuracy"] for e in whole["evaluations"]]
+    final = {
+        name: [load_weights(tmp_path / f"{name}-worker{i}.npz")["final"] for i in range(2)]
+        for name in ("whole", "resumed")
+    }
+    assert max_difference(*final["whole"]) == 0.0 and max_difference(*final["resumed"]) == 0.0
+    assert max_difference(final["resumed"][0], final["whole"][0]) < 1e-5
+    logged = [tuple(entry[:3]) for entry in resumed["scalars"]]
+    assert len(set(logged)) == len(logged) and sorted(logged) == sorted(tuple(e[:3]) for e in whole["scalars"])
+    values = {tuple(entry[:3]): entry[3] for entry in whole["scalars"]}
+    for entry in resumed["scalars"]:
+        if "steps_per_second" not in entry[1]:
+            assert entry[3] == pytest.approx(values[tuple(entry[:3])], rel=1e-4, abs=1e-5), entry
+    # Only the chief wrote to the shared folder; worker 1's temporary folders of the second start are gone.
+    assert sorted(temp_dirs[1].glob("worker1_*")) == stale
+    assert not (tmp_path / "resumed" / "checkpoints").exists() and (tmp_path / "resumed" / "best.keras").exists()
+
+
 # --- the plumbing, in this process ------------------------------------------------
 
 
