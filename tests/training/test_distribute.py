@@ -93,6 +93,17 @@ def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
 
 
 @pytest.mark.slow
+def assert_logged_as_uninterrupted(resumed, whole):
+    """The resumed run's TensorBoard scalars (log, tag, step, value) are the uninterrupted
+    run's: each step once, values within float noise (rates aside)."""
+    logged = [tuple(entry[:3]) for entry in resumed]
+    assert len(set(logged)) == len(logged) and sorted(logged) == sorted(tuple(e[:3]) for e in whole)
+    values = {tuple(entry[:3]): entry[3] for entry in whole}
+    for entry in resumed:
+        if "steps_per_second" not in entry[1]:
+            assert entry[3] == pytest.approx(values[tuple(entry[:3])], rel=1e-4, abs=1e-5), entry
+
+
 def test_mirrored_finetuning_killed_and_resumed_matches_an_uninterrupted_run(tmp_path):
     """`recipes.finetune` mirrored over 2 logical CPUs, killed after step 5 and run again:
     the weights (float noise), the epochs' metrics and the logged steps of the
@@ -108,12 +119,7 @@ def test_mirrored_finetuning_killed_and_resumed_matches_an_uninterrupted_run(tmp
     assert [e["accuracy"] for e in resumed["evaluations"]] == [e["accuracy"] for e in whole["evaluations"]]
     weights = load_weights(tmp_path / "resume.npz")
     assert max_difference(weights["resumed"], weights["whole"]) < 1e-5
-    logged = [tuple(entry[:3]) for entry in resumed["scalars"]]
-    assert len(set(logged)) == len(logged) and sorted(logged) == sorted(tuple(e[:3]) for e in whole["scalars"])
-    values = {tuple(entry[:3]): entry[3] for entry in whole["scalars"]}
-    for entry in resumed["scalars"]:
-        if "steps_per_second" not in entry[1]:
-            assert entry[3] == pytest.approx(values[tuple(entry[:3])], rel=1e-4, abs=1e-5), entry
+    assert_logged_as_uninterrupted(resumed["scalars"], whole["scalars"])
 
 
 def free_ports(count):
@@ -397,12 +403,7 @@ def test_multi_worker_finetuning_resumes_after_a_worker_dies(tmp_path):
     }
     assert max_difference(*final["whole"]) == 0.0 and max_difference(*final["resumed"]) == 0.0
     assert max_difference(final["resumed"][0], final["whole"][0]) < 1e-5
-    logged = [tuple(entry[:3]) for entry in resumed["scalars"]]
-    assert len(set(logged)) == len(logged) and sorted(logged) == sorted(tuple(e[:3]) for e in whole["scalars"])
-    values = {tuple(entry[:3]): entry[3] for entry in whole["scalars"]}
-    for entry in resumed["scalars"]:
-        if "steps_per_second" not in entry[1]:
-            assert entry[3] == pytest.approx(values[tuple(entry[:3])], rel=1e-4, abs=1e-5), entry
+    assert_logged_as_uninterrupted(resumed["scalars"], whole["scalars"])
     # Only the chief wrote to the shared folder; worker 1's temporary folders of the second start are gone.
     assert sorted(temp_dirs[1].glob("worker1_*")) == stale
     assert not (tmp_path / "resumed" / "checkpoints").exists() and (tmp_path / "resumed" / "best.keras").exists()
