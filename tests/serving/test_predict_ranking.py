@@ -128,12 +128,16 @@ def test_top_k_per_query_on_beam_and_its_errors(tmp_path, reranker, pairs, capsy
         == 2
     )
     assert "--top-k-per-query ranks a reranker's passages; this model is a classifier" in capsys.readouterr().err
+    for runner in ([], ["--runner", "DirectRunner"]):  # refused before any row is predicted
+        zero = ["predict", str(reranker), "--input", str(bad), "--output", str(tmp_path / "z.jsonl")]
+        assert cli([*zero, "--top-k-per-query", "0", *runner]) == 2
+        assert "top-k-per-query must be at least 1, got 0" in capsys.readouterr().err
     for vectors in ("v.npy", "v/"):
         assert cli(["predict", str(classifier), "--input", str(bad), "--output", f"{tmp_path}/{vectors}"]) == 2
         assert ".npy holds an embedder's vectors; write .jsonl, .tsv or .parquet for a classifier" in (
             capsys.readouterr().err
         )
-    assert not list(tmp_path.glob("*.parts")) and not list(tmp_path.glob("c.*"))
+    assert not list(tmp_path.glob("*.parts")) and not list(tmp_path.glob("c.*")) and not list(tmp_path.glob("z*"))
 
 
 def test_vectors_in_npy_shards_with_their_ids(tmp_path):

@@ -22,7 +22,7 @@ import tensorflow as tf
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from bert_keras.serving.batch.ranking import query_segment, ranked
+from bert_keras.serving.batch.ranking import check_top_k_per_query, query_segment, ranked
 from bert_keras.serving.batch.readers import Row, RowReader, input_files
 from bert_keras.serving.batch.runner import ON_ERROR, predictor_for
 
@@ -136,8 +136,7 @@ class TopPerQuery(beam.PTransform):
 
     def __init__(self, k):
         super().__init__()
-        if k < 1:
-            raise ValueError(f"top-k-per-query must be at least 1, got {k}")
+        check_top_k_per_query(k)
         self.k = k
 
     def expand(self, keyed):
@@ -172,8 +171,8 @@ def predict_on_beam(
     handler = BertModelHandler(model, on_error=on_error, **predictor)
     loaded = handler.load_model()  # the model's segments; a bad model path fails before the pipeline starts
     segments, list_segment = loaded.segments, (loaded.segments[-1] if loaded.choices else None)
-    if top_k_per_query is not None and loaded.kind != "reranker":
-        raise ValueError(f"--top-k-per-query ranks a reranker's passages; this model is a {loaded.kind}")
+    if top_k_per_query is not None:
+        check_top_k_per_query(top_k_per_query, loaded.kind)
     del loaded
     with beam.Pipeline(options=PipelineOptions(options)) as pipeline:
         rows = (

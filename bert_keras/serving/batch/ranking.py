@@ -12,17 +12,25 @@ import heapq
 from bert_keras.serving.batch.readers import Row
 
 
+def check_top_k_per_query(k, kind="reranker"):
+    """A clear error, before any row is predicted, unless `k` best rows of each query of a
+    `kind` model can be ranked: a reranker's, at least one."""
+    if kind != "reranker":
+        raise ValueError(f"--top-k-per-query ranks a reranker's passages; this model is a {kind}")
+    if k < 1:
+        raise ValueError(f"top-k-per-query must be at least 1, got {k}")
+
+
 def query_segment(segments):
     """The segment that holds a reranker's query: `query` when the model names one, else its first."""
     return "query" if "query" in segments else segments[0]
 
 
 class QueryPredictor:
-    """A reranker's predictor whose records also carry their row's query, to rank by."""
+    """A reranker's predictor whose records also carry their row's query, to rank `k` a query by."""
 
-    def __init__(self, predictor):
-        if predictor.kind != "reranker":
-            raise ValueError(f"--top-k-per-query ranks a reranker's passages; this model is a {predictor.kind}")
+    def __init__(self, predictor, k):
+        check_top_k_per_query(k, predictor.kind)
         self.predictor = predictor
         self.segment = query_segment(predictor.segments)
 
@@ -43,8 +51,7 @@ class TopPerQuery:
     row met first."""
 
     def __init__(self, k):
-        if k < 1:
-            raise ValueError(f"top-k-per-query must be at least 1, got {k}")
+        check_top_k_per_query(k)
         self.k, self.heaps, self.seen = k, {}, 0
 
     def add(self, record):

@@ -70,7 +70,7 @@ def predict_files(
     }
     predictor = predictor_for(model, batch_size, all_scores, max_seq_length, doc_stride, top_k, compute_dtype)
     if top_k_per_query is not None:
-        predictor = QueryPredictor(predictor)
+        predictor = QueryPredictor(predictor, top_k_per_query)
     if holds_vectors(output) and predictor.kind != "embedder":
         raise ValueError(
             f"{output}: .npy holds an embedder's vectors; write .jsonl, .tsv or .parquet for a {predictor.kind}"
