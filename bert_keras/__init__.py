@@ -21,6 +21,7 @@ from bert_keras.models.encoder import BertEncoder
 from bert_keras.models.pretrainer import BertPretrainer
 from bert_keras.tasks.classifier import BertClassifier
 from bert_keras.tasks.feature_extractor import BertFeatureExtractor
+from bert_keras.tasks.feature_tagger import BertFeatureTagger
 from bert_keras.tasks.multiple_choice import BertMultipleChoice
 from bert_keras.tasks.reranker import BertReranker
 from bert_keras.tasks.span_labeler import BertSpanLabeler
@@ -31,6 +32,7 @@ from bert_keras.text.packer import BertPacker
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
 from bert_keras.training.contrastive import CoSENTLoss, MultipleNegativesRankingLoss
+from bert_keras.training.distillation import FeatureMatchingLoss, SoftTargetLoss
 from bert_keras.training.optimization import LAMB, AdamWeightDecay, WarmupLinearDecay, create_optimizer
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "BertConfig",
     "BertEncoder",
     "BertFeatureExtractor",
+    "BertFeatureTagger",
     "BertMultipleChoice",
     "BertPacker",
     "BertPreprocessor",
@@ -50,8 +53,10 @@ __all__ = [
     "BertTokenClassifier",
     "BertTokenizer",
     "CoSENTLoss",
+    "FeatureMatchingLoss",
     "LAMB",
     "MultipleNegativesRankingLoss",
+    "SoftTargetLoss",
     "WarmupLinearDecay",
     "create_optimizer",
 ]
