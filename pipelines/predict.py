@@ -63,12 +63,7 @@ def register(subparsers):
         "AVX512-BF16/AMX; outputs stay float32 (not for a SavedModel export: export it with --compute-dtype)",
     )
     _add_answer_flags(parser)
-    parser.add_argument(
-        "--on-error",
-        choices=("raise", "skip"),
-        default="raise",
-        help="a bad row (invalid UTF-8, a missing column): stop with an error, or write an error record and go on",
-    )
+    _add_run_flags(parser)
     parser.add_argument(
         "--runner",
         nargs=argparse.REMAINDER,
@@ -79,6 +74,22 @@ def register(subparsers):
         "it writes OUT-SSSSS-of-NNNNN.jsonl shards",
     )
     parser.set_defaults(func=run)
+
+
+def _add_run_flags(parser):
+    """What the run does with a bad row and with an earlier run into the same OUT."""
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over: replace OUT, and the parts of a stopped run (which resumes only on the same command, "
+        "model and input files)",
+    )
+    parser.add_argument(
+        "--on-error",
+        choices=("raise", "skip"),
+        default="raise",
+        help="a bad row (invalid UTF-8, a missing column): stop with an error, or write an error record and go on",
+    )
 
 
 def _add_answer_flags(parser):
@@ -124,7 +135,8 @@ def run(args):
     from bert_keras.serving.batch import predict_files
 
     chunks = {} if args.chunk_size is None else {"chunk_size": args.chunk_size}
-    summary = predict_files(args.model, args.input, args.output, **chunks, shard_rows=args.shard_rows, **_options(args))
+    local = dict(shard_rows=args.shard_rows, overwrite=args.overwrite)
+    summary = predict_files(args.model, args.input, args.output, **chunks, **local, **_options(args))
     if summary["notice"]:
         print(f"predict: {summary['notice']}", file=sys.stderr)
     errors = f", {summary['errors']} rows in error" if summary["errors"] else ""

@@ -3,8 +3,6 @@
 or one that holds the unfinished run of the same command, which then resumes."""
 
 import contextlib
-import json
-import os
 import shutil
 from pathlib import Path
 
@@ -12,6 +10,8 @@ from pathlib import Path
 COMMAND = Path("checkpoints") / "command.json"
 # Flags that do not change what a run computes.
 NOT_COMPARED = ("overwrite", "verbose", "func")
+# Arguments that name no file the run reads.
+NOT_INPUTS = ("output_dir", "output", "task", "strategy", "tpu", "devices", "optimizer")
 
 
 def set_up_training(args, batch_size=None):
@@ -57,49 +57,45 @@ def fresh_output_dir(output_dir, overwrite, run_files, what, run_suffixes=()):
 
 def resumable_output_dir(args, run_files, what, run_suffixes=()):
     """`--output-dir` for a run that resumes: empty or new (the run starts there, its
-    command line recorded), or holding the unfinished run of the same command (it resumes).
-    The unfinished run of another command line is refused, naming the arguments that
-    differ, unless it stopped before its first backup (bad input, say: it starts over);
-    `--overwrite` starts over (`fresh_output_dir`). `finish_run` ends the record."""
+    identity recorded: the command line and the content of every file it names), or
+    holding the unfinished run of the same command on the same files (it resumes). The
+    unfinished run of another command line, or of a model or data file changed since, is
+    refused, naming each difference, unless it stopped before its first backup (bad
+    input, say: it starts over); `--overwrite` starts over (`fresh_output_dir`).
+    `finish_run` ends the record."""
+    from bert_keras import run_identity
+
     output_dir = Path(args.output_dir)
-    command = json.loads(json.dumps({k: v for k, v in vars(args).items() if k not in NOT_COMPARED}, default=str))
-    recorded = None if args.overwrite else _recorded_command(output_dir)
-    backed_up = _backed_up(output_dir)
-    differ = sorted(
-        name for name in (recorded or {}).keys() | command.keys() if (recorded or {}).get(name) != command.get(name)
-    )
-    if recorded is not None and not args.overwrite and not differ:
+    record = output_dir / COMMAND
+    remedy = "run the same command on the same files to resume it, or pass --overwrite to start over"
+    recorded = None if args.overwrite else run_identity.read_record(record, remedy)
+    identity = command_identity(args)
+    if recorded is not None and not run_identity.differences(recorded, identity):
         print(f"--output-dir {output_dir}: resuming the unfinished {what} in it")
         return output_dir
-    if recorded is not None and not args.overwrite and backed_up:
-        raise ValueError(
-            f"--output-dir {output_dir} holds an unfinished {what} of another command line ("
-            + "; ".join(
-                f"--{name.replace('_', '-')} {recorded.get(name)!r} there, {command.get(name)!r} now" for name in differ
-            )
-            + "): run the same command to resume it, or pass --overwrite to start over"
-        )
+    if recorded is not None and _backed_up(output_dir):
+        run_identity.check(recorded, identity, f"--output-dir {output_dir} ({what})", remedy, label=_flag)
     fresh_output_dir(output_dir, args.overwrite or recorded is not None, run_files, what, run_suffixes)
-    (output_dir / COMMAND).parent.mkdir(parents=True, exist_ok=True)
-    written = (output_dir / COMMAND).with_suffix(".json.tmp")  # whole or not at all: a kill leaves none
-    written.write_text(json.dumps(command, indent=2) + "\n")
-    os.replace(written, output_dir / COMMAND)
+    run_identity.write_record(record, identity)
     return output_dir
 
 
-def _recorded_command(output_dir):
-    """The command line recorded in `output_dir` (None: none); an unreadable record is an
-    error naming it."""
-    path = output_dir / COMMAND
-    if not path.exists():
-        return None
-    try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        recorded = None
-    if not isinstance(recorded, dict):
-        raise ValueError(f"{path}: not a JSON command record (cut short?); pass --overwrite to start over")
-    return recorded
+def command_identity(args):
+    """The run identity of a command: its arguments, and the content of each file or
+    folder they name (the starting checkpoint, vocabulary, data), the output folder aside."""
+    from bert_keras import run_identity
+    from bert_keras_cli.arguments import checkpoint_source
+
+    settings = {name: value for name, value in vars(args).items() if name not in NOT_COMPARED}
+    values = dict(settings)
+    if values.get("init") == "auto":
+        with contextlib.suppress(ValueError):
+            values["init"] = checkpoint_source("auto")
+    return run_identity.job_identity(settings, run_identity.input_paths(values, exclude=NOT_INPUTS))
+
+
+def _flag(name):
+    return f"--{name.replace('_', '-')}"
 
 
 def finish_run(output_dir):

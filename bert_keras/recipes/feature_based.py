@@ -12,7 +12,6 @@ them (`FeatureCache.select`).
 """
 
 import dataclasses
-import hashlib
 import json
 import os
 import time
@@ -26,6 +25,7 @@ import tensorflow as tf
 from bert_keras.datasets.conll import LABELS, sentence_tags, training_examples
 from bert_keras.models.dtype import with_dtype
 from bert_keras.recipes.finetuning import BACKUP_STEPS, FinetuningRun
+from bert_keras.run_identity import check, job_identity, json_digest
 from bert_keras.tasks.token_classifier import IGNORE_LABEL
 from bert_keras.training.backup import StepBackup, fit_from_backup
 from bert_keras.training.callbacks import EvaluateAndKeepBest
@@ -109,13 +109,13 @@ CACHE = Path("checkpoints") / "features.cache"
 
 
 def cache_key(model, data):
-    """What a stored cache must match: the model's hidden states, and a digest of its encoder's
-    weights and of the examples."""
-    digest = hashlib.sha256()
-    for weight in model.encoder.get_weights():
-        digest.update(np.ascontiguousarray(weight).tobytes())
-    digest.update(json.dumps([training_examples(data.train, data.train_contexts), data.dev_size]).encode())
-    return {"hidden_states": list(model.hidden_states), "digest": digest.hexdigest()}
+    """What a stored cache must match (a `run_identity`): the model's hidden states, its
+    encoder's weights, and the training and dev examples, words and labels."""
+    examples = {
+        "train_examples": json_digest(training_examples(data.train, data.train_contexts)),
+        "dev_examples": json_digest(training_examples(data.dev, data.dev_contexts)),
+    }
+    return job_identity({"hidden_states": list(model.hidden_states), **examples}, {"encoder": model.encoder})
 
 
 def stored_tagging_features(model, data, path, batch_size=64, verbose=1):
@@ -145,18 +145,13 @@ def _read_cache(path, key):
         with np.load(path, allow_pickle=False) as stored:
             arrays = {name: stored[name] for name in stored.files}
         stored_key = json.loads(str(arrays["key"]))
-        splits = [_split(arrays, name, stored_key["hidden_states"]) for name in ("train", "dev")]
+        splits = [_split(arrays, name, stored_key["settings"]["hidden_states"]) for name in ("train", "dev")]
     except (OSError, ValueError, EOFError, KeyError, TypeError, zipfile.BadZipFile) as error:
         raise ValueError(
             f"{path}: not a whole feature cache ({type(error).__name__}: {error}); "
             "delete it (or pass --overwrite) to compute the features anew"
         ) from None
-    if stored_key != key:
-        what = "layers" if stored_key.get("hidden_states") != key["hidden_states"] else "encoder weights or examples"
-        raise ValueError(
-            f"{path}: the feature cache of other {what} (hidden states {stored_key.get('hidden_states')}, "
-            f"this run's {key['hidden_states']}); delete it (or pass --overwrite) to compute the features anew"
-        )
+    check(stored_key, key, f"{path} (a feature cache)", "delete it (or pass --overwrite) to compute the features anew")
     return TaggingCache(*splits)
 
 

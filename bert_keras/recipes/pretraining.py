@@ -187,7 +187,9 @@ def run_phase(
     # Not `steps`: a run resumed with more steps goes on to them (its schedule stretched).
     settings = {key: value for key, value in dataclasses.asdict(phase).items() if key != "steps"}
     plan = dict(settings, checkpoint_every=checkpoint_every, accumulation=accumulation)
-    options = dict(plan=plan, on_sigterm=distribute.input_pipelines(strategy) == 1, batches_per_step=accumulation)
+    files = {"data": list(inputs.records), "corpus": list(inputs.corpus)}
+    options = dict(plan=plan, inputs={name: paths for name, paths in files.items() if paths})
+    options.update(on_sigterm=distribute.input_pipelines(strategy) == 1, batches_per_step=accumulation)
     with (
         distribute.chief_path(output_dir / "logs" / phase.name, strategy) as logs,
         distribute.backup_and_restore(output_dir / "checkpoints" / phase.name, strategy, **options) as backup,

@@ -23,6 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import run_identity
 from bert_keras.compat import builds_from_fit_data, needs_symbolic_build
 
 STATE = "state.json"
@@ -36,12 +37,15 @@ class StepBackup(keras.callbacks.BackupAndRestore):
     SIGTERM when `on_sigterm` (not under multi-worker training, where every worker must save
     together). `states`: name -> object with `backup_state(folder) -> dict` (JSON; its
     "files", `.npz` in `folder`, are kept) and `restore_state(folder, state)`. `plan`: the run's
-    settings (JSON), which a resumed run must repeat. `batches_per_step`: batches a step
-    takes (gradient accumulation)."""
+    settings (JSON) and `inputs` the files it reads (name -> paths: `run_identity`), which a
+    resumed run must repeat. `batches_per_step`: batches a step takes (gradient accumulation)."""
 
-    def __init__(self, backup_dir, save_freq="epoch", states=None, plan=None, on_sigterm=True, batches_per_step=1):
+    def __init__(
+        self, backup_dir, save_freq="epoch", states=None, plan=None, inputs=None, on_sigterm=True, batches_per_step=1
+    ):
         super().__init__(str(backup_dir), save_freq=save_freq, double_checkpoint=True, delete_checkpoint=False)
         self.states, self.plan = dict(states or {}), json.loads(json.dumps(plan))  # as read back
+        self.identity = run_identity.job_identity(self.plan or {}, inputs)
         self.step = 0
         self.on_sigterm, self.batches_per_step = on_sigterm, batches_per_step
         self.finished, self.terminated = False, False
@@ -85,15 +89,8 @@ class StepBackup(keras.callbacks.BackupAndRestore):
             folder.rmdir()
 
     def _check_plan(self, state):
-        if state.get("plan") == self.plan:
-            return
-        old, new = state.get("plan") or {}, self.plan or {}
-        changed = sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
-        raise ValueError(
-            f"{self.backup_dir} holds the backup of a run with other settings ("
-            + ", ".join(f"{key}: {old.get(key)!r} there, {new.get(key)!r} now" for key in changed)
-            + "); resume with the same settings, or start over in an empty folder"
-        )
+        remedy = "resume with the same settings and files, or start over in an empty folder"
+        run_identity.check(state.get("identity"), self.identity, self.backup_dir, remedy)
 
     def on_train_begin(self, logs=None):
         """No load here (`restore` did it, before the data was built); SIGTERM is caught."""
@@ -149,7 +146,7 @@ class StepBackup(keras.callbacks.BackupAndRestore):
             "step": _steps(self.model),
             "epoch_end": epoch_end,
             "finished": bool(epoch_end and self.model.stop_training),
-            "plan": self.plan,
+            "identity": self.identity,
             "seeds": [np.asarray(v).tolist() for v in _seed_variables(self.model)],  # in the model's order
             "metrics": [np.asarray(v).tolist() for v in self.model.metrics_variables],
             **{name: keeper.backup_state(folder) for name, keeper in self.states.items()},

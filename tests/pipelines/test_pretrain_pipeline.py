@@ -217,3 +217,28 @@ def test_held_out_evaluation_at_every_checkpoint_and_no_nsp(tmp_path, no_nsp):
     np.testing.assert_allclose(result["masked_lm_loss"], validation[-1][1], rtol=1e-4)
     again = pretrainer.evaluate(batches, return_dict=True, verbose=0, steps=3)
     assert again["masked_lm_loss"] == result["masked_lm_loss"]  # masked once: the same batches
+
+
+def test_a_run_resumed_on_a_changed_corpus_is_refused_naming_it(tmp_path):
+    """Pre-trained 5 steps, the corpus then edited and the run asked for 7: it does not go
+    on from a backup made on other text, and says which file changed."""
+    from bert_keras.run_identity import RunChanged
+    from bert_keras_cli import pretrain
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(require(SAMPLE).read_bytes())
+    args = pretrain_command(tmp_path / "run")[3:]
+    args[args.index("--corpus") + 1] = str(corpus)
+    args[args.index("--steps") + 1] = "5"
+    args[args.index("--checkpoint-every") + 1] = "5"
+    parser = argparse.ArgumentParser()
+    pretrain.register(parser.add_subparsers(dest="command"))
+    parsed = parser.parse_args(args)
+    parsed.func(parsed)
+    with open(corpus, "a", encoding="utf-8") as text:
+        text.write("\nA sentence added after the run.\nAnd another one.\n")
+    parsed = parser.parse_args([*args, "--steps", "7"])
+    with pytest.raises(RunChanged, match=f"other inputs or settings \\(corpus {corpus} changed \\(") as error:
+        parsed.func(parsed)
+    assert str(tmp_path / "run" / "checkpoints" / "phase1") in str(error.value)
+    assert optimizer_iterations(tmp_path / "run") == 5

@@ -171,7 +171,7 @@ def test_a_killed_run_resumes_as_if_it_had_not_stopped(kind, tmp_path, monkeypat
             assert entry[3] == pytest.approx(values[entry[:3]], rel=1e-4, abs=1e-5), entry
 
 
-def test_another_command_line_is_refused_naming_what_differs(tmp_path, monkeypatch, capsys):
+def test_another_command_line_or_changed_data_is_refused_naming_what_differs(tmp_path, monkeypatch, capsys):
     argv = command("tsv", tmp_path)
     out = tmp_path / "run"
     with monkeypatch.context() as patch:
@@ -181,12 +181,18 @@ def test_another_command_line_is_refused_naming_what_differs(tmp_path, monkeypat
     capsys.readouterr()
     assert cli([*argv, "--output-dir", str(out), "--learning-rate", "1e-3", "--seed", "3"]) == 2
     err = capsys.readouterr().err
-    assert f"--output-dir {out} holds an unfinished fine-tuning run of another command line" in err
-    assert "--learning-rate 2e-05 there, 0.001 now; --seed 0 there, 3 now" in err
+    assert f"--output-dir {out} (fine-tuning run) holds the unfinished run of other inputs or settings (" in err
+    assert "--learning-rate 2e-05 there, 0.001 now; --seed 0 there, 3 now)" in err
+    with open(tmp_path / "train.tsv", "a", encoding="utf-8") as train:  # a line added to the data
+        train.write(sst2_rows(21)[-1] + "\n")
+    assert cli([*argv, "--output-dir", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"(train {tmp_path / 'train.tsv'} changed (" in line
+    assert line.endswith("run the same command on the same files to resume it, or pass --overwrite to start over")
     record = out / "checkpoints" / "command.json"
     record.write_bytes(record.read_bytes()[:10])  # cut short
     assert cli([*argv, "--output-dir", str(out)]) == 2
-    assert f"{record}: not a JSON command record" in capsys.readouterr().err
+    assert f"{record}: not a run record" in capsys.readouterr().err
     assert cli([*argv, "--output-dir", str(out), "--learning-rate", "1e-3", "--overwrite"]) == 0
     assert "resuming" not in capsys.readouterr().out
     assert not (out / "checkpoints").exists()

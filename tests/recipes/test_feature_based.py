@@ -5,6 +5,7 @@ bad layer lists are clear errors."""
 
 import io
 import json
+import shutil
 
 import keras
 import numpy as np
@@ -171,21 +172,29 @@ def test_a_killed_run_resumes_on_its_stored_features_as_if_it_had_not_stopped(ti
         (b"", "not a whole feature cache"),
         (b"PK\x03\x04 cut", "not a whole feature cache"),
         (npz_bytes(features=np.zeros(3)), "not a whole feature cache"),  # another program's .npz
-        (None, "other layers"),
+        ([-1], r"hidden_states: \[2\] there, \[2, 1\] now"),  # the cache of other layers (layer indices)
+        ([-1, -2], r"dev_examples: \"[0-9a-f]{64}\" there, \"[0-9a-f]{64}\" now"),  # a dev word edited
     ],
 )
 def test_a_bad_stored_feature_cache_is_an_error_naming_it(tiny_conll, tmp_path, content, problem):
     folder, init = tiny_conll
     data = ConllData(folder, max_examples=4)
     path = tmp_path / CACHE
-    if content is None:  # the cache of other layers
+    if isinstance(content, list):  # the cache a stopped run stored with these layers
         keras.utils.set_random_seed(0)
         with pytest.raises(Killed):
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(StepBackup, "on_train_batch_end", killed_after(1))
-                train_feature_tagger(tagger(init, layers=[-1]), data, output_dir=tmp_path, batch_size=4, verbose=0)
+                train_feature_tagger(tagger(init, layers=content), data, output_dir=tmp_path, batch_size=4, verbose=0)
+        if content == [-1, -2]:  # the dev file edited in place: as many sentences, one word other
+            edited = tmp_path / "edited"
+            shutil.copytree(folder, edited)
+            testa = (edited / "eng.testa").read_text()
+            first = next(line.split()[0] for line in testa.splitlines() if line.split() and "DOCSTART" not in line)
+            (edited / "eng.testa").write_text(testa.replace(first, first + "s", 1))
+            data = ConllData(edited, max_examples=4)
     else:
         path.parent.mkdir()
         path.write_bytes(content)
-    with pytest.raises(ValueError, match=f"^{path}: [^\n]*{problem}[^\n]*$"):
+    with pytest.raises(ValueError, match=f"^{path}[: ][^\n]*{problem}[^\n]*$"):
         train(init, data, tmp_path)

@@ -60,7 +60,7 @@ def test_sigterm_backs_up_and_exits_and_the_same_call_resumes(tmp_path, monkeypa
     assert signal.getsignal(signal.SIGTERM) == handler  # SIGTERM is the process's again
     assert json.loads((tmp_path / "run" / "checkpoints" / "state.json").read_text())["step"] == 3
 
-    with pytest.raises(ValueError, match=r"other settings \(learning_rate: 0.001 there, 0.002 now\)"):
+    with pytest.raises(ValueError, match=r"other inputs or settings \(learning_rate: 0.001 there, 0.002 now\)"):
         run(tmp_path / "run", learning_rate=2e-3)
     resumed = run(tmp_path / "run")
     assert "resuming after step 3 of 6" in capsys.readouterr().out

@@ -373,6 +373,77 @@ def test_a_10_mb_line_is_read_and_counted(tmp_path, classifier_keras):
     assert summary["truncated"] == 1
 
 
+class Stopped(Exception):
+    """Stands for a kill between two chunks: the parts written so far stay."""
+
+
+def stopped_after_chunks(count):
+    original = writers.PartsFolder.write_chunk
+
+    def write_chunk(self, index, records):
+        original(self, index, records)
+        if index + 1 == count:
+            raise Stopped
+
+    return write_chunk
+
+
+def with_head_negated(path):
+    """The task file at `path` replaced by the same model with its classifier's logits negated (retrained)."""
+    model = load_model(path)
+    weights = model.get_weights()
+    model.set_weights([*weights[:-2], -weights[-2], -weights[-1]])
+    model.save(path)
+    return model
+
+
+def test_a_run_resumed_after_its_model_or_input_changed_is_refused_naming_it(tmp_path, classifier_keras, capsys):
+    """The issue's case: stopped after 2 of 6 chunks, the model file replaced by the
+    retrained model: the same command refuses in one line naming the model file, never
+    mixing the two models' rows; so does an input with a line added; --overwrite starts over."""
+    model = Path(shutil.copy(classifier_keras, tmp_path / "model.keras"))
+    lines = [f"{TEXTS[i % len(TEXTS)]} {'fox ' * (i % 4)}".strip() for i in range(30)]
+    source, out = write_text(tmp_path / "q.txt", lines), tmp_path / "out.jsonl"
+    argv = ["predict", str(model), "--input", str(source), "--output", str(out), "--chunk-size", "5"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(writers.PartsFolder, "write_chunk", stopped_after_chunks(2))
+        with pytest.raises(Stopped):
+            cli(argv)
+    old = [record["label"] for record in read_jsonl(tmp_path / "out.jsonl.parts" / "part-000000.jsonl")]
+    new_model = with_head_negated(model)
+    capsys.readouterr()
+    assert cli(argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(
+        f"bert-keras predict: error: {tmp_path / 'out.jsonl.parts'} holds the unfinished run of other "
+    )
+    assert f"model {model} changed (" in line and line.endswith("or pass --overwrite to start over")
+    assert not out.exists() and len(list((tmp_path / "out.jsonl.parts").glob("part-*.jsonl"))) == 2
+    write_text(source, [*lines, "one more question"])
+    assert cli(argv) == 2
+    assert f"inputs {source} changed (" in capsys.readouterr().err
+    assert cli([*argv, "--overwrite"]) == 0
+    records = read_jsonl(out)
+    expected = softmax(np.asarray(new_model.predict(np.array([*lines, "one more question"], dtype=object), verbose=0)))
+    assert [r["label"] for r in records] == [new_model.labels[i] for i in expected.argmax(-1)]
+    assert [r["label"] for r in records[:5]] != old  # the retrained model answers otherwise
+    assert cli(argv) == 2 and f"{out} exists (a finished run); pass --overwrite" in capsys.readouterr().err
+
+
+def test_a_run_killed_after_its_output_was_renamed_into_place_is_finished(tmp_path, classifier_keras, monkeypatch):
+    """A kill between OUT's rename and the parts' removal: the next run neither resumes
+    from the parts nor writes OUT again; it says OUT is finished and clears the parts."""
+    source, out = write_text(tmp_path / "q.txt", TEXTS), tmp_path / "out.jsonl"
+    monkeypatch.setattr(writers.shutil, "rmtree", lambda path, ignore_errors=False: None)
+    predict_files(str(classifier_keras), [str(source)], out, chunk_size=2)
+    monkeypatch.undo()
+    finished = out.read_bytes()
+    (tmp_path / "out.jsonl.parts" / "run.json").unlink()  # removed first, the parts left
+    with pytest.raises(FileExistsError, match=f"^{out} exists \\(a finished run\\); pass --overwrite"):
+        predict_files(str(classifier_keras), [str(source)], out, chunk_size=2)
+    assert out.read_bytes() == finished and not (tmp_path / "out.jsonl.parts").exists()
+
+
 def run_cli(*args):
     env = {
         **os.environ,
@@ -398,7 +469,7 @@ def test_sigkill_and_resume_give_each_row_once(tmp_path, classifier_keras):
     assert not out.exists()  # a killed run leaves no output that looks complete
     parts = sorted((tmp_path / "out.jsonl.parts").glob("part-*.jsonl"))
     assert 1 <= len(parts) < 15
-    with pytest.raises(ValueError, match=r"other settings \(chunk_size\); run the same command"):
+    with pytest.raises(ValueError, match=r"other inputs or settings \(chunk_size: 2 there, 3 now\): run the same"):
         predict_files(str(classifier_keras), [str(source)], out, chunk_size=3)
     resumed = run_cli(*args, "--batch-size", "1")
     assert resumed.wait() == 0, resumed.stderr.read()

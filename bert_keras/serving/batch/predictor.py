@@ -83,6 +83,7 @@ class BatchPredictor:
     def __init__(self, model, batch_size=32, all_scores=False, max_seq_length=None, doc_stride=None, top_k=5):
         if doc_stride is not None:
             model = with_windows(model, doc_stride=doc_stride)
+        self.model = model
         self.kind = head_kind(model)
         self.batch_size, self.all_scores = batch_size, all_scores
         self.windows = getattr(model, "doc_stride", None) is not None

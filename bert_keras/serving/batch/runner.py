@@ -9,12 +9,12 @@ are kept, the rest are read again. The run ends with a notice of how many rows
 truncation cut (`predictor.py`)."""
 
 import itertools
-import os
 import sys
 import time
 from pathlib import Path
 
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
+from bert_keras.run_identity import job_identity
 from bert_keras.serving.batch.predictor import BatchPredictor, load_model
 from bert_keras.serving.batch.ranking import QueryPredictor, top_per_query
 from bert_keras.serving.batch.readers import RowReader, count_rows, input_files
@@ -43,6 +43,7 @@ def predict_files(
     compute_dtype=None,
     top_k_per_query=None,
     shard_rows=100_000,
+    overwrite=False,
     stream=None,
 ):
     """Predicts every row of `inputs` (files or globs) with `model` (a path, a model
@@ -53,7 +54,9 @@ def predict_files(
     rows' ids (default FILE:LINE); `top_k` is a fill-mask model's fillers a mask;
     `compute_dtype="bfloat16"` computes in bfloat16 (faster on CPUs with bfloat16 units;
     records stay float32); `top_k_per_query` writes a reranker's best passages of each
-    query instead of every row (`ranking.py`). Progress lines go to `stream` (stderr). Returns a summary:
+    query instead of every row (`ranking.py`). A run is resumed only on the same settings,
+    model content and input content (`run_identity`); `overwrite` starts over, replacing
+    OUT and a stopped run's parts. Progress lines go to `stream` (stderr). Returns a summary:
     rows, errors, truncated rows and the notice."""
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
@@ -61,8 +64,6 @@ def predict_files(
         raise ValueError("chunk_size and batch_size must be at least 1")
     files = input_files(inputs)
     settings = {
-        "model": str(Path(model).resolve()) if isinstance(model, (str, Path)) else type(model).__name__,
-        "inputs": [_fingerprint(path) for path in files],
         **dict(columns=columns, id_column=id_column, chunk_size=chunk_size, all_scores=all_scores),
         **dict(max_seq_length=max_seq_length, doc_stride=doc_stride, top_k=top_k, on_error=on_error),
         **({"compute_dtype": compute_dtype} if compute_dtype else {}),
@@ -75,7 +76,8 @@ def predict_files(
         raise ValueError(
             f"{output}: .npy holds an embedder's vectors; write .jsonl, .tsv or .parquet for a {predictor.kind}"
         )
-    parts = PartsFolder(output, settings, shard_rows)
+    identity = job_identity(settings, {"model": _model_source(model), "inputs": files})
+    parts = PartsFolder(output, identity, shard_rows, overwrite)
     choices = predictor.segments[-1] if predictor.choices else None
     rows = iter(RowReader(files, predictor.segments, columns, id_column, choices))
     done = parts.finished_chunks()
@@ -83,10 +85,13 @@ def predict_files(
     return _finish(parts, predictor, top_k_per_query)
 
 
-def _fingerprint(path):
-    """A file as a run records it: a file changed since (size, time) is another input."""
-    status = os.stat(path)
-    return [str(Path(path).resolve()), status.st_size, status.st_mtime_ns]
+def _model_source(model):
+    """What identifies `model` in a run's record: its path, else the model in memory."""
+    if isinstance(model, (str, Path)):
+        return model
+    if isinstance(model, SavedModelPredictor):
+        return model.path
+    return model.model if isinstance(model, BatchPredictor) else model
 
 
 def predictor_for(model, batch_size, all_scores, max_seq_length, doc_stride, top_k, compute_dtype=None):

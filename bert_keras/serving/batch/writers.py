@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bert_keras import run_identity
+
 OUTPUTS = (".jsonl", ".tsv", ".npy", ".parquet", "/")
 SETTINGS = "run.json"
 VECTOR = "embedding"
@@ -44,10 +46,12 @@ def holds_vectors(output):
 
 
 class PartsFolder:
-    """`OUT.parts/`: the finished chunks of a run with these `settings`; `shard_rows`, the
-    rows of each shard of a folder output."""
+    """`OUT.parts/`: the finished chunks of the run whose identity (`run_identity`: its
+    settings, model and inputs) is `identity`; `shard_rows`, the rows of each shard of a
+    folder output. Parts of another identity are refused, naming what differs;
+    `overwrite` removes them and OUT first."""
 
-    def __init__(self, output, settings, shard_rows=100_000):
+    def __init__(self, output, identity, shard_rows=100_000, overwrite=False):
         self.output, self.shard_rows, self.sharded = Path(output), shard_rows, is_folder_output(output)
         if self.output.suffix not in OUTPUTS and not self.sharded:
             raise ValueError(f"--output {output}: write {', '.join(OUTPUTS[:-1])} or a folder OUT/ (vector shards)")
@@ -55,23 +59,27 @@ class PartsFolder:
             raise ValueError(f"shard_rows must be at least 1, got {shard_rows}")
         self.folder = self.output.with_name(self.output.name + ".parts")
         self.binary = holds_vectors(output) or self.output.suffix == ".parquet"
-        self.settings = json.loads(json.dumps(settings))  # as it reads back
-        if self.output.exists() and not self.folder.exists():
-            raise FileExistsError(f"{self.output} exists (a finished run); remove it to predict again")
-        settings_file = self.folder / SETTINGS
-        if settings_file.exists():
-            recorded = json.loads(settings_file.read_text(encoding="utf-8"))
-            changed = sorted(
-                key for key in {**recorded, **self.settings} if recorded.get(key) != self.settings.get(key)
-            )
-            if changed:
-                raise ValueError(
-                    f"{self.folder} holds a run with other settings ({', '.join(changed)}); run the same command "
-                    "to resume it, or remove the folder to start anew"
-                )
+        if overwrite:
+            self._remove_run()
+        if self.output.exists():
+            shutil.rmtree(self.folder, ignore_errors=True)  # a run killed after OUT was renamed into place
+            raise FileExistsError(f"{self.output} exists (a finished run); pass --overwrite to predict it again")
+        remedy = "run the same command on the same files to resume it, or pass --overwrite to start over"
+        recorded = run_identity.read_record(self.folder / SETTINGS, remedy)
+        if recorded is not None:
+            run_identity.check(recorded, identity, str(self.folder), remedy)
         else:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            _write_text(settings_file, json.dumps(self.settings, indent=1) + "\n")
+            shutil.rmtree(self.folder, ignore_errors=True)  # parts of no run: its record goes in first
+            run_identity.write_record(self.folder / SETTINGS, identity)
+
+    def _remove_run(self):
+        """OUT, its parts and a temporary OUT left by a killed run."""
+        temporary = self.output.with_name(self.output.name + ".tmp")
+        for path in (self.output, self.folder, temporary):
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
 
     def part(self, index):
         return self.folder / f"part-{index:06d}.jsonl"
