@@ -96,7 +96,7 @@ def load_model(path, pretrainer=False):
     BertFor* folder, a run_classifier/run_squad checkpoint) with its labels, or an encoder;
     the pre-training heads only with `pretrainer`."""
     import bert_keras  # noqa: F401  (registers every serialisable class)
-    from bert_keras.checkpoint import is_keras_file
+    from bert_keras.checkpoint.reader import is_keras_file
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.models.saving import load_keras_file
     from bert_keras.tasks.checkpoint_models import load_model as load_any

@@ -23,8 +23,8 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-from bert_keras.checkpoint import read_labels as checkpoint_labels
-from bert_keras.checkpoint import write_labels, write_vocab
+from bert_keras.checkpoint.text_files import read_labels as checkpoint_labels
+from bert_keras.checkpoint.text_files import write_labels, write_vocab
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.serving.layout import EXTRA_DIR, WARMUP_PATH, serving_signatures
 from bert_keras.serving.serving_tasks import serving_signature, text_runner

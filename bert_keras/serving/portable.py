@@ -4,7 +4,7 @@ optional runtimes of the `[deploy]` extra and the vocabulary file beside the exp
 import importlib
 from pathlib import Path
 
-from bert_keras.checkpoint import write_vocab
+from bert_keras.checkpoint.text_files import write_vocab
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.serving.serving_tasks import FillMaskSignature
 

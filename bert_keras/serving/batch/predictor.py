@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.checkpoint import read_checkpoint
+from bert_keras.checkpoint.reader import read_checkpoint
 from bert_keras.checkpoint.sentence_transformers import ST_MODULES
 from bert_keras.models.encoder import BertEncoder
 from bert_keras.serving.batch.records import head_kind, records
