@@ -184,7 +184,7 @@ def run_savedmodel(args, model, preprocessor):
         )
     except c_api_loader.Unavailable as unavailable:  # not built here; a loader that ran and disagreed fails
         print(f"  C++ loader check skipped: {unavailable.reason}")
-    for name, sides in export.describe(path).items():
+    for name, sides in export.describe_signatures(path).items():
         inputs = ", ".join(f"{k}: {d}{s}" for k, (d, s) in sorted(sides["inputs"].items()))
         outputs = ", ".join(sorted(sides["outputs"]))
         print(f"  signature {name}({inputs}) -> {outputs}")
