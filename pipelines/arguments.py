@@ -1,7 +1,8 @@
 """Flags and defaults shared by several sub-commands, so that no command module
 imports another: the starting checkpoint (`--init`, `--vocab`, `--cased`), the
 distribution flags (`--strategy`, `--tpu`, `--devices`, `--mixed-precision`), XLA
-(`--jit-compile`), and the argument types of the files a command reads, checked before TensorFlow loads."""
+(`--jit-compile`), the runner (`--runner` and Beam's pipeline options), and the
+argument types of the files a command reads, checked before TensorFlow loads."""
 
 import argparse
 import glob
@@ -207,3 +208,33 @@ def add_jit_compile_argument(parser, default_help):
         default="auto",
         help=f"compile the train step with XLA (default: {default_help})",
     )
+
+
+def add_runner_argument(parser, output_help="", options_after_dashes=False):
+    """--runner RUNNER [BEAM_OPTIONS], the last flag: the local runner, or an Apache Beam
+    runner with its pipeline options (`beam_options` reads them), which may also follow `--`
+    (`options_after_dashes`); `output_help` says what a Beam run writes."""
+    parser.add_argument(
+        "--runner",
+        nargs=argparse.REMAINDER,
+        default=["local"],
+        metavar="RUNNER [BEAM_OPTIONS]",
+        help="last: 'local', or an Apache Beam runner (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, ...; "
+        f"pip install bert-keras[beam]) followed by Beam pipeline options (--project=..., ...){output_help}",
+    )
+    if options_after_dashes:  # a command without positionals of its own
+        parser.add_argument("beam_options", nargs="*", metavar="-- BEAM_OPTIONS", help="Beam pipeline options after --")
+
+
+def beam_options(args):
+    """The Beam pipeline options (`--runner=RUNNER` first) of `--runner RUNNER [BEAM_OPTIONS]`
+    and of those after `--`; None for the local runner."""
+    runner = [*args.runner, *getattr(args, "beam_options", ())]
+    if not runner or runner[0].startswith("-"):
+        raise ValueError("--runner names a runner first: local, DirectRunner, DataflowRunner, ...")
+    name, options = runner[0], runner[1:]
+    if name == "local":
+        if options:
+            raise ValueError(f"Beam pipeline options {options} need --runner (a Beam runner)")
+        return None
+    return [f"--runner={name}", *options]

@@ -1,6 +1,6 @@
 """`bert-keras create-pretraining-data`: text -> TFRecords in the original BERT layout."""
 
-from bert_keras_cli.arguments import InputPath
+from bert_keras_cli.arguments import InputPath, add_runner_argument, beam_options
 
 
 def register(subparsers):
@@ -13,7 +13,7 @@ def register(subparsers):
         "shards (the documents starting in each --shard-size MiB of input), each made on its own "
         "(next-sentence random segments come from the same shard) into its own file, so a rerun "
         "skips finished shards and the output does not depend on --workers or the runner. "
-        "Apache Beam pipeline options go after `--`.",
+        "Apache Beam pipeline options follow --runner RUNNER, the last flag.",
     )
     parser.add_argument("--input", nargs="+", required=True, type=InputPath, help="text files or glob patterns")
     parser.add_argument("--output", required=True, help="output TFRecord file, or the prefix of OUTPUT-0000k-of-0000n")
@@ -23,12 +23,6 @@ def register(subparsers):
     parser.add_argument("--shard-size", type=float, default=2.0, help="MiB of input text per shard")
     parser.add_argument("--num-shards", type=int, help="cut the input into this many equal shards instead")
     parser.add_argument("--workers", type=int, default=1, help="processes making shards (local runner)")
-    parser.add_argument(
-        "--runner",
-        default="local",
-        help="'local', or an Apache Beam runner (DirectRunner, DataflowRunner, FlinkRunner, "
-        "SparkRunner, ...; pip install bert-keras[beam])",
-    )
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--max-predictions-per-seq", type=int, default=20)
     parser.add_argument("--masked-lm-prob", type=float, default=0.15)
@@ -36,7 +30,7 @@ def register(subparsers):
     parser.add_argument("--dupe-factor", type=int, default=10)
     parser.add_argument("--whole-word-mask", action="store_true")
     parser.add_argument("--seed", type=int, default=12345, help="shard k uses the original's --random_seed SEED+k")
-    parser.add_argument("beam_options", nargs="*", help="after `--`: Beam pipeline options (--project=..., ...)")
+    add_runner_argument(parser, options_after_dashes=True)
     parser.set_defaults(func=run)
 
 
@@ -47,13 +41,12 @@ def run(args):
 
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
-    if args.beam_options and args.runner == "local":
-        raise ValueError(f"Beam pipeline options {args.beam_options} need --runner (a Beam runner)")
+    pipeline_options = beam_options(args)
     beam_runner = None
-    if args.runner != "local":
+    if pipeline_options is not None:
         from bert_keras.data.pretraining_beam import runner
 
-        beam_runner = runner([f"--runner={args.runner}", *args.beam_options])
+        beam_runner = runner(pipeline_options)
     tokenizer = BertTokenizer(args.vocab, lower_case=not args.cased)
     recipe = shards.Recipe(
         max_seq_length=args.max_seq_length,

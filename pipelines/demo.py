@@ -360,7 +360,7 @@ def _init_checkpoint(init):
     if init is None:
         return None
     if init != "auto":
-        from bert_keras.checkpoint import detect_format
+        from bert_keras.checkpoint.reader import detect_format
 
         detect_format(init)  # a clear error now, not after the first stages
         return init
@@ -375,7 +375,7 @@ def _init_checkpoint(init):
 
 
 def _copy_vocab(init, vocab):
-    from bert_keras.checkpoint import read_checkpoint
+    from bert_keras.checkpoint.reader import read_checkpoint
 
     source = read_checkpoint(init).vocab_path
     if source is None:

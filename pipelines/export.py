@@ -96,7 +96,7 @@ def load_model(path, pretrainer=False):
     BertFor* folder, a run_classifier/run_squad checkpoint) with its labels, or an encoder;
     the pre-training heads only with `pretrainer`."""
     import bert_keras  # noqa: F401  (registers every serialisable class)
-    from bert_keras.checkpoint import is_keras_file
+    from bert_keras.checkpoint.reader import is_keras_file
     from bert_keras.models.pretrainer import BertPretrainer
     from bert_keras.models.saving import load_keras_file
     from bert_keras.tasks.checkpoint_models import load_model as load_any
@@ -184,7 +184,7 @@ def run_savedmodel(args, model, preprocessor):
         )
     except c_api_loader.Unavailable as unavailable:  # not built here; a loader that ran and disagreed fails
         print(f"  C++ loader check skipped: {unavailable.reason}")
-    for name, sides in export.describe(path).items():
+    for name, sides in export.describe_signatures(path).items():
         inputs = ", ".join(f"{k}: {d}{s}" for k, (d, s) in sorted(sides["inputs"].items()))
         outputs = ", ".join(sorted(sides["outputs"]))
         print(f"  signature {name}({inputs}) -> {outputs}")

@@ -16,10 +16,9 @@ Beam pipeline options follow the runner's name (--runner is the last flag).
 Example: `bert-keras predict best.keras --input tickets.tsv --output labels.jsonl`.
 """
 
-import argparse
 import sys
 
-from bert_keras_cli.arguments import CheckpointPath, InputPath
+from bert_keras_cli.arguments import CheckpointPath, InputPath, add_runner_argument, beam_options
 
 
 def register(subparsers):
@@ -64,15 +63,7 @@ def register(subparsers):
     )
     _add_answer_flags(parser)
     _add_run_flags(parser)
-    parser.add_argument(
-        "--runner",
-        nargs=argparse.REMAINDER,
-        default=["local"],
-        metavar="RUNNER [BEAM_OPTIONS]",
-        help="last: 'local' (resumable), or an Apache Beam runner (DirectRunner, DataflowRunner, FlinkRunner, "
-        "SparkRunner, ...; pip install bert-keras[beam]) followed by Beam pipeline options (--project=..., ...); "
-        "it writes OUT-SSSSS-of-NNNNN.jsonl shards",
-    )
+    add_runner_argument(parser, "; a Beam runner writes OUT-SSSSS-of-NNNNN.jsonl shards")
     parser.set_defaults(func=run)
 
 
@@ -116,22 +107,12 @@ def column_map(flags):
     return columns
 
 
-def beam_runner(flags):
-    """`--runner RUNNER [BEAM_OPTIONS]` -> (runner, Beam options); a `--` before the options is dropped."""
-    if not flags or flags[0].startswith("-"):
-        raise ValueError("--runner names a runner first: local, DirectRunner, DataflowRunner, ...")
-    runner, options = flags[0], [flag for flag in flags[1:] if flag != "--"]
-    if options and runner == "local":
-        raise ValueError(f"Beam pipeline options {options} need --runner (a Beam runner)")
-    return runner, options
-
-
 def run(args):
-    runner, beam_options = beam_runner(args.runner)
-    if runner != "local":
+    pipeline_options = beam_options(args)
+    if pipeline_options is not None:
         if args.chunk_size is not None:
             raise ValueError("--chunk-size is the local runner's; a Beam runner batches and writes by itself")
-        return _run_on_beam(args, runner, beam_options)
+        return _run_on_beam(args, pipeline_options)
     from bert_keras.serving.batch import predict_files
 
     chunks = {} if args.chunk_size is None else {"chunk_size": args.chunk_size}
@@ -160,10 +141,9 @@ def _options(args):
     )
 
 
-def _run_on_beam(args, runner, beam_options):
+def _run_on_beam(args, pipeline_options):
     from bert_keras.serving.batch.beam import predict_on_beam
 
-    options = [f"--runner={runner}", *beam_options]
-    shards = predict_on_beam(args.model, args.input, args.output, options, **_options(args))
+    shards = predict_on_beam(args.model, args.input, args.output, pipeline_options, **_options(args))
     print(f"wrote {len(shards)} shards: {', '.join(shards)}")
     return 0

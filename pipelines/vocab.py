@@ -3,7 +3,7 @@
 import sys
 import time
 
-from bert_keras_cli.arguments import InputPath
+from bert_keras_cli.arguments import InputPath, add_runner_argument, beam_options
 from bert_keras_cli.startup import quiet_start_up
 
 
@@ -15,7 +15,7 @@ def register(subparsers):
         "tf.text's learner's vocabulary from the same counts, faster (docs/vocabulary.md). "
         "Layout: [PAD], [unused0..K-1], [UNK], [CLS], [SEP], [MASK], learned pieces. "
         "Words are counted in parts of the corpus, by --workers processes or on a Beam --runner "
-        "(the same counts either way); Apache Beam pipeline options go after `--`.",
+        "(the same counts either way); Apache Beam pipeline options follow --runner RUNNER, the last flag.",
     )
     parser.add_argument(
         "--corpus", nargs="+", required=True, type=InputPath, metavar="FILE", help="UTF-8 text files, one line a text"
@@ -39,13 +39,7 @@ def register(subparsers):
         "(lossy counting; every word seen more than the floor it reports is kept, its count at most that "
         "floor short; docs/vocabulary.md). Default: exact counts",
     )
-    parser.add_argument(
-        "--runner",
-        default="local",
-        help="'local', or an Apache Beam runner counting the words (DirectRunner, DataflowRunner, FlinkRunner, "
-        "SparkRunner, ...; pip install bert-keras[beam]); it writes its counts to OUT.counts-* and removes them",
-    )
-    parser.add_argument("beam_options", nargs="*", help="after `--`: Beam pipeline options (--project=..., ...)")
+    add_runner_argument(parser, "; a Beam runner writes its counts to OUT.counts-* and removes them", True)
     # Counting and learning are plain Python and numpy: the command starts without TensorFlow.
     parser.set_defaults(func=run, tensorflow=False)
 
@@ -53,9 +47,9 @@ def register(subparsers):
 def run(args):
     from bert_keras.text.vocab import build_vocabulary, write_vocabulary
 
-    _check_flags(args)
+    pipeline_options = _checked_pipeline_options(args)
     started = time.time()
-    counts = _count_locally(args) if args.runner == "local" else _count_on_beam(args)
+    counts = _count_locally(args) if pipeline_options is None else _count_on_beam(args, pipeline_options)
     print(
         f"counted {sum(counts.values())} words, {len(counts)} distinct, in {time.time() - started:.1f}s",
         file=sys.stderr,
@@ -68,15 +62,16 @@ def run(args):
     print(f"wrote {len(vocabulary)} tokens to {args.out} in {time.time() - started:.1f}s", file=sys.stderr)
 
 
-def _check_flags(args):
+def _checked_pipeline_options(args):
+    """The Beam pipeline options of the run (None: counted locally), once the flags agree."""
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     if args.max_distinct_words is not None and args.max_distinct_words < 1:
         raise ValueError(f"--max-distinct-words must be >= 1, got {args.max_distinct_words}")
-    if args.runner != "local" and (args.workers > 1 or args.max_distinct_words is not None):
+    pipeline_options = beam_options(args)
+    if pipeline_options is not None and (args.workers > 1 or args.max_distinct_words is not None):
         raise ValueError("--workers and --max-distinct-words are for the local count; a Beam --runner scales its own")
-    if args.beam_options and args.runner == "local":
-        raise ValueError(f"Beam pipeline options {args.beam_options} need --runner (a Beam runner)")
+    return pipeline_options
 
 
 def _count_locally(args):
@@ -107,10 +102,9 @@ def _count_locally(args):
     return counts
 
 
-def _count_on_beam(args):
+def _count_on_beam(args, pipeline_options):
     with quiet_start_up():  # Beam's file systems import TensorFlow
         from bert_keras.text import vocab_beam
 
-    print(f"counting words on {args.runner} ...", file=sys.stderr, flush=True)
-    options = [f"--runner={args.runner}", *args.beam_options]
-    return vocab_beam.count_words(args.corpus, f"{args.out}.counts", options, lower_case=args.lower_case)
+    print(f"counting words on {args.runner[0]} ...", file=sys.stderr, flush=True)
+    return vocab_beam.count_words(args.corpus, f"{args.out}.counts", pipeline_options, lower_case=args.lower_case)

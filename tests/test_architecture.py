@@ -145,6 +145,21 @@ def test_private_hooks_live_in_compat():
     assert not found, "private Keras/TensorFlow symbols outside bert_keras/compat.py:\n" + "\n".join(found)
 
 
+def test_the_library_imports_checkpoint_names_from_their_modules():
+    """`bert_keras.checkpoint` exports only what users call (docs/checkpoints.md); the
+    library and the commands import from the submodules, so a name can stay internal."""
+    package = ROOT / "bert_keras" / "checkpoint" / "__init__.py"
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for folder in ("bert_keras", "pipelines")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path != package
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module == "bert_keras.checkpoint"
+    ]
+    assert not found, f"imports from the package, not its modules: {found}"
+
+
 def test_every_package_folder_installs():
     """pyproject.toml lists the packages by hand (pipelines/ installs as `bert_keras_cli`):
     a package folder missing from the list would be left out of a wheel."""

@@ -31,7 +31,7 @@ TOKENIZER_SETTINGS = (
 FORMATS = ("auto", "lines", "prose")
 HEADING_WORDS = ("CHAPTER", "Chapter", "BOOK", "Book", "VOLUME", "Volume", "PART", "Part")
 HEADING_ENDS = (".", "!", "?", '"')  # a one-line paragraph ending so is a sentence, not a heading
-LINE_ENDS = (".", "!", "?", '"', "'", "\u201d")  # `detect_format`: lines ending so are sentences
+LINE_ENDS = (".", "!", "?", '"', "'", "\u201d")  # `detect_text_format`: lines ending so are sentences
 ABBREVIATIONS = (
     "mr",
     "mrs",
@@ -102,7 +102,7 @@ def parse_documents(text, format="auto"):
     """Text -> list of documents, each a list of sentence strings (see module doc)."""
     check_format(format)
     if format == "auto":
-        format = detect_format(text)
+        format = detect_text_format(text)
     if format == "lines":
         documents = [[]]
         for line in text.splitlines():
@@ -129,7 +129,7 @@ def is_heading(line):
     return bool(_HEADING.match(line)) and not line.endswith(HEADING_ENDS)
 
 
-def detect_format(text):
+def detect_text_format(text):
     """'prose' when most non-blank lines are wrapped text (no sentence end), else 'lines'."""
     lines = [line.strip() for line in text.splitlines()[:2000] if line.strip()]
     if not lines:

@@ -85,7 +85,7 @@ def _strip(strings):
 
 
 def _is_prose(text):
-    """`detect_format`: most of the first 2000 non-blank lines end without a sentence end."""
+    """`documents.detect_text_format`: most of the first 2000 non-blank lines end without a sentence end."""
     lines = _strip(_lines(text, 2000))
     lines = tf.boolean_mask(lines, tf.strings.length(lines) > 0)
     ending = tf.strings.regex_full_match(lines, f"(?s).*{_one_of(LINE_ENDS)}")

@@ -13,7 +13,7 @@ import os
 
 import tensorflow as tf
 
-from bert_keras.data.documents import detect_format, is_heading, parse_documents
+from bert_keras.data.documents import detect_text_format, is_heading, parse_documents
 from bert_keras.data.tfrecords import shard_names
 
 # ~40 MB of records held per worker at dupe factor 10, ~250 documents of a novel's chapter size;
@@ -55,8 +55,8 @@ def probe_inputs(input_files, format="auto"):
             file_format = format
             if format == "auto":
                 file.seek(0)
-                lines = [file.readline() for _ in range(2000)]  # what detect_format looks at
-                file_format = detect_format(b"".join(lines).decode("utf-8", errors="ignore"))
+                lines = [file.readline() for _ in range(2000)]  # what detect_text_format looks at
+                file_format = detect_text_format(b"".join(lines).decode("utf-8", errors="ignore"))
         inputs.append({"path": path, "bytes": size, "format": file_format})
     return inputs, skipped
 
@@ -188,6 +188,6 @@ def read_shard(shard):
     return documents, warnings
 
 
-def describe(shard):
+def describe_shard(shard):
     """The shard's input spans, for messages."""
     return ", ".join(f"{path} bytes {start}-{end}" for path, _, start, end in shard.spans) or "no input"

@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from bert_keras.data.documents import tokenize_documents, tokenizer_fingerprint
 from bert_keras.data.example_encoder import serialize_instance
-from bert_keras.data.input_shards import DEFAULT_SHARD_BYTES, describe, plan_shards, read_shard
+from bert_keras.data.input_shards import DEFAULT_SHARD_BYTES, describe_shard, plan_shards, read_shard
 from bert_keras.data.instances import InstanceMaker
 from bert_keras.data.shard_manifest import MANIFEST_VERSION, finished_shards, manifest_path, write_manifest
 from bert_keras.text.tokenizer import BertTokenizer
@@ -76,11 +76,11 @@ class ShardMaker:
         records = []
         if len(tokenized) == 1:
             warnings.append(
-                f"{describe(shard)}: only 1 document, and next-sentence pairs need 2 in a shard: "
+                f"{describe_shard(shard)}: only 1 document, and next-sentence pairs need 2 in a shard: "
                 "no instances (use larger shards)"
             )
         elif not tokenized:
-            warnings.append(f"{describe(shard)}: no documents: no instances")
+            warnings.append(f"{describe_shard(shard)}: no documents: no instances")
         else:
             records = self.maker.instances(
                 tokenized,

@@ -17,7 +17,7 @@ from bert_keras.training.finetuning import length_grouped_batches
 LABELLED, TRIPLETS = ("query", "document", "label"), ("anchor", "positive", "negative")
 
 
-def read_pairs(path):
+def read_reranking_pairs(path):
     """(kind, columns {name: [texts]}, labels or None) of a pairs TSV whose header names
     them: kind "labelled" (query, document, label) or "triplets" (anchor, positive[, negative])."""
     rows = read_rows(path, header=False)
@@ -124,8 +124,8 @@ class RerankingData(TaskData):
     main_metric = "ndcg@10"
 
     def __init__(self, train_path, dev_path, max_examples=None):
-        self.kind, columns, labels = read_pairs(train_path)
-        dev_kind, self.dev_columns, self.dev_labels = read_pairs(dev_path)
+        self.kind, columns, labels = read_reranking_pairs(train_path)
+        dev_kind, self.dev_columns, self.dev_labels = read_reranking_pairs(dev_path)
         if dev_kind != self.kind:
             raise ValueError(f"{train_path} holds {self.kind} pairs but {dev_path} holds {dev_kind} pairs")
         self.train_size = min(len(next(iter(columns.values()))), max_examples or 10**12)

@@ -117,7 +117,7 @@ def similarity_correlations(a, b, scores):
 PAIRS, SCORED = ("anchor", "positive", "negative"), ("text_a", "text_b", "score")
 
 
-def read_pairs(path):
+def read_retrieval_pairs(path):
     """(columns {name: [texts]}, scores or None) of a pairs TSV whose header names them:
     anchor, positive [, negative], or text_a, text_b, score."""
     rows = read_rows(path, header=False)
@@ -150,8 +150,8 @@ def read_pairs(path):
 def read_pair_files(train_path, dev_path, max_examples=None):
     """((columns, scores), (dev columns, dev scores)) of a training pairs TSV (its first
     `max_examples` pairs) and a dev one, which must have the same columns."""
-    columns, scores = read_pairs(train_path)
-    dev = read_pairs(dev_path)
+    columns, scores = read_retrieval_pairs(train_path)
+    dev = read_retrieval_pairs(dev_path)
     if list(dev[0]) != list(columns) or (dev[1] is None) != (scores is None):
         raise ValueError(
             f"{train_path} has columns {list(columns)}{' + score' if scores else ''} but {dev_path} "

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from bert_keras.checkpoint import HEAD_NAMES, POOLER_NAMES, set_original_weights
+from bert_keras.checkpoint.weights import HEAD_NAMES, POOLER_NAMES, set_original_weights
 from bert_keras.compat import WorksAroundKeras20585
 from bert_keras.config import BertConfig
 from bert_keras.layers import BertEmbeddings, BertPooler, TransformerEncoderBlock

@@ -5,7 +5,7 @@ import warnings
 import keras
 import tensorflow as tf
 
-from bert_keras.checkpoint import POOLER_NAMES, set_original_weights
+from bert_keras.checkpoint.weights import POOLER_NAMES, set_original_weights
 from bert_keras.compat import WorksAroundKeras20585
 from bert_keras.layers import BertMaskedLMHead, BertNextSentenceHead
 from bert_keras.models.encoder import INPUT_NAMES, PACKING_INPUT, BertEncoder

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import keras
 
-from bert_keras.checkpoint import get_original_weights, read_checkpoint, write
+from bert_keras.checkpoint.reader import read_checkpoint, write
+from bert_keras.checkpoint.weights import get_original_weights
 
 
 def load_keras_file(path, cls=keras.Model):

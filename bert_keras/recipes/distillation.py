@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from bert_keras.checkpoint import write_labels
+from bert_keras.checkpoint.text_files import write_labels
 from bert_keras.recipes.finetuning import finetune
 from bert_keras.tasks.distillation import BertDistiller, student_of
 from bert_keras.training import distribute

@@ -38,7 +38,7 @@ from bert_keras.serving.portable import (
     ids_function,
     refuse_windows,
     require,
-    write_vocabulary,
+    write_vocab_beside,
 )
 from bert_keras.serving.serving_tasks import serving_signature
 from bert_keras.tasks.serving_signature import ServingSignature
@@ -135,7 +135,7 @@ def export_litert(model, preprocessor, path, labels=None, segments=None, quantiz
     flatbuffer = litert_flatbuffer(functions, quantize, type(model).__name__)
     path = Path(path)
     path.write_bytes(flatbuffer)
-    write_vocabulary(preprocessor.tokenizer, path)
+    write_vocab_beside(preprocessor.tokenizer, path)
     return text
 
 

@@ -23,8 +23,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-from bert_keras.checkpoint import read_labels as checkpoint_labels
-from bert_keras.checkpoint import write_labels, write_vocab
+from bert_keras.checkpoint.text_files import read_labels, write_labels, write_vocab
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.serving.layout import EXTRA_DIR, WARMUP_PATH, serving_signatures
 from bert_keras.serving.serving_tasks import serving_signature, text_runner
@@ -207,12 +206,12 @@ def write_warmup_requests(path, model_name, requests):
             writer.write(log.SerializeToString())
 
 
-def read_labels(export_path):
+def served_labels(export_path):
     """The label names an export serves (`assets.extra/labels.txt`); None without them."""
-    return checkpoint_labels(Path(export_path) / EXTRA_DIR / LABELS_FILE)
+    return read_labels(Path(export_path) / EXTRA_DIR / LABELS_FILE)
 
 
-def describe(export_path):
+def describe_signatures(export_path):
     """Signature names -> input and output names, dtypes and shapes (like saved_model_cli)."""
     saved_model = saved_model_pb2.SavedModel.FromString((Path(export_path) / "saved_model.pb").read_bytes())
     return {

@@ -26,7 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.serving.portable import check_quantize, ids_function, refuse_windows, require, write_vocabulary
+from bert_keras.serving.portable import check_quantize, ids_function, refuse_windows, require, write_vocab_beside
 from bert_keras.serving.serving_tasks import serving_signature
 
 ONNX_OPSET = 17
@@ -50,7 +50,7 @@ def export_onnx(model, preprocessor, path, labels=None, quantize=None):
             del proto
             # Per output channel: per tensor cost the SST-2 MiniLM classifier 1.0 point of dev accuracy, this 0.
             quantization.quantize_dynamic(float_path, path, weight_type=quantization.QuantType.QInt8, per_channel=True)
-    write_vocabulary(preprocessor.tokenizer, path)
+    write_vocab_beside(preprocessor.tokenizer, path)
 
 
 def convert(signature, model):

@@ -4,7 +4,7 @@ optional runtimes of the `[deploy]` extra and the vocabulary file beside the exp
 import importlib
 from pathlib import Path
 
-from bert_keras.checkpoint import write_vocab
+from bert_keras.checkpoint.text_files import write_vocab
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.serving.serving_tasks import FillMaskSignature
 
@@ -58,5 +58,6 @@ def check_quantize(format, quantize):
         raise ValueError(f"{format} exports quantize to {' or '.join(QUANTIZATIONS[format])}, not {quantize!r}")
 
 
-def write_vocabulary(tokenizer, path):
+def write_vocab_beside(tokenizer, path):
+    """The tokenizer's vocab.txt beside a portable model file (`model.vocab.txt` for `model.tflite`)."""
     return write_vocab(tokenizer.vocabulary, Path(path).with_suffix(".vocab.txt"))

@@ -3,7 +3,7 @@ sentence-transformers CrossEncoder folder: a reranker), or
 the head variables of a TF1 checkpoint (run_squad's, run_classifier's, the pre-training
 heads), so `bert-keras convert` moves a task model whole."""
 
-from bert_keras.checkpoint import read_checkpoint
+from bert_keras.checkpoint.reader import read_checkpoint
 from bert_keras.models.encoder import BertEncoder
 from bert_keras.models.pretrainer import BertPretrainer
 from bert_keras.models.saving import load_keras_file

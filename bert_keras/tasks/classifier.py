@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from bert_keras.checkpoint import Transposed
+from bert_keras.checkpoint.weights import Transposed
 from bert_keras.tasks.preprocessing import is_packed
 from bert_keras.tasks.serving_signature import ServingSignature, as_float32, label_names, label_table
 from bert_keras.tasks.task import BertTask, default_optimizer, output_layer

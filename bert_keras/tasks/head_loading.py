@@ -5,7 +5,7 @@ vocabulary and tokenizer settings."""
 
 import warnings
 
-from bert_keras.checkpoint import set_original_weights
+from bert_keras.checkpoint.weights import set_original_weights
 from bert_keras.models.encoder import BertEncoder
 from bert_keras.models.saving import load_checkpoint
 from bert_keras.tasks.preprocessing import preprocessor_for

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.checkpoint import read_tokenizer_config, read_vocab
+from bert_keras.checkpoint.text_files import read_tokenizer_config, read_vocab
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
 from bert_keras.text.vocab import check_vocabulary

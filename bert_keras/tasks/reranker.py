@@ -16,7 +16,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.checkpoint import CROSS_ENCODER_ACTIVATIONS, HF_CONFIG, activation_name, read_checkpoint
+from bert_keras.checkpoint.hf import HF_CONFIG
+from bert_keras.checkpoint.reader import read_checkpoint
+from bert_keras.checkpoint.sentence_transformers import CROSS_ENCODER_ACTIVATIONS, activation_name
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.tasks.classifier import BertClassifier
 from bert_keras.tasks.multiple_choice import pack_choices

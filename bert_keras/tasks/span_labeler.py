@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from bert_keras.checkpoint import Transposed
+from bert_keras.checkpoint.weights import Transposed
 from bert_keras.tasks.serving_signature import ServingSignature, as_float32, check_no_labels
 from bert_keras.tasks.task import BertTask, default_optimizer, output_layer
 

@@ -5,8 +5,7 @@ Raw strings cannot go through the train step (tf.text ops do not run under XLA o
 TPU), so, as keras-hub's `Task` does, `fit`/`evaluate`/`predict` turn raw inputs into a
 `tf.data` pipeline that maps `preprocess_samples` over batches before the model sees
 them. The model's own `call` only ever takes packed int inputs, which is what an
-exported serving signature wraps.
-"""
+exported serving signature wraps."""
 
 import contextlib
 import warnings
@@ -16,7 +15,8 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from bert_keras.checkpoint import VOCAB, read_checkpoint, write_tokenizer_config, write_vocab
+from bert_keras.checkpoint.reader import read_checkpoint
+from bert_keras.checkpoint.text_files import VOCAB, write_tokenizer_config, write_vocab
 from bert_keras.compat import RestoresCompile, WorksAroundKeras20585
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
 from bert_keras.models.saving import save_checkpoint

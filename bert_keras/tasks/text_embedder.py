@@ -14,7 +14,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.checkpoint import ST_POOLING_MODES, VOCAB, read_checkpoint, write_sentence_transformers, write_vocab
+from bert_keras.checkpoint.reader import read_checkpoint
+from bert_keras.checkpoint.sentence_transformers import ST_POOLING_MODES, write_sentence_transformers
+from bert_keras.checkpoint.text_files import VOCAB, write_vocab
 from bert_keras.models.saving import save_checkpoint
 from bert_keras.tasks.head_loading import checkpoint_preprocessor, load_encoder, with_arguments
 from bert_keras.tasks.preprocessing import is_packed

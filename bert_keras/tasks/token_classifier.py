@@ -8,7 +8,7 @@ training (so each word's label is learnt in that window only) as in prediction.
 import keras
 import tensorflow as tf
 
-from bert_keras.checkpoint import Transposed
+from bert_keras.checkpoint.weights import Transposed
 from bert_keras.tasks.serving_signature import ServingSignature, as_float32, label_table
 from bert_keras.tasks.task import BertTask, default_optimizer, output_layer
 from bert_keras.tasks.windowing import encode_windows, is_windowed, pack_windows, window_arguments, window_mask

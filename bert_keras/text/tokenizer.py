@@ -43,7 +43,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from bert_keras.checkpoint import vocab_tokens
+from bert_keras.checkpoint.text_files import vocab_tokens
 from bert_keras.compat import accept_raw_inputs
 from bert_keras.files import decode_text
 

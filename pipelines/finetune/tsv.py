@@ -24,7 +24,7 @@ def add_arguments(parser):
 
 
 def run(args):
-    from bert_keras.checkpoint import write_labels
+    from bert_keras.checkpoint.text_files import write_labels
     from bert_keras.datasets.classification import tsv_data
     from bert_keras_cli.finetune.common import train_classifier, write_best_metrics
 

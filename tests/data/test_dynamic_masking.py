@@ -12,7 +12,7 @@ from conftest import DATA, require
 from bert_keras import BertTokenizer
 from bert_keras.compat import dataset_graph
 from bert_keras.data import graph_documents
-from bert_keras.data.documents import detect_format, read_documents, split_sentences, tokenize_documents
+from bert_keras.data.documents import detect_text_format, read_documents, split_sentences, tokenize_documents
 from bert_keras.data.dynamic_masking import dynamic_masking_dataset
 from bert_keras.data.graph_documents import file_documents
 from bert_keras.data.graph_instances import GraphInstanceMaker, _sample_without_replacement
@@ -75,7 +75,7 @@ def test_documents_equal_the_python_reader(tmp_path, books):
         expected = read_documents(path)
         documents = file_documents(tf.io.read_file(str(path))).to_list()
         assert [[s.decode() for s in d] for d in documents] == expected, path
-    assert detect_format(tricky.read_text(errors="ignore")) == "prose"
+    assert detect_text_format(tricky.read_text(errors="ignore")) == "prose"
     forced = file_documents(tf.io.read_file(str(lines)), "prose").to_list()
     assert [[s.decode() for s in d] for d in forced] == read_documents(lines, "prose")
 

@@ -10,7 +10,7 @@ from conftest import DATA, require
 
 from bert_keras import BertTokenizer
 from bert_keras.data import pretraining_shards as shards
-from bert_keras.data.documents import detect_format, read_documents, split_sentences, tokenize_documents
+from bert_keras.data.documents import detect_text_format, read_documents, split_sentences, tokenize_documents
 from bert_keras.data.instances import InstanceMaker
 from bert_keras.data.tfrecords import pretraining_dataset
 
@@ -357,5 +357,5 @@ def test_prose_headings_start_documents(tmp_path):
         ["It was a dark night.", "The rain fell.", "She left."],
         ["Morning came.", "Birds sang."],
     ]
-    assert detect_format(path.read_text()) == "prose"
-    assert detect_format(require(SAMPLE).read_text()) == "lines"
+    assert detect_text_format(path.read_text()) == "prose"
+    assert detect_text_format(require(SAMPLE).read_text()) == "lines"

@@ -1,3 +1,7 @@
+import inspect
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -6,8 +10,11 @@ from harness import ODD_TINY as TINY
 from harness import random_inputs
 
 from bert_keras import BertConfig, BertEncoder, checkpoint
+from bert_keras.checkpoint.tf1 import TF1_IGNORED, write_tf1
 from bert_keras.models.saving import save_checkpoint
 from bert_keras_cli.cli import main as cli
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def weights_of(encoder):
@@ -21,7 +28,7 @@ def test_name_map_matches_a_released_checkpoint():
     released = {
         name: tuple(shape)
         for name, shape in released.items()
-        if name.startswith("bert/") and not checkpoint.TF1_IGNORED.search(name)
+        if name.startswith("bert/") and not TF1_IGNORED.search(name)
     }
     encoder = BertEncoder(BertConfig.from_json_file(folder / "bert_config.json"))
     ours = {name: value.shape for name, value in weights_of(encoder).items()}
@@ -75,7 +82,7 @@ def test_checkpoint_problems_list_the_names(tmp_path):
     weights.pop("bert/pooler/dense/bias")
     weights["bert/encoder/layer_9/output/dense/kernel"] = np.zeros((2, 2), "float32")
     weights["bert/embeddings/word_embeddings"] = np.zeros((5, 32), "float32")
-    checkpoint.write_tf1(weights, TINY, tmp_path)
+    write_tf1(weights, TINY, tmp_path)
     with pytest.raises(ValueError) as error:
         BertEncoder.from_checkpoint(tmp_path)
     message = str(error.value)
@@ -112,3 +119,12 @@ def test_convert_command_chain(tmp_path, minilm_dir):
     output = BertEncoder.from_checkpoint(tmp_path / "hf")(inputs)["sequence_output"].numpy()
     assert np.abs(output[mask] - ref["sequence_output"][mask]).max() <= 2e-5
     assert cli(["convert", str(tmp_path / "missing"), "--to", "hf", str(tmp_path / "x")]) == 2
+
+
+def test_the_public_names_are_the_documented_ones():
+    """A new export of `bert_keras.checkpoint` is a choice: docs/checkpoints.md names each."""
+    text = " ".join((DOCS / "checkpoints.md").read_text().split())
+    start = text.index("`bert_keras.checkpoint`, whose public names are") + len("`bert_keras.checkpoint`")
+    documented = set(re.findall(r"`(\w+)`", text[start : text.index(").", start)]))
+    public = {name for name, value in vars(checkpoint).items() if not (name.startswith("_") or inspect.ismodule(value))}
+    assert documented == set(checkpoint.__all__) == public

@@ -337,7 +337,7 @@ def test_bfloat16_units_are_read_from_cpuinfo(tmp_path):
     ],
 )
 def test_a_broken_tokenizer_config_is_named(tmp_path, content, problem):
-    from bert_keras.checkpoint import tokenizer_max_length
+    from bert_keras.checkpoint.text_files import tokenizer_max_length
 
     (tmp_path / "tokenizer_config.json").write_bytes(content)
     with pytest.raises(ValueError, match=f"tokenizer_config.json: {problem}"):

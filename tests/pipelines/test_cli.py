@@ -227,3 +227,29 @@ def test_checkpoint_prefixes_and_remote_paths_are_left_to_the_command(tmp_path):
     assert not CheckpointPath("auto").missing()
     assert CheckpointPath(str(tmp_path / "other.ckpt")).missing()
     assert not InputPath("gs://bucket/data.txt").missing() and not InputPath(str(tmp_path / "*.txt")).missing()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["vocab", "--corpus", "c.txt", "--size", "100", "--out", "v.txt"],
+        ["create-pretraining-data", "--input", "c.txt", "--vocab", "v.txt", "--output", "o"],
+        ["predict", "best.keras", "--input", "c.txt", "--output", "o.jsonl"],
+    ],
+)
+def test_every_beam_command_reads_the_runner_and_its_pipeline_options_alike(argv):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from bert_keras_cli.arguments import beam_options
+    from bert_keras_cli.cli import build_parser
+
+    parser = build_parser()
+    assert beam_options(parser.parse_args(argv)) is None
+    flags = ["--runner", "DataflowRunner", "--project=p", "--region", "r", "--temp_location=gs://b/tmp"]
+    forms = [flags] if argv[0] == "predict" else [flags, [*flags[:2], "--", *flags[2:]]]  # and after --
+    for form in forms:
+        options = PipelineOptions(beam_options(parser.parse_args([*argv, *form]))).get_all_options()
+        assert (options["runner"], options["project"], options["region"]) == ("DataflowRunner", "p", "r")
+        assert options["temp_location"] == "gs://b/tmp"
+    with pytest.raises(ValueError, match="need --runner"):
+        beam_options(parser.parse_args([*argv, "--runner", "local", "--project=p"]))

@@ -309,7 +309,7 @@ def test_classifier_export_probabilities_and_labels(tmp_path, base_vocab_preproc
     np.testing.assert_allclose(out["probabilities"], softmax(logits), atol=1e-5)
     assert out["label_ids"].tolist() == logits.argmax(-1).tolist()
     assert [label.decode() for label in out["labels"]] == [["neg", "neutral", "pos"][i] for i in logits.argmax(-1)]
-    assert export.read_labels(path) == ["neg", "neutral", "pos"]
+    assert export.served_labels(path) == ["neg", "neutral", "pos"]
 
 
 def test_tagger_export_tags_words_of_the_original_tokenizer(tmp_path, base_vocab_preprocessor):

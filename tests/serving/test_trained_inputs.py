@@ -158,7 +158,7 @@ def test_models_saved_before_the_record_export_as_before(tmp_path):
     assert model.segments is None and model.labels is None
     preprocessor = model.preprocessor
     path = export.export_for_serving(model, preprocessor, tmp_path, labels=["x", "y", "z"])
-    assert set(export.describe(path)["serving_default"]["inputs"]) == {"text"}
+    assert set(export.describe_signatures(path)["serving_default"]["inputs"]) == {"text"}
 
 
 def test_fit_records_the_segments_and_the_config_keeps_them():

@@ -118,7 +118,7 @@ def test_declared_text_inputs_name_fit_inputs_and_the_export(preprocessor, tmp_p
 
     unfit = PremiseHypothesisClassifier(encoder(), num_classes=2, preprocessor=preprocessor)
     path = export.export_for_serving(unfit, preprocessor, tmp_path / "export", version=1)
-    assert set(export.describe(path)["serving_default"]["inputs"]) == {"premise", "hypothesis"}
+    assert set(export.describe_signatures(path)["serving_default"]["inputs"]) == {"premise", "hypothesis"}
     model = PremiseHypothesisClassifier(encoder(), num_classes=2, preprocessor=preprocessor)
     model.compile(optimizer=keras.optimizers.Adam(1e-3))
     model.fit((["is it", "was it"], ["good", "bad"]), np.array([1, 0]), verbose=0)

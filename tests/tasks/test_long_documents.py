@@ -12,7 +12,7 @@ import tensorflow as tf
 from harness import TOLERANCE, run_task_test, tiny_encoder, tiny_preprocessor
 
 from bert_keras import BertClassifier, BertTextEmbedder
-from bert_keras.serving.export import describe
+from bert_keras.serving.export import describe_signatures
 from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
 from bert_keras.tasks.windowing import preprocess_windows, truncation_notice
 
@@ -154,7 +154,7 @@ def test_served_documents_equal_predict(tmp_path, pair):
         fit_data=None if pair else (x, np.array([0, 1, 2, 1, 0])),
         export_kwargs={"max_windows": most},
     )
-    assert describe(path)["serve_ids"]["inputs"]["input_word_ids"] == ["int32", [-1, -1, -1]]
+    assert describe_signatures(path)["serve_ids"]["inputs"]["input_word_ids"] == ["int32", [-1, -1, -1]]
     predictor = SessionPredictor(path, replay_warmup=False)
     longer = {name: [" ".join(texts[-2:])] for name, texts in request.items()}
     with pytest.raises(ServingError, match=f"(?s)INVALID_ARGUMENT.*max_windows={most} "):

@@ -23,6 +23,7 @@ from bert_keras import (
     BertTokenClassifier,
     checkpoint,
 )
+from bert_keras.checkpoint.tf1 import TF1_PREFIX
 from bert_keras.models.saving import save_checkpoint
 from bert_keras_cli.cli import main as cli
 
@@ -133,14 +134,12 @@ def test_hugging_face_round_trip_is_weight_exact_and_keeps_labels(tmp_path, name
 def test_tf1_round_trip_writes_the_original_head_variables(tmp_path, name):
     model = HEADS[name].from_checkpoint(hf_folder(tmp_path, name))
     model.save_checkpoint(tmp_path / "tf1", format="tf1")
-    variables = dict(tf.train.list_variables(str(tmp_path / "tf1" / checkpoint.TF1_PREFIX)))
+    variables = dict(tf.train.list_variables(str(tmp_path / "tf1" / TF1_PREFIX)))
     head = "cls/squad/output_weights" if name == "question_answering" else "output_weights"
     weight = load_file(str(hf_folder(tmp_path, name) / "model.safetensors"))
     hf_name = "qa_outputs.weight" if name == "question_answering" else "classifier.weight"
     assert variables[head] == list(weight[hf_name].shape)  # [out, in], as run_classifier/run_squad store it
-    np.testing.assert_array_equal(
-        tf.train.load_variable(str(tmp_path / "tf1" / checkpoint.TF1_PREFIX), head), weight[hf_name]
-    )
+    np.testing.assert_array_equal(tf.train.load_variable(str(tmp_path / "tf1" / TF1_PREFIX), head), weight[hf_name])
     restored = HEADS[name].from_checkpoint(tmp_path / "tf1")
     assert restored.labels == LABELS.get(name)
     expected = checkpoint.get_original_weights(model.original_weight_map())

@@ -123,11 +123,11 @@ def test_multiple_choice(tmp_path):
         check,
         fit_data=((questions, choices), np.array([0, 2])),
     )
-    from bert_keras.serving.export import describe
+    from bert_keras.serving.export import describe_signatures
 
-    inputs = describe(path)["serving_default"]["inputs"]
+    inputs = describe_signatures(path)["serving_default"]["inputs"]
     assert inputs == {"question": ["string", [-1]], "choices": ["string", [-1, -1]]}
-    assert describe(path)["serve_ids"]["inputs"]["input_word_ids"] == ["int32", [-1, -1, -1]]
+    assert describe_signatures(path)["serve_ids"]["inputs"]["input_word_ids"] == ["int32", [-1, -1, -1]]
     predictor = SessionPredictor(path, replay_warmup=False)
     with pytest.raises(ServingError, match="INVALID_ARGUMENT.*choices must have rank 2"):
         predictor.predict_texts(question=["a"], choices=["a", "b"])

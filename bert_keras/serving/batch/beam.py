@@ -10,7 +10,7 @@ in batches padded only to their own longest text, giving the records `predict` w
 the local run reads them (so the ids are the same), RunInference, and the records as
 JSON-lines shards `OUT-SSSSS-of-NNNNN.jsonl` in Beam's order (each record has its id);
 with `top_k_per_query`, a reranker's best rows of each query, by Beam's combine per key
-(`TopPerQuery`: at most K records a query are held).
+(`RankTopPerQuery`: at most K records a query are held).
 On a cluster runner the model, the inputs and OUT must be on storage every worker reads
 and the workers need bert-keras installed (as for `pretraining_beam`)."""
 
@@ -85,7 +85,7 @@ class BertModelHandler(ModelHandler):
         ]
 
     def get_num_bytes(self, batch):
-        return sum(_length(element) for element in batch)
+        return sum(_length_in_bytes(element) for element in batch)
 
     def get_metrics_namespace(self):
         return "BertModelHandler"
@@ -107,7 +107,7 @@ def _row(element, segments):
     raise TypeError(f"an element is a text, a dict of texts or a Row, not {type(element).__name__}")
 
 
-def _length(element):
+def _length_in_bytes(element):
     """An element's texts' size in UTF-8 bytes."""
     texts = (element.texts or {}) if isinstance(element, Row) else element
     if isinstance(texts, str):
@@ -130,7 +130,7 @@ def shards_prefix(output):
     return output[: -len(".jsonl")]
 
 
-class TopPerQuery(beam.PTransform):
+class RankTopPerQuery(beam.PTransform):
     """((id, query), record) pairs -> the `k` best-scored records of each query, ranked
     as the local run ranks them (`ranking.ranked`), and the records in error."""
 
@@ -151,7 +151,7 @@ class TopPerQuery(beam.PTransform):
         return (top, errors) | beam.Flatten()
 
 
-def _with_query(pair, segment):
+def _keyed_by_query(pair, segment):
     """(id, row) -> ((id, the row's query), row)."""
     key, row = pair
     return (key, None if row.texts is None else row.texts[segment]), row
@@ -181,12 +181,12 @@ def predict_on_beam(
             | "Rows" >> beam.FlatMap(keyed_rows, segments, columns, id_column, list_segment)
         )
         if top_k_per_query is not None:
-            rows = rows | "Query" >> beam.Map(_with_query, query_segment(segments))
+            rows = rows | "Query" >> beam.Map(_keyed_by_query, query_segment(segments))
         predicted = rows | "Spread" >> beam.Reshuffle() | "Predict" >> RunInference(KeyedModelHandler(handler))
         if top_k_per_query is None:
             records = predicted | "Records" >> beam.Values()
         else:
-            records = predicted | "TopPerQuery" >> TopPerQuery(top_k_per_query)
+            records = predicted | "RankTopPerQuery" >> RankTopPerQuery(top_k_per_query)
         _ = (
             records
             | "Json" >> beam.Map(lambda record: json.dumps(record, ensure_ascii=False))

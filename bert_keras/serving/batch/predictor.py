@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.checkpoint import read_checkpoint
+from bert_keras.checkpoint.reader import read_checkpoint
 from bert_keras.checkpoint.sentence_transformers import ST_MODULES
 from bert_keras.models.encoder import BertEncoder
 from bert_keras.serving.batch.records import head_kind, records
@@ -124,7 +124,7 @@ class BatchPredictor:
                 results[index] = {"id": row.id, "error": row.error}
         valid = [i for i in range(len(rows)) if results[i] is None]
         tokens = self._chunk_tokens(rows) if valid else None
-        lengths = tokens[2] if tokens is not None else [_length(row) if row.texts else 0 for row in rows]
+        lengths = tokens[2] if tokens is not None else [_length_in_characters(row) if row.texts else 0 for row in rows]
         for batch in self._batches(rows, valid, lengths):
             for index, record in zip(batch, self._batch_records(rows, batch, on_error, tokens)):
                 results[index] = record
@@ -209,5 +209,5 @@ def _tokens(tokenizer, packer, texts):
     return ids, cut, tf.reduce_sum(lengths, axis=1) - cut
 
 
-def _length(row):
+def _length_in_characters(row):
     return sum(len(text) if isinstance(text, str) else sum(map(len, text)) for text in row.texts.values())

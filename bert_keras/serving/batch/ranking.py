@@ -39,14 +39,15 @@ class QueryPredictor:
 
     def predict_rows(self, rows, on_error="raise"):
         records = self.predictor.predict_rows(rows, on_error)
-        return [_with_query(row, record, self.segment) for row, record in zip(rows, records)]
+        return [_record_with_query(row, record, self.segment) for row, record in zip(rows, records)]
 
 
-def _with_query(row: Row, record, segment):
+def _record_with_query(row: Row, record, segment):
+    """`record` with its row's query (a record in error as it is)."""
     return record if "error" in record else {**record, "query": row.texts[segment]}
 
 
-class TopPerQuery:
+class TopPerQueryHeaps:
     """The `k` best-scored records of each query, fed one at a time; ties go to the
     row met first."""
 
@@ -78,7 +79,7 @@ def ranked(query, records):
 def top_per_query(records, k):
     """The ranking of the scored records (with their query) that `records()` yields:
     each query's best `k`, then the records in error as they are (a second pass)."""
-    top = TopPerQuery(k)
+    top = TopPerQueryHeaps(k)
     for record in records():
         if "error" not in record:
             top.add(record)

@@ -7,7 +7,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from bert_keras.serving.batch.predictor import BatchPredictor
-from bert_keras.serving.export import read_labels
+from bert_keras.serving.export import served_labels
 
 # The output that tells each kind of export apart, in the order they are looked for.
 KIND_OF_OUTPUT = (
@@ -51,7 +51,7 @@ class SavedModelPredictor(BatchPredictor):
             raise ValueError(f"{path}: an export of outputs {sorted(outputs)}, which predict does not decode")
         self.kind = kinds[0]
         self.batch_size, self.all_scores, self.windows = batch_size, all_scores, True
-        self.labels = read_labels(self.path)
+        self.labels = served_labels(self.path)
         inputs = function.structured_input_signature[1]
         # Call by name; a 2-D input is a multiple-choice export's choices, which go last.
         self.segments = tuple(sorted(inputs, key=lambda name: (inputs[name].shape.rank, name)))
