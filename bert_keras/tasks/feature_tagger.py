@@ -202,3 +202,14 @@ class BertFeatureTagger(BertTokenClassifier):
 
     def checkpoint_head(self):
         return None
+
+
+class CachedFeatureModel(keras.Model):
+    """A `BertFeatureTagger`'s trained part on cached features: `{"features", "input_mask"}` -> logits."""
+
+    def __init__(self, tagger, **kwargs):
+        super().__init__(**kwargs)
+        self.tagger = tagger
+
+    def call(self, inputs, training=None):
+        return self.tagger.tag_logits(inputs["features"], inputs["input_mask"], training=training)

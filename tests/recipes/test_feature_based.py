@@ -15,7 +15,8 @@ from conftest import DATA, require
 
 from bert_keras import BertConfig, BertEncoder
 from bert_keras.datasets.conll import ConllData, conlleval, predict_tags, read_conll
-from bert_keras.recipes.feature_based import CACHE, cache_tagging_features, train_feature_tagger
+from bert_keras.recipes.feature_based import train_feature_tagger
+from bert_keras.recipes.tagging_features import CACHE, cache_tagging_features
 from bert_keras.tasks.feature_tagger import BertFeatureTagger
 from bert_keras.training.backup import StepBackup
 from bert_keras_cli.cli import main as cli
