@@ -1,7 +1,7 @@
 """Every use of a private Keras, TensorFlow or tf.text symbol, in one place.
 
-The rest of bert_keras uses public APIs only (tests/test_architecture.py looks for
-`keras.src`, `tensorflow.python`, `_pywrap` and the hooks below elsewhere). Each hook
+The rest of bert_keras uses public APIs only (tests/test_architecture.py reads every other
+module for private imports, attributes and overrides: tests/private_uses.py). Each hook
 relies on internals a minor release may change without notice, so tests/compat_check.py
 runs each one on the installed versions and raises if one no longer takes effect
 (tests/test_compat.py runs it; docs/development.md says what to do when it fails).

@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 import grimp
+from private_uses import private_uses
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,7 +113,8 @@ def test_pipelines_only_parse_print_and_call_the_library():
     assert not calls, f"pipelines/ compiles or fits models itself: {calls}"
 
 
-# Private Keras / TensorFlow / tf.text symbols: they belong in bert_keras/compat.py, whose
+# Private Keras / TensorFlow / tf.text symbols, by name, in every folder (bert_keras/ and pipelines/ are
+# also read as code, below): they belong in bert_keras/compat.py, whose
 # self-check (tests/compat_check.py) verifies each still takes effect (docs/development.md).
 # Tests and benchmarks may run the original tools they compare against: TensorFlow's
 # saved_model_cli, tf.text's learner.
@@ -132,6 +134,7 @@ def test_private_hooks_live_in_compat():
         ROOT / "bert_keras" / "compat.py",
         ROOT / "tests" / "compat_check.py",
         ROOT / "tests" / "test_compat.py",
+        ROOT / "tests" / "private_uses.py",
         Path(__file__).resolve(),
     }
     found = [
@@ -158,6 +161,101 @@ def test_the_library_imports_checkpoint_names_from_their_modules():
         if isinstance(node, ast.ImportFrom) and node.module == "bert_keras.checkpoint"
     ]
     assert not found, f"imports from the package, not its modules: {found}"
+
+
+def test_no_private_keras_or_tensorflow_outside_compat():
+    """Every module of bert_keras and pipelines but compat.py, read as code (tests/private_uses.py):
+    no private module import, no private attribute of Keras, TensorFlow or tf.text modules, and
+    no private attribute that Keras or TensorFlow classes define, on `self` or another object."""
+    compat = ROOT / "bert_keras" / "compat.py"
+    found = [
+        use
+        for folder in ("bert_keras", "pipelines")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path != compat
+        for use in private_uses(path.read_text(encoding="utf-8"), path.relative_to(ROOT).as_posix())
+    ]
+    assert not found, "private Keras/TensorFlow symbols outside bert_keras/compat.py:\n" + "\n".join(found)
+    assert len(private_uses(compat.read_text(encoding="utf-8"))) > 20  # the check sees compat's own hooks
+
+
+PRIVATE_USES = """
+import keras
+import tensorflow as tf
+from keras import callbacks
+from keras.src.backend.tensorflow import trainer
+import tensorflow.python.ops
+
+
+class Backup(keras.callbacks.BackupAndRestore):
+    def on_epoch_end(self, epoch, logs=None):
+        self._current_epoch = epoch + 1
+        self._save_model()
+
+
+class Base(callbacks.TensorBoard):
+    pass
+
+
+class Logs(Base):
+    def _log_epoch_metrics(self, epoch, logs):
+        super()._log_epoch_metrics(epoch, logs)
+
+
+class Clipping:
+    def _clip_gradients(self, grads):
+        return super()._clip_gradients(grads)
+
+
+def strategy_of(model):
+    tf.__internal__.tracking.AutoTrackable()
+    keras.ops._private_helper()
+    return getattr(model, "_distribute_strategy", None) or model._compile_loss
+"""
+
+
+def test_the_private_use_check_flags_each_kind_of_use():
+    found = private_uses(PRIVATE_USES, "snippet.py")
+    assert found == [
+        "snippet.py:5: from keras.src.backend.tensorflow import trainer",
+        "snippet.py:6: import tensorflow.python.ops",
+        "snippet.py:11: self._current_epoch (private in a Keras/TensorFlow class)",
+        "snippet.py:12: self._save_model (private in a Keras/TensorFlow class)",
+        "snippet.py:20: overrides the private _log_epoch_metrics of a Keras/TensorFlow class",
+        "snippet.py:21: super()._log_epoch_metrics (private in a Keras/TensorFlow class)",
+        "snippet.py:25: overrides the private _clip_gradients of a Keras/TensorFlow class",
+        "snippet.py:26: super()._clip_gradients (private in a Keras/TensorFlow class)",
+        "snippet.py:30: tf.__internal__ (private in tensorflow)",
+        "snippet.py:31: keras.ops._private_helper (private in keras)",
+        "snippet.py:32: model._distribute_strategy (private in Keras/TensorFlow classes)",
+        "snippet.py:32: model._compile_loss (private in Keras/TensorFlow classes)",
+    ], found
+
+
+def test_the_private_use_check_leaves_a_modules_own_private_names():
+    own = """
+import keras
+from bert_keras.training.backup import StepBackup
+
+
+class Progress(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self._started = None
+
+    def _elapsed(self):
+        return self._started
+
+
+class Resumes(StepBackup):
+    def _save(self, epoch_end):
+        return super()._save(epoch_end) or _helper(self._latest_is_whole)
+
+
+def _helper(backup):
+    return backup._own_state, keras.ops.sum, backup.__class__
+"""
+    assert private_uses(own) == []
 
 
 def test_every_package_folder_installs():

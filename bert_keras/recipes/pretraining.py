@@ -1,6 +1,6 @@
 """The pre-training run: masked LM (+ next sentence) with `model.fit`, phase after phase.
 
-Checkpoints are `StepBackup`s (Keras' `BackupAndRestore`: weights, optimizer state) taken
+Checkpoints are `StepBackup`s (weights, optimizer state, seeds, running metrics) taken
 every `checkpoint_every` steps and on SIGTERM; one Keras "epoch" is one checkpoint
 interval (the last one shorter when the interval does not divide the steps). The data
 stream is deterministic, so a run killed at any moment and started again with the same

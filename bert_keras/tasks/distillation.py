@@ -342,7 +342,7 @@ class BertDistiller(BertTask):
             losses.append((1 - self.alpha) * self.hard_loss(labels, y_pred, sample_weight))
         if training and self.intermediate:
             losses += self._intermediate_losses(x, teacher_features)
-        losses += [self._aggregate_additional_loss(loss) for loss in self.losses]
+        losses += [tf.reduce_sum(tf.cast(loss, tf.float32)) for loss in self.losses]  # regularization
         if not losses:
             raise ValueError("no loss: alpha=1 needs the teacher (or its cached outputs), alpha<1 needs labels")
         return tf.add_n(losses)

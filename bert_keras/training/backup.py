@@ -1,15 +1,16 @@
 """Step-level backups: any `model.fit` run killed at any moment resumes where it stopped.
 
-`StepBackup` is Keras' `BackupAndRestore` (weights and optimizer state in
-`latest.weights.h5`, the backup before it kept as `.bkp`) taken every `save_freq`
-optimizer steps, at every epoch end and on SIGTERM (then the process exits), plus what a
-weights file lacks, in `state.json`: the step, the seed generators' states (dropout
-masks), the epoch's running metrics, and the state of the callbacks given as `states`
-(best-so-far metrics and weights, elapsed time). `restore` loads the newest backup that
-reads whole, before `fit`: the caller skips as many batches of its deterministic data as
-the restored optimizer has trained and fits the rest, so the run ends as an
-uninterrupted one would. `prune_logs` drops the TensorBoard events written after that
-backup, so no step is logged twice.
+`StepBackup` backs up every `save_freq` optimizer steps, at every epoch end and on
+SIGTERM (then the process exits): the weights and optimizer state (`latest.weights.h5`)
+and what a weights file lacks, in `state.json`: the step, the whole epochs trained, the
+seed generators' states (dropout masks), the epoch's running metrics, and the state of the
+callbacks given as `states` (best-so-far metrics and weights, elapsed time). The backup
+before it is kept (`previous.weights.h5`, `state.json.bkp`), and every file is written
+under a temporary name and then renamed, so a kill at any moment leaves the newest or the
+previous backup whole. `restore` loads the newest backup that reads whole, before `fit`:
+the caller skips as many batches of its deterministic data as the restored optimizer has
+trained and fits the rest, so the run ends as an uninterrupted one would. `prune_logs`
+drops the TensorBoard events written after that backup, so no step is logged twice.
 """
 
 import json
@@ -29,9 +30,13 @@ from bert_keras.compat import builds_from_fit_data, needs_symbolic_build
 STATE = "state.json"
 WEIGHTS = "latest.weights.h5"
 BACKUP = ".bkp"
+# Keras saves and loads weights only under names that end in `.weights.h5`.
+PREVIOUS_WEIGHTS = "previous.weights.h5"
+SAVING_WEIGHTS = "saving.weights.h5"
+PRUNING_LOGS = "pruned_events.tmp"
 
 
-class StepBackup(keras.callbacks.BackupAndRestore):
+class StepBackup(keras.callbacks.Callback):
     """Backs up to `backup_dir` every `save_freq` optimizer steps ("epoch": at epoch ends
     only; an epoch's last step is backed up at its end, after the epoch's callbacks) and on
     SIGTERM when `on_sigterm` (not under multi-worker training, where every worker must save
@@ -43,13 +48,20 @@ class StepBackup(keras.callbacks.BackupAndRestore):
     def __init__(
         self, backup_dir, save_freq="epoch", states=None, plan=None, inputs=None, on_sigterm=True, batches_per_step=1
     ):
-        super().__init__(str(backup_dir), save_freq=save_freq, double_checkpoint=True, delete_checkpoint=False)
+        super().__init__()
+        if save_freq != "epoch" and not (isinstance(save_freq, int) and save_freq > 0):
+            raise ValueError(f"save_freq must be 'epoch' or a number of steps above 0, got {save_freq!r}")
+        self.backup_dir, self.save_freq = str(backup_dir), save_freq
         self.states, self.plan = dict(states or {}), json.loads(json.dumps(plan))  # as read back
         self.identity = run_identity.job_identity(self.plan or {}, inputs)
         self.step = 0
         self.on_sigterm, self.batches_per_step = on_sigterm, batches_per_step
         self.finished, self.terminated = False, False
         self.resumes_metrics = None
+        self.epoch = 0
+        # Whether state.json and latest.weights.h5 are one backup (restored or saved here):
+        # only then does a save keep them as the previous one.
+        self._latest_is_whole = False
         self._previous_handler = None
 
     def restore(self, model):
@@ -57,15 +69,15 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         scope) and the `states`. Returns the optimizer steps it holds (0: none). Sets
         `finished` when the run had stopped (all steps trained, or a callback stopped it)."""
         folder = Path(self.backup_dir)
-        for suffix in ("", BACKUP):
-            state = _read_json(folder / (STATE + suffix))
-            if state is None or not (folder / (WEIGHTS + suffix)).exists():
+        for state_name, weights_name in ((STATE, WEIGHTS), (STATE + BACKUP, PREVIOUS_WEIGHTS)):
+            state = _read_json(folder / state_name)
+            if state is None or not (folder / weights_name).exists():
                 continue
             self._check_plan(state)
             if not model.optimizer.built:
                 model.optimizer.build(model.trainable_variables)
             try:
-                model.load_weights(str(folder / (WEIGHTS + suffix)))
+                model.load_weights(str(folder / weights_name))
             except (OSError, ValueError):
                 continue
             if _steps(model) != state["step"]:  # killed between the weights and their state
@@ -76,13 +88,14 @@ class StepBackup(keras.callbacks.BackupAndRestore):
                 keeper.restore_state(folder, state[name])
             self.resumes_metrics = None if state["epoch_end"] else state["metrics"]
             self.finished, self.step = state["finished"], state["step"]
+            self._latest_is_whole = weights_name == WEIGHTS
             return self.step
         return 0
 
     def remove(self):
         """Deletes the backups (the run is over and written), and the folder if nothing else is in it."""
         folder = Path(self.backup_dir)
-        for pattern in (f"{STATE}*", f"{WEIGHTS}*", "training_metadata.json*", "*.npz"):
+        for pattern in (f"{STATE}*", "*.weights.h5", "*.npz"):
             for path in folder.glob(pattern):
                 path.unlink()
         if folder.is_dir() and not any(folder.iterdir()):
@@ -108,6 +121,7 @@ class StepBackup(keras.callbacks.BackupAndRestore):
 
     def on_epoch_begin(self, epoch, logs=None):
         """A run resumed inside an epoch goes on with that epoch's running metrics."""
+        self.epoch = epoch
         if self.resumes_metrics is not None:
             for variable, value in zip(self.model.metrics_variables, self.resumes_metrics, strict=True):
                 variable.assign(value)
@@ -125,7 +139,7 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self._exit_if_terminated(waiting)
 
     def on_epoch_end(self, epoch, logs=None):
-        self._current_epoch = epoch + 1
+        self.epoch = epoch + 1
         self._save(epoch_end=True)
         self._exit_if_terminated(False)
 
@@ -140,10 +154,14 @@ class StepBackup(keras.callbacks.BackupAndRestore):
             raise SystemExit(128 + signal.SIGTERM)
 
     def _save(self, epoch_end):
+        """Every worker saves (reading distributed variables is collective). Written and
+        renamed in an order that leaves a whole backup at any moment: a state and weights of
+        different steps are not one (`restore` skips them)."""
         folder = Path(self.backup_dir)
         folder.mkdir(parents=True, exist_ok=True)
         state = {
             "step": _steps(self.model),
+            "epoch": self.epoch,
             "epoch_end": epoch_end,
             "finished": bool(epoch_end and self.model.stop_training),
             "identity": self.identity,
@@ -151,10 +169,13 @@ class StepBackup(keras.callbacks.BackupAndRestore):
             "metrics": [np.asarray(v).tolist() for v in self.model.metrics_variables],
             **{name: keeper.backup_state(folder) for name, keeper in self.states.items()},
         }
-        if (folder / STATE).exists():
-            (folder / (STATE + BACKUP)).write_bytes((folder / STATE).read_bytes())
-        self._save_model()  # Keras': the weights (the last ones to .bkp) and training_metadata.json
+        self.model.save_weights(str(folder / SAVING_WEIGHTS))
+        if self._latest_is_whole:
+            _write_json(folder / (STATE + BACKUP), _read_json(folder / STATE))
+            os.replace(folder / WEIGHTS, folder / PREVIOUS_WEIGHTS)
+        os.replace(folder / SAVING_WEIGHTS, folder / WEIGHTS)
         _write_json(folder / STATE, state)
+        self._latest_is_whole = True
         _remove_unlisted(folder, [state, _read_json(folder / (STATE + BACKUP)) or {}], self.states)
 
 
@@ -252,9 +273,12 @@ def prune_logs(folder, steps, epochs):
         except tf.errors.DataLossError:  # a record cut short by the kill
             dropped = True
         if dropped:
-            with tf.io.TFRecordWriter(str(path)) as writer:
+            # No "tfevents" in the temporary name: TensorBoard would read a file a kill left.
+            temporary = path.with_name(PRUNING_LOGS)
+            with tf.io.TFRecordWriter(str(temporary)) as writer:
                 for record in events:
                     writer.write(record)
+            os.replace(temporary, path)
 
 
 def _after(tag, step, steps, epochs):

@@ -235,7 +235,7 @@ def chief_path(path, strategy):
 
 @contextlib.contextmanager
 def backup_and_restore(backup_dir, strategy, **kwargs):
-    """A `backup.StepBackup` (Keras' `BackupAndRestore`) for this worker, in a `with` block.
+    """A `backup.StepBackup` for this worker, in a `with` block.
 
     The chief backs up to `backup_dir`. The other workers restore from a copy of the
     chief's backup (the folder must be shared, e.g. NFS or GCS mounted on every host),

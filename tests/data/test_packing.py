@@ -233,4 +233,4 @@ def test_pretrain_with_packing(tmp_path):
     curves = read_curves(output)
     assert {"masked_lm_accuracy", "next_sentence_accuracy"} <= set(curves.series)
     assert main(argv[: argv.index("--steps") + 1] + ["6"] + argv[argv.index("--steps") + 2 :]) == 0  # resumes
-    assert json.loads((output / "checkpoints" / "phase1" / "training_metadata.json").read_text())["epoch"] == 3
+    assert json.loads((output / "checkpoints" / "phase1" / "state.json").read_text())["epoch"] == 3

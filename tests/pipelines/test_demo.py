@@ -82,8 +82,8 @@ def test_demo_writes_every_artefact(demo_run):
     assert vocab[ids[0]] == "[CLS]" and "[SEP]" in [vocab[i] for i in ids]
 
     # Pre-training checkpoints (the resume state) and the final weights in every format.
-    metadata = json.loads((out / "pretrain" / "checkpoints" / "phase1" / "training_metadata.json").read_text())
-    assert metadata["epoch"] == 6
+    state = json.loads((out / "pretrain" / "checkpoints" / "phase1" / "state.json").read_text())
+    assert state["epoch"] == 6
     final = out / "pretrain" / "final"
     for name in (
         "encoder.keras",

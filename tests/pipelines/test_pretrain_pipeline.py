@@ -80,9 +80,9 @@ def pretrain_command(output):
 
 
 def completed(output):
-    metadata = output / "checkpoints" / "phase1" / "training_metadata.json"
+    state = output / "checkpoints" / "phase1" / "state.json"
     try:
-        return json.loads(metadata.read_text())["epoch"]
+        return json.loads(state.read_text())["epoch"]
     except (OSError, ValueError):
         return 0
 

@@ -186,6 +186,11 @@ def test_cached_teacher_outputs_give_the_on_the_fly_loss():
     soft = SoftTargetLoss(3.0)(cached[TEACHER_OUTPUTS], y_pred)
     hard = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(LABELS, y_pred)
     np.testing.assert_allclose(on_the_fly, 0.7 * soft + 0.3 * hard, rtol=1e-5)
+    # The student's regularization losses are added.
+    kernel = distiller.student.logits.kernel
+    kernel.regularizer = keras.regularizers.L2(0.5)
+    regularized = distiller.compute_loss(packed, LABELS, y_pred, training=False)
+    np.testing.assert_allclose(regularized, on_the_fly + 0.5 * np.sum(np.square(kernel.numpy())), rtol=1e-5)
 
 
 def test_hidden_state_and_attention_losses_train_the_projections():

@@ -282,7 +282,7 @@ def start_pretraining_workers(files, output, ports, temp_dirs):
 
 def completed_epochs(output):
     try:
-        return json.loads((output / "checkpoints" / "phase1" / "training_metadata.json").read_text())["epoch"]
+        return json.loads((output / "checkpoints" / "phase1" / "state.json").read_text())["epoch"]
     except (OSError, ValueError):
         return 0
 
@@ -521,13 +521,13 @@ def test_only_the_chief_writes_where_asked(tmp_path):
     # A non-chief's backup folder (a copy of the chief's) is removed even when training fails.
     backup = tmp_path / "backup"
     backup.mkdir()
-    (backup / "training_metadata.json").write_text('{"epoch": 1, "batch": 0}')
+    (backup / "state.json").write_text('{"step": 1}')
     with pytest.raises(RuntimeError, match="training failed"):
         with distribute.backup_and_restore(backup, worker("worker", 1)) as callback:
             folder = Path(callback.backup_dir)
-            assert (folder / "training_metadata.json").exists() and tmp_path not in folder.parents
+            assert (folder / "state.json").exists() and tmp_path not in folder.parents
             raise RuntimeError("training failed")
-    assert not folder.exists() and (backup / "training_metadata.json").exists()
+    assert not folder.exists() and (backup / "state.json").exists()
 
 
 # --- TPU readiness, XLA and mixed precision ------------------------------------------
