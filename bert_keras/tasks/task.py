@@ -343,6 +343,7 @@ class BertTask(RestoresCompile, WorksAroundKeras20585, keras.Model):
         encoder_config=None,
         new_head=False,
         format=None,
+        revision=None,
         **kwargs,
     ):
         """This head from any checkpoint: a `.keras` file of it as saved, or the trained head
@@ -355,10 +356,11 @@ class BertTask(RestoresCompile, WorksAroundKeras20585, keras.Model):
         at `max_seq_length` (default: a Hugging Face folder's `model_max_length`, else the
         model's positions, at most 512); `False` leaves
         it out. `encoder_config` overrides the checkpoint's config (e.g. dropout); `kwargs`
-        go to the head's constructor."""
+        go to the head's constructor. `path` may be a Hugging Face Hub name
+        (`ORG/NAME[@REVISION]`; `revision` pins a branch, tag or commit)."""
         return load_head(
             cls,
-            read_checkpoint(path, format),
+            read_checkpoint(path, format, revision=revision),
             encoder_config,
             new_head,
             dict(
