@@ -4,12 +4,16 @@ cache of the test's, once; then, offline, `BertTextEmbedder.from_checkpoint(NAME
 `bert-keras embed --init NAME` give what the folder gives, a pinned revision gives its
 own weights, and each failure is one line naming the repo."""
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
+from doc_blocks import block_run_by
 from hub_server import Repo, hub_server, use_hub
 from safetensors.numpy import load_file, save
 
@@ -38,6 +42,7 @@ MODEL_FILES = {
 }
 TEXTS = ["A man is eating food.", "The new movie is awesome", "Hugging Face hosts models."]
 TOLERANCE = 1e-6
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def folder_files(folder):
@@ -239,3 +244,29 @@ def test_convert_reads_a_name(offline, capsys, tmp_path, minilm_dir):
     assert written.keys() == original.keys()
     for name, value in original.items():
         np.testing.assert_array_equal(written[name], value, err_msg=name)
+
+
+def test_the_hub_name_snippet_runs(offline, folder_vectors):
+    namespace = {}
+    exec(block_run_by("tests/test_hub.py::test_the_hub_name_snippet_runs").text, namespace)
+    np.testing.assert_allclose(namespace["vectors"][0], folder_vectors[0], atol=TOLERANCE)
+
+
+def test_a_command_resolves_a_name_before_tensorflow_loads(tmp_path):
+    """In a new process, as a user runs it: the environment variables alone set the cache
+    and offline mode, and an uncached name ends the command before TensorFlow loads."""
+    code = (
+        "import sys; from bert_keras_cli.cli import main; code = main(sys.argv[1:]); "
+        "print(code, 'tensorflow' in sys.modules)"
+    )
+    env = {**os.environ, "HF_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    env.pop("HF_HUB_CACHE", None)
+    argv = ["embed", "--init", "hf://acme/bert-tiny@v2", "--input", __file__, "--output", "v.npy"]
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    assert out.stdout.split() == ["2", "False"], out.stderr
+    assert out.stderr.strip() == (
+        "bert-keras embed: error: acme/bert-tiny@v2 is not in the Hugging Face cache (HF_HUB_OFFLINE=1): "
+        f"{tmp_path / 'home' / 'hub'} holds no complete snapshot of it; run once online to download it"
+    )
