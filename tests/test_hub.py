@@ -248,7 +248,7 @@ def test_convert_reads_a_name(offline, capsys, tmp_path, minilm_dir):
 
 def test_the_hub_name_snippet_runs(offline, folder_vectors):
     namespace = {}
-    exec(block_run_by("tests/test_hub.py::test_the_hub_name_snippet_runs").text, namespace)
+    exec(block_run_by("tests/test_hub.py::" + "test_the_hub_name_snippet_runs").text, namespace)
     np.testing.assert_allclose(namespace["vectors"][0], folder_vectors[0], atol=TOLERANCE)
 
 
