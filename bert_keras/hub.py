@@ -77,9 +77,11 @@ def hub_name(source):
 def local_checkpoint(source, revision=None):
     """The local path of a checkpoint `source` (a path, or a Hub name resolved by
     `resolve`); `revision` applies to Hub names only."""
-    if revision is None and hub_name(source) is None:
-        return source
-    return resolve(source, revision).path
+    if hub_name(source) is not None:
+        return resolve(source, revision).path
+    if revision is not None:
+        raise ValueError(f"revision={revision!r} is for Hugging Face Hub names (ORG/NAME), not the path {source}")
+    return source
 
 
 def resolve(source, revision=None):
@@ -88,11 +90,7 @@ def resolve(source, revision=None):
     failure is a one-line error naming the repo."""
     parsed = hub_name(source)
     if parsed is None:
-        raise FileNotFoundError(
-            f"{source} is a local path that does not exist"
-            if _is_local(str(source))
-            else f"no checkpoint at {source}, and it is not a Hugging Face name (ORG/NAME[@REVISION])"
-        )
+        raise FileNotFoundError(f"{source} is a local path or no Hugging Face name (ORG/NAME[@REVISION])")
     repo_id, named_revision = parsed
     if revision is not None and named_revision is not None and revision != named_revision:
         raise ValueError(f"{source} names revision {named_revision}, and revision={revision!r} another")
@@ -147,7 +145,8 @@ def _download(repo_id, revision, name):
                 "snapshot of it; run once online to download it"
             ) from None
         raise FileNotFoundError(
-            f"{name} is not in the Hugging Face cache ({cache}) and the Hub could not be reached: {_line(error)}"
+            f"{name} is no local path, not in the Hugging Face cache ({cache}), and the Hub could not be "
+            f"reached: {_line(error)}"
         ) from None
     except HfHubHTTPError as error:
         raise ValueError(f"{name}: the Hugging Face Hub answered {_line(error)}") from None

@@ -158,6 +158,8 @@ def test_a_pinned_revision_gives_its_weights(online, folder_vectors):
     np.testing.assert_array_equal(words, expected)
     with pytest.raises(ValueError, match=f"^{NAME}@v0 names revision v0, and revision='main' another$"):
         BertEncoder.from_checkpoint(f"{NAME}@v0", revision="main")
+    with pytest.raises(ValueError, match="^revision='v0' is for Hugging Face Hub names .ORG/NAME., not the path /"):
+        BertEncoder.from_checkpoint(online["pinned"], revision="v0")
 
 
 def test_a_finetune_run_records_the_resolved_snapshot(online, tmp_path):
