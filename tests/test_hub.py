@@ -146,6 +146,14 @@ def test_embed_command_with_a_name_offline(offline, folder_vectors, tmp_path, ca
     np.testing.assert_allclose(np.load(tmp_path / "vectors.npy"), folder_vectors, atol=TOLERANCE)
 
 
+def test_predict_command_with_a_name_offline(offline, folder_vectors, tmp_path, capsys):
+    lines = tmp_path / "lines.txt"
+    lines.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    assert cli(["predict", f"hf://{NAME}", "--input", str(lines), "--output", str(tmp_path / "out.npy")]) == 0
+    assert f"resolved {NAME}@main to commit {MAIN}" in capsys.readouterr().out
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), folder_vectors, atol=TOLERANCE)
+
+
 def test_a_pinned_revision_gives_its_weights(online, folder_vectors):
     pinned = BertTextEmbedder.from_checkpoint(online["pinned"]).encode(TEXTS)
     assert np.abs(pinned - folder_vectors).max() > 1e-2  # the two commits' models differ
