@@ -17,7 +17,7 @@ from doc_blocks import block_run_by
 from hub_server import Repo, hub_server, use_hub
 from safetensors.numpy import load_file, save
 
-from bert_keras import BertEncoder, BertTextEmbedder, run_identity
+from bert_keras import BertClassifier, BertEncoder, BertPretrainer, BertReranker, BertTextEmbedder, run_identity
 from bert_keras.checkpoint import read_checkpoint
 from bert_keras.hub import hub_name, resolve
 from bert_keras_cli.arguments import check_input_paths
@@ -168,6 +168,17 @@ def test_a_pinned_revision_gives_its_weights(online, folder_vectors):
         BertEncoder.from_checkpoint(f"{NAME}@v0", revision="main")
     with pytest.raises(ValueError, match="^revision='v0' is for Hugging Face Hub names .ORG/NAME., not the path /"):
         BertEncoder.from_checkpoint(online["pinned"], revision="v0")
+
+
+@pytest.mark.parametrize(
+    "cls, arguments",
+    [(BertClassifier, {"num_classes": 2}), (BertReranker, {}), (BertPretrainer, {"new_heads": True})],
+)
+def test_every_head_takes_a_revision(online, cls, arguments):
+    model = cls.from_checkpoint(NAME, revision="v0", **arguments)
+    words = keras.ops.convert_to_numpy(model.encoder.embeddings.word_embeddings)
+    expected = load_file(str(online["pinned"] / "model.safetensors"))["embeddings.word_embeddings.weight"]
+    np.testing.assert_array_equal(words, expected)
 
 
 def test_a_finetune_run_records_the_resolved_snapshot(online, tmp_path):
