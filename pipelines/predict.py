@@ -28,7 +28,8 @@ def register(subparsers):
     parser.add_argument(
         "model",
         type=CheckpointPath,
-        help="task .keras file, SavedModel export (BASE or BASE/VERSION), checkpoint folder",
+        help="task .keras file, SavedModel export (BASE or BASE/VERSION), checkpoint folder or Hub name "
+        "(ORG/NAME[@REVISION])",
     )
     parser.add_argument(
         "--input",

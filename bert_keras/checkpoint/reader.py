@@ -29,6 +29,7 @@ from bert_keras.checkpoint.text_files import (
 from bert_keras.checkpoint.tf1 import TF1_CONFIG, read_tf1_weights, tf1_head, tf1_prefix, write_tf1
 from bert_keras.checkpoint.weights import HEAD_NAMES
 from bert_keras.config import BertConfig, read_config_json
+from bert_keras.hub import local_checkpoint
 
 FORMATS = ("keras", "hf", "tf1")
 
@@ -102,20 +103,22 @@ def detect_format(path):
     raise FileNotFoundError(f"no checkpoint at {path}")
 
 
-def read_checkpoint(path, format=None, sentence_transformers=False):
+def read_checkpoint(path, format=None, sentence_transformers=False, revision=None):
     """Everything a checkpoint holds, each of its files opened once: a `Checkpoint`.
 
     `path` is a `.keras` file, a TF1 checkpoint folder or prefix, a Hugging Face folder
-    or a sentence-transformers folder (its weights may sit in a sub-folder); a
-    `Checkpoint` already read comes back as it is. `format` ('keras', 'hf' or 'tf1')
-    skips detection. `sentence_transformers=True` (an embedder's loader) makes modules
-    bert-keras does not read an error naming them; otherwise such a folder is read as
-    the Hugging Face folder it holds."""
+    or a sentence-transformers folder (its weights may sit in a sub-folder), or a Hugging
+    Face Hub name (`ORG/NAME[@REVISION]`, `hf://ORG/NAME`; `revision` pins one), read from
+    its snapshot in the Hugging Face cache (`bert_keras.hub`); a `Checkpoint` already read
+    comes back as it is. `format` ('keras', 'hf' or 'tf1') skips detection.
+    `sentence_transformers=True` (an embedder's loader) makes modules bert-keras does not
+    read an error naming them; otherwise such a folder is read as the Hugging Face folder
+    it holds."""
     if isinstance(path, Checkpoint):
         return path
     if format is not None and format not in FORMATS:
         raise ValueError(f"cannot read format {format!r}; use one of {list(FORMATS)}")
-    path = Path(path)
+    path = Path(local_checkpoint(path, revision))
     if (format or ("keras" if is_keras_file(path) else None)) == "keras":
         return Checkpoint(path, "keras", path.parent)
     settings = read_json_object(path / ST_SETTINGS) if path.is_dir() else {}

@@ -176,13 +176,14 @@ class BertEncoder(WorksAroundKeras20585, keras.Model):
         return cls(**config)
 
     @classmethod
-    def from_checkpoint(cls, path, format=None, config=None):
-        """Loads an original TF1 checkpoint, a Hugging Face folder or a `.keras` file.
+    def from_checkpoint(cls, path, format=None, config=None, revision=None):
+        """Loads an original TF1 checkpoint, a Hugging Face folder or a `.keras` file, or a
+        Hugging Face Hub name (`ORG/NAME[@REVISION]`; `revision` pins one).
 
         Pre-training and task heads in the checkpoint are ignored (a missing pooler, as in
         BertForTokenClassification folders, starts new); `config` overrides
         the config file found beside the weights (e.g. to change dropout)."""
-        return load_checkpoint(cls, path, format, config)
+        return load_checkpoint(cls, path, format, config, revision=revision)
 
     @classmethod
     def from_original_weights(cls, weights, config, source="checkpoint"):

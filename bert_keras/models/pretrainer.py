@@ -188,13 +188,16 @@ class BertPretrainer(WorksAroundKeras20585, keras.Model):
         self.encoder.vocab_path = path
 
     @classmethod
-    def from_checkpoint(cls, path, format=None, config=None, new_heads=False, next_sentence=None):
+    def from_checkpoint(cls, path, format=None, config=None, new_heads=False, next_sentence=None, revision=None):
         """Loads encoder + heads from an original TF1 checkpoint, an HF BertForPreTraining
         folder or a `.keras` file. A checkpoint without `cls/` heads is an error naming
         them, unless `new_heads` (see `from_original_weights`). `next_sentence`: None
         keeps the checkpoint's heads; False leaves out (and ignores) a next-sentence head;
-        True needs one (or `new_heads`)."""
-        model = load_checkpoint(cls, path, format, config, new_heads=new_heads, next_sentence=next_sentence)
+        True needs one (or `new_heads`). `path` may be a Hugging Face Hub name
+        (`ORG/NAME[@REVISION]`; `revision` pins one)."""
+        model = load_checkpoint(
+            cls, path, format, config, revision=revision, new_heads=new_heads, next_sentence=next_sentence
+        )
         if next_sentence is None or model.next_sentence == next_sentence:
             return model
         if next_sentence and not new_heads:  # a `.keras` model saved without one

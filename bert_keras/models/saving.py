@@ -40,15 +40,16 @@ def load_keras_file(path, cls=keras.Model):
     return model
 
 
-def load_checkpoint(cls, path, format=None, config=None, keras_classes=(), **kwargs):
+def load_checkpoint(cls, path, format=None, config=None, keras_classes=(), revision=None, **kwargs):
     """A `cls` from a TF1 checkpoint, a Hugging Face folder or a `.keras` file, read once.
 
-    `path` is a path or a `checkpoint.Checkpoint` already read. `config` overrides the
+    `path` is a path, a Hugging Face Hub name (`revision` pins one) or a
+    `checkpoint.Checkpoint` already read. `config` overrides the
     config file beside the weights (e.g. to change dropout); `kwargs` go to
     `cls.from_original_weights`. A `.keras` file must hold a `cls`, or one of
     `keras_classes`, returned as saved (a task head whose encoder a task asks for).
     """
-    found = read_checkpoint(path, format)
+    found = read_checkpoint(path, format, revision=revision)
     if found.format == "keras":
         return load_keras_file(found.path, (*keras_classes, cls) if keras_classes else cls)
     source = f"{found.format} checkpoint {found.path}"

@@ -143,13 +143,15 @@ class BertReranker(BertClassifier):
         return {}
 
     @classmethod
-    def from_checkpoint(cls, path, seq_length=None, max_seq_length=None, activation=None, format=None, **kwargs):
+    def from_checkpoint(
+        cls, path, seq_length=None, max_seq_length=None, activation=None, format=None, revision=None, **kwargs
+    ):
         """A reranker from a sentence-transformers CrossEncoder folder (its activation and
         max length: the tokenizer's `model_max_length`, else sentence_bert_config.json's;
         sigmoid by default), any one-label BertForSequenceClassification, or a new head on
         any encoder checkpoint; pairs are padded to the longest in each batch
         (`seq_length=None`), as CrossEncoder does. Other arguments as `BertTask.from_checkpoint`."""
-        found = read_checkpoint(path, format)
+        found = read_checkpoint(path, format, revision=revision)
         saved_activation, saved_length = None, None
         if found.format == "hf":
             saved_activation = activation_name(found.activation, found.path)

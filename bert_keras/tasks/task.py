@@ -343,22 +343,22 @@ class BertTask(RestoresCompile, WorksAroundKeras20585, keras.Model):
         encoder_config=None,
         new_head=False,
         format=None,
+        revision=None,
         **kwargs,
     ):
         """This head from any checkpoint: a `.keras` file of it as saved, or the trained head
         (and label names) of a TF1 checkpoint or Hugging Face BertFor* folder that has one of
         this kind; otherwise, or with `new_head=True`, a new head on the checkpoint's encoder.
 
-        `preprocessor=True` builds one from the vocab.txt beside the checkpoint (or
-        `vocab`) padding to `seq_length` (None: each batch to its longest; at most
-        `max_seq_length`) and truncating
-        at `max_seq_length` (default: a Hugging Face folder's `model_max_length`, else the
-        model's positions, at most 512); `False` leaves
-        it out. `encoder_config` overrides the checkpoint's config (e.g. dropout); `kwargs`
-        go to the head's constructor."""
+        `preprocessor=True` builds one from the vocab.txt beside the checkpoint (or `vocab`)
+        padding to `seq_length` (None: each batch to its longest; at most `max_seq_length`)
+        and truncating at `max_seq_length` (default: a Hugging Face folder's `model_max_length`,
+        else the model's positions, at most 512); `False` leaves it out. `encoder_config`
+        overrides the checkpoint's config (e.g. dropout); `kwargs` go to the head's constructor.
+        `path` may be a Hub name (`ORG/NAME[@REVISION]`; `revision` pins a branch, tag or commit)."""
         return load_head(
             cls,
-            read_checkpoint(path, format),
+            read_checkpoint(path, format, revision=revision),
             encoder_config,
             new_head,
             dict(

@@ -248,6 +248,7 @@ class BertTextEmbedder(BertTask):
         normalize=None,
         query_prefix=None,
         document_prefix=None,
+        revision=None,
         **kwargs,
     ):
         """An embedder from a sentence-transformers folder (its pooling, normalisation,
@@ -255,8 +256,9 @@ class BertTextEmbedder(BertTask):
         checkpoint (mean pooling and normalisation unless given, up to 512 tokens).
         Arguments given override the folder's settings. Texts are padded to the longest
         in each batch (`seq_length=None`), as sentence-transformers does. A `.keras`
-        file of an embedder is loaded as saved."""
-        found = read_checkpoint(path, sentence_transformers=True)
+        file of an embedder is loaded as saved. `path` may be a Hugging Face Hub name
+        (`ORG/NAME[@REVISION]`; `revision` pins a branch, tag or commit)."""
+        found = read_checkpoint(path, sentence_transformers=True, revision=revision)
         encoder = load_encoder(found, cls, encoder_config)
         if isinstance(encoder, cls):  # a .keras file of an embedder, as saved but for its windows
             return with_arguments(encoder, {k: v for k, v in kwargs.items() if k in cls.window_argument_names})

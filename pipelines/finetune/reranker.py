@@ -18,6 +18,8 @@ Example: `bert-keras finetune reranker --train pairs.tsv --dev dev.tsv --init CK
 
 from pathlib import Path
 
+from bert_keras_cli.arguments import CheckpointPath
+
 HELP = "a cross-encoder reranker from (query, document, label) or (anchor, positive[, negative]) pairs"
 DEFAULTS = dict(learning_rate=2e-5, epochs=1, batch_size=16, max_seq_length=None)
 
@@ -27,7 +29,7 @@ def add_arguments(parser):
         "--train", required=True, help="training TSV (header: query document label, or anchor positive [negative])"
     )
     parser.add_argument("--dev", required=True, help="evaluation TSV, same columns")
-    parser.add_argument("--mine-with", help="embedder that mines hard negatives (default: --init)")
+    parser.add_argument("--mine-with", type=CheckpointPath, help="embedder that mines hard negatives (default: --init)")
     parser.add_argument("--negatives", type=int, default=3, help="hard negatives mined per anchor (default 3)")
     parser.add_argument(
         "--dev-candidates", type=int, default=10, help="dev documents the embedder retrieves per anchor (default 10)"

@@ -1,0 +1,181 @@
+"""Hugging Face Hub names as checkpoints: `ORG/NAME`, `ORG/NAME@REVISION` (a branch, tag
+or commit) or `hf://ORG/NAME[@REVISION]` becomes the local snapshot folder of the files a
+model needs, downloaded once into the shared Hugging Face cache (what transformers
+users downloaded is reused), with the commit it resolved to. huggingface_hub reads
+HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE, HF_TOKEN and HF_ENDPOINT. A local path always
+wins over a name. Imports no TensorFlow: the commands resolve names before it loads."""
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+
+from bert_keras.config import check_model_type, read_config_json
+
+PREFIX = "hf://"
+# The files bert-keras reads (Hugging Face and sentence-transformers folders, their module
+# sub-folders): never pytorch_model.bin, tf_model.h5, flax, onnx/, openvino/ or rust_model.ot.
+MODEL_FILES = [
+    "config.json",
+    "model.safetensors",
+    "vocab.txt",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "labels.txt",
+    "modules.json",
+    "sentence_bert_config.json",
+    "config_sentence_transformers.json",
+    "[0-9]_*/*.json",
+    "[0-9]_*/vocab.txt",
+    "[0-9]_*/model.safetensors",
+]
+PART = r"[A-Za-z0-9][\w.-]*"
+REPO_ID = re.compile(rf"{PART}/{PART}")
+# Names that are local files however they are spelt: a missing one is reported as a path.
+LOCAL_SUFFIXES = (".keras", ".ckpt", ".index", ".h5", ".json", ".txt", ".safetensors", ".bin")
+SAFETENSORS_HELP = (
+    "bert-keras reads safetensors only (pickles run code when loaded): convert it where transformers "
+    "and torch are installed with save_pretrained(FOLDER, safe_serialization=True), or open a pull "
+    "request with https://huggingface.co/spaces/safetensors/convert and pass ORG/NAME@refs/pr/N"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class HubSnapshot:
+    """A Hub name resolved: `repo_id`, the `revision` asked for (None: the default
+    branch), the `commit` it resolved to and the local snapshot folder `path`."""
+
+    repo_id: str
+    revision: str | None
+    commit: str
+    path: Path
+
+    @property
+    def name(self):
+        return f"{self.repo_id}@{self.revision or 'main'}"
+
+    def __str__(self):
+        return f"resolved {self.name} to commit {self.commit} ({self.path})"
+
+
+def hub_name(source):
+    """(repo_id, revision or None) when `source` names a Hub model and no local path; else None."""
+    text = str(source)
+    if _is_local(text):
+        return None
+    name = text.removeprefix(PREFIX)
+    repo_id, _, revision = name.partition("@")
+    if (
+        not REPO_ID.fullmatch(repo_id)
+        or ("@" in name and not revision)
+        or (not text.startswith(PREFIX) and _looks_like_file(repo_id))
+    ):
+        return None
+    return repo_id, revision or None
+
+
+def local_checkpoint(source, revision=None):
+    """The local path of a checkpoint `source` (a path, or a Hub name resolved by
+    `resolve`); `revision` applies to Hub names only."""
+    if hub_name(source) is not None:
+        return resolve(source, revision).path
+    if revision is not None:
+        raise ValueError(f"revision={revision!r} is for Hugging Face Hub names (ORG/NAME), not the path {source}")
+    return source
+
+
+def resolve(source, revision=None):
+    """The `HubSnapshot` of a Hub name: its model files downloaded into the Hugging Face
+    cache (or found there), checked to hold safetensors weights of a BERT model. Every
+    failure is a one-line error naming the repo."""
+    parsed = hub_name(source)
+    if parsed is None:
+        raise FileNotFoundError(f"{source} is a local path or no Hugging Face name (ORG/NAME[@REVISION])")
+    repo_id, named_revision = parsed
+    if revision is not None and named_revision is not None and revision != named_revision:
+        raise ValueError(f"{source} names revision {named_revision}, and revision={revision!r} another")
+    revision = revision or named_revision
+    name = f"{repo_id}@{revision or 'main'}"
+    folder = Path(_download(repo_id, revision, name))
+    snapshot = HubSnapshot(repo_id, revision, folder.name, folder)
+    _check_model(snapshot)
+    return snapshot
+
+
+def _is_local(text):
+    return os.path.exists(text) or os.path.exists(text + ".index") or text.startswith((".", "/", "~"))
+
+
+def _looks_like_file(repo_id):
+    return repo_id.endswith(LOCAL_SUFFIXES)
+
+
+def _download(repo_id, revision, name):
+    from huggingface_hub import constants, errors, snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    # huggingface_hub 2 says a snapshot cached in part with its own error; earlier ones return it.
+    not_cached = (LocalEntryNotFoundError, getattr(errors, "IncompleteSnapshotError", LocalEntryNotFoundError))
+
+    cache = constants.HF_HUB_CACHE
+    try:
+        return snapshot_download(repo_id, revision=revision, allow_patterns=MODEL_FILES)
+    except GatedRepoError:
+        raise PermissionError(
+            f"{repo_id} is gated: accept its conditions on https://huggingface.co/{repo_id} "
+            "and set HF_TOKEN (or run `hf auth login`)"
+        ) from None
+    except RevisionNotFoundError:
+        raise FileNotFoundError(f"{repo_id} has no revision {revision} (a branch, tag or commit)") from None
+    except RepositoryNotFoundError:
+        raise FileNotFoundError(
+            f"no checkpoint at {repo_id}: no such local path, and no model {repo_id} on the Hugging Face Hub "
+            "(if it is private, set HF_TOKEN)"
+        ) from None
+    except not_cached as error:
+        if constants.HF_HUB_OFFLINE:
+            raise FileNotFoundError(
+                f"{name} is not in the Hugging Face cache (HF_HUB_OFFLINE=1): {cache} holds no complete "
+                "snapshot of it; run once online to download it"
+            ) from None
+        raise FileNotFoundError(
+            f"{name} is no local path, not in the Hugging Face cache ({cache}), and the Hub could not be "
+            f"reached: {_line(error)}"
+        ) from None
+    except HfHubHTTPError as error:
+        raise ValueError(f"{name}: the Hugging Face Hub answered {_line(error)}") from None
+
+
+def _check_model(snapshot):
+    """A snapshot without safetensors weights or of a model that is not BERT is an error naming the repo."""
+    where = f"{snapshot.repo_id} (commit {snapshot.commit})"
+    config_file = snapshot.path / "config.json"
+    if config_file.is_file():
+        check_model_type(read_config_json(config_file), where)
+    if not any(snapshot.path.glob("model.safetensors")) and not any(snapshot.path.glob("[0-9]_*/model.safetensors")):
+        held = [name for name in _repo_files(snapshot) if name.endswith((".bin", ".h5", ".msgpack", ".onnx", ".ot"))]
+        holds = f" (it holds {', '.join(held)})" if held else ""
+        raise FileNotFoundError(f"{where} has no model.safetensors{holds}: {SAFETENSORS_HELP}")
+
+
+def _repo_files(snapshot):
+    """The files of the snapshot's commit on the Hub (none when it cannot be asked)."""
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if constants.HF_HUB_OFFLINE:
+        return []
+    try:
+        return HfApi().list_repo_files(snapshot.repo_id, revision=snapshot.commit)
+    except (HfHubHTTPError, OSError):
+        return []
+
+
+def _line(error):
+    return " ".join(str(error).split())
