@@ -16,9 +16,11 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+ANSWER = "peer answer: "
 # The CPU flags the deploy, serving and training paths depend on.
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile")
 
@@ -121,30 +123,127 @@ def add_json_argument(parser):
 
 
 def add_peer_argument(parser):
-    """The flag `run_peer` starts a script with: the script answers one job and exits."""
+    """The flag a peer process is started with: the script answers jobs instead of running."""
     parser.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
 
 
-def run_peer(python, script, job, env=None, timeout=None):
-    """Runs `python script --peer` with `job` as JSON on its stdin and returns the JSON
-    object its last stdout line holds; `python` may be another environment's interpreter."""
-    completed = subprocess.run(
-        [str(python), str(script), "--peer"],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
-    lines = completed.stdout.strip().splitlines()
-    if completed.returncode != 0 or not lines:
-        raise RuntimeError(f"{python} {script} --peer failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
-    return json.loads(lines[-1])
+class Peer:
+    """A script run as a peer (`python script --peer`), kept running: `ask` sends it one job
+    (a JSON object, one line on its stdin) and returns its answer (a JSON object on one
+    stdout line marked by ANSWER, so that what libraries print around it is skipped).
+    `python` may be another environment's interpreter."""
+
+    def __init__(self, python, script, env=None):
+        self.command = f"{python} {script} --peer"
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # read on failure; a pipe could fill and block the peer
+        self.process = subprocess.Popen(
+            [str(python), str(script), "--peer"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+            env=env,
+        )
+
+    def ask(self, job):
+        try:
+            self.process.stdin.write(json.dumps(job) + "\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            pass  # it ended: the failure below says how
+        for line in self.process.stdout:
+            if line.startswith(ANSWER):
+                return json.loads(line[len(ANSWER) :])
+        self.stderr.seek(0)
+        error = self.stderr.read()[-3000:]
+        raise RuntimeError(f"{self.command} failed ({self.process.wait()}) on {job.get('peer')}:\n{error}")
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()
+        self.stderr.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def run_peer(python, script, job, env=None):
+    """One job answered by a peer process started for it."""
+    with Peer(python, script, env) as peer:
+        return peer.ask(job)
 
 
 def answer_peer(handlers):
-    """The peer's side of `run_peer`: reads the job from stdin, runs `handlers[job["peer"]]`
-    on it and prints its answer (a JSON object) as the last line."""
-    job = json.load(sys.stdin)
-    answer = handlers[job["peer"]](job)
-    print(json.dumps(answer), flush=True)
+    """The peer's side of `Peer`: answers each job line on stdin with `handlers[job["peer"]](job)`
+    (a JSON object) until stdin closes."""
+    for line in sys.stdin:
+        job = json.loads(line)
+        print(ANSWER + json.dumps(handlers[job["peer"]](job)), flush=True)
+
+
+def timed_calls(run, calls):
+    """Seconds of each of `calls` calls of `run`."""
+    seconds = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        run()
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def timing_handlers(build):
+    """The handlers of a peer that times one implementation. "build": `build(job)` returns
+    `prepare(job)`, which returns a call of no argument for a "time" job's settings (an
+    ImportError answers {"error": "not installed (MODULE)"}); "time": the seconds of
+    `calls` calls, after `warmup` untimed ones the first time those settings come."""
+    prepared = {}
+
+    def build_peer(job):
+        try:
+            prepared["prepare"] = build(job)
+        except ImportError as error:
+            return {"error": f"not installed ({error.name})"}
+        return {}
+
+    def time_peer(job):
+        settings = json.dumps({key: value for key, value in job.items() if key != "calls"}, sort_keys=True)
+        if settings not in prepared:
+            prepared[settings] = prepared["prepare"](job)
+            timed_calls(prepared[settings], job.get("warmup", 2))
+        return {"seconds": timed_calls(prepared[settings], job["calls"])}
+
+    return {"build": build_peer, "time": time_peer}
+
+
+def start_timing_peers(script, jobs, python=sys.executable):
+    """{name: Peer} of `script`'s timing peers, each built by its job of `jobs` ({name: job});
+    one that answers an error is reported and left out."""
+    peers = {}
+    for name, job in jobs.items():
+        peer = Peer(python, script)
+        try:
+            error = peer.ask({**job, "peer": "build"}).get("error")
+        except RuntimeError as failure:
+            error = str(failure).strip().splitlines()[-1]
+        if error:
+            print(f"  {name}: {error}", flush=True)
+            peer.close()
+        else:
+            peers[name] = peer
+    return peers
+
+
+def interleaved_peers(peers, job, rounds, settle_seconds=0.0):
+    """{name: [seconds]}: rounds in which each timing peer in turn (the order rotating by one
+    a round) answers a "time" job; `settle_seconds` of idleness before each turn, so that
+    threads a runtime leaves spinning do not slow the next peer."""
+    names = list(peers)
+    times = {name: [] for name in names}
+    for turn in range(rounds):
+        for name in names[turn % len(names) :] + names[: turn % len(names)]:
+            time.sleep(settle_seconds)
+            times[name] += peers[name].ask({**job, "peer": "time"})["seconds"]
+    return times

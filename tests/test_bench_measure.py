@@ -3,7 +3,9 @@ the result schema, and a peer answering a job in another interpreter."""
 
 import json
 import sys
-import textwrap
+from pathlib import Path
+
+import pytest
 
 from bench import measure
 
@@ -46,17 +48,44 @@ def test_report_writes_the_schema(tmp_path):
     assert measure.machine_line(written["machine"]).startswith("CPU: ")
 
 
-def test_a_peer_answers_its_job_in_another_interpreter(tmp_path):
+PEER_SCRIPT = """
+import sys
+sys.path.insert(0, {root!r})
+from bench import measure
+print("noise before the answers")
+calls = []
+handlers = {{"double": lambda job: {{"twice": 2 * job["value"]}}}}
+handlers.update(measure.timing_handlers(lambda job: lambda settings: lambda: calls.append(settings["size"])))
+handlers["calls"] = lambda job: {{"calls": calls}}
+measure.answer_peer(handlers)
+"""
+
+
+def peer_script(tmp_path):
     script = tmp_path / "peer.py"
-    script.write_text(
-        textwrap.dedent(
-            f"""
-            import sys
-            sys.path.insert(0, {str(measure.Path(measure.__file__).parents[1])!r})
-            from bench import measure
-            print("noise before the answer")
-            measure.answer_peer({{"double": lambda job: {{"twice": 2 * job["value"]}}}})
-            """
-        )
-    )
-    assert measure.run_peer(sys.executable, script, {"peer": "double", "value": 21}) == {"twice": 42}
+    script.write_text(PEER_SCRIPT.format(root=str(Path(measure.__file__).parents[1])))
+    return script
+
+
+def test_a_peer_answers_its_job_in_another_interpreter(tmp_path):
+    assert measure.run_peer(sys.executable, peer_script(tmp_path), {"peer": "double", "value": 21}) == {"twice": 42}
+
+
+def test_a_kept_peer_answers_job_after_job_and_its_failure_is_raised(tmp_path):
+    with measure.Peer(sys.executable, peer_script(tmp_path)) as peer:
+        assert [peer.ask({"peer": "double", "value": value})["twice"] for value in (1, 2)] == [2, 4]
+        with pytest.raises(RuntimeError, match="KeyError"):
+            peer.ask({"peer": "no such handler"})
+
+
+def test_timing_peers_take_turns_and_warm_up_once_per_setting(tmp_path):
+    script = peer_script(tmp_path)
+    peers = measure.start_timing_peers(script, {"A": {}, "B": {}})
+    times = measure.interleaved_peers(peers, {"size": 1, "calls": 2, "warmup": 1}, rounds=2)
+    times_other = measure.interleaved_peers(peers, {"size": 2, "calls": 1, "warmup": 0}, rounds=1)
+    calls = [peer.ask({"peer": "calls"})["calls"] for peer in peers.values()]
+    for peer in peers.values():
+        peer.close()
+    assert {name: len(seconds) for name, seconds in times.items()} == {"A": 4, "B": 4}
+    assert {name: len(seconds) for name, seconds in times_other.items()} == {"A": 1, "B": 1}
+    assert calls == [[1, 1, 1, 1, 1, 2]] * 2
