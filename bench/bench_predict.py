@@ -51,7 +51,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.measure import Report, add_json_argument, add_peer_argument, answer_peer, machine_line, run_peer  # noqa: E402
+from bench.measure import (  # noqa: E402
+    Report,
+    add_json_argument,
+    add_peer_argument,
+    answer_peer,
+    machine_line,
+    run_command,
+    run_peer,
+)
 
 DATA = ROOT.parent / "shared" / "data"
 BATCH = 32
@@ -288,20 +296,12 @@ def predict_command(model, texts_file, output, *flags):
 
 
 def timed(command):
-    """(seconds, peak resident MB, the last progress line) of a command run to its end.
-    The peak is GNU time's: a child forked from this process (TensorFlow loaded) would
-    count this process' memory in its own `ru_maxrss`, kept across exec."""
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        ["/usr/bin/time", "-f", "maxrss_kb=%M", *command], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    stderr = process.stderr.read()
-    if process.wait() != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
-    seconds = time.perf_counter() - start
-    peak = next(int(line.split("=")[1]) for line in reversed(stderr.splitlines()) if line.startswith("maxrss_kb="))
-    progress = [line for line in stderr.splitlines() if "rows/s" in line]
-    return seconds, peak / 1024, progress[-1] if progress else ""
+    """(seconds, peak resident MB, the last progress line) of a command run to its end."""
+    finished = run_command(command)
+    if finished["returncode"] != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{finished['stderr'][-3000:]}")
+    progress = [line for line in finished["stderr"].splitlines() if "rows/s" in line]
+    return finished["seconds"], finished["peak_mb"], progress[-1] if progress else ""
 
 
 def tiny_classifier(minilm, scratch):

@@ -40,7 +40,7 @@ PREVIOUS_COMMIT = "43d608d"  # the last commit whose create-pretraining-data hel
 SHARED = ROOT.parent / "shared"
 sys.path.insert(0, str(ROOT))
 
-from bench.measure import Report, add_json_argument, load_average, machine_line  # noqa: E402
+from bench.measure import Report, add_json_argument, load_average, machine_line, run_command  # noqa: E402
 
 
 def corpus(books, copies, folder):
@@ -58,7 +58,7 @@ def corpus(books, copies, folder):
     return files
 
 
-def run_command(files, output, vocab, *flags, source=ROOT):
+def create_pretraining_data(files, output, vocab, *flags, source=ROOT):
     """(seconds, peak RSS in MB of the largest process) of one CLI run of the code in `source`."""
     command = [
         sys.executable,
@@ -73,19 +73,10 @@ def run_command(files, output, vocab, *flags, source=ROOT):
         str(vocab),
         *flags,
     ]
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        command,
-        cwd=source,
-        env={**os.environ, "PYTHONPATH": str(source)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    _, status, usage = os.wait4(process.pid, 0)  # ru_maxrss covers the reaped workers too
-    seconds = time.perf_counter() - start
-    if status:
-        raise SystemExit(f"{' '.join(command)} failed:\n{process.stderr.read().decode()[-3000:]}")
-    return seconds, usage.ru_maxrss / 1024
+    finished = run_command(command, cwd=source, env={**os.environ, "PYTHONPATH": str(source)})
+    if finished["returncode"] != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{finished['stderr'][-3000:]}")
+    return finished["seconds"], finished["peak_mb"]
 
 
 def count_records(output):
@@ -177,12 +168,12 @@ def main(argv=None):
         if previous is not None:
             output = folder / "previous-run" / "data"
             output.parent.mkdir()
-            seconds, rss = run_command(books, output, args.vocab, source=previous)
+            seconds, rss = create_pretraining_data(books, output, args.vocab, source=previous)
             add(f"previous version ({PREVIOUS_COMMIT}), 1 process", 1, seconds, count_records(output), rss)
         for i, (name, copies, flags) in enumerate(plan):
             files = corpus(books, copies, folder / f"x{copies}")
             output = folder / f"run{i}" / "data"
-            seconds, rss = run_command(files, output, args.vocab, *flags)
+            seconds, rss = create_pretraining_data(files, output, args.vocab, *flags)
             instances = json.loads(Path(f"{output}.manifest.json").read_text())["instances"]
             speedup = f"{seconds_of[one_process, copies] / seconds:.2f}x" if name == n_workers else ""
             add(name, copies, seconds, instances, rss, speedup)

@@ -15,8 +15,6 @@ through the cross-encoder, batched over all questions).
 import argparse
 import os
 import random
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.bench_embed import BATCH, squad  # noqa: E402
-from bench.measure import Report, add_json_argument, machine_line  # noqa: E402
+from bench.measure import Report, add_json_argument, machine_line, run_command  # noqa: E402
 
 
 def finetune_reranker(model, questions, paragraphs, owners, train, args, out_dir):
@@ -46,10 +44,10 @@ def finetune_reranker(model, questions, paragraphs, owners, train, args, out_dir
     command += ["--max-seq-length", str(args.max_seq_length)]
     command += ["--max-train-steps", str(args.steps), "--learning-rate", str(args.learning_rate)]
     command += ["--negatives", str(args.negatives), "--dev-candidates", "3", "--verbose", "2"]
-    start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
-    return out_dir / "run" / "best.keras", (time.perf_counter() - start) / 60, peak_mb
+    finished = run_command(command, cwd=ROOT)
+    if finished["returncode"] != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{finished['stderr'][-3000:]}")
+    return out_dir / "run" / "best.keras", finished["seconds"] / 60, finished["peak_mb"]
 
 
 def parse_args(argv):

@@ -13,6 +13,7 @@ The schema:
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 ANSWER = "peer answer: "
+PEAK_MARK = "peak resident KiB: "
 # The CPU flags the deploy, serving and training paths depend on.
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile")
 
@@ -118,6 +120,37 @@ class Report:
         Path(path).write_text(json.dumps(self.as_dict(), indent=1, default=str) + "\n", encoding="utf-8")
 
 
+def run_command(command, timeout=None, **options):
+    """Runs `command` to its end, or kills it and its processes after `timeout` seconds:
+    {"seconds", "peak_mb", "returncode", "stdout", "stderr"}. The peak is GNU time's (the
+    command and the processes it waited for): a process forked from this one would count
+    this one's memory in its own ru_maxrss, which exec keeps."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        ["/usr/bin/time", "-f", PEAK_MARK + "%M", *map(str, command)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, killed whole
+        **options,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+    seconds = time.perf_counter() - started
+    lines = stderr.splitlines()
+    peaks = [int(line[len(PEAK_MARK) :]) for line in lines if line.startswith(PEAK_MARK)]
+    return {
+        "seconds": seconds,
+        "peak_mb": peaks[-1] / 1024 if peaks else float("nan"),
+        "returncode": process.returncode,
+        "stdout": stdout,
+        "stderr": "\n".join(line for line in lines if not line.startswith(PEAK_MARK)),
+    }
+
+
 def add_json_argument(parser):
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results here in bench/measure.py's schema")
 
@@ -131,10 +164,12 @@ class Peer:
     """A script run as a peer (`python script --peer`), kept running: `ask` sends it one job
     (a JSON object, one line on its stdin) and returns its answer (a JSON object on one
     stdout line marked by ANSWER, so that what libraries print around it is skipped).
-    `python` may be another environment's interpreter."""
+    `python` may be another environment's interpreter; with `cores`, the peer runs on the
+    first `cores` CPUs this process may use (every thread it starts shares them)."""
 
-    def __init__(self, python, script, env=None):
+    def __init__(self, python, script, env=None, cores=None):
         self.command = f"{python} {script} --peer"
+        allowed = sorted(os.sched_getaffinity(0))[:cores]
         self.stderr = tempfile.TemporaryFile(mode="w+")  # read on failure; a pipe could fill and block the peer
         self.process = subprocess.Popen(
             [str(python), str(script), "--peer"],
@@ -143,6 +178,7 @@ class Peer:
             stderr=self.stderr,
             text=True,
             env=env,
+            preexec_fn=None if cores is None else lambda: os.sched_setaffinity(0, allowed),
         )
 
     def ask(self, job):
@@ -170,9 +206,9 @@ class Peer:
         self.close()
 
 
-def run_peer(python, script, job, env=None):
+def run_peer(python, script, job, env=None, cores=None):
     """One job answered by a peer process started for it."""
-    with Peer(python, script, env) as peer:
+    with Peer(python, script, env, cores) as peer:
         return peer.ask(job)
 
 

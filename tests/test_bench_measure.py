@@ -89,3 +89,11 @@ def test_timing_peers_take_turns_and_warm_up_once_per_setting(tmp_path):
     assert {name: len(seconds) for name, seconds in times.items()} == {"A": 4, "B": 4}
     assert {name: len(seconds) for name, seconds in times_other.items()} == {"A": 1, "B": 1}
     assert calls == [[1, 1, 1, 1, 1, 2]] * 2
+
+
+def test_a_command_runs_to_its_end_or_its_timeout_with_its_peak_memory():
+    answered = measure.run_command([sys.executable, "-c", "print('out'); x = bytearray(50 << 20)"])
+    assert answered["returncode"] == 0 and answered["stdout"] == "out\n" and answered["stderr"] == ""
+    assert 50 < answered["peak_mb"] < 500
+    killed = measure.run_command([sys.executable, "-c", "import time; time.sleep(30)"], timeout=1)
+    assert killed["returncode"] != 0 and killed["seconds"] < 20
