@@ -22,8 +22,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_encoder import make_inputs, matmul_peak_gflops
-from bench.bench_serving import export_random_encoder, onnx_feed, onnxruntime_session, scratch_dir
+from bench.bench_serving import (
+    export_random_encoder,
+    make_inputs,
+    matmul_peak_gflops,
+    onnx_feed,
+    onnxruntime_session,
+    scratch_dir,
+)
 from bench.measure import (
     Report,
     add_json_argument,
