@@ -13,6 +13,7 @@ The schema:
 import argparse
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -75,12 +76,13 @@ def summary(samples, scale=1.0):
     return {"median": median, "spread": [q1, q3], "rounds": len(values)}
 
 
-def interleaved(runs, rounds, inputs=(None,), warmup=1):
+def interleaved(runs, rounds, inputs=(None,), warmup=1, shuffle_seed=None):
     """{name: [seconds of each call]}: each round calls every run on every input, the runs'
-    order rotating by one per call (A B, B A, ...) so each sees the same moments of load;
-    `warmup` calls of each run on the first input come first, untimed. With the default
-    `inputs`, runs take no argument."""
-    names = list(runs)
+    order rotating by one per call (A B, B A, ...) so each sees the same moments of load,
+    or shuffled (seeded) so that no run always follows the same one; `warmup` calls of each
+    run on the first input come first, untimed. With the default `inputs`, runs take no
+    argument."""
+    names, shuffle = list(runs), random.Random(shuffle_seed).shuffle
     call = (lambda run, _: run()) if inputs == (None,) else (lambda run, value: run(value))
     for name in names:
         for _ in range(warmup):
@@ -89,7 +91,10 @@ def interleaved(runs, rounds, inputs=(None,), warmup=1):
     turn = 0
     for _ in range(rounds):
         for value in inputs:
-            for name in names[turn % len(names) :] + names[: turn % len(names)]:
+            order = names[turn % len(names) :] + names[: turn % len(names)]
+            if shuffle_seed is not None:
+                shuffle(order)
+            for name in order:
                 started = time.perf_counter()
                 call(runs[name], value)
                 times[name].append(time.perf_counter() - started)

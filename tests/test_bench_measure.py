@@ -97,3 +97,12 @@ def test_a_command_runs_to_its_end_or_its_timeout_with_its_peak_memory():
     assert 50 < answered["peak_mb"] < 500
     killed = measure.run_command([sys.executable, "-c", "import time; time.sleep(30)"], timeout=1)
     assert killed["returncode"] != 0 and killed["seconds"] < 20
+
+
+def test_shuffled_rounds_call_every_run_once_a_round():
+    calls = []
+    runs = {name: (lambda name=name: calls.append(name)) for name in "ABCD"}
+    measure.interleaved(runs, rounds=5, warmup=0, shuffle_seed=0)
+    rounds = [calls[start : start + 4] for start in range(0, 20, 4)]
+    assert all(sorted(order) == list("ABCD") for order in rounds)
+    assert len({tuple(order) for order in rounds}) > 1
