@@ -200,4 +200,4 @@ def print_table(results, machine):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
