@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_long import SQUAD, long_documents, pairs  # noqa: E402
-from bench.measure import Report, add_json_argument, machine_line  # noqa: E402
+from bench.measure import Report, add_json_argument, add_peer_argument, machine_line  # noqa: E402
 from bench.training_memory import answer_setting, run_setting, step_figures, step_timer, stop_above  # noqa: E402
 
 
@@ -100,8 +100,8 @@ def main(argv=None):
         help="short (truncated to 128 tokens), all (every window of a batch at once), or a --window-micro-batch",
     )
     parser.add_argument("--stop-above-gb", type=float, help="end a setting whose resident memory passes this")
-    parser.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)  # one setting, for run_setting
     add_json_argument(parser)
+    add_peer_argument(parser)  # one setting, for run_setting
     args = parser.parse_args(argv)
     if args.peer:
         return answer_setting(train_setting)

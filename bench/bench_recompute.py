@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
 
-from bench.measure import Report, add_json_argument, interleaved, machine_line  # noqa: E402
+from bench.measure import Report, add_json_argument, add_peer_argument, interleaved, machine_line  # noqa: E402
 from bench.training_memory import answer_setting, run_setting, step_figures, step_timer, stop_above  # noqa: E402
 
 SETTINGS = {"base-128": 128, "base-512": 512, "embedder": None}
@@ -178,8 +178,8 @@ def main(argv=None):
     )
     parser.add_argument("--stop-above-gb", type=float, help="end a setting whose resident memory passes this")
     parser.add_argument("--work", default="/tmp", help="where the embedder's pairs file is written")
-    parser.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)  # one setting, for run_setting
     add_json_argument(parser)
+    add_peer_argument(parser)  # one setting, for run_setting
     args = parser.parse_args(argv)
     if args.peer:
         return answer_setting(train_setting)
