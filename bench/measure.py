@@ -200,7 +200,10 @@ class Peer:
         raise RuntimeError(f"{self.command} failed ({self.process.wait()}) on {job.get('peer')}:\n{error}")
 
     def close(self):
-        self.process.stdin.close()
+        try:
+            self.process.stdin.close()  # the peer's loop ends
+        except BrokenPipeError:
+            pass  # it had ended already
         self.process.wait()
         self.stderr.close()
 
