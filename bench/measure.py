@@ -176,15 +176,19 @@ class Peer:
         self.command = f"{python} {script} --peer"
         allowed = sorted(os.sched_getaffinity(0))[:cores]
         self.stderr = tempfile.TemporaryFile(mode="w+")  # read on failure; a pipe could fill and block the peer
-        self.process = subprocess.Popen(
-            [str(python), str(script), "--peer"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            text=True,
-            env=env,
-            preexec_fn=None if cores is None else lambda: os.sched_setaffinity(0, allowed),
-        )
+        try:
+            self.process = subprocess.Popen(
+                [str(python), str(script), "--peer"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.stderr,
+                text=True,
+                env=env,
+                preexec_fn=None if cores is None else lambda: os.sched_setaffinity(0, allowed),
+            )
+        except OSError as error:  # e.g. no such interpreter: a peer that failed, as one that ended
+            self.stderr.close()
+            raise RuntimeError(f"{self.command} did not start: {error}") from error
 
     def ask(self, job):
         try:

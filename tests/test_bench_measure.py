@@ -69,6 +69,8 @@ def peer_script(tmp_path):
 
 def test_a_peer_answers_its_job_in_another_interpreter(tmp_path):
     assert measure.run_peer(sys.executable, peer_script(tmp_path), {"peer": "double", "value": 21}) == {"twice": 42}
+    with pytest.raises(RuntimeError, match="did not start"):
+        measure.run_peer(tmp_path / "no-such-python", peer_script(tmp_path), {"peer": "double", "value": 1})
 
 
 def test_a_kept_peer_answers_job_after_job_and_its_failure_is_raised(tmp_path):
