@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
 
+from bench.measure import Report, add_json_argument, machine_line  # noqa: E402
+
 
 def run(steps, batch_size, backup_steps, folder):
     """(step seconds, backup seconds) of one run of `steps` steps."""
@@ -74,12 +76,14 @@ def run(steps, batch_size, backup_steps, folder):
     return step_times[2:], backup_times, max(sizes, default=0)  # the first steps trace the graph
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--often", type=int, default=10, help="backup interval of the first run")
-    args = parser.parse_args()
+    add_json_argument(parser)
+    args = parser.parse_args(argv)
+    report = Report("bench_backup", vars(args))
     from bert_keras.recipes.finetuning import BACKUP_STEPS
 
     with tempfile.TemporaryDirectory() as folder:
@@ -87,7 +91,10 @@ def main():
         default_steps, default_backups, _ = run(args.steps, args.batch_size, BACKUP_STEPS, Path(folder) / "default")
     backup = statistics.mean(often_backups)
     step = statistics.median(default_steps)
-    print(f"all-MiniLM-L6-v2, SST-2, batch {args.batch_size}, {args.steps} steps a run")
+    report.add(f"step, backups every {args.often}", "s", often_steps)
+    report.add(f"backup, every {args.often} steps", "s", often_backups, weights_mb=size / 1e6)
+    report.add(f"step, backups every {BACKUP_STEPS}", "s", default_steps)
+    print(f"all-MiniLM-L6-v2, SST-2, batch {args.batch_size}, {args.steps} steps a run; {machine_line(report.machine)}")
     print(
         f"backups every {args.often} steps: median step {statistics.median(often_steps):.3f} s, "
         f"{len(often_backups)} backups of {backup:.2f} s on average, {size / 1e6:.0f} MB of weights and "
@@ -96,7 +103,9 @@ def main():
     )
     print(f"default interval ({BACKUP_STEPS} steps; {len(default_backups)} inside the run): median step {step:.3f} s")
     print(f"at the default interval backups take {backup / (BACKUP_STEPS * step + backup):.2%} of training time")
+    if args.json:
+        report.write(args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

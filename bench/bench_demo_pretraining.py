@@ -17,16 +17,17 @@ sees about 2,900), and the top-5 fill-mask answers to the demo's requests.
 
 import argparse
 import os
-import random
-import statistics
+import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from bench_pretraining import make_batch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_pretraining import make_batch
+from bench.measure import Report, add_json_argument, interleaved, load_average, machine_line
 
 SEQ, PREDICTIONS, VOCAB = 64, 10, 4000
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
@@ -61,23 +62,18 @@ def train_step(preset="tiny", batch=32, seq=SEQ, predictions=PREDICTIONS, policy
     return lambda: model.train_on_batch(inputs)
 
 
-def throughput(rounds, steps=4):
+def throughput(rounds, report, steps=4):
+    """Each round: `steps` steps of every variant, in a new order."""
     steps_of = {name: train_step(**options) for name, options in VARIANTS.items()}
-    times = {name: [] for name in steps_of}
-    order, names = random.Random(0), list(steps_of)
-    for _ in range(rounds):
-        order.shuffle(names)  # no variant always runs first or after the same one
-        for name in names:
-            step = steps_of[name]
-            begun = time.perf_counter()
-            for _ in range(steps):
-                step()
-            times[name].append((time.perf_counter() - begun) / steps)
-    demo = statistics.median(times[next(iter(VARIANTS))])
-    for name, values in times.items():
-        median = statistics.median(values)
-        print(f"{name:24} {median * 1000:7.1f} ms/step  {median / demo:5.2f}x the demo's step")
-    print("load average while measured:", " ".join(f"{load:.1f}" for load in os.getloadavg()))
+    runs = {name: lambda step=step: [step() for _ in range(steps)] for name, step in steps_of.items()}
+    times = interleaved(runs, rounds, warmup=0, shuffle_seed=0)
+    medians = {
+        name: report.add(name, "ms/step", values, scale=1000 / steps)["median"] for name, values in times.items()
+    }
+    demo = medians[next(iter(VARIANTS))]
+    for name, median in medians.items():
+        print(f"{name:24} {median:7.1f} ms/step  {median / demo:5.2f}x the demo's step")
+    print(machine_line({**report.machine, "load_end": load_average()}))
 
 
 def held_out_records(demo, folder):
@@ -121,19 +117,24 @@ def evaluate(demo, runs):
             fill_mask(model, str(Path(demo) / "vocab.txt"), FILL_MASK_REQUESTS)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("throughput").add_argument("--rounds", type=int, default=15)
+    timing = commands.add_parser("throughput")
+    timing.add_argument("--rounds", type=int, default=15)
+    add_json_argument(timing)
     evaluating = commands.add_parser("evaluate")
     evaluating.add_argument("demo", help="a `bert-keras demo --output-dir` (its vocab.txt and held-out text)")
     evaluating.add_argument("runs", nargs="+", help="`bert-keras pretrain --output` folders")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.command == "throughput":
-        throughput(args.rounds)
+        report = Report("bench_demo_pretraining", vars(args))
+        throughput(args.rounds, report)
+        if args.json:
+            report.write(args.json)
     else:
         evaluate(args.demo, args.runs)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

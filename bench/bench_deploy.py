@@ -38,7 +38,6 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,6 +47,19 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.measure import (  # noqa: E402
+    Report,
+    add_json_argument,
+    add_peer_argument,
+    answer_peer,
+    interleaved,
+    machine_line,
+    run_peer,
+    summary,
+)
+
 DATA = ROOT.parent / "shared" / "data"
 THREADS = 2
 BATCH = 32
@@ -63,15 +75,6 @@ VARIANTS = [
 BASELINE = ("savedmodel", "float32")
 # Our packed ids -> the peer's (int64) inputs.
 PEER_INPUTS = {"input_word_ids": "input_ids", "input_mask": "attention_mask", "input_type_ids": "token_type_ids"}
-
-
-def cpu():
-    """The CPU's name and the flags that matter for these paths."""
-    text = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    flags = set(fields.get("Flags", "").split())
-    wanted = ["avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8"]
-    return fields.get("Model name", "?").strip(), [flag for flag in wanted if flag in flags]
 
 
 def memory_mb(field="VmRSS"):
@@ -110,13 +113,15 @@ def base_preprocessor():
     return BertPreprocessor(tokenizer, seq_length=None, max_seq_length=128)
 
 
-def export_worker(model, format, precision, path):
-    """Writes one export as `bert-keras export` does (with its self-check); prints a JSON line."""
+def export_peer(job):
+    """Writes one export as `bert-keras export` does (with its self-check), in a process of its own."""
     from bert_keras.serving import deploy
     from bert_keras.serving.export import export_for_serving, trained_inputs
 
+    stop_past(1024 * job["max_export_gb"])
+    format, precision, path = job["format"], job["precision"], job["path"]
     started = time.perf_counter()
-    model, preprocessor = load_model(model)
+    model, preprocessor = load_model(job["model"])
     _, labels = trained_inputs(model)  # the label names `bert-keras export` serves
     quantize = None if precision == "float32" else precision
     differences = {}
@@ -129,26 +134,26 @@ def export_worker(model, format, precision, path):
             deploy.export_onnx(model, preprocessor, path, labels, quantize=quantize)
         differences = deploy.check_export(format, path, model, preprocessor, labels)
     seconds = time.perf_counter() - started
-    print(json.dumps({"export_s": seconds, "export_peak_mb": memory_mb("VmHWM"), "difference": differences}))
+    return {"export_s": seconds, "export_peak_mb": memory_mb("VmHWM"), "difference": differences}
 
 
-def refusal_worker(model, path):
+def refusals_peer(job):
     """`bert-keras export MODEL --format litert` (text in), then the share of each kind of real
-    text its tokenizer refuses; prints a JSON line {kind: [refused, rows]}."""
+    text its tokenizer refuses: {kind: [refused, rows]}."""
     import real_texts
 
     from bert_keras.serving import deploy
     from bert_keras_cli.cli import main as cli
 
-    if cli(["export", model, "--format", "litert", "--out", path]) != 0:
-        raise SystemExit(f"bert-keras export {model} --format litert failed")
-    tokenize = deploy.predictor("litert", path).interpreter.get_signature_runner("tokenize")
+    if cli(["export", job["model"], "--format", "litert", "--out", job["path"]]) != 0:
+        raise SystemExit(f"bert-keras export {job['model']} --format litert failed")
+    tokenize = deploy.predictor("litert", job["path"]).interpreter.get_signature_runner("tokenize")
     refused = {}
     for kind, texts in real_texts.by_kind().items():
         batches = (np.array(texts[start : start + 64], dtype=object) for start in range(0, len(texts), 64))
         exact = np.concatenate([tokenize(text=batch)[deploy.EXACTNESS_OUTPUT] for batch in batches])
         refused[kind] = [int(np.sum(~exact.astype(bool))), len(exact)]
-    print(json.dumps(refused))
+    return refused
 
 
 def refusals(model, folder):
@@ -161,7 +166,9 @@ def refusals(model, folder):
         return None
     if model == "base":
         return None
-    return last_json([sys.executable, __file__, "--refusals", model, str(Path(folder) / "text.tflite")])
+    return run_peer(
+        sys.executable, __file__, {"peer": "refusals", "model": model, "path": str(Path(folder) / "text.tflite")}
+    )
 
 
 def stop_past(limit_mb):
@@ -222,21 +229,6 @@ def thread_cpu_seconds():
     return seconds
 
 
-def interleaved(runs, requests, rounds):
-    """{name: [seconds of each request]}: every request goes to each run in turn, the
-    order rotating by one per request, so each row sees the same moments of load."""
-    names = list(runs)
-    times = {name: [] for name in names}
-    for _ in range(rounds):
-        for index, packed in enumerate(requests):
-            order = names[index % len(names) :] + names[: index % len(names)]
-            for name in order:
-                started = time.perf_counter()
-                runs[name](packed)
-                times[name].append(time.perf_counter() - started)
-    return times
-
-
 def busy_threads(run, batches):
     """How many threads got over 5% of the wall time while `run` answered `batches`."""
     before, started = thread_cpu_seconds(), time.perf_counter()
@@ -246,17 +238,11 @@ def busy_threads(run, batches):
     return sum(after[thread] - before.get(thread, 0.0) > 0.05 * wall for thread in after)
 
 
-def summary(seconds):
-    """Median and interquartile range, in ms."""
-    q1, median, q3 = np.percentile(1000 * np.asarray(seconds), [25, 50, 75])
-    return {"median": median, "q1": q1, "q3": q3}
-
-
-def measure_worker(paths, inputs, rounds):
-    """Loads every export in this process and times them interleaved; prints a JSON line."""
-    with open(inputs, "rb") as file:
+def measure_peer(job):
+    """Loads every export in this process and times them interleaved."""
+    with open(job["inputs"], "rb") as file:
         work = pickle.load(file)
-    with open(paths, "rb") as file:
+    with open(job["paths"], "rb") as file:
         paths = pickle.load(file)
     start_mb = memory_mb()
     import tensorflow as tf
@@ -275,19 +261,16 @@ def measure_worker(paths, inputs, rounds):
         row["busy_threads"] = busy_threads(runs[name], work["batch32"][:1])
     assert tf.config.threading.get_intra_op_parallelism_threads() == THREADS
     for batch, requests in (("batch1", work["batch1"]), ("batch32", work["batch32"])):
-        times = interleaved(runs, requests, rounds)
-        baseline = np.asarray(times[" ".join(BASELINE)])
+        times = interleaved(runs, job["rounds"], inputs=requests, warmup=0)
+        baseline = times[" ".join(BASELINE)]
         for name, seconds in times.items():
-            result["rows"][name][batch] = summary(seconds)
-            ratios = np.asarray(seconds) / baseline
-            result["rows"][name][f"{batch}_ratio"] = dict(
-                zip(("q1", "median", "q3"), np.percentile(ratios, [25, 50, 75]))
-            )
+            result["rows"][name][batch] = {"seconds": seconds, **summary(seconds, scale=1000)}
+            result["rows"][name][f"{batch}_ratio"] = summary([a / b for a, b in zip(seconds, baseline)])
     if work["dev"]:
         for name, run in runs.items():
             predictions = np.concatenate([run(packed) for packed in work["dev"]])
             result["rows"][name]["accuracy"] = float(np.mean(predictions == work["labels"]))
-    print(json.dumps(result))
+    return result
 
 
 def packed_batches(preprocessor, texts, size):
@@ -299,14 +282,7 @@ def packed_batches(preprocessor, texts, size):
     ]
 
 
-def last_json(command):
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode:
-        raise RuntimeError(f"{' '.join(command[2:])} failed ({result.returncode}):\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def measure(name, model, texts, labels, folder, with_accuracy):
+def measure(name, model, texts, labels, folder, with_accuracy, args):
     """Exports every variant of `model` (each in its own process), then times them together."""
     preprocessor = base_preprocessor() if model == "base" else load_model(model)[1]
     work = {
@@ -323,9 +299,11 @@ def measure(name, model, texts, labels, folder, with_accuracy):
         path = folder / f"{format}_{precision}{suffix}"
         record = path.with_name(f"{path.name}.json")  # kept with --work-dir: a rerun measures again only
         if not record.exists():
-            command = [sys.executable, __file__, "--max-export-gb", str(args.max_export_gb)]
+            job = {"peer": "export", "model": model, "format": format, "precision": precision, "path": str(path)}
             try:
-                record.write_text(json.dumps(last_json(command + ["--export", model, format, precision, str(path)])))
+                record.write_text(
+                    json.dumps(run_peer(sys.executable, __file__, {**job, "max_export_gb": args.max_export_gb}))
+                )
             except RuntimeError as error:  # e.g. past --max-export-gb: the row says so, the others go on
                 print(f"{name}: {error}", flush=True)
                 exports[format, precision] = {"error": str(error).strip().splitlines()[-1]}
@@ -343,8 +321,8 @@ def measure(name, model, texts, labels, folder, with_accuracy):
         paths["peer float32"] = Path(args.peer_onnx)
     with open(folder / "paths.pkl", "wb") as file:
         pickle.dump(paths, file)
-    command = [sys.executable, __file__, "--measure", str(folder / "paths.pkl"), str(folder / "inputs.pkl")]
-    measured = last_json(command + ["--rounds", str(args.rounds)])
+    job = {"peer": "measure", "paths": str(folder / "paths.pkl"), "inputs": str(folder / "inputs.pkl")}
+    measured = run_peer(sys.executable, __file__, {**job, "rounds": args.rounds})
     print(f"{name}: measured {json.dumps(measured)}", flush=True)
     rows = []
     for format, precision in variants:
@@ -377,18 +355,14 @@ def size_mb(path):
     return sum(file.stat().st_size for file in files) / 1e6
 
 
-def spread(stats, digits):
-    return f"{stats['median']:.{digits}f} ({stats['q1']:.{digits}f}-{stats['q3']:.{digits}f})"
+def cell(stats, digits):
+    """Median (interquartile range)."""
+    q1, q3 = stats["spread"]
+    return f"{stats['median']:.{digits}f} ({q1:.{digits}f}-{q3:.{digits}f})"
 
 
-def ratio(stats):
-    return f"{stats['median']:.2f} ({stats['q1']:.2f}-{stats['q3']:.2f})"
-
-
-def report(rows, tensorflow_mb):
-    name, flags = cpu()
-    load = Path("/proc/loadavg").read_text().split()[:3]
-    print(f"\nCPU: {name}; flags: {' '.join(flags)}; load average {' '.join(load)}")
+def print_table(rows, tensorflow_mb, args, report):
+    print(f"\n{machine_line(report.machine)}")
     print(
         f"{THREADS} intra-op threads per runtime, all exports in one process, timed interleaved over "
         f"{args.rounds} round(s); batch 1: {args.sentences} SST-2 dev sentences; batch 32: 4 batches "
@@ -406,33 +380,27 @@ def report(rows, tensorflow_mb):
             continue
         accuracy = f"{100 * row['accuracy']:.2f}" if "accuracy" in row else "-"
         print(
-            f"| {model_name} | {format} {precision} | {spread(row['batch1'], 1)} | {ratio(row['batch1_ratio'])} "
-            f"| {spread(row['batch32'], 0)} | {ratio(row['batch32_ratio'])} | {row['busy_threads']} "
+            f"| {model_name} | {format} {precision} | {cell(row['batch1'], 1)} | {cell(row['batch1_ratio'], 2)} "
+            f"| {cell(row['batch32'], 0)} | {cell(row['batch32_ratio'], 2)} | {row['busy_threads']} "
             f"| {row['file_mb']:.0f} | {row['added_mb']:.0f} | {row['export_peak_mb']:.0f} | {accuracy} "
             f"| {row['refused']} |"
         )
     print(f"TensorFlow itself (import, before any export is loaded): {tensorflow_mb:.0f} MB resident")
 
 
-def main():
-    texts, labels = read_sst2_dev()
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="bench_deploy_") as scratch:
-        scratch = Path(args.work_dir or scratch)
-        if args.sst2_model:
-            (scratch / "minilm").mkdir(parents=True, exist_ok=True)
-            found, tensorflow_mb = measure("MiniLM-L6 SST-2", args.sst2_model, texts, labels, scratch / "minilm", True)
-            rows += found
-            if not args.work_dir:
-                shutil.rmtree(scratch / "minilm")  # room on disk for BERT-base's exports
-        if not args.skip_base:
-            (scratch / "base").mkdir(parents=True, exist_ok=True)
-            found, tensorflow_mb = measure("BERT-base (random)", "base", texts, labels, scratch / "base", False)
-            rows += found
-    report(rows, tensorflow_mb)
+def add_to_report(report, rows):
+    for model_name, format, precision, row in rows:
+        details = {key: value for key, value in row.items() if not key.startswith("batch")}
+        if "error" in row:
+            report.add(f"{model_name}, {format} {precision}, export", "failed", [float("nan")], **details)
+            continue
+        for batch in ("batch1", "batch32"):
+            name = f"{model_name}, {format} {precision}, {batch}"
+            ratio = row[f"{batch}_ratio"]
+            report.add(name, "ms", row[batch]["seconds"], scale=1000, ratio_to_baseline=ratio, **details)
 
 
-if __name__ == "__main__":
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sst2-model", help="a fine-tuned SST-2 classifier (.keras)")
     parser.add_argument("--skip-base", action="store_true", help="only the MiniLM classifier")
@@ -451,17 +419,37 @@ if __name__ == "__main__":
         help="BERT-base rows: also time Hugging Face's model exported to ONNX float32 (bench/make_peer_onnx.py)",
     )
     parser.add_argument("--work-dir", help="keep the exports here (default: a temporary folder); reused if there")
-    parser.add_argument("--export", nargs=4, metavar=("MODEL", "FORMAT", "PRECISION", "PATH"), help=argparse.SUPPRESS)
-    parser.add_argument("--measure", nargs=2, metavar=("PATHS", "INPUTS"), help=argparse.SUPPRESS)
-    parser.add_argument("--refusals", nargs=2, metavar=("MODEL", "PATH"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
-    if args.export:
-        stop_past(1024 * args.max_export_gb)
-        export_worker(*args.export)
-    elif args.measure:
-        measure_worker(*args.measure, args.rounds)
-    elif args.refusals:
-        refusal_worker(*args.refusals)
-    else:
-        main()
+    add_json_argument(parser)
+    add_peer_argument(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.peer:
+        return answer_peer({"export": export_peer, "measure": measure_peer, "refusals": refusals_peer})
+    report = Report("bench_deploy", vars(args))
+    texts, labels = read_sst2_dev()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench_deploy_") as scratch:
+        scratch = Path(args.work_dir or scratch)
+        if args.sst2_model:
+            (scratch / "minilm").mkdir(parents=True, exist_ok=True)
+            found, tensorflow_mb = measure(
+                "MiniLM-L6 SST-2", args.sst2_model, texts, labels, scratch / "minilm", True, args
+            )
+            rows += found
+            if not args.work_dir:
+                shutil.rmtree(scratch / "minilm")  # room on disk for BERT-base's exports
+        if not args.skip_base:
+            (scratch / "base").mkdir(parents=True, exist_ok=True)
+            found, tensorflow_mb = measure("BERT-base (random)", "base", texts, labels, scratch / "base", False, args)
+            rows += found
+    print_table(rows, tensorflow_mb, args, report)
+    add_to_report(report, rows)
+    if args.json:
+        report.write(args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

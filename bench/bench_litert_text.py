@@ -24,9 +24,6 @@ Needs ../shared/data and `pip install 'bert-keras[deploy]'`.
 
 import argparse
 import dataclasses
-import json
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -37,11 +34,13 @@ import tensorflow as tf
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the original tokenizer's port, the tiny config
+sys.path.insert(0, str(ROOT))
 
 from harness import TINY  # noqa: E402
 from original_tokenizer import original_ids  # noqa: E402
-from real_texts import DATA, by_kind, squad_pairs  # noqa: E402
 
+from bench.measure import Report, add_json_argument, machine_line  # noqa: E402
+from bench.real_texts import DATA, by_kind, squad_pairs  # noqa: E402
 from bert_keras import BertClassifier, BertEncoder, BertPreprocessor, BertTokenizer  # noqa: E402
 from bert_keras.serving import deploy  # noqa: E402
 
@@ -148,18 +147,19 @@ def code_points(tokenizer, tokenize, index):
     }
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--code-points", action="store_true", help="also check every Unicode code point")
-    parser.add_argument("--json", type=Path, help="write the figures here too")
-    args = parser.parse_args()
+    add_json_argument(parser)
+    args = parser.parse_args(argv)
+    report = Report("bench_litert_text", {**vars(args), "batch": BATCH, "max_seq_length": MAX_SEQ_LENGTH})
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     vocabulary = BertTokenizer(VOCAB).vocabulary
     index = {token: position for position, token in enumerate(vocabulary)}
     texts = by_kind()
     pairs = squad_pairs()
-    results = {"cpu": cpu()}
+    results = {}
     with tempfile.TemporaryDirectory() as folder:
         for lower_case in (True, False):
             mode = "uncased" if lower_case else "cased"
@@ -176,24 +176,22 @@ def main():
             if args.code_points:
                 results[f"{mode}: every code point"] = code_points(tokenizer, tokenize, index)
                 print(mode, "code points", results[f"{mode}: every code point"], flush=True)
-    print_table(results)
+    print_table(results, report.machine)
+    for name, figures in results.items():
+        if "rows" in figures:
+            report.add(name, "ms/row", [figures["tokenize_ms_per_row"]], **figures)
+        else:
+            report.add(name, "code points refused", [figures["refused"]], **figures)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
+        report.write(args.json)
 
 
-def cpu():
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    return platform.machine()
-
-
-def print_table(results):
-    print(f"\nCPU: {results['cpu']}; batches of {BATCH}, one thread each")
+def print_table(results, machine):
+    print(f"\n{machine_line(machine)}; batches of {BATCH}, one thread each")
     print("| mode: text | rows | refused | ids = original (of answered) | LiteRT tokenize ms/row | in-graph ms/row |")
     print("|---|---|---|---|---|---|")
     for name, figures in results.items():
-        if isinstance(figures, dict) and "rows" in figures:
+        if "rows" in figures:
             print(
                 f"| {name} | {figures['rows']:,} | {figures['refused']} ({figures['refused_percent']:.2f}%) "
                 f"| {figures['exact_of_answered']:,} ({figures['exact_percent_of_answered']:.2f}%) "
@@ -202,4 +200,4 @@ def print_table(results):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

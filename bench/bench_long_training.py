@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_long import SQUAD, long_documents, pairs  # noqa: E402
-from bench.training_memory import cpu, report, run_setting, step_timer, stop_above  # noqa: E402
+from bench.measure import Report, add_json_argument, add_peer_argument, machine_line  # noqa: E402
+from bench.training_memory import answer_setting, run_setting, step_figures, step_timer, stop_above  # noqa: E402
 
 
 def documents(args):
@@ -43,8 +44,8 @@ def training_order(args, count):
     return (order * (1 + args.steps * args.batch_size // count))[: args.steps * args.batch_size]
 
 
-def child(args):
-    """Trains one setting ("short", "all" or a micro-batch size) and reports it."""
+def train_setting(args):
+    """Trains one setting ("short", "all" or a micro-batch size): a `run_setting` job."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.stop_above_gb:
         stop_above(args.stop_above_gb)
@@ -74,7 +75,7 @@ def child(args):
     labels = np.array([d.label for d in chosen])
     model.fit((questions, texts), labels, batch_size=args.batch_size, shuffle=False, verbose=0, callbacks=[timer])
     seconds = np.diff(timer.times)[1:]
-    report(
+    return step_figures(
         timer,
         1,
         windows_per_second=float(per_step[1:].sum() / seconds.sum()),
@@ -83,7 +84,7 @@ def child(args):
     )
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--squad", default=str(SQUAD), help="SQuAD v1.1 dev json")
     parser.add_argument("--documents", type=int, default=1200)
@@ -99,14 +100,16 @@ def main():
         help="short (truncated to 128 tokens), all (every window of a batch at once), or a --window-micro-batch",
     )
     parser.add_argument("--stop-above-gb", type=float, help="end a setting whose resident memory passes this")
-    parser.add_argument("--setting", help=argparse.SUPPRESS)  # a child process' one setting
-    args = parser.parse_args()
-    if args.setting:
-        return child(args)
+    add_json_argument(parser)
+    add_peer_argument(parser)  # one setting, for run_setting
+    args = parser.parse_args(argv)
+    if args.peer:
+        return answer_setting(train_setting)
+    report = Report("bench_long_training", vars(args))
     texts = [d.document for d in documents(args)]
     lengths = sorted(len(text) for text in texts)
     print(
-        f"CPU: {cpu()}; load {os.getloadavg()[0]:.1f} at start; {len(texts)} (question, {args.paragraphs}-paragraph "
+        f"{machine_line(report.machine)}; {len(texts)} (question, {args.paragraphs}-paragraph "
         f"document) pairs, documents of {lengths[0]:,}-{lengths[-1]:,} characters (median "
         f"{lengths[len(lengths) // 2]:,}); batch {args.batch_size}, {args.steps} steps per setting",
         flush=True,
@@ -115,25 +118,25 @@ def main():
     print("|---|---|---|---|---|---|")
     short = None
     for setting in args.settings:
-        common = ["--documents", str(args.documents), "--paragraphs", str(args.paragraphs), "--squad", args.squad]
-        common += ["--batch-size", str(args.batch_size), "--doc-stride", str(args.doc_stride)]
-        common += ["--steps", str(args.steps), "--seed", str(args.seed)]
-        common += ["--stop-above-gb", str(args.stop_above_gb)] if args.stop_above_gb else []
-        result = run_setting(__file__, [*common, "--setting", setting])
+        result = run_setting(__file__, {**vars(args), "setting": setting, "json": None})
         name = {"short": "truncated to 128 tokens", "all": "windows, all at once"}.get(
             setting, f"windows, micro-batches of {setting}"
         )
         if "error" in result:
             print(f"| {name} | | failed: {result['error']} | | | |", flush=True)
             continue
+        figures = {key: value for key, value in result.items() if key != "step_seconds"}
+        seconds = report.add(name, "s/step", result["step_seconds"], **figures)["median"]
         short = result if setting == "short" else short
         ratio = f"{result['windows_per_second'] / short['windows_per_second']:.2f}x" if short else ""
         print(
             f"| {name} | {result['windows_per_step']:.0f}, {result['most_windows_in_a_step']} | "
-            f"{result['peak_rss_gb']:.2f} | {result['seconds_per_step']:.1f} | {result['windows_per_second']:.1f} | "
+            f"{result['peak_rss_gb']:.2f} | {seconds:.1f} | {result['windows_per_second']:.1f} | "
             f"{ratio} |",
             flush=True,
         )
+    if args.json:
+        report.write(args.json)
     return 0
 
 

@@ -158,14 +158,14 @@ def measure_embedder(folder, texts_by_kind, length, sample, scratch):
         )
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vocab", type=Path, default=VOCAB, help="an uncased vocab.txt (default: bert-base-uncased)")
     parser.add_argument("--seq-length", type=int, default=512, help="packed length compared")
     parser.add_argument("--embedder", type=Path, help="a sentence-transformers folder to run end to end")
     parser.add_argument("--embedder-seq-length", type=int, default=256)
     parser.add_argument("--sample", type=int, default=200, help="texts of each kind for --embedder")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     from bert_keras.serving.mediapipe_metadata import tokenizer_probe
 
@@ -186,4 +186,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -87,7 +87,11 @@ def kinds_of_text(limit):
     return kinds
 
 
-def main(args):
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--limit", type=int, help="at most this many texts of each kind")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
     import tensorflow as tf
 
     from bert_keras import BertTokenizer
@@ -103,7 +107,4 @@ def main(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--limit", type=int, help="at most this many texts of each kind")
-    sys.path.insert(0, str(ROOT))
-    main(parser.parse_args())
+    sys.exit(main())

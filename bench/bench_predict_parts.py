@@ -11,9 +11,8 @@ alternating, e.g. a `git archive` of the older commit and the working tree:
 """
 
 import argparse
-import os
 import shutil
-import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +22,10 @@ import numpy as np
 from bert_keras.serving.batch import writers
 from bert_keras.serving.batch.records import embedder_record
 from bert_keras.serving.batch.runner import _finish
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # last: PYTHONPATH picks the bert_keras measured
+
+from bench.measure import Report, add_json_argument, machine_line
 
 
 class Predictor:
@@ -61,7 +64,7 @@ def run(output, rows, width, chunk_size):
     return disk, seconds, finish
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--width", type=int, default=384)
@@ -69,10 +72,10 @@ def main():
     parser.add_argument(
         "--outputs", default=".npy,/,.parquet", help="comma-separated: .npy, / (shards), .parquet, .jsonl"
     )
-    args = parser.parse_args()
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    cpu = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")), "?")
-    print(f"writers: {writers.__file__}; CPU: {cpu}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}")
+    add_json_argument(parser)
+    args = parser.parse_args(argv)
+    report = Report("bench_predict_parts", {**vars(args), "writers": writers.__file__})
+    print(f"writers: {writers.__file__}; {machine_line(report.machine)}")
     print(f"{args.rows} rows x {args.width} float32, chunks of {args.chunk_size}")
     print("| output | OUT.parts/ MB | write chunks s | finish + assemble s |")
     print("|---|---|---|---|")
@@ -81,9 +84,12 @@ def main():
             output = str(Path(folder) / "out") + suffix if suffix != "/" else str(Path(folder) / "out") + "/"
             disk, write, finish = run(output, args.rows, args.width, args.chunk_size)
             print(f"| {suffix} | {disk / 1e6:.0f} | {write:.1f} | {finish:.1f} |", flush=True)
+            report.add(f"{suffix}, write chunks", "s", [write], parts_mb=disk / 1e6)
+            report.add(f"{suffix}, finish + assemble", "s", [finish])
             shutil.rmtree(folder, ignore_errors=True)
-    print(f"load average {os.getloadavg()[0]:.1f}")
+    if args.json:
+        report.write(args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

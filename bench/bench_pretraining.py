@@ -4,8 +4,8 @@ Each as shipped (its default compile: both leave `jit_compile` to Keras, whose "
 off on a CPU-only machine) and with XLA. One optimizer step (forward, backward, AdamW
 update) at batch 8 x seq 128 with 20 masked predictions, random weights, mini and base.
 bert-keras trains MLM + NSP; keras-hub's BertMaskedLM has no NSP head; Hugging Face
-BertForPreTraining computes MLM logits at every position (its API). Each peer runs in its
-own spawned process (torch and TensorFlow cannot share one), interleaved round by round;
+BertForPreTraining computes MLM logits at every position (its API). Each peer runs in a
+process of its own (torch and TensorFlow cannot share one), interleaved round by round;
 medians of sequences/s.
 
     nice -n 10 python bench/bench_pretraining.py [--presets mini base] [--rounds 5]
@@ -15,15 +15,27 @@ this one's packages) for the keras-hub rows.
 """
 
 import argparse
-import multiprocessing
 import os
-import statistics
-import time
+import sys
+from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.measure import (
+    Report,
+    add_json_argument,
+    add_peer_argument,
+    answer_peer,
+    interleaved_peers,
+    machine_line,
+    start_timing_peers,
+    timing_handlers,
+)
 
 BATCH, SEQ, PREDICTIONS = 8, 128, 20
 
@@ -124,59 +136,40 @@ PEERS = {
 }
 
 
-def worker(name, config, connection):
-    try:
-        step = PEERS[name](config)
-    except ImportError as error:
-        connection.send(f"not installed ({error.name})")
-        return
-    for _ in range(3):  # trace, compile, warm up
-        step()
-    connection.send("ready")
-    while (calls := connection.recv()) is not None:
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
-        connection.send(times)
+def build_step(job):
+    """A peer's training step of one implementation (the same for every "time" job; its
+    first 3 calls trace, compile and warm up)."""
+    step = PEERS[job["name"]](job["config"])
+    return lambda settings: step
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["mini", "base"])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=3, help="timed steps per peer per round")
     parser.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS))
-    args = parser.parse_args()
+    add_json_argument(parser)
+    add_peer_argument(parser)
+    args = parser.parse_args(argv)
+    if args.peer:
+        return answer_peer(timing_handlers(build_step))
 
     from bert_keras.config import BertConfig
 
-    context = multiprocessing.get_context("spawn")
-    print(f"pre-training step, batch {BATCH} x seq {SEQ}, {PREDICTIONS} predictions, {os.cpu_count()} cores")
+    report = Report("bench_pretraining", vars(args))
+    print(f"pre-training step, batch {BATCH} x seq {SEQ}, {PREDICTIONS} predictions; {machine_line(report.machine)}")
     rows = []
     for preset in args.presets:
         config = BertConfig.preset(preset).to_original_dict()
-        workers = {}
-        for name in args.peers:
-            parent, child = context.Pipe()
-            process = context.Process(target=worker, args=(name, config, child), daemon=True)
-            process.start()
-            status = parent.recv()
-            if status == "ready":
-                workers[name] = (parent, process)
-            else:
-                print(f"  {name}: {status}")
-                process.join()
-        times = {name: [] for name in workers}
-        for _ in range(args.rounds):
-            for name, (connection, _) in workers.items():
-                connection.send(args.calls)
-                times[name] += connection.recv()
-        for connection, process in workers.values():
-            connection.send(None)
-            process.join()
-        throughput = {name: BATCH / statistics.median(samples) for name, samples in times.items()}
+        peers = start_timing_peers(__file__, {name: {"name": name, "config": config} for name in args.peers})
+        times = interleaved_peers(peers, {"calls": args.calls, "warmup": 3}, args.rounds)
+        for peer in peers.values():
+            peer.close()
+        throughput = {
+            name: BATCH / report.add(f"{preset}, {name}", "s/step", samples)["median"]
+            for name, samples in times.items()
+        }
         for name, value in throughput.items():
             rows.append((preset, name, value, throughput))
 
@@ -188,7 +181,9 @@ def main():
             f"{preset:6} {name:32} {value:>8.2f} "
             f"{value / hub if hub else float('nan'):>11.2f}x {value / hf if hf else float('nan'):>7.2f}x"
         )
+    if args.json:
+        report.write(args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

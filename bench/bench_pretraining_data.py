@@ -26,7 +26,6 @@ import argparse
 import glob
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -39,13 +38,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parents[1]
 PREVIOUS_COMMIT = "43d608d"  # the last commit whose create-pretraining-data held the corpus in memory
 SHARED = ROOT.parent / "shared"
+sys.path.insert(0, str(ROOT))
 
-
-def cpu_model():
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
+from bench.measure import Report, add_json_argument, load_average, machine_line, run_command  # noqa: E402
 
 
 def corpus(books, copies, folder):
@@ -63,7 +58,7 @@ def corpus(books, copies, folder):
     return files
 
 
-def run_command(files, output, vocab, *flags, source=ROOT):
+def create_pretraining_data(files, output, vocab, *flags, source=ROOT):
     """(seconds, peak RSS in MB of the largest process) of one CLI run of the code in `source`."""
     command = [
         sys.executable,
@@ -78,19 +73,10 @@ def run_command(files, output, vocab, *flags, source=ROOT):
         str(vocab),
         *flags,
     ]
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        command,
-        cwd=source,
-        env={**os.environ, "PYTHONPATH": str(source)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    _, status, usage = os.wait4(process.pid, 0)  # ru_maxrss covers the reaped workers too
-    seconds = time.perf_counter() - start
-    if status:
-        raise SystemExit(f"{' '.join(command)} failed:\n{process.stderr.read().decode()[-3000:]}")
-    return seconds, usage.ru_maxrss / 1024
+    finished = run_command(command, cwd=source, env={**os.environ, "PYTHONPATH": str(source)})
+    if finished["returncode"] != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{finished['stderr'][-3000:]}")
+    return finished["seconds"], finished["peak_mb"]
 
 
 def count_records(output):
@@ -127,18 +113,20 @@ def per_process(files, vocab, shard_bytes, num_shards=None):
         return time.perf_counter() - start, instances
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1x and 3x corpus only (< 3 minutes)")
     parser.add_argument("--books", default=str(SHARED / "data" / "pretraining" / "gutenberg"))
     parser.add_argument("--vocab", default=str(SHARED / "data" / "vocab" / "vocab.txt"))
     parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
+    add_json_argument(parser)
+    args = parser.parse_args(argv)
+    report = Report("bench_pretraining_data", vars(args))
     books = sorted(glob.glob(f"{args.books}/*.txt"))
     if not books:
         raise SystemExit(f"no books in {args.books}")
     megabytes = sum(Path(b).stat().st_size for b in books) / 1e6
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; load average at start {os.getloadavg()[0]:.1f}")
+    print(machine_line(report.machine))
     print(f"corpus 1x: {len(books)} Gutenberg books, {megabytes:.2f} MB\n")
 
     from bert_keras.data.input_shards import DEFAULT_SHARD_BYTES
@@ -147,6 +135,7 @@ def main():
 
     def add(name, scale, seconds, instances, rss=None, speedup=""):
         seconds_of[name, scale] = seconds
+        report.add(f"{name}, {scale}x", "MB/s", [megabytes * scale / seconds], instances=instances, peak_rss_mb=rss)
         rows.append(
             (
                 name,
@@ -179,22 +168,24 @@ def main():
         if previous is not None:
             output = folder / "previous-run" / "data"
             output.parent.mkdir()
-            seconds, rss = run_command(books, output, args.vocab, source=previous)
+            seconds, rss = create_pretraining_data(books, output, args.vocab, source=previous)
             add(f"previous version ({PREVIOUS_COMMIT}), 1 process", 1, seconds, count_records(output), rss)
         for i, (name, copies, flags) in enumerate(plan):
             files = corpus(books, copies, folder / f"x{copies}")
             output = folder / f"run{i}" / "data"
-            seconds, rss = run_command(files, output, args.vocab, *flags)
+            seconds, rss = create_pretraining_data(files, output, args.vocab, *flags)
             instances = json.loads(Path(f"{output}.manifest.json").read_text())["instances"]
             speedup = f"{seconds_of[one_process, copies] / seconds:.2f}x" if name == n_workers else ""
             add(name, copies, seconds, instances, rss, speedup)
 
-    print(f"\nload average at end {os.getloadavg()[0]:.1f}\n")
+    print(f"\nload average at end {load_average()[0]:.1f}\n")
     header = ("run", "corpus", "seconds", "MB/s", "instances/s", "peak RSS MB", "vs 1 process")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for row in rows:
         print("| " + " | ".join(row) + " |")
+    if args.json:
+        report.write(args.json)
 
 
 if __name__ == "__main__":

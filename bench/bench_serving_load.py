@@ -15,7 +15,6 @@ import argparse
 import http.client
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -26,19 +25,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.measure import Report, add_json_argument, machine_line  # noqa: E402
+
 TEXTS = [
     "a gripping, beautifully acted film",
     "It was the best of times, it was the worst of times.",
     "",
     "the quick brown fox jumps over the lazy dog",
 ]
-
-
-def cpu_name():
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def tiny_export(folder):
@@ -192,7 +188,9 @@ def main(argv=None):
         default=str(ROOT),
         help="a checkout whose `bert-keras serve` to run, e.g. a worktree of an earlier commit",
     )
+    add_json_argument(parser)
     args = parser.parse_args(argv)
+    report = Report("bench_serving_load", vars(args))
 
     import bert_keras.serving.client  # noqa: F401  (TensorFlow's import is not a request's latency)
 
@@ -203,7 +201,7 @@ def main(argv=None):
             texts = (TEXTS * args.texts)[: args.texts]
             body = json.dumps({"instances": [{"text": t} for t in texts]}).encode()
             print(
-                f"bert-keras serve {model_base} (code: {args.server_code}); {cpu_name()}, {os.cpu_count()} cores; "
+                f"bert-keras serve {model_base} (code: {args.server_code}); {machine_line(report.machine)}; "
                 f"{args.requests} requests of {args.texts} texts per client\n"
             )
             print("| protocol | clients | requests | failed | requests/s | p50 ms | p99 ms | server RSS MB |")
@@ -223,12 +221,25 @@ def main(argv=None):
                     )
                     if failures:
                         print(f"  e.g. {failures[0]}")
+                    report.add(
+                        f"{protocol}, {clients} clients",
+                        "ms",
+                        latencies or [float("nan")],
+                        scale=1e3,
+                        failed=len(failures),
+                        requests_per_second=len(latencies) / elapsed,
+                        p99_ms=p99,
+                        server_rss_mb=rss_mb(process.pid),
+                    )
             status, seconds, sent, grown = oversized(rest, process.pid)
             after, _ = rest_client(rest, 1, body)
             print(
                 f"\n50 MB REST body: '{status}' after {seconds:.2f} s ({sent / 1e6:.1f} MB sent by then); "
                 f"server RSS grew {grown:.0f} MB; a normal request afterwards: {'answered' if after else 'FAILED'}"
             )
+            report.add("50 MB REST body", "s", [seconds], status=status, rss_grown_mb=grown, answered_after=bool(after))
+            if args.json:
+                report.write(args.json)
         finally:
             process.terminate()
             process.wait(timeout=30)

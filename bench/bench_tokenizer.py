@@ -11,8 +11,7 @@ installed are reported as such.
 
 import argparse
 import os
-import statistics
-import time
+import sys
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -23,6 +22,10 @@ import tensorflow_text as tf_text
 
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.measure import Report, add_json_argument, interleaved, machine_line
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -92,7 +95,7 @@ def make_runners(vocab_path, lines, batch_size, seq_length):
     return runners
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default=str(SHARED / "data" / "pretraining" / "gutenberg"))
     parser.add_argument("--vocab", default=str(SHARED / "data" / "vocab" / "vocab.txt"))
@@ -100,34 +103,32 @@ def main():
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--seq-length", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    add_json_argument(parser)
+    args = parser.parse_args(argv)
+    report = Report("bench_tokenizer", vars(args))
 
     lines = read_lines(args.corpus, args.max_mb)
     megabytes = sum(len(line.encode("utf-8")) for line in lines) / 1e6
     print(
         f"{len(lines)} lines, {megabytes:.2f} MB, batch {args.batch_size}, "
-        f"{tf.config.threading.get_inter_op_parallelism_threads() or os.cpu_count()} threads"
+        f"{tf.config.threading.get_inter_op_parallelism_threads() or os.cpu_count()} threads; "
+        f"{machine_line(report.machine)}"
     )
     runners = make_runners(args.vocab, lines, args.batch_size, args.seq_length)
     available = {name: run for name, run in runners.items() if run is not None}
-    for run in available.values():  # Trace and warm up.
-        run()
-    times = {name: [] for name in available}
-    for _ in range(args.repeats):
-        for name, run in available.items():
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
-
-    reference = statistics.median(times["tf_text.FastBertTokenizer"])
+    times = interleaved(available, args.repeats)  # the warm-up call traces
+    seconds_of = {name: report.add(name, "s", samples)["median"] for name, samples in times.items()}
+    reference = seconds_of["tf_text.FastBertTokenizer"]
     print("\n| tokenizer | MB/s | sentences/s | vs FastBertTokenizer |\n|---|---|---|---|")
     for name, run in runners.items():
         if run is None:
             print(f"| {name} | not installed | | |")
             continue
-        seconds = statistics.median(times[name])
+        seconds = seconds_of[name]
         print(f"| {name} | {megabytes / seconds:.1f} | {len(lines) / seconds:,.0f} | {reference / seconds:.2f}x |")
+    if args.json:
+        report.write(args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

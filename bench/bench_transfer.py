@@ -144,7 +144,7 @@ def summary(values):
     return f"{mean:.3f} ± {spread:.3f}"
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", choices=("ablation", "dapt", "both"), default="both")
     parser.add_argument("--config", default="mini", help="the preset pre-trained in the ablation")
@@ -162,7 +162,7 @@ def main():
     parser.add_argument("--sst2-large", type=int, default=8000, help="the larger SST-2 training set (67349: all of it)")
     parser.add_argument("--dapt-steps", type=int, default=300)
     parser.add_argument("--max-examples", type=int, help="cap every task's examples (a quick trial of the script)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     TASKS[f"SST-2 {args.sst2_large // 1000}k"] = (
         ["glue", "--task", "sst-2", "--data-dir", DATA / "glue" / "SST-2", "--max-examples", args.sst2_large],
         "accuracy",

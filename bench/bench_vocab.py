@@ -23,17 +23,17 @@ vocabulary's tokens the pruned one lacks.
 
 import argparse
 import json
-import os
-import platform
 import re
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.measure import Report, add_json_argument, machine_line, run_command
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 BOOKS = sorted((SHARED / "data" / "pretraining" / "gutenberg").glob("*.txt"))
@@ -70,7 +70,7 @@ def synthetic_text(path, megabytes, num_words=1_000_000, seed=0):
             file.write("".join(" ".join(line) + "\n" for line in lines))
 
 
-def prune_table(args, work):
+def prune_table(args, work, report):
     """`bert-keras vocab` exact and with --max-distinct-words on the seven books and a synthetic text."""
     path = work / "synthetic.txt"
     synthetic_text(path, args.synthetic_text_mb)
@@ -86,13 +86,13 @@ def prune_table(args, work):
             command = [str(Path(sys.executable).parent / "bert-keras"), "vocab", "--corpus", *map(str, files)]
             command += ["--size", str(args.size), "--out", str(out)]
             command += ["--max-distinct-words", str(limit)] if limit else []
-            seconds, rss, _ = measure(command, 3600, stderr_path=work / "stderr.txt")
-            log = (work / "stderr.txt").read_text()
+            seconds, rss, _, log = measure(command, 3600)
             floor = re.search(r"seen more than (\d+) times", log)
             distinct = re.search(r", (\d+) distinct, in", log)[1]
             tokens = out.read_text(encoding="utf-8").splitlines()
             exact = exact or set(tokens)
             missing = len(exact - set(tokens))
+            report.add(f"{name}, --max-distinct-words {limit or 'exact'}", "s", [seconds], peak_mb=rss, missing=missing)
             print(
                 f"| {name} | {limit or 'exact'} | {seconds:.1f} s | {rss:.0f} MiB | {floor[1] if floor else 0} "
                 f"| {int(distinct):,} | {missing} of {len(exact)} |",
@@ -122,36 +122,18 @@ def learn(counts_path, size, out, reference):
     write_vocabulary(vocabulary, out)
 
 
-def measure(command, cap, stderr_path=None):
-    """(seconds, peak RSS MiB, finished) of `command` in its own process, killed after `cap` seconds;
-    the seconds it prints if it prints them, else its wall time. Its stderr goes to `stderr_path`.
-
-    The peak is the process's own high-water mark (VmHWM), read every 20 ms: `wait4`'s
-    ru_maxrss would count this benchmark's own memory (TensorFlow's) from the fork."""
-    started = time.time()
-    stderr = open(stderr_path, "w") if stderr_path else subprocess.PIPE
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr)
-    timer = threading.Timer(cap, process.kill)
-    timer.start()
-    peak = 0
-    while process.poll() is None:
-        try:
-            status = Path(f"/proc/{process.pid}/status").read_text()
-            peak = max(peak, int(re.search(r"VmHWM:\s+(\d+) kB", status)[1]))
-        except (OSError, TypeError):  # exited meanwhile
-            pass
-        time.sleep(0.02)
-    timer.cancel()
-    seconds = time.time() - started
-    if process.returncode not in (0, -9):
-        raise RuntimeError(f"{command} failed: {process.stderr.read().decode()[-2000:] if process.stderr else ''}")
-    printed = process.stdout.read().split()
-    if process.returncode == 0 and printed:
-        seconds = float(printed[-1])
-    return seconds, peak / 1024, process.returncode == 0
+def measure(command, cap):
+    """(seconds, peak RSS MiB, finished, stderr) of `command` in its own process, killed after
+    `cap` seconds; the seconds it prints if it prints them, else its wall time."""
+    result = run_command(command, timeout=cap)
+    if result["returncode"] not in (0, -9):
+        raise RuntimeError(f"{command} failed: {result['stderr'][-2000:]}")
+    finished, printed = result["returncode"] == 0, result["stdout"].split()
+    seconds = float(printed[-1]) if finished and printed else result["seconds"]
+    return seconds, result["peak_mb"], finished, result["stderr"]
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=8000)
     parser.add_argument("--books", type=int, nargs="*", default=[1, 4, 7])
@@ -161,15 +143,22 @@ def main():
     parser.add_argument("--prune-words", type=int, nargs="*", help="the --max-distinct-words table instead")
     parser.add_argument("--synthetic-text-mb", type=int, default=100, help="size of its synthetic text")
     parser.add_argument("--learn", nargs=4, metavar=("COUNTS", "SIZE", "OUT", "REFERENCE"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    add_json_argument(parser)
+    args = parser.parse_args(argv)
     if args.learn:
         return learn(args.learn[0], int(args.learn[1]), args.learn[2], args.learn[3] == "1")
 
+    report = Report("bench_vocab", vars(args))
+    print(f"{machine_line(report.machine)}; vocab size {args.size}\n")
     if args.prune_words:
-        print(f"Load average at the start: {os.getloadavg()}; vocab size {args.size}")
-        return prune_table(args, Path(tempfile.mkdtemp(prefix="bench_vocab_")))
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
-    print(f"CPU: {cpu or platform.processor()}, {os.cpu_count()} cores; vocab size {args.size}\n")
+        prune_table(args, Path(tempfile.mkdtemp(prefix="bench_vocab_")), report)
+    else:
+        corpus_table(args, report)
+    if args.json:
+        report.write(args.json)
+
+
+def corpus_table(args, report):
     work = Path(tempfile.mkdtemp(prefix="bench_vocab_"))
     corpora = [(f"{n} book{'s' * (n > 1)}", BOOKS[:n]) for n in args.books]
     if args.synthetic_words:
@@ -178,6 +167,11 @@ def main():
     for name, files in corpora:
         rows.append(corpus_row(args, work, str(len(rows)), name, files))
         print(f"{name}: done", file=sys.stderr, flush=True)
+        for kind, result in zip(
+            ("bert-keras vocab", "--workers 2", "learner alone", "tf.text's learner"), rows[-1][2:6]
+        ):
+            if result:
+                report.add(f"{name}, {kind}", "s", [result[0]], peak_mb=result[1], finished=result[2])
     print_table(rows)
 
 
@@ -218,7 +212,6 @@ def print_table(rows):
             return "-"
         return f"{result[0]:.1f} s, {result[1]:.0f} MiB" if result[2] else f"> {result[0]:.0f} s (killed)"
 
-    print(f"Load average at the end: {os.getloadavg()}")
     print("Seconds: `bert-keras vocab`'s whole run; the learners' learning alone (their imports left out).")
     print(
         "| corpus | distinct words | `bert-keras vocab` | `--workers 2` | learner alone | tf.text's learner "

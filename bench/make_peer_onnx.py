@@ -12,13 +12,14 @@ dependency of bert-keras):
 """
 
 import argparse
+import sys
 from pathlib import Path
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("output", help="the .onnx file to write")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
@@ -42,4 +43,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

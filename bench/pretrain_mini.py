@@ -11,6 +11,7 @@ import argparse
 import collections
 import os
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
-def parse_args():
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--corpus", default=str(SHARED / "pretraining" / "gutenberg"))
@@ -40,7 +41,7 @@ def parse_args():
         action="store_false",
         help="graph mode instead of XLA (XLA is ~10%% faster on CPU)",
     )
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def held_out_set(book, tokenizer, seq_length):
@@ -102,8 +103,8 @@ def pretrain(args, train_books, tokenizer):
     return pretrainer, history, time.time() - start
 
 
-def main():
-    args = parse_args()
+def main(argv=None):
+    args = parse_args(argv)
 
     import keras
 
@@ -141,4 +142,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

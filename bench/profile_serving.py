@@ -16,13 +16,29 @@ Tracing adds a little time to every kernel, most visible at batch 1.
 import argparse
 import collections
 import json
-import multiprocessing
 import os
-import statistics
-import time
+import sys
+from pathlib import Path
 
-from bench_encoder import make_inputs, matmul_peak_gflops
-from bench_serving import export_random_encoder, onnx_feed, onnxruntime_session, scratch_dir
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_serving import (
+    export_random_encoder,
+    make_inputs,
+    matmul_peak_gflops,
+    onnx_feed,
+    onnxruntime_session,
+    scratch_dir,
+)
+from bench.measure import (
+    Report,
+    add_json_argument,
+    add_peer_argument,
+    answer_peer,
+    machine_line,
+    run_peer,
+    timed_calls,
+)
 
 GROUPS = ("dense matmuls", "attention matmuls", "transposes", "LayerNorm", "softmax", "everything else")
 
@@ -38,13 +54,8 @@ def group_of(kernel, node):
     return "everything else"
 
 
-def timed(run, runs):
-    walls = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        run()
-        walls.append((time.perf_counter() - start) * 1e3)
-    return walls
+def walls_ms(run, runs):
+    return [1000 * seconds for seconds in timed_calls(run, runs)]
 
 
 def export_profile(config, inputs, runs, compute_dtype):
@@ -59,7 +70,7 @@ def export_profile(config, inputs, runs, compute_dtype):
     fetch = signature.outputs["pooled_output"].name
     for _ in range(2):
         predictor.session.run(fetch, feed)
-    walls = timed(lambda: predictor.session.run(fetch, feed), runs)
+    walls = walls_ms(lambda: predictor.session.run(fetch, feed), runs)
     traces, launches = [], collections.Counter()
     for _ in range(runs):
         metadata = tf.compat.v1.RunMetadata()
@@ -81,8 +92,11 @@ def export_profile(config, inputs, runs, compute_dtype):
     return walls, traces, {group: count // runs for group, count in launches.items()}
 
 
-def onnxruntime_profile(config, inputs, runs):
-    """As `export_profile`, for ONNX Runtime: profiled runs first, then untraced ones."""
+def onnxruntime_profile(job):
+    """As `export_profile`, for ONNX Runtime (in a peer process: PyTorch, which exports the
+    ONNX file, never shares a process with TensorFlow): profiled runs first, then untraced ones."""
+    config, runs = job["config"], job["runs"]
+    inputs = make_inputs(config, job["batch_size"], job["seq"])
     session = onnxruntime_session(config, profile_prefix=os.path.join(scratch_dir(), "onnxruntime"))
     feed = onnx_feed(inputs)
     traced = 2 + runs  # the profiler records the warm-up too; only the last `runs` are kept
@@ -98,11 +112,11 @@ def onnxruntime_profile(config, inputs, runs):
             run = sum(event["ts"] >= start for start in run_starts) - 1
             traces[run][group] += event["dur"] / 1e3
             launches[group] += 1
-    walls = timed(lambda: session.run(["pooler_output"], feed), runs)
-    return walls, traces, {group: count // runs for group, count in launches.items()}
+    walls = walls_ms(lambda: session.run(["pooler_output"], feed), runs)
+    return {"walls": walls, "traces": traces, "launches": {group: count // runs for group, count in launches.items()}}
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="base")
     parser.add_argument("--seq", type=int, default=128)
@@ -112,18 +126,25 @@ def main():
         "--compute-dtype", choices=["float32", "bfloat16"], help="of the export (default: the encoder's own, float32)"
     )
     parser.add_argument("--runs", type=int, default=5, help="untraced runs for the wall time, and as many traced runs")
-    args = parser.parse_args()
+    add_json_argument(parser)
+    add_peer_argument(parser)
+    args = parser.parse_args(argv)
+    if args.peer:
+        return answer_peer({"onnxruntime_profile": onnxruntime_profile})
 
     from bert_keras.config import BertConfig
 
+    report = Report("profile_serving", vars(args))
     config = BertConfig.preset(args.preset).to_original_dict()
     peak = matmul_peak_gflops()
-    inputs = make_inputs(config, args.batch_size, args.seq)
-    if args.runtime == "onnxruntime":  # PyTorch (for the ONNX export) never shares a process with TF
-        with multiprocessing.get_context("spawn").Pool(1) as worker:
-            walls, traces, launches = worker.apply(onnxruntime_profile, (config, inputs, args.runs))
+    if args.runtime == "onnxruntime":
+        job = {"peer": "onnxruntime_profile", "config": config, "runs": args.runs}
+        profile = run_peer(sys.executable, __file__, {**job, "batch_size": args.batch_size, "seq": args.seq})
+        walls, traces, launches = profile["walls"], profile["traces"], profile["launches"]
+        traces = [collections.Counter(trace) for trace in traces]
         name = "ONNX Runtime (HF model), float32"
     else:
+        inputs = make_inputs(config, args.batch_size, args.seq)
         walls, traces, launches = export_profile(config, inputs, args.runs, args.compute_dtype)
         name = f"bert-keras export, {args.compute_dtype or 'float32'}"
 
@@ -133,10 +154,10 @@ def main():
         "dense matmuls": 2 * (4 * hidden * hidden + 2 * hidden * inter) * tokens * layers,
         "attention matmuls": 4 * args.seq * hidden * tokens * layers,
     }
-    wall = statistics.median(walls)
+    wall = report.add(f"{name}, untraced", "ms", walls)["median"]
     print(
         f"BERT-{args.preset} {name}, batch {args.batch_size} x seq {args.seq}, "
-        f"{os.cpu_count()} cores, fp32 matmul peak measured {peak:.0f} GFLOP/s"
+        f"fp32 matmul peak measured {peak:.0f} GFLOP/s; {machine_line(report.machine)}"
     )
     print(
         f"wall time, untraced: {wall:.1f} ms (median of {args.runs}); "
@@ -145,14 +166,16 @@ def main():
     print(f"\n{'group':20} {'kernels':>8} {'ms (traced)':>12} {'% of wall':>10} {'GFLOP/s':>9} {'% of peak':>10}")
     total = 0.0
     for group in GROUPS:
-        ms = statistics.median(trace[group] for trace in traces)
+        ms = report.add(f"{name}, {group}, traced", "ms", [trace[group] for trace in traces])["median"]
         total += ms
         rate = (
             f"{flops[group] / ms / 1e6:9.0f} {flops[group] / ms / 1e6 / peak:>10.1%}" if group in flops and ms else ""
         )
         print(f"{group:20} {launches.get(group, 0):>8} {ms:>12.1f} {ms / wall:>10.1%} {rate}")
     print(f"{'sum':20} {'':>8} {total:>12.1f}")
+    if args.json:
+        report.write(args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

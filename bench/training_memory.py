@@ -1,26 +1,17 @@
 """Peak memory and step time of short training runs, each setting in a process of its
-own: peak resident memory (`ru_maxrss`) is a process's high-water mark, so settings run
-in one process would all report the largest."""
+own (a peer of `bench.measure.run_peer`, run with this Python): peak resident memory
+(`ru_maxrss`) is a process's high-water mark, so settings run in one process would all
+report the largest."""
 
-import json
+import argparse
 import os
-import platform
 import resource
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-RESULT = "RESULT "
-
-
-def cpu():
-    """`lscpu`'s model name and the cores this process may use."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return f"{line.split(':', 1)[1].strip()}, {len(os.sched_getaffinity(0))} cores"
-    return platform.processor()
+from bench.measure import answer_peer, run_peer
 
 
 def step_timer():
@@ -50,39 +41,40 @@ def tensor_memory():
     return {"tensor_peak_gb": info["peak"] / 2**30, "tensor_now_gb": info["current"] / 2**30}
 
 
-def report(timer, skip, **figures):
-    """Prints this process's result line: seconds per step (the median after the first
-    `skip` steps, which trace and warm up), peak RSS and tensor memory in GB, and `figures`."""
-    steps = sorted(b - a for a, b in zip(timer.times[skip:], timer.times[skip + 1 :]))
+def step_figures(timer, skip, **figures):
+    """This process's answer: the seconds of each step after the first `skip` (which trace
+    and warm up), peak RSS and tensor memory in GB, and `figures`."""
+    steps = [b - a for a, b in zip(timer.times[skip:], timer.times[skip + 1 :])]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    result = {"seconds_per_step": steps[len(steps) // 2], "peak_rss_gb": peak, "steps_timed": len(steps)}
-    result.update(tensor_memory(), **figures)
-    print(RESULT + json.dumps(result), flush=True)
+    return {"step_seconds": steps, "peak_rss_gb": peak, **tensor_memory(), **figures}
 
 
 def stop_above(limit_gb):
-    """Ends this process, with a result line saying so, once its resident memory passes
-    `limit_gb` (checked every 0.1 s): a run on a shared machine stays within its share."""
+    """Ends this process, saying so on stderr, once its resident memory passes `limit_gb`
+    (checked every 0.1 s): a run on a shared machine stays within its share."""
     page = os.sysconf("SC_PAGE_SIZE")
 
     def watch():
         while True:
             resident = int(Path("/proc/self/statm").read_text().split()[1]) * page / 2**30
             if resident > limit_gb:
-                print(RESULT + json.dumps({"error": f"stopped at {resident:.2f} GB, above {limit_gb} GB"}), flush=True)
+                print(f"stopped at {resident:.2f} GB, above {limit_gb} GB", file=sys.stderr, flush=True)
                 os._exit(3)
             time.sleep(0.1)
 
     threading.Thread(target=watch, daemon=True).start()
 
 
-def run_setting(script, arguments):
-    """Runs `script` with `arguments` in a new Python process; returns its result line
-    (a dict), or {"error": the last lines of its output} when it fails (a kill for memory
-    included)."""
-    process = subprocess.run([sys.executable, str(script), *arguments], capture_output=True, text=True)
-    for line in process.stdout.splitlines():
-        if line.startswith(RESULT):
-            return json.loads(line[len(RESULT) :])
-    tail = (process.stdout + process.stderr).strip().splitlines()[-5:]
-    return {"error": f"exit {process.returncode}: " + " | ".join(tail)}
+def run_setting(script, job):
+    """Runs one setting of `script` in a new Python process: `job` (the settings, as
+    `answer_setting` reads them) in, its `step_figures` out, or {"error": the last lines
+    of its output} when it fails (a kill for memory included)."""
+    try:
+        return run_peer(sys.executable, script, {**job, "peer": "setting"})
+    except RuntimeError as error:
+        return {"error": " | ".join(str(error).strip().splitlines()[-5:])}
+
+
+def answer_setting(train):
+    """The process `run_setting` starts: `train(the job as an argparse.Namespace)` answers."""
+    answer_peer({"setting": lambda job: train(argparse.Namespace(**job))})
