@@ -92,7 +92,6 @@ def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
         assert max_difference(one_device, mirrored) < 1e-5, task
 
 
-@pytest.mark.slow
 def assert_logged_as_uninterrupted(resumed, whole):
     """The resumed run's TensorBoard scalars (log, tag, step, value) are the uninterrupted
     run's: each step once, values within float noise (rates aside)."""
@@ -104,6 +103,7 @@ def assert_logged_as_uninterrupted(resumed, whole):
             assert entry[3] == pytest.approx(values[tuple(entry[:3])], rel=1e-4, abs=1e-5), entry
 
 
+@pytest.mark.slow
 def test_mirrored_finetuning_killed_and_resumed_matches_an_uninterrupted_run(tmp_path):
     """`recipes.finetune` mirrored over 2 logical CPUs, killed after step 5 and run again:
     the weights (float noise), the epochs' metrics and the logged steps of the
