@@ -71,7 +71,7 @@ def max_difference(a, b):
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
 
 
-@pytest.mark.slow  # TensorFlow subprocesses
+@pytest.mark.slow  # trains in TensorFlow subprocesses
 def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
     sentences = [line.strip() for line in require(SAMPLE).read_text().splitlines() if line.strip()]
     inputs = {
@@ -186,7 +186,7 @@ def two_workers(tmp_path_factory):
     }
 
 
-@pytest.mark.slow  # TensorFlow subprocesses
+@pytest.mark.slow  # trains in TensorFlow subprocesses
 def test_keras_20585_still_needs_the_workaround(two_workers):
     """Fails once unpatched Keras can `fit` under MultiWorkerMirroredStrategy: then set
     `bert_keras.compat.KERAS_20585_FIXED_IN` to the installed Keras version."""
@@ -201,7 +201,7 @@ def test_keras_20585_still_needs_the_workaround(two_workers):
         assert "PerReplica" in error, error
 
 
-@pytest.mark.slow  # TensorFlow subprocesses
+@pytest.mark.slow  # trains in TensorFlow subprocesses
 def test_two_workers_match_one_process(two_workers):
     import keras
 
@@ -681,7 +681,6 @@ def test_mixed_float16_uses_loss_scaling(tmp_path, mixed_precision):
     assert max_difference(model.get_weights(), before) > 0
 
 
-@pytest.mark.slow  # TensorFlow subprocesses
 def test_multi_worker_with_an_empty_shard_stops_both_workers_clearly(tmp_path, capsys):
     """Issue 23: `create-pretraining-data --num-shards 2` on 3 documents leaves shard 1
     empty (it says so now); two `pretrain --strategy multi_worker` workers on those
