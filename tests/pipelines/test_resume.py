@@ -7,6 +7,7 @@ differs."""
 import gc
 import json
 import re
+import shutil
 from collections import Counter
 
 import keras
@@ -110,6 +111,12 @@ def command(kind, folder):
     return [*COMMANDS[kind](folder), *tiny_encoder_file(folder), *COMMON]
 
 
+def tensorboard_writers():
+    """The summary writers of the TensorBoard callbacks alive in this process."""
+    callbacks = [callback for callback in gc.get_objects() if isinstance(callback, keras.callbacks.TensorBoard)]
+    return [writer for callback in callbacks for writer in callback._writers.values()]
+
+
 def kill_after(step):
     """Makes the next run die right after training `step` (backups before it are kept),
     its logs written as far as the process had got (as a killed process leaves them: no
@@ -119,10 +126,25 @@ def kill_after(step):
     def on_train_batch_end(self, batch, logs=None):
         original(self, batch, logs)
         if int(self.model.optimizer.iterations.numpy()) == step:
-            for callback in gc.get_objects():
-                if isinstance(callback, keras.callbacks.TensorBoard):
-                    callback._close_writers()
+            for writer in tensorboard_writers():
+                writer.close()
             raise Killed(f"killed after step {step}")
+
+    return on_train_batch_end
+
+
+def copy_after(step, folder, copy):
+    """Makes the next run copy its `folder` to `copy` right after training `step`, where
+    `kill_after(step)` kills it, its logs written out as far as it has got: the files a run
+    killed there leaves, without training a second run up to the kill. The run goes on."""
+    original = StepBackup.on_train_batch_end
+
+    def on_train_batch_end(self, batch, logs=None):
+        original(self, batch, logs)
+        if int(self.model.optimizer.iterations.numpy()) == step:
+            for writer in tensorboard_writers():
+                writer.flush()
+            shutil.copytree(folder, copy)
 
     return on_train_batch_end
 
@@ -144,17 +166,27 @@ def weights(path):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", [*COMMANDS, "distill"])
 def test_a_killed_run_resumes_as_if_it_had_not_stopped(kind, tmp_path, monkeypatch, capsys):
+    """`tsv` is killed after step KILL_AFTER; the other commands resume from the files their
+    uninterrupted run had written by then (`copy_after`: the same files, one run fewer), in
+    the same folder, as the command line records it."""
+    whole, resumed, killed = tmp_path / "whole", tmp_path / "resumed", tmp_path / "killed"
     argv = command(kind, tmp_path)
-    assert cli([*argv, "--output-dir", str(tmp_path / "whole")]) == 0
-    with monkeypatch.context() as patch:
-        patch.setattr(StepBackup, "on_train_batch_end", kill_after(KILL_AFTER))
-        with pytest.raises(Killed):
-            cli([*argv, "--output-dir", str(tmp_path / "resumed")])
+    if kind == "tsv":
+        assert cli([*argv, "--output-dir", str(whole)]) == 0
+        with monkeypatch.context() as patch:
+            patch.setattr(StepBackup, "on_train_batch_end", kill_after(KILL_AFTER))
+            with pytest.raises(Killed):
+                cli([*argv, "--output-dir", str(resumed)])
+    else:
+        with monkeypatch.context() as patch:
+            patch.setattr(StepBackup, "on_train_batch_end", copy_after(KILL_AFTER, resumed, killed))
+            assert cli([*argv, "--output-dir", str(resumed)]) == 0
+        resumed.rename(whole)
+        killed.rename(resumed)
     capsys.readouterr()
-    assert cli([*argv, "--output-dir", str(tmp_path / "resumed")]) == 0
+    assert cli([*argv, "--output-dir", str(resumed)]) == 0
     assert re.search(r"^resuming after step 4 of \d+$", capsys.readouterr().out, re.M)
 
-    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     assert sorted(path.name for path in resumed.iterdir()) == sorted(path.name for path in whole.iterdir())
     expected, actual = (json.loads((run / "eval_results.json").read_text())[:-1] for run in (whole, resumed))
     assert [sorted(epoch) for epoch in actual] == [sorted(epoch) for epoch in expected] and len(actual) == 2

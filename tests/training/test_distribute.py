@@ -71,6 +71,7 @@ def max_difference(a, b):
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
 
 
+@pytest.mark.slow  # trains in TensorFlow subprocesses
 def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
     sentences = [line.strip() for line in require(SAMPLE).read_text().splitlines() if line.strip()]
     inputs = {
@@ -92,7 +93,6 @@ def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
         assert max_difference(one_device, mirrored) < 1e-5, task
 
 
-@pytest.mark.slow
 def assert_logged_as_uninterrupted(resumed, whole):
     """The resumed run's TensorBoard scalars (log, tag, step, value) are the uninterrupted
     run's: each step once, values within float noise (rates aside)."""
@@ -104,6 +104,7 @@ def assert_logged_as_uninterrupted(resumed, whole):
             assert entry[3] == pytest.approx(values[tuple(entry[:3])], rel=1e-4, abs=1e-5), entry
 
 
+@pytest.mark.slow
 def test_mirrored_finetuning_killed_and_resumed_matches_an_uninterrupted_run(tmp_path):
     """`recipes.finetune` mirrored over 2 logical CPUs, killed after step 5 and run again:
     the weights (float noise), the epochs' metrics and the logged steps of the
@@ -185,6 +186,7 @@ def two_workers(tmp_path_factory):
     }
 
 
+@pytest.mark.slow  # trains in TensorFlow subprocesses
 def test_keras_20585_still_needs_the_workaround(two_workers):
     """Fails once unpatched Keras can `fit` under MultiWorkerMirroredStrategy: then set
     `bert_keras.compat.KERAS_20585_FIXED_IN` to the installed Keras version."""
@@ -199,6 +201,7 @@ def test_keras_20585_still_needs_the_workaround(two_workers):
         assert "PerReplica" in error, error
 
 
+@pytest.mark.slow  # trains in TensorFlow subprocesses
 def test_two_workers_match_one_process(two_workers):
     import keras
 
