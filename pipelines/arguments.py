@@ -6,6 +6,7 @@ distribution flags (`--strategy`, `--tpu`, `--devices`, `--mixed-precision`), XL
 import argparse
 import glob
 import os
+import re
 
 # bert_keras.training.distribute.STRATEGIES, repeated so that parsing imports no TensorFlow
 # (tests/test_cli.py checks they agree).
@@ -43,6 +44,13 @@ def check_input_paths(args):
                 raise FileNotFoundError(path.message.format(name=name.replace("_", " "), path=path))
         if any(isinstance(path, InputPath) for path in paths):
             setattr(args, name, [str(path) for path in value] if isinstance(value, list) else str(value))
+
+
+def accept_layer_lists(parser):
+    """Lets a value starting with `-` and a digit (`--layers -1,-2`) follow a flag after a space:
+    argparse 3.11 takes only whole numbers for values, any other word starting with `-` for a
+    flag ("expected one argument"). Python 3.13's own rule, set on `parser`."""
+    parser._negative_number_matcher = re.compile(r"-\.?\d")
 
 
 def add_checkpoint_arguments(parser):
