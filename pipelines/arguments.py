@@ -13,6 +13,8 @@ import re
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
 # bert_keras.recipes.finetuning.BACKUP_STEPS, repeated for the same reason.
 BACKUP_STEPS = 500
+# What argparse reads as a value, not a flag, though it starts with `-`: Python 3.13's rule.
+DASH_VALUE = re.compile(r"-\.?\d")
 
 
 class InputPath(str):
@@ -49,8 +51,8 @@ def check_input_paths(args):
 def accept_layer_lists(parser):
     """Lets a value starting with `-` and a digit (`--layers -1,-2`) follow a flag after a space:
     argparse 3.11 takes only whole numbers for values, any other word starting with `-` for a
-    flag ("expected one argument"). Python 3.13's own rule, set on `parser`."""
-    parser._negative_number_matcher = re.compile(r"-\.?\d")
+    flag ("expected one argument")."""
+    parser._negative_number_matcher = DASH_VALUE
 
 
 def add_checkpoint_arguments(parser):
