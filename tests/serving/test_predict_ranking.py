@@ -64,11 +64,11 @@ def assert_ranking(records, expected):
     np.testing.assert_allclose([r["score"] for r in records], [e[3] for e in expected], atol=1e-5, rtol=0)
 
 
-def test_top_k_per_query_equals_the_model_s_scores_sorted(tmp_path, reranker, pairs):
+def test_top_k_per_query_equals_the_model_s_scores_sorted(tmp_path, reranker, pairs, capsys):
     files, ids, rows = pairs
     out = tmp_path / "top.jsonl"
     summary = predict_files(str(reranker), files, out, top_k_per_query=K, chunk_size=4, batch_size=3)
-    assert summary["rows"] == len(rows)
+    assert (summary["rows"], summary["records"]) == (len(rows), K * len(QUERIES))
     assert_ranking(read_jsonl(out), reference(reranker, ids, rows))
     assert (
         cli(
@@ -79,6 +79,9 @@ def test_top_k_per_query_equals_the_model_s_scores_sorted(tmp_path, reranker, pa
     )
     lines = (tmp_path / "top.tsv").read_text(encoding="utf-8").splitlines()
     assert lines[0] == "query\trank\tid\tscore" and len(lines) == 1 + K * len(QUERIES)
+    said = capsys.readouterr().out.splitlines()[-1]
+    best = f"each query's best {K} of {len(rows)} rows predicted"
+    assert said == f"wrote {K * len(QUERIES)} records to {tmp_path / 'top.tsv'} ({best})"
 
 
 def test_top_k_per_query_resumes_a_stopped_run(tmp_path, reranker, pairs):
