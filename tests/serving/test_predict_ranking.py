@@ -162,3 +162,34 @@ def test_vectors_in_npy_shards_with_their_ids(tmp_path):
     ids = read_jsonl(*sorted((tmp_path / "vectors").glob("ids-*.jsonl")))
     assert [r["id"] for r in ids] == [f"{source}:{i}" for i in range(1, 8)]
     assert not (tmp_path / "vectors.tmp").exists() and not (tmp_path / "vectors.parts").exists()
+
+
+def test_tied_scores_rank_alike_on_beam_and_locally(tmp_path):
+    """Every query's rows of one score: its first K rows in input order, on the DirectRunner as
+    locally, though Beam meets them last first."""
+    import apache_beam as beam
+
+    from bert_keras.serving.batch.beam import TopPerQuery
+    from bert_keras.serving.batch.ranking import top_per_query
+
+    rows = [(f"in.tsv:{row + 2}", QUERIES[row % 2], 0.5 if row % 3 else 0.25) for row in range(12)]
+    records = [{"id": id, "score": score, "query": query} for id, query, score in rows]
+    local = list(top_per_query(lambda: iter(records), K))
+    expected = [
+        (query, rank, id)
+        for query in QUERIES[:2]
+        for rank, id in enumerate([id for id, q, score in rows if q == query and score == 0.5][:K], start=1)
+    ]
+    assert [(r["query"], r["rank"], r["id"]) for r in local] == expected
+    keyed = [((0, row), query, {"id": id, "score": score}) for row, (id, query, score) in enumerate(rows)]
+    with beam.Pipeline("DirectRunner") as pipeline:
+        _ = (
+            pipeline
+            | beam.Create(keyed[::-1], reshuffle=False)
+            | beam.Map(lambda item: ((item[0], item[1]), item[2]))
+            | TopPerQuery(K)
+            | beam.Map(json.dumps)
+            | beam.io.WriteToText(str(tmp_path / "top"), file_name_suffix=".jsonl")
+        )
+    on_beam = sorted(read_jsonl(*tmp_path.glob("top-*.jsonl")), key=lambda r: (QUERIES.index(r["query"]), r["rank"]))
+    assert on_beam == local
