@@ -144,6 +144,11 @@ def add_recompute_argument(parser):
     )
 
 
+def window_micro_batch(text):
+    """--window-micro-batch's value: "all" or a whole number (the head checks it is positive)."""
+    return text if text == "all" else int(text)
+
+
 def add_window_arguments(parser, pooling=True, default_pooling="mean", served=False, trained=False):
     """--doc-stride (and --window-pooling; `served`: --max-windows; `trained`:
     --window-micro-batch): long texts read in windows, not truncated."""
@@ -164,10 +169,12 @@ def add_window_arguments(parser, pooling=True, default_pooling="mean", served=Fa
     if trained:
         parser.add_argument(
             "--window-micro-batch",
-            type=int,
-            help="with --doc-stride: run at most this many windows through the encoder at once, in training "
-            "too (the same gradient, recomputed window by window), so memory is set by it, not by the "
-            "documents' lengths; default: all of a batch's windows at once",
+            type=window_micro_batch,
+            metavar="N|all",
+            help="with --doc-stride: run at most N windows through the encoder at once, in training too (the "
+            "same gradient, recomputed), so memory is set by it, not by the documents' lengths; 'all': every "
+            "window of a batch at once; default: in training each document's first window at once and the "
+            "others --batch-size at a time",
         )
     if served:
         parser.add_argument(
