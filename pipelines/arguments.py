@@ -8,12 +8,15 @@ TensorFlow loads."""
 import argparse
 import glob
 import os
+import re
 
 # bert_keras.training.distribute.STRATEGIES, repeated so that parsing imports no TensorFlow
 # (tests/test_cli.py checks they agree).
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
 # bert_keras.recipes.finetuning.BACKUP_STEPS, repeated for the same reason.
 BACKUP_STEPS = 500
+# What argparse reads as a value, not a flag, though it starts with `-`: Python 3.13's rule.
+DASH_VALUE = re.compile(r"-\.?\d")
 
 
 class InputPath(str):
@@ -62,6 +65,13 @@ def check_input_paths(args):
         if any(isinstance(path, InputPath) for path in paths):
             local = [path.local() if isinstance(path, CheckpointPath) else str(path) for path in paths]
             setattr(args, name, local if isinstance(value, list) else local[0])
+
+
+def accept_layer_lists(parser):
+    """Lets a value starting with `-` and a digit (`--layers -1,-2`) follow a flag after a space:
+    argparse 3.11 takes only whole numbers for values, any other word starting with `-` for a
+    flag ("expected one argument")."""
+    parser._negative_number_matcher = DASH_VALUE
 
 
 def add_checkpoint_arguments(parser):
@@ -153,6 +163,11 @@ def add_recompute_argument(parser):
     )
 
 
+def window_micro_batch(text):
+    """--window-micro-batch's value: "all" or a whole number (the head checks it is positive)."""
+    return text if text == "all" else int(text)
+
+
 def add_window_arguments(parser, pooling=True, default_pooling="mean", served=False, trained=False):
     """--doc-stride (and --window-pooling; `served`: --max-windows; `trained`:
     --window-micro-batch): long texts read in windows, not truncated."""
@@ -173,10 +188,12 @@ def add_window_arguments(parser, pooling=True, default_pooling="mean", served=Fa
     if trained:
         parser.add_argument(
             "--window-micro-batch",
-            type=int,
-            help="with --doc-stride: run at most this many windows through the encoder at once, in training "
-            "too (the same gradient, recomputed window by window), so memory is set by it, not by the "
-            "documents' lengths; default: all of a batch's windows at once",
+            type=window_micro_batch,
+            metavar="N|all",
+            help="with --doc-stride: run at most N windows through the encoder at once, in training too (the "
+            "same gradient, recomputed), so memory is set by it, not by the documents' lengths; 'all': every "
+            "window of a batch at once; default: in training each document's first window at once and the "
+            "others --batch-size at a time",
         )
     if served:
         parser.add_argument(

@@ -10,7 +10,7 @@ rounded to 6 decimals as the original. With `--pooling cls|mean` each line also 
 
 import json
 
-from bert_keras_cli.arguments import InputPath, add_checkpoint_arguments, checkpoint_source
+from bert_keras_cli.arguments import InputPath, accept_layer_lists, add_checkpoint_arguments, checkpoint_source
 
 
 def register(subparsers):
@@ -24,9 +24,8 @@ def register(subparsers):
     )
     parser.add_argument("--output", required=True, help="JSON lines file to write")
     add_checkpoint_arguments(parser)
-    parser.add_argument(
-        "--layers", default="-1,-2,-3,-4", help="comma-separated layer indexes, -1 the last (write --layers=-1,-2)"
-    )
+    parser.add_argument("--layers", default="-1,-2,-3,-4", help="comma-separated layer indexes, -1 the last")
+    accept_layer_lists(parser)
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--pooling", choices=("cls", "mean"), help="also write a sentence vector per layer")

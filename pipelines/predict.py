@@ -122,7 +122,11 @@ def run(args):
     if summary["notice"]:
         print(f"predict: {summary['notice']}", file=sys.stderr)
     errors = f", {summary['errors']} rows in error" if summary["errors"] else ""
-    print(f"wrote {summary['rows']} rows to {args.output}{errors}")
+    if args.top_k_per_query is None:
+        print(f"wrote {summary['rows']} rows to {args.output}{errors}")
+    else:
+        best = f"each query's best {args.top_k_per_query} of {summary['rows']} rows predicted"
+        print(f"wrote {summary['records']} records to {args.output} ({best}){errors}")
     return 0
 
 

@@ -21,10 +21,12 @@ def recompute_gradient(function, layer, chunk_size=None):
     """`function(*tensors)` -> a list of tensors, that calls `layer` (whose variables it
     reads and whose seeds it advances), wrapped so that its gradient recomputes it.
 
-    With `chunk_size`, the inputs are cut along axis 0 into pieces of at most that many
-    rows and the outputs put back together; inputs then get no gradient (they are ids).
-    Returns the wrapped function (same arguments, a list of tensors)."""
-    if chunk_size is not None and (isinstance(chunk_size, bool) or int(chunk_size) != chunk_size or chunk_size < 1):
+    With `chunk_size` (an int, or a scalar int32 tensor, at least 1), the inputs are cut
+    along axis 0 into pieces of at most that many rows and the outputs put back together;
+    inputs then get no gradient (they are ids). Returns the wrapped function (same
+    arguments, a list of tensors)."""
+    given = chunk_size is not None and not tf.is_tensor(chunk_size)
+    if given and (isinstance(chunk_size, bool) or int(chunk_size) != chunk_size or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
 
     def wrapped(*inputs):

@@ -6,6 +6,7 @@ the whole tagger (encoder included) with the best epoch's weights as `best.keras
 killed, it resumes from its backups."""
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from bert_keras.tasks.feature_batches import CachedBatches, batches_after
 from bert_keras.tasks.feature_tagger import CachedFeatureModel
 from bert_keras.tasks.token_classifier import IGNORE_LABEL
 from bert_keras.training.backup import StepBackup, fit_from_backup
-from bert_keras.training.callbacks import EvaluateAndKeepBest
+from bert_keras.training.callbacks import EvaluateAndKeepBest, StopAfterSteps
 from bert_keras.training.progress import fit_progress
 
 
@@ -55,8 +56,8 @@ def train_feature_tagger(
     """Trains the BiLSTM and tag layer of `model` (a `BertFeatureTagger`) on a prepared `ConllData`: the
     features computed once (`stored_tagging_features` in `output_dir`, unless `cache`, of at least the
     model's layers, is given), then `epochs` of Adam at `learning_rate` (gradients clipped
-    to norm 1; at most `max_train_steps` steps in all) with conlleval on the dev set after
-    each. The best epoch's weights stay in `model`, saved whole as `output_dir/best.keras`,
+    to norm 1; `max_train_steps` steps in all if fewer, the last epoch cut short) with conlleval
+    on the dev set after each. The best epoch's weights stay in `model`, saved whole as `output_dir/best.keras`,
     with `eval_results.json` and the best epoch's `predictions.txt`. Backed up every
     `backup_steps` steps and at epoch ends (`StepBackup`), a run called again resumes and
     ends as an uninterrupted one would. Returns a `FinetuningRun`."""
@@ -82,8 +83,9 @@ def train_feature_tagger(
     start = time.perf_counter()
     count = len(CachedBatches(cache.train, batch_size, seed))
     steps = min(count, max_train_steps or count)
-    epochs = min(epochs, max(1, (max_train_steps or epochs * steps) // steps))
-    plan = dict(epochs=epochs, steps_per_epoch=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed)
+    total = min(epochs * steps, max_train_steps or epochs * steps)
+    plan = dict(epochs=math.ceil(total / steps), steps_per_epoch=steps, steps=total, batch_size=batch_size)
+    plan.update(learning_rate=learning_rate, seed=seed)
     backup = StepBackup(output_dir / CACHE.parent, save_freq=backup_steps, states={"keeper": keeper}, plan=plan)
     history = _fit(trainer, backup, cache.train, plan, verbose)
     keeper.history.append({"cache_seconds": cache_seconds, "train_seconds": round(time.perf_counter() - start, 1)})
@@ -99,19 +101,21 @@ def train_feature_tagger(
 def _fit(trainer, backup, cache, plan, verbose):
     """`fit_from_backup` of `trainer` on `batches_after` the steps `backup` restored."""
     steps, epochs, batch_size, seed = plan["steps_per_epoch"], plan["epochs"], plan["batch_size"], plan["seed"]
+    total = plan["steps"]
     trainer(CachedBatches(cache, batch_size, seed).inputs(0))  # built, for the backup to load into
     done = backup.restore(trainer)
     if done:
-        print(f"resuming after step {done} of {steps * epochs}")
+        print(f"resuming after step {done} of {total}")
     verbose, progress = fit_progress(verbose)
+    stop = [StopAfterSteps(total, steps)] if total < steps * epochs else []
     return fit_from_backup(
         trainer,
         backup,
         lambda skip: batches_after(cache, batch_size, seed, steps, skip),
-        steps=steps * epochs,
+        steps=total,
         epochs=epochs,
         steps_per_epoch=steps,
-        callbacks=lambda: [*progress, backup.states["keeper"]],
+        callbacks=lambda: [*progress, *stop, backup.states["keeper"]],
         shuffle=False,  # the batches shuffle themselves
         verbose=verbose,
     )

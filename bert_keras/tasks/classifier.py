@@ -34,9 +34,11 @@ class BertClassifier(BertTask):
             one window; the loss, taken per document, trains the window that holds it).
         max_windows: the most windows a document may have (None: no bound); beyond it
             is an error (INVALID_ARGUMENT from a served model).
-        window_micro_batch: the most windows the encoder runs at once (None: all of a
-            batch's): a training step's memory is then set by it, whatever the
-            documents' lengths, for the same gradient (recomputed in the backward pass).
+        window_micro_batch: the most windows the encoder runs at once: a training step's
+            memory is then set by it, whatever the documents' lengths, for the same
+            gradient (recomputed in the backward pass). None: in training, each
+            document's first window at once and the others as many as the batch's
+            documents at a time (`windowing.encode_windows`); "all": every window at once.
 
     Call: packed dict of int `[B, L]` -> float32 logits `[B, K]` (`[B, 1]` scores for
     regression); windowed inputs `[B, W, L]` (`bert_keras.tasks.windowing`) -> the

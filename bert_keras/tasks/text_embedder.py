@@ -68,9 +68,11 @@ class BertTextEmbedder(BertTask):
             is the average of the windows' vectors weighted by their tokens, then
             normalised.
         max_windows: the most windows a text may have (None: no bound).
-        window_micro_batch: the most windows the encoder runs at once (None: all of a
-            batch's): a training step's memory is then set by it, whatever the
-            documents' lengths, for the same gradient (recomputed in the backward pass).
+        window_micro_batch: the most windows the encoder runs at once: a training step's
+            memory is then set by it, whatever the documents' lengths, for the same
+            gradient (recomputed in the backward pass). None: in training, each
+            document's first window at once and the others as many as the batch's
+            documents at a time (`windowing.encode_windows`); "all": every window at once.
 
     The encoder's pooler, which the vectors do not use, is frozen.
 

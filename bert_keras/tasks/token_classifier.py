@@ -36,9 +36,11 @@ class BertTokenClassifier(BertTask):
             windows of that length starting `doc_stride` pieces apart.
         max_windows: the most windows a text may have (None: no bound); more is an
             `InvalidArgumentError` (INVALID_ARGUMENT when served).
-        window_micro_batch: the most windows the encoder runs at once (None: all of a
-            batch's): a training step's memory is then set by it, whatever the
-            documents' lengths, for the same gradient (recomputed in the backward pass).
+        window_micro_batch: the most windows the encoder runs at once: a training step's
+            memory is then set by it, whatever the documents' lengths, for the same
+            gradient (recomputed in the backward pass). None: in training, each
+            document's first window at once and the others as many as the batch's
+            documents at a time (`windowing.encode_windows`); "all": every window at once.
 
     Call: packed dict of int `[B, L]` -> float32 logits `[B, L, K]`; windowed `[B, W, L]`
     -> the document's logits `[B, T, K]`, laid out as one packed sequence: [CLS] at 0,

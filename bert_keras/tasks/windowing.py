@@ -125,9 +125,11 @@ def window_mask(inputs):
 def encode_windows(encoder, inputs, training=None, outputs=("sequence_output", "pooled_output"), micro_batch=None):
     """The encoder over windowed `inputs` (`[B, W, L]`) -> (dict of the named `outputs`,
     each `[B, W, ...]`, zeros for padding windows; `window_mask` `[B, W]`). With
-    `micro_batch`, the encoder runs on at most that many windows at once, and its
-    gradient recomputes them as many at a time (the same gradient, about a third more
-    compute)."""
+    `micro_batch` N, the encoder runs on at most N windows at once, and its gradient
+    recomputes them as many at a time (the same gradient, about a third more compute).
+    None: in training, each document's first window runs as unwindowed texts do and the
+    others B at a time, recomputed (`_first_windows_whole`); in prediction all at once.
+    "all": all of a batch's windows at once."""
     mask = window_mask(inputs)
     index = tf.where(mask)
     windows = [tf.gather_nd(inputs[name], index) for name in INPUT_NAMES]
@@ -136,9 +138,13 @@ def encode_windows(encoder, inputs, training=None, outputs=("sequence_output", "
         encoded = encoder(dict(zip(INPUT_NAMES, windows)), training=training)
         return [encoded[name] for name in outputs]
 
-    if micro_batch is not None:
-        encode = recompute_gradient(encode, encoder, micro_batch)
-    flat = dict(zip(outputs, encode(*windows)))
+    if micro_batch is None and training:
+        flat = _first_windows_whole(encode, encoder, windows, index, tf.shape(mask)[0])
+    elif micro_batch not in (None, "all"):
+        flat = recompute_gradient(encode, encoder, micro_batch)(*windows)
+    else:
+        flat = encode(*windows)
+    flat = dict(zip(outputs, flat))
     batch_shape = tf.shape(mask, out_type=tf.int64)
 
     def scatter(value):
@@ -146,6 +152,19 @@ def encode_windows(encoder, inputs, training=None, outputs=("sequence_output", "
         return tf.scatter_nd(index, value, shape)
 
     return {name: scatter(flat[name]) for name in outputs}, mask
+
+
+def _first_windows_whole(encode, encoder, windows, index, documents):
+    """`encode` over the real `windows` (at `index`, [document, window]): the first window
+    of each of the batch's `documents` at once, its activations kept for the gradient as a
+    batch of unwindowed texts' are, and the rest `documents` at a time, recomputed in the
+    backward pass. A step of short documents (one window each) costs what it did unsplit;
+    one of long documents holds about two batches' activations, whatever their lengths."""
+    first = tf.cast(tf.where(tf.equal(index[:, 1], 0))[:, 0], tf.int32)
+    rest = tf.cast(tf.where(index[:, 1] > 0)[:, 0], tf.int32)
+    whole = encode(*[tf.gather(window, first) for window in windows])
+    split = recompute_gradient(encode, encoder, documents)(*[tf.gather(window, rest) for window in windows])
+    return [tf.dynamic_stitch([first, rest], [a, b]) for a, b in zip(whole, split)]
 
 
 def pool_windows(values, mask, pooling="mean", weights=None):
@@ -167,12 +186,18 @@ def pool_windows(values, mask, pooling="mean", weights=None):
 
 def window_arguments(doc_stride=None, max_windows=None, window_micro_batch=None):
     """Checked `doc_stride`, `max_windows` and `window_micro_batch` of a head: positive
-    ints, or None (no windows: truncation; no bound on windows per document; all of a
-    batch's windows through the encoder at once)."""
+    ints, or None (no windows: truncation; no bound on windows per document; in training,
+    micro-batches of the batch's documents: `encode_windows`); `window_micro_batch` may
+    also be "all" (all of a batch's windows at once)."""
+    if window_micro_batch == "all":
+        return (*window_arguments(doc_stride, max_windows)[:2], "all")
     arguments = (("doc_stride", doc_stride), ("max_windows", max_windows), ("window_micro_batch", window_micro_batch))
     for name, value in arguments:
-        if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
-            raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        if value is not None and (isinstance(value, (bool, str)) or int(value) != value or value < 1):
+            allowed = (
+                'a positive integer, None or "all"' if name == "window_micro_batch" else "a positive integer or None"
+            )
+            raise ValueError(f"{name} must be {allowed}, got {value!r}")
     if max_windows is not None and doc_stride is None:
         raise ValueError("max_windows bounds the windows of doc_stride; set doc_stride too")
     return tuple(None if value is None else int(value) for _, value in arguments)

@@ -7,10 +7,10 @@ task model (a `BertFeatureTagger`: the layers combined, a two-layer BiLSTM, the 
 layer) is trained on features computed once (`bert_keras.recipes.feature_based`).
 
 Example: `bert-keras finetune conll --data-dir ../shared/data/conll2003 --output-dir runs/ner`;
-`... --feature-based=-1,-2,-3,-4 --combine concat` for the feature-based model.
+`... --feature-based -1,-2,-3,-4 --combine concat` for the feature-based model.
 """
 
-from bert_keras_cli.arguments import InputPath, add_window_arguments, report_truncation
+from bert_keras_cli.arguments import InputPath, accept_layer_lists, add_window_arguments, report_truncation
 
 HELP = "CoNLL-2003 named entity recognition"
 # --learning-rate: 5e-5 fine-tuning, 1e-3 for --feature-based (the LSTM's Adam).
@@ -35,8 +35,9 @@ def add_arguments(parser):
         type=lambda text: [part.strip() for part in text.split(",") if part.strip()],
         help="keep the encoder frozen and train a BiLSTM tagger on these layers' features, computed once: "
         "comma-separated indices, -1 the last layer, 0 the first, 'embeddings' the embedding output "
-        "(write --feature-based=-1,-2,-3,-4)",
+        "(e.g. -1,-2,-3,-4)",
     )
+    accept_layer_lists(parser)
     parser.add_argument(
         "--combine",
         choices=("concat", "sum", "weighted"),

@@ -253,3 +253,15 @@ def test_every_beam_command_reads_the_runner_and_its_pipeline_options_alike(argv
         assert options["temp_location"] == "gs://b/tmp"
     with pytest.raises(ValueError, match="need --runner"):
         beam_options(parser.parse_args([*argv, "--runner", "local", "--project=p"]))
+
+
+@pytest.mark.parametrize("spelling", [["--feature-based", "-1,-2,-3,-4"], ["--feature-based=-1,-2,-3,-4"]])
+def test_feature_based_layers_may_follow_the_flag_after_a_space(spelling):
+    from bert_keras_cli.cli import build_parser
+
+    command = ["finetune", "conll", "--data-dir", "d", "--output-dir", "o"]
+    assert build_parser().parse_args([*command, *spelling]).feature_based == ["-1", "-2", "-3", "-4"]
+    mixed = build_parser().parse_args([*command, "--feature-based", "-2,embeddings", "--combine", "sum"])
+    assert (mixed.feature_based, mixed.combine) == (["-2", "embeddings"], "sum")
+    features = build_parser().parse_args(["extract-features", "--input", "i", "--output", "o", "--layers", "-1,-2"])
+    assert features.layers == "-1,-2"

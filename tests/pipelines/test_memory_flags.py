@@ -65,6 +65,17 @@ def test_window_micro_batch_reaches_the_training_heads(files, monkeypatch):
         )
 
 
+def test_window_micro_batch_is_a_number_or_all(capsys):
+    from bert_keras_cli.cli import build_parser
+
+    argv = ["finetune", "tsv", "--train", "t", "--dev", "t", "--output-dir", "o", "--window-micro-batch"]
+    assert build_parser().parse_args([*argv, "all"]).window_micro_batch == "all"
+    assert build_parser().parse_args([*argv, "8"]).window_micro_batch == 8
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*argv, "some"])
+    assert "invalid window_micro_batch value: 'some'" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_finetune_tsv_in_window_micro_batches_with_recompute(tmp_path):
     """A real (tiny) run with both memory flags: the saved model keeps them."""

@@ -133,6 +133,23 @@ def train(init, data, output_dir, **options):
     return train_feature_tagger(model, data, **{**arguments, **options}), model
 
 
+def test_max_train_steps_stops_after_that_many_optimizer_steps(tiny_conll, tmp_path, monkeypatch):
+    """3 steps of epochs of 2 batches (5 sentences, 4 a batch): a whole epoch, then the first
+    step of the second, scored after each."""
+    folder, init = tiny_conll
+    data = ConllData(folder)
+    steps, record = [], StepBackup.on_train_batch_end
+
+    def counted(self, batch, logs=None):
+        steps.append(int(self.model.optimizer.iterations.numpy()))
+        record(self, batch, logs)
+
+    monkeypatch.setattr(StepBackup, "on_train_batch_end", counted)
+    run, _ = train(init, data, tmp_path, epochs=3, max_train_steps=3)
+    assert data.train_size == 5 and steps == [1, 2, 3]
+    assert [e["epoch"] for e in run.evaluations[:-1]] == [1, 2]
+
+
 @pytest.mark.slow
 def test_a_killed_run_resumes_on_its_stored_features_as_if_it_had_not_stopped(tiny_conll, tmp_path, monkeypatch):
     """Killed after step 3 of 2 epochs of 2 (backed up after step 2), then run again: the

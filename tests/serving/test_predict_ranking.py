@@ -64,11 +64,11 @@ def assert_ranking(records, expected):
     np.testing.assert_allclose([r["score"] for r in records], [e[3] for e in expected], atol=1e-5, rtol=0)
 
 
-def test_top_k_per_query_equals_the_model_s_scores_sorted(tmp_path, reranker, pairs):
+def test_top_k_per_query_equals_the_model_s_scores_sorted(tmp_path, reranker, pairs, capsys):
     files, ids, rows = pairs
     out = tmp_path / "top.jsonl"
     summary = predict_files(str(reranker), files, out, top_k_per_query=K, chunk_size=4, batch_size=3)
-    assert summary["rows"] == len(rows)
+    assert (summary["rows"], summary["records"]) == (len(rows), K * len(QUERIES))
     assert_ranking(read_jsonl(out), reference(reranker, ids, rows))
     assert (
         cli(
@@ -79,6 +79,9 @@ def test_top_k_per_query_equals_the_model_s_scores_sorted(tmp_path, reranker, pa
     )
     lines = (tmp_path / "top.tsv").read_text(encoding="utf-8").splitlines()
     assert lines[0] == "query\trank\tid\tscore" and len(lines) == 1 + K * len(QUERIES)
+    said = capsys.readouterr().out.splitlines()[-1]
+    best = f"each query's best {K} of {len(rows)} rows predicted"
+    assert said == f"wrote {K * len(QUERIES)} records to {tmp_path / 'top.tsv'} ({best})"
 
 
 def test_top_k_per_query_resumes_a_stopped_run(tmp_path, reranker, pairs):
@@ -159,3 +162,34 @@ def test_vectors_in_npy_shards_with_their_ids(tmp_path):
     ids = read_jsonl(*sorted((tmp_path / "vectors").glob("ids-*.jsonl")))
     assert [r["id"] for r in ids] == [f"{source}:{i}" for i in range(1, 8)]
     assert not (tmp_path / "vectors.tmp").exists() and not (tmp_path / "vectors.parts").exists()
+
+
+def test_tied_scores_rank_alike_on_beam_and_locally(tmp_path):
+    """Every query's rows of one score: its first K rows in input order, on the DirectRunner as
+    locally, though Beam meets them last first."""
+    import apache_beam as beam
+
+    from bert_keras.serving.batch.beam import RankTopPerQuery
+    from bert_keras.serving.batch.ranking import top_per_query
+
+    rows = [(f"in.tsv:{row + 2}", QUERIES[row % 2], 0.5 if row % 3 else 0.25) for row in range(12)]
+    records = [{"id": id, "score": score, "query": query} for id, query, score in rows]
+    local = list(top_per_query(lambda: iter(records), K))
+    expected = [
+        (query, rank, id)
+        for query in QUERIES[:2]
+        for rank, id in enumerate([id for id, q, score in rows if q == query and score == 0.5][:K], start=1)
+    ]
+    assert [(r["query"], r["rank"], r["id"]) for r in local] == expected
+    keyed = [((0, row), query, {"id": id, "score": score}) for row, (id, query, score) in enumerate(rows)]
+    with beam.Pipeline("DirectRunner") as pipeline:
+        _ = (
+            pipeline
+            | beam.Create(keyed[::-1], reshuffle=False)
+            | beam.Map(lambda item: ((item[0], item[1]), item[2]))
+            | RankTopPerQuery(K)
+            | beam.Map(json.dumps)
+            | beam.io.WriteToText(str(tmp_path / "top"), file_name_suffix=".jsonl")
+        )
+    on_beam = sorted(read_jsonl(*tmp_path.glob("top-*.jsonl")), key=lambda r: (QUERIES.index(r["query"]), r["rank"]))
+    assert on_beam == local

@@ -127,3 +127,32 @@ def test_the_other_windowed_heads_keep_their_outputs(head):
 def test_window_micro_batch_is_checked():
     with pytest.raises(ValueError, match="window_micro_batch must be a positive integer"):
         classifier(0, "max")
+
+
+def encoded_rows(model, inputs):
+    """An eager training step of `model` (forward, then backward): (its gradients, the rows
+    of each encoder call)."""
+    rows, call = [], model.encoder.call
+
+    def counted(packed, *args, **kwargs):
+        rows.append(int(tf.shape(packed["input_word_ids"])[0]))
+        return call(packed, *args, **kwargs)
+
+    model.encoder.call = counted
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.sin(model(inputs, training=True)))
+    return arrays(tape.gradient(loss, model.trainable_variables)), rows
+
+
+def test_training_runs_long_documents_in_micro_batches_by_default():
+    """Without window_micro_batch a step runs each document's first window at once and the
+    other windows as many at a time as the batch has documents, recomputed backward: the
+    unsplit step's gradient. A batch of one window a document is run once, unsplit."""
+    long = windows()  # 4 documents, 21 windows
+    default, rows = encoded_rows(classifier(None, "max"), long)
+    assert rows == [4] + [4, 4, 4, 4, 1] * 2
+    whole, rows = encoded_rows(classifier("all", "max"), long)
+    assert rows == [21]
+    assert_same(default, whole)
+    short = preprocess_windows(tiny_preprocessor(max_seq_length=10), tf.constant(["a dog", "the cat"]), 3).inputs
+    assert [rows for rows in encoded_rows(classifier(None, "max"), short)[1] if rows] == [2]

@@ -22,7 +22,7 @@ import tensorflow as tf
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from bert_keras.serving.batch.ranking import check_top_k_per_query, query_segment, ranked
+from bert_keras.serving.batch.ranking import check_top_k_per_query, query_segment, rank_key, ranked
 from bert_keras.serving.batch.readers import Row, RowReader, input_files
 from bert_keras.serving.batch.runner import ON_ERROR, predictor_for
 
@@ -116,10 +116,12 @@ def _length_in_bytes(element):
     return sum(len(text.encode("utf-8")) for text in values)
 
 
-def keyed_rows(path, segments, columns=None, id_column=None, list_segment=None):
-    """(id, `Row`) for each row of the file at `path`, as `predict`'s `RowReader` reads it."""
-    for row in RowReader([path], segments, columns, id_column, list_segment):
-        yield row.id, row
+def keyed_rows(file, segments, columns=None, id_column=None, list_segment=None):
+    """((index, row in the file), `Row`) for each row of `file`, (index, path) of the inputs'
+    `index`th, as `predict`'s `RowReader` reads it: the key is the row's place in the input."""
+    index, path = file
+    for number, row in enumerate(RowReader([path], segments, columns, id_column, list_segment)):
+        yield (index, number), row
 
 
 def shards_prefix(output):
@@ -131,8 +133,9 @@ def shards_prefix(output):
 
 
 class RankTopPerQuery(beam.PTransform):
-    """((id, query), record) pairs -> the `k` best-scored records of each query, ranked
-    as the local run ranks them (`ranking.ranked`), and the records in error."""
+    """((position, query), record) pairs -> the `k` best records of each query by the local
+    run's order (`ranking.rank_key`: ties to the earlier `position`, a tuple of numbers in
+    input order), ranked as it ranks them (`ranking.ranked`), and the records in error."""
 
     def __init__(self, k):
         super().__init__()
@@ -144,15 +147,15 @@ class RankTopPerQuery(beam.PTransform):
         top = (
             keyed
             | "Scored" >> beam.Filter(lambda pair: "error" not in pair[1])
-            | "ByQuery" >> beam.MapTuple(lambda key, record: (key[1], record))
-            | "Top" >> beam.combiners.Top.PerKey(self.k, key=lambda record: record["score"])
-            | "Rank" >> beam.FlatMapTuple(ranked)
+            | "ByQuery" >> beam.MapTuple(lambda key, record: (key[1], (key[0], record)))
+            | "Top" >> beam.combiners.Top.PerKey(self.k, key=lambda item: rank_key(item[1]["score"], item[0]))
+            | "Rank" >> beam.FlatMapTuple(lambda query, items: ranked(query, [record for _, record in items]))
         )
         return (top, errors) | beam.Flatten()
 
 
 def _keyed_by_query(pair, segment):
-    """(id, row) -> ((id, the row's query), row)."""
+    """(position, row) -> ((position, the row's query), row)."""
     key, row = pair
     return (key, None if row.texts is None else row.texts[segment]), row
 
@@ -177,7 +180,7 @@ def predict_on_beam(
     with beam.Pipeline(options=PipelineOptions(options)) as pipeline:
         rows = (
             pipeline
-            | "Files" >> beam.Create(files)
+            | "Files" >> beam.Create(list(enumerate(files)))
             | "Rows" >> beam.FlatMap(keyed_rows, segments, columns, id_column, list_segment)
         )
         if top_k_per_query is not None:

@@ -47,9 +47,15 @@ def _record_with_query(row: Row, record, segment):
     return record if "error" in record else {**record, "query": row.texts[segment]}
 
 
+def rank_key(score, position):
+    """The one order of a query's records, the local run's and Beam's, largest best: the
+    higher score, then on a tie the row earlier in the input (`position`, a tuple of
+    numbers in input order: the row's count locally, (file, row in file) on Beam)."""
+    return (score, *(-number for number in position))
+
+
 class TopPerQueryHeaps:
-    """The `k` best-scored records of each query, fed one at a time; ties go to the
-    row met first."""
+    """The `k` best records of each query by `rank_key`, fed one at a time in input order."""
 
     def __init__(self, k):
         check_top_k_per_query(k)
@@ -57,18 +63,21 @@ class TopPerQueryHeaps:
 
     def add(self, record):
         query = record["query"]
-        entry = (record["score"], -self.seen, {key: value for key, value in record.items() if key != "query"})
+        entry = (
+            rank_key(record["score"], (self.seen,)),
+            {key: value for key, value in record.items() if key != "query"},
+        )
         self.seen += 1
         heap = self.heaps.setdefault(query, [])
         if len(heap) < self.k:
             heapq.heappush(heap, entry)
-        elif entry[:2] > heap[0][:2]:
+        elif entry[0] > heap[0][0]:
             heapq.heapreplace(heap, entry)
 
     def records(self):
         """Each query's records, best first, in the order the queries were first met."""
         for query, heap in self.heaps.items():
-            yield from ranked(query, [entry[2] for entry in sorted(heap, key=lambda entry: entry[:2], reverse=True)])
+            yield from ranked(query, [entry[1] for entry in sorted(heap, key=lambda entry: entry[0], reverse=True)])
 
 
 def ranked(query, records):

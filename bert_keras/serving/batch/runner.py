@@ -57,7 +57,7 @@ def predict_files(
     query instead of every row (`ranking.py`). A run is resumed only on the same settings,
     model content and input content (`run_identity`); `overwrite` starts over, replacing
     OUT and a stopped run's parts. Progress lines go to `stream` (stderr). Returns a summary:
-    rows, errors, truncated rows and the notice."""
+    rows predicted, records written, errors, truncated rows and the notice."""
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
     if chunk_size < 1 or batch_size < 1:
@@ -135,5 +135,5 @@ def _finish(parts, predictor, top_k_per_query):
         dropped = dropped.add(record.get("truncated_pieces", 0))
     notice = predictor.truncation_notice(dropped)
     ranking = None if top_k_per_query is None else (lambda: top_per_query(parts.records, top_k_per_query))
-    parts.assemble(ranking)
-    return {"rows": dropped.texts, "errors": errors, "truncated": dropped.cut, "notice": notice}
+    written = parts.assemble(ranking)
+    return {"rows": dropped.texts, "records": written, "errors": errors, "truncated": dropped.cut, "notice": notice}
