@@ -88,11 +88,12 @@ class BertTask(RestoresCompile, WorksAroundKeras20585, keras.Model):
     `fit` (the default names of raw text inputs) and by its `ServingSignature`:
     `text_input_names`, and `token_output_names`, the keys of its per-token outputs
     (None: its output is itself one per-token tensor), which a batch of several lengths
-    pads.
+    pads; and `head_kind`, what predict's records, exports and MediaPipe take it for (None: none).
     """
 
     text_input_names = ("text",)
     token_output_names = ()
+    head_kind = None
     # Heads that read long texts in windows (`bert_keras.tasks.windowing`) set these in
     # their constructor and name them in `window_argument_names`; None: truncation.
     doc_stride = None
@@ -351,11 +352,10 @@ class BertTask(RestoresCompile, WorksAroundKeras20585, keras.Model):
 
         `preprocessor=True` builds one from the vocab.txt beside the checkpoint (or
         `vocab`) padding to `seq_length` (None: each batch to its longest; at most
-        `max_seq_length`) and truncating
-        at `max_seq_length` (default: a Hugging Face folder's `model_max_length`, else the
-        model's positions, at most 512); `False` leaves
-        it out. `encoder_config` overrides the checkpoint's config (e.g. dropout); `kwargs`
-        go to the head's constructor."""
+        `max_seq_length`) and truncating at `max_seq_length` (default: a Hugging Face
+        folder's `model_max_length`, else the model's positions, at most 512); `False`
+        leaves it out. `encoder_config` overrides the checkpoint's config (e.g. dropout);
+        `kwargs` go to the head's constructor."""
         return load_head(
             cls,
             read_checkpoint(path, format),
