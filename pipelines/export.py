@@ -96,21 +96,19 @@ def add_format_arguments(parser):
 
 
 def load_model(path, pretrainer=False):
-    """The model to serve: a `.keras` file as saved, a task folder's head (a Hugging Face
-    BertFor* folder, a run_classifier/run_squad checkpoint) with its labels, or an encoder;
-    the pre-training heads only with `pretrainer`."""
+    """The model to serve (`checkpoint_models.load_model`, as every command loads one): a
+    `.keras` file as saved, a task folder's head (a Hugging Face BertFor* folder, a
+    run_classifier/run_squad checkpoint) with its labels, or an encoder; the pre-training
+    heads of a checkpoint only with `pretrainer`."""
     import bert_keras  # noqa: F401  (registers every serialisable class)
     from bert_keras.checkpoint.reader import is_keras_file
     from bert_keras.models.pretrainer import BertPretrainer
-    from bert_keras.models.saving import load_keras_file
     from bert_keras.tasks.checkpoint_models import load_model as load_any
 
-    if is_keras_file(path):
-        return load_keras_file(path)  # any saved model: a task head, an encoder, a pre-training model
-    if pretrainer:
-        return BertPretrainer.from_checkpoint(path)
-    model = load_any(path)
-    return model.encoder if isinstance(model, BertPretrainer) else model
+    model = load_any(path, cls=BertPretrainer if pretrainer else None)  # a .keras file comes back as saved
+    if isinstance(model, BertPretrainer) and not pretrainer and not is_keras_file(path):
+        return model.encoder
+    return model
 
 
 def run(args):

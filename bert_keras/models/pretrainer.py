@@ -43,6 +43,7 @@ class BertPretrainer(WorksAroundKeras20585, keras.Model):
     # Read by its fill-mask export (`serving_tasks.FillMaskSignature`), as a task head's (`BertTask`).
     text_input_names = ("text",)
     token_output_names = ()
+    head_kind = "fill-mask"
 
     def __init__(self, encoder, next_sentence=True, **kwargs):
         super().__init__(**kwargs)

@@ -1,8 +1,8 @@
 """SavedModel export for TensorFlow Serving, with tokenization inside the graph.
 
 `export_for_serving` writes the layout TF Serving watches, `BASE/<version>/` with
-`saved_model.pb`, `variables/`, `assets/vocab.txt` and `assets.extra/` (labels and
-warm-up requests), through `keras.export.ExportArchive`: TF Serving's C++ loader
+`saved_model.pb`, `variables/`, `assets/vocab.txt` and `assets.extra/` (labels, the
+head's kind and warm-up requests), through `keras.export.ExportArchive`: TF Serving's C++ loader
 finds Keras 3 variables only in archives written that way. The model itself is not
 `track`ed: its variables come with the endpoints that use them, and tracking it too
 stores every weight twice (keras-team/keras#23553: a BERT-base export of 836 MB instead
@@ -33,6 +33,7 @@ from bert_keras.text.tokenizer import BertTokenizer
 from bert_keras.text.vocab import check_vocabulary
 
 LABELS_FILE = "labels.txt"
+HEAD_KIND_FILE = "head_kind.txt"  # the model's `head_kind`, which `predict` decodes the outputs by
 DEFAULT_MAX_WINDOWS = 16  # windows per served document of a head with a doc_stride
 # Bytes of input text kept per segment per token of the sequence: a bound on the work a
 # huge request can cause that never cuts text that could still fit the sequence.
@@ -94,7 +95,7 @@ def export_for_serving(
         signature.max_windows = max_windows
     segments = tuple(segments or signature.segments)
     _write_archive(path, signature, preprocessor, segments, micro_batches)
-    _write_assets(path, preprocessor, labels)
+    _write_assets(path, preprocessor, labels, getattr(model, "head_kind", None))
     if warmup_texts:
         batches = (list(warmup_texts), list(warmup_texts)[:1])
         write_warmup_requests(
@@ -149,8 +150,8 @@ def _write_archive(path, signature, preprocessor, segments, micro_batches):
     archive.write_out(str(path), verbose=False)
 
 
-def _write_assets(path, preprocessor, labels):
-    """`assets/vocab.txt` and `assets.extra/labels.txt` beside the graph."""
+def _write_assets(path, preprocessor, labels, head_kind):
+    """`assets/vocab.txt`, `assets.extra/labels.txt` and `assets.extra/head_kind.txt` beside the graph."""
     # The graph holds the vocabulary as constants; this copy is for people and tools.
     (path / "assets").mkdir(exist_ok=True)
     write_vocab(preprocessor.tokenizer.vocabulary, path / "assets" / "vocab.txt")
@@ -158,6 +159,8 @@ def _write_assets(path, preprocessor, labels):
     extra.mkdir()
     if labels is not None:
         write_labels(labels, extra / LABELS_FILE)
+    if head_kind is not None:
+        (extra / HEAD_KIND_FILE).write_text(f"{head_kind}\n", encoding="utf-8")
 
 
 def trained_inputs(model, segments=None, labels=None):
@@ -209,6 +212,13 @@ def write_warmup_requests(path, model_name, requests):
 def served_labels(export_path):
     """The label names an export serves (`assets.extra/labels.txt`); None without them."""
     return read_labels(Path(export_path) / EXTRA_DIR / LABELS_FILE)
+
+
+def read_head_kind(export_path):
+    """The `head_kind` of the model an export serves (`assets.extra/head_kind.txt`); None
+    for an export written before it was recorded, or of a model with none."""
+    path = Path(export_path) / EXTRA_DIR / HEAD_KIND_FILE
+    return path.read_text(encoding="utf-8").strip() if path.is_file() else None
 
 
 def describe_signatures(export_path):

@@ -31,8 +31,6 @@ from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.serving import deploy, portable
 from bert_keras.serving.export import trained_inputs
 from bert_keras.serving.serving_tasks import serving_signature
-from bert_keras.tasks.classifier import BertClassifier
-from bert_keras.tasks.text_embedder import BertTextEmbedder
 from bert_keras.text.preprocessor import BertPreprocessor
 
 METADATA_NAME = "TFLITE_METADATA"
@@ -44,8 +42,9 @@ MIN_PARSER_VERSION = "1.1.0"
 INPUT_METADATA_NAMES = {"input_word_ids": "ids", "input_mask": "mask", "input_type_ids": "segment_ids"}
 VOCABULARY_FILE = "vocab.txt"
 LABELS_FILE = "labels.txt"
-# The one output each model answers MediaPipe with: class probabilities or the embedding.
-OUTPUTS = {BertClassifier: "probabilities", BertTextEmbedder: "embeddings"}
+# The one output each kind of head (its `head_kind`) answers MediaPipe with: class
+# probabilities or the embedding.
+OUTPUTS = {"classifier": "probabilities", "multi-label": "probabilities", "embedder": "embeddings"}
 
 
 def export_mediapipe(model, preprocessor, path, labels=None, seq_length=None, quantize=None):
@@ -59,13 +58,14 @@ def export_mediapipe(model, preprocessor, path, labels=None, seq_length=None, qu
             "MediaPipe's BERT tokenizer lowercases every text; a cased vocabulary would get other ids: "
             "export a cased model with --format litert (without --mediapipe) or as a SavedModel"
         )
-    labels = trained_inputs(model, labels=labels)[1] if isinstance(model, BertClassifier) else labels
-    if labels is not None and isinstance(model, BertClassifier):
+    classifier = OUTPUTS.get(getattr(model, "head_kind", None)) == "probabilities"
+    labels = trained_inputs(model, labels=labels)[1] if classifier else labels
+    if labels is not None and classifier:
         check_labels(labels, model.num_classes, path)
     signature = serving_signature(model, preprocessor, labels)
     function, specs = mediapipe_function(signature, seq_length)
     flatbuffer = deploy.litert_flatbuffer({"serving_default": (function, specs)}, quantize, type(model).__name__)
-    if isinstance(model, BertClassifier) and labels is None:
+    if classifier and labels is None:
         labels = [str(index) for index in range(model.num_classes)]
     vocabulary = preprocessor.tokenizer.vocabulary
     Path(path).write_bytes(with_metadata(flatbuffer, vocabulary, labels, type(model).__name__))
@@ -76,12 +76,12 @@ def mediapipe_function(signature, seq_length=None):
     `seq_length` ids, answering its one MediaPipe output (`OUTPUTS`)."""
     model = signature.model
     portable.refuse_windows(model, "MediaPipe")
-    output = OUTPUTS.get(type(model))
-    if output is None:
-        kinds = " or ".join(kind.__name__ for kind in OUTPUTS)
-        raise ValueError(f"MediaPipe's text tasks run a {kinds}, not a {type(model).__name__}")
-    if output == "probabilities" and model.num_classes == 1:
-        raise ValueError("MediaPipe's TextClassifier answers class scores; this BertClassifier is a regression")
+    kind, name = getattr(model, "head_kind", None), type(model).__name__
+    if kind == "regression":
+        raise ValueError(f"MediaPipe's TextClassifier answers class scores; this {name} is a regression")
+    if kind not in OUTPUTS:
+        raise ValueError(f"MediaPipe's text tasks run a BertClassifier or BertTextEmbedder, not a {name}")
+    output = OUTPUTS[kind]
     length = packed_length(signature.preprocessor, seq_length)
 
     def serve(input_word_ids, input_mask, input_type_ids):

@@ -26,9 +26,11 @@ def serving_signature(model, preprocessor, labels=None, top_k=5):
 
     `labels` name a classifier's classes or a tagger's tags; `top_k` is the fill-mask
     candidates per mask (pre-training model only)."""
-    if type(model) in MODEL_SIGNATURES:
+    # By class, so a subclass is served as its base.
+    signature = next((MODEL_SIGNATURES[cls] for cls in type(model).__mro__ if cls in MODEL_SIGNATURES), None)
+    if signature is not None:
         check_no_labels(model, labels)
-        return MODEL_SIGNATURES[type(model)](model, preprocessor, top_k)
+        return signature(model, preprocessor, top_k)
     if not hasattr(model, "serving_signature"):
         raise TypeError(f"no serving outputs defined for {type(model).__name__}")
     return model.serving_signature(preprocessor, labels=labels)

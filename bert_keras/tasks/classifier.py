@@ -111,6 +111,13 @@ class BertClassifier(BertTask):
                 metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
+    @property
+    def head_kind(self):
+        """Its answer depends on its classes: regression (one), multi-label or classifier."""
+        if self.num_classes == 1:
+            return "regression"
+        return "multi-label" if self.multi_label else "classifier"
+
     def serving_signature(self, preprocessor, labels=None):
         """Served: `logits`, `probabilities`, `label_ids` (and `labels` with class
         names), or `score` for regression (which has no labels); multi-label: `logits`,

@@ -27,6 +27,7 @@ class BertMultipleChoice(BertTask):
 
     text_input_names = ("question", "choices")
     hf_architecture = "BertForMultipleChoice"
+    head_kind = "multiple-choice"
 
     def __init__(self, encoder, dropout=0.1, preprocessor=None, **kwargs):
         super().__init__(encoder, preprocessor, **kwargs)

@@ -64,6 +64,7 @@ class BertReranker(BertClassifier):
     """
 
     text_input_names = ("query", "document")
+    head_kind = "reranker"
 
     def __init__(self, encoder, activation="sigmoid", dropout=0.1, preprocessor=None, **kwargs):
         if kwargs.pop("num_classes", 1) != 1 or kwargs.pop("multi_label", False):

@@ -35,6 +35,7 @@ class BertSpanLabeler(BertTask):
     text_input_names = ("question", "context")
     token_output_names = ("start_logits", "end_logits")
     hf_architecture = "BertForQuestionAnswering"
+    head_kind = "span"
 
     def __init__(self, encoder, preprocessor=None, **kwargs):
         super().__init__(encoder, preprocessor, **kwargs)

@@ -88,11 +88,12 @@ class BertTask(RestoresCompile, WorksAroundKeras20585, keras.Model):
     `fit` (the default names of raw text inputs) and by its `ServingSignature`:
     `text_input_names`, and `token_output_names`, the keys of its per-token outputs
     (None: its output is itself one per-token tensor), which a batch of several lengths
-    pads.
+    pads; and `head_kind`, what predict's records, exports and MediaPipe take it for (None: none).
     """
 
     text_input_names = ("text",)
     token_output_names = ()
+    head_kind = None
     # Heads that read long texts in windows (`bert_keras.tasks.windowing`) set these in
     # their constructor and name them in `window_argument_names`; None: truncation.
     doc_stride = None

@@ -83,6 +83,7 @@ class BertTextEmbedder(BertTask):
     `CoSENTLoss`.
     """
 
+    head_kind = "embedder"
     window_argument_names = ("doc_stride", "max_windows", "window_micro_batch")
 
     def __init__(

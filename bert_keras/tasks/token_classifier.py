@@ -51,6 +51,7 @@ class BertTokenClassifier(BertTask):
 
     token_output_names = None  # its output is one per-token tensor
     hf_architecture = "BertForTokenClassification"
+    head_kind = "tagger"
 
     window_argument_names = ("doc_stride", "max_windows", "window_micro_batch")
 

@@ -224,6 +224,59 @@ def test_truncated_safetensors_and_tf1_checkpoints(tmp_path):
         BertEncoder.from_checkpoint(tf1)
 
 
+def bad_models(folder, encoder_file):
+    """{case: path} of files and folders that are no model: each command must say so alike."""
+    raw = encoder_file.read_bytes()
+    paths = {name: folder / name for name in ("empty.keras", "text.keras", "truncated.keras", "model.bin")}
+    paths["empty.keras"].write_bytes(b"")
+    paths["text.keras"].write_text("not a model\n")
+    paths["truncated.keras"].write_bytes(raw[: len(raw) // 2])
+    paths["model.bin"].write_bytes(BINARY)
+    for name in ("empty_folder", "other_files"):
+        paths[name] = folder / name
+        paths[name].mkdir()
+    (paths["other_files"] / "notes.txt").write_text("no weights here\n")
+    hf = folder / "truncated_hf"
+    shutil.copytree(require(REFERENCE / "tiny_pretraining_hf"), hf)
+    (hf / "model.safetensors").write_bytes((hf / "model.safetensors").read_bytes()[:10000])
+    paths["truncated_hf"] = hf
+    return paths
+
+
+def command_error(capsys, argv):
+    """The one-line error a command ends with, without the command's name."""
+    assert cli(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and "\n" not in err, err
+    command, _, message = err.partition(": error: ")
+    assert command == f"bert-keras {argv[0]}", err
+    return message
+
+
+def test_a_bad_model_is_the_same_error_naming_it_in_every_command(tmp_path, capsys, encoder_file):
+    rows = tmp_path / "in.txt"
+    rows.write_text("the fox\n")
+    for case, path in bad_models(tmp_path, encoder_file).items():
+        messages = {
+            "predict": command_error(
+                capsys, ["predict", str(path), "--input", str(rows), "--output", str(tmp_path / "o.jsonl")]
+            ),
+            "export": command_error(capsys, ["export", str(path), "--out", str(tmp_path / "export")]),
+            "convert": command_error(capsys, ["convert", str(path), "--to", "hf", str(tmp_path / "converted")]),
+        }
+        assert len(set(messages.values())) == 1, (case, messages)
+        assert str(path) in messages["predict"], (case, messages)
+
+
+def test_a_saved_model_export_is_named_where_a_model_is_loaded(tmp_path, capsys, encoder_file):
+    export = tmp_path / "base" / "1"
+    export.mkdir(parents=True)
+    (export / "saved_model.pb").write_bytes(b"")
+    expected = f"{export} is a SavedModel export; give the .keras file or checkpoint it was exported from"
+    assert command_error(capsys, ["export", str(export), "--out", str(tmp_path / "again")]) == expected
+    assert command_error(capsys, ["convert", str(export), "--to", "hf", str(tmp_path / "converted")]) == expected
+
+
 # --- fuzz: the readers parse or raise a clear error, never anything else -----------------
 
 TEXT = st.text(alphabet=st.sampled_from(string.printable + "\t\u00e9\u4e2d\ufeff\x00"), max_size=200)

@@ -9,21 +9,16 @@ A head whose signature only packs its texts (classifier, regression, reranker,
 embedder) has each chunk tokenized in one call: its rows are then sorted by their
 packed length and each batch of ids packed and run; heads that map answers back to the
 text (span, tagger, fill-mask) or pack choices run their signature on the batch's
-texts."""
-
-from pathlib import Path
+texts. The batching is `RowPredictor`'s, which `saved_model.SavedModelPredictor` shares."""
 
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.checkpoint.reader import read_checkpoint
-from bert_keras.checkpoint.sentence_transformers import ST_MODULES
 from bert_keras.models.encoder import BertEncoder
 from bert_keras.serving.batch.records import head_kind, records
 from bert_keras.serving.export import BYTES_PER_TOKEN, bounded_preprocessor, serving_preprocessor, trained_inputs
 from bert_keras.serving.serving_tasks import serving_signature
 from bert_keras.tasks.checkpoint_models import load_model as load_checkpoint_model
-from bert_keras.tasks.checkpoint_models import model_class
 from bert_keras.tasks.serving_signature import ServingSignature
 from bert_keras.tasks.task import with_windows
 from bert_keras.tasks.text_embedder import BertTextEmbedder
@@ -36,20 +31,10 @@ TOKENIZE_ROWS = 1024  # rows a tokenizer call: bounds its scratch memory when te
 
 
 def load_model(path):
-    """The model to predict with from `path`: a task or pre-training `.keras` file, or a
-    checkpoint folder's model as `bert-keras convert` picks it (HF BertFor*, a CrossEncoder:
-    a reranker, BertForMaskedLM: fill-mask); a sentence-transformers folder or a bare
-    encoder checkpoint is an embedder."""
-    try:
-        found = read_checkpoint(path)
-    except FileNotFoundError as error:
-        raise ValueError(f"{path} is not a model (.keras file or checkpoint folder): {error}") from None
-    if found.format != "keras" and model_class(found) is BertEncoder:
-        # A sentence-transformers folder whose modules this read passed over is read again
-        # by the embedder's own strict reader, which names what it cannot run.
-        unread = found.embedding is None and (Path(path) / ST_MODULES).is_file()
-        return BertTextEmbedder.from_checkpoint(path if unread else found)
-    model = load_checkpoint_model(found)
+    """The model to predict with from `path` (`checkpoint_models.load_model`, as every
+    command loads one): a checkpoint of no task head (a bare encoder, a
+    sentence-transformers folder) is an embedder; a `.keras` encoder has no head."""
+    model = load_checkpoint_model(path, headless=BertTextEmbedder)
     if isinstance(model, BertEncoder):
         raise ValueError(f"{path} holds a {type(model).__name__}, which has no task head to predict with")
     return model
@@ -77,41 +62,18 @@ def row_preprocessor(model, max_seq_length=None, bounded=True):
     return preprocessor
 
 
-class BatchPredictor:
-    """`model` answering batches of rows as records (`records.py`), padded per batch."""
+class RowPredictor:
+    """Rows answered as records (`records.py`) in length-sorted batches: the interface
+    `predict_files`, Beam and ranking use (`kind`, `segments`, `choices`, `labels`,
+    `predict_rows`, `truncation_notice`). `run(*columns)` answers one batch's text
+    columns (one `[batch]` string tensor a segment) with (outputs, the pieces cut from
+    each row or None)."""
 
-    def __init__(self, model, batch_size=32, all_scores=False, max_seq_length=None, doc_stride=None, top_k=5):
-        if doc_stride is not None:
-            model = with_windows(model, doc_stride=doc_stride)
-        self.model = model
-        self.kind = head_kind(model)
+    def __init__(self, kind, segments, labels, run, batch_size=32, all_scores=False):
+        self.kind, self.segments, self.labels = kind, tuple(segments), labels
+        self.choices = kind == "multiple-choice"  # the last segment holds a list of choices a row
         self.batch_size, self.all_scores = batch_size, all_scores
-        self.windows = getattr(model, "doc_stride", None) is not None
-        # Without windows a 10 MB line is read only as far as the packed length can reach.
-        self.preprocessor = row_preprocessor(model, max_seq_length, bounded=not self.windows)
-        trained_segments, self.labels = trained_inputs(model)
-        labels = self.labels if self._labelled(model) else None
-        signature = serving_signature(model, self.preprocessor, labels=labels, top_k=top_k)
-        self.segments = tuple(trained_segments or signature.segments)
-        self.choices = self.kind == "multiple-choice"  # the last segment holds a list of choices a row
-        spec = signature.text_inputs(self.segments)
-        packer = self.preprocessor.packer
-        self._run = tf.function(
-            lambda *texts: (signature.from_text(texts, signature.run), None if self.windows else packer.cut),
-            input_signature=spec,
-        )
-        self._tokenize = None
-        if not self.windows and type(signature).from_text is ServingSignature.from_text:
-            tokenizer = self.preprocessor.tokenizer
-            self._tokenize = tf.function(lambda *texts: _tokens(tokenizer, packer, texts), input_signature=spec)
-            ids = [tf.RaggedTensorSpec([None, None], tf.int32, 1, tf.int64)] * len(self.segments)
-            self._run_ids = tf.function(
-                lambda ids, rows: signature.from_ids(packer([tf.gather(t, rows) for t in ids]), signature.run),
-                input_signature=[ids, tf.TensorSpec([None], tf.int64)],
-            )
-
-    def _labelled(self, model):
-        return self.kind in ("classifier", "multi-label", "tagger") and self.labels is not None
+        self._run = run
 
     def predict_rows(self, rows, on_error="raise"):
         """The records of `rows` (`readers.Row`), in their order; a bad row raises
@@ -131,21 +93,9 @@ class BatchPredictor:
         return results
 
     def _chunk_tokens(self, rows):
-        """(ids of each segment, pieces cut, packed lengths) of every row of a chunk, from
-        one tokenization, `TOKENIZE_ROWS` at a time (rows in error as empty texts); None
-        for a head run on texts."""
-        if self._tokenize is None:
-            return None
-        columns = [[row.texts[segment] if row.texts else "" for row in rows] for segment in self.segments]
-        try:
-            parts = [
-                self._tokenize(*(tf.constant(column[start : start + TOKENIZE_ROWS]) for column in columns))
-                for start in range(0, len(rows), TOKENIZE_ROWS)
-            ]
-        except RUN_ERRORS:
-            return None  # each batch's own run then names the row that fails
-        ids = [tf.concat([part[0][index] for part in parts], axis=0) for index in range(len(self.segments))]
-        return ids, *(np.concatenate([part[index].numpy() for part in parts]) for index in (1, 2))
+        """One tokenization of a chunk's rows for its batches to share; None: each batch
+        runs on its texts."""
+        return None
 
     def _batches(self, rows, indices, lengths):
         """`indices` of `rows` sorted by length in batches (of one number of choices each)."""
@@ -181,14 +131,71 @@ class BatchPredictor:
 
     def _outputs(self, texts, batch, tokens):
         """(numpy outputs, pieces truncation cut from each row: its choices' summed)."""
-        if tokens is not None:
-            ids, cut, _ = tokens
-            outputs = self._run_ids(ids, tf.constant(batch, tf.int64))
-            return {key: value.numpy() for key, value in outputs.items()}, cut[batch]
         columns = tuple([text[segment] for text in texts] for segment in self.segments)
         outputs, cut = self._run(*map(tf.constant, columns))
         cut = np.zeros(len(texts), np.int64) if cut is None else cut.numpy().reshape(len(texts), -1).sum(axis=1)
         return {key: value.numpy() for key, value in outputs.items()}, cut
+
+    def truncation_notice(self, dropped):
+        """The run's line on truncation, from the pieces each row lost (`dropped`); None: none cut."""
+        raise NotImplementedError
+
+
+class BatchPredictor(RowPredictor):
+    """`model` answering batches of rows as records, padded per batch."""
+
+    def __init__(self, model, batch_size=32, all_scores=False, max_seq_length=None, doc_stride=None, top_k=5):
+        if doc_stride is not None:
+            model = with_windows(model, doc_stride=doc_stride)
+        self.model = model
+        kind = head_kind(model)
+        self.windows = getattr(model, "doc_stride", None) is not None
+        # Without windows a 10 MB line is read only as far as the packed length can reach.
+        self.preprocessor = row_preprocessor(model, max_seq_length, bounded=not self.windows)
+        trained_segments, labels = trained_inputs(model)
+        labelled = kind in ("classifier", "multi-label", "tagger") and labels is not None
+        signature = serving_signature(model, self.preprocessor, labels=labels if labelled else None, top_k=top_k)
+        segments = tuple(trained_segments or signature.segments)
+        spec = signature.text_inputs(segments)
+        packer = self.preprocessor.packer
+        run = tf.function(
+            lambda *texts: (signature.from_text(texts, signature.run), None if self.windows else packer.cut),
+            input_signature=spec,
+        )
+        super().__init__(kind, segments, labels, run, batch_size, all_scores)
+        self._tokenize = None
+        if not self.windows and type(signature).from_text is ServingSignature.from_text:
+            tokenizer = self.preprocessor.tokenizer
+            self._tokenize = tf.function(lambda *texts: _tokens(tokenizer, packer, texts), input_signature=spec)
+            ids = [tf.RaggedTensorSpec([None, None], tf.int32, 1, tf.int64)] * len(segments)
+            self._run_ids = tf.function(
+                lambda ids, rows: signature.from_ids(packer([tf.gather(t, rows) for t in ids]), signature.run),
+                input_signature=[ids, tf.TensorSpec([None], tf.int64)],
+            )
+
+    def _chunk_tokens(self, rows):
+        """(ids of each segment, pieces cut, packed lengths) of every row of a chunk, from
+        one tokenization, `TOKENIZE_ROWS` at a time (rows in error as empty texts); None
+        for a head run on texts."""
+        if self._tokenize is None:
+            return None
+        columns = [[row.texts[segment] if row.texts else "" for row in rows] for segment in self.segments]
+        try:
+            parts = [
+                self._tokenize(*(tf.constant(column[start : start + TOKENIZE_ROWS]) for column in columns))
+                for start in range(0, len(rows), TOKENIZE_ROWS)
+            ]
+        except RUN_ERRORS:
+            return None  # each batch's own run then names the row that fails
+        ids = [tf.concat([part[0][index] for part in parts], axis=0) for index in range(len(self.segments))]
+        return ids, *(np.concatenate([part[index].numpy() for part in parts]) for index in (1, 2))
+
+    def _outputs(self, texts, batch, tokens):
+        if tokens is None:
+            return super()._outputs(texts, batch, tokens)
+        ids, cut, _ = tokens
+        outputs = self._run_ids(ids, tf.constant(batch, tf.int64))
+        return {key: value.numpy() for key, value in outputs.items()}, cut[batch]
 
     def truncation_notice(self, dropped):
         """The run's line on truncation, from the pieces each row lost (`dropped`); None: none cut."""

@@ -27,19 +27,21 @@ def query_segment(segments):
 
 
 class QueryPredictor:
-    """A reranker's predictor whose records also carry their row's query, to rank `k` a query by."""
+    """A reranker's predictor whose records also carry their row's query, to rank `k` a
+    query by; the rest of the predictor's interface (`RowPredictor`) is the wrapped one's."""
 
     def __init__(self, predictor, k):
         check_top_k_per_query(k, predictor.kind)
         self.predictor = predictor
+        self.kind, self.segments, self.choices = predictor.kind, predictor.segments, predictor.choices
         self.segment = query_segment(predictor.segments)
-
-    def __getattr__(self, name):
-        return getattr(self.predictor, name)
 
     def predict_rows(self, rows, on_error="raise"):
         records = self.predictor.predict_rows(rows, on_error)
         return [_record_with_query(row, record, self.segment) for row, record in zip(rows, records)]
+
+    def truncation_notice(self, dropped):
+        return self.predictor.truncation_notice(dropped)
 
 
 def _record_with_query(row: Row, record, segment):

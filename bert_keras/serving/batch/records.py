@@ -4,35 +4,13 @@ offsets into the input text where the signature gives bytes or words."""
 
 import numpy as np
 
-from bert_keras.models.pretrainer import BertPretrainer
-from bert_keras.tasks.classifier import BertClassifier
-from bert_keras.tasks.multiple_choice import BertMultipleChoice
-from bert_keras.tasks.reranker import BertReranker
-from bert_keras.tasks.span_labeler import BertSpanLabeler
-from bert_keras.tasks.text_embedder import BertTextEmbedder
-from bert_keras.tasks.token_classifier import BertTokenClassifier
-
 
 def head_kind(model):
-    """What `model` answers: classifier, multi-label, regression, reranker, embedder,
-    tagger, span, multiple-choice or fill-mask."""
-    if isinstance(model, BertReranker):
-        return "reranker"
-    if isinstance(model, BertClassifier):
-        if model.num_classes == 1:
-            return "regression"
-        return "multi-label" if model.multi_label else "classifier"
-    kinds = {
-        BertTextEmbedder: "embedder",
-        BertTokenClassifier: "tagger",
-        BertSpanLabeler: "span",
-        BertMultipleChoice: "multiple-choice",
-        BertPretrainer: "fill-mask",
-    }
-    for cls, kind in kinds.items():
-        if isinstance(model, cls):
-            return kind
-    raise ValueError(f"predict does not answer for a {type(model).__name__} yet")
+    """What `model` answers (its class's `head_kind`): one of the kinds `RECORDS` decodes."""
+    kind = getattr(model, "head_kind", None)
+    if kind not in RECORDS:
+        raise ValueError(f"predict does not answer for a {type(model).__name__} yet")
+    return kind
 
 
 def _text(value):

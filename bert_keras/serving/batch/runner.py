@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.run_identity import job_identity
-from bert_keras.serving.batch.predictor import BatchPredictor, load_model
+from bert_keras.serving.batch.predictor import BatchPredictor, RowPredictor, load_model
 from bert_keras.serving.batch.ranking import QueryPredictor, top_per_query
 from bert_keras.serving.batch.readers import RowReader, count_rows, input_files
 from bert_keras.serving.batch.saved_model import SavedModelPredictor, saved_model_dir
@@ -98,7 +98,7 @@ def predictor_for(model, batch_size, all_scores, max_seq_length, doc_stride, top
     """A `SavedModelPredictor` for an export, else a `BatchPredictor` of the model (or the
     one at that path), computing in `compute_dtype` (None: the model's own); a predictor
     built before is used as it is (many runs share its traced function)."""
-    if isinstance(model, (BatchPredictor, SavedModelPredictor)):
+    if isinstance(model, RowPredictor):
         return model
     if isinstance(model, (str, Path)) and saved_model_dir(model) is not None:
         if max_seq_length is not None or doc_stride is not None or compute_dtype is not None:

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from bert_keras.serving.batch.predictor import BatchPredictor
-from bert_keras.serving.export import served_labels
+from bert_keras.serving.batch.predictor import RowPredictor
+from bert_keras.serving.batch.records import RECORDS
+from bert_keras.serving.export import read_head_kind, served_labels
 
-# The output that tells each kind of export apart, in the order they are looked for.
+# An export written before its head's kind was recorded (`read_head_kind`) is told by the
+# output that tells each kind apart, in the order they are looked for.
 KIND_OF_OUTPUT = (
     ("answer", "span"),
     ("choice", "multiple-choice"),
@@ -36,32 +38,35 @@ def saved_model_dir(path):
     return None
 
 
-class SavedModelPredictor(BatchPredictor):
+class SavedModelPredictor(RowPredictor):
     """The export at `path` answering batches of rows, batched by length as the
     `.keras` path is. The export packs texts at the length it was exported with; how
     many rows that truncates is not known here, and the run says so."""
 
     def __init__(self, path, batch_size=32, all_scores=False):
         self.path = saved_model_dir(path)
-        self.loaded = tf.saved_model.load(str(self.path))
+        self.loaded = tf.saved_model.load(str(self.path))  # kept: the signature's variables live in it
         function = self.loaded.signatures["serving_default"]
-        outputs = set(function.structured_outputs)
-        kinds = [kind for output, kind in KIND_OF_OUTPUT if output in outputs]
-        if not kinds:
-            raise ValueError(f"{path}: an export of outputs {sorted(outputs)}, which predict does not decode")
-        self.kind = kinds[0]
-        self.batch_size, self.all_scores, self.windows = batch_size, all_scores, True
-        self.labels = served_labels(self.path)
         inputs = function.structured_input_signature[1]
         # Call by name; a 2-D input is a multiple-choice export's choices, which go last.
-        self.segments = tuple(sorted(inputs, key=lambda name: (inputs[name].shape.rank, name)))
-        self.choices = self.kind == "multiple-choice"
+        segments = tuple(sorted(inputs, key=lambda name: (inputs[name].shape.rank, name)))
         # Outputs and no count of the pieces cut (see `truncation_notice`); run on texts.
-        self._run = lambda *columns: (function(**dict(zip(self.segments, columns))), None)
-        self._tokenize = None
+        run = lambda *columns: (function(**dict(zip(segments, columns))), None)  # noqa: E731
+        kind = export_kind(path, self.path, set(function.structured_outputs))
+        super().__init__(kind, segments, served_labels(self.path), run, batch_size, all_scores)
 
     def truncation_notice(self, dropped):
         return (
             f"truncation: {self.path} packs texts at the length it was exported with and cuts longer ones; "
             "predict cannot count them from an export (run the .keras model to count them)"
         )
+
+
+def export_kind(path, export, outputs):
+    """The `head_kind` the export recorded, else the one its `outputs` tell (an older export)."""
+    kind = read_head_kind(export)
+    if kind is None:
+        kind = next((kind for output, kind in KIND_OF_OUTPUT if output in outputs), None)
+    if kind not in RECORDS:
+        raise ValueError(f"{path}: an export of outputs {sorted(outputs)}, which predict does not decode")
+    return kind
