@@ -26,13 +26,15 @@ class RunChanged(ValueError):
     """What a job finds on disk is the unfinished work of other settings or inputs."""
 
 
-def job_identity(settings, inputs=None):
+def job_identity(settings, inputs=None, outputs=()):
     """The identity of a job of these `settings` (JSON values; compared as read back)
     reading `inputs`: name -> a path (file, folder, checkpoint prefix, glob), a list of
-    them, or a model in memory."""
+    them, or a model in memory. Files under the folders `outputs` (what the job writes,
+    which may lie inside an input folder) are not its input."""
+    outputs = [Path(folder).resolve() for folder in outputs]
     return {
         "settings": json.loads(json.dumps(settings, default=str)),
-        "inputs": {name: _content(value) for name, value in (inputs or {}).items()},
+        "inputs": {name: _content(value, outputs) for name, value in (inputs or {}).items()},
     }
 
 
@@ -50,9 +52,10 @@ def input_paths(values, exclude=()):
     return found
 
 
-def fingerprint(path):
-    """The content of the file, folder, checkpoint prefix or glob at `path`."""
-    files = _paths_of(path)
+def fingerprint(path, outputs=()):
+    """The content of the file, folder, checkpoint prefix or glob at `path`, less the files
+    under the (resolved) folders `outputs`."""
+    files = [file for file in _paths_of(path) if not any(file.resolve().is_relative_to(out) for out in outputs)]
     if not files:
         raise FileNotFoundError(f"no file at {path}")
     root = Path(path)
@@ -131,11 +134,11 @@ def read_record(path, remedy):
     return recorded
 
 
-def _content(value):
+def _content(value, outputs):
     if isinstance(value, (str, Path)):
-        return fingerprint(value)
+        return fingerprint(value, outputs)
     if isinstance(value, (list, tuple)):
-        return [fingerprint(item) for item in value]
+        return [fingerprint(item, outputs) for item in value]
     return {"path": f"<{type(value).__name__} in memory>", "weights_sha256": weights_digest(value)}
 
 

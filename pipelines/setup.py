@@ -91,7 +91,9 @@ def command_identity(args):
     if values.get("init") == "auto":
         with contextlib.suppress(ValueError):
             values["init"] = checkpoint_source("auto")
-    return run_identity.job_identity(settings, run_identity.input_paths(values, exclude=NOT_INPUTS))
+    inputs = run_identity.input_paths(values, exclude=NOT_INPUTS)
+    outputs = [values[name] for name in ("output_dir", "output") if values.get(name)]
+    return run_identity.job_identity(settings, inputs, outputs)
 
 
 def _flag(name):

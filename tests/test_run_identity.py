@@ -132,3 +132,14 @@ def test_a_record_is_written_whole_and_a_cut_one_is_an_error_naming_it(tmp_path)
     with pytest.raises(RunChanged, match=f"^{path}: not a run record .*: start over$"):
         run_identity.read_record(path, "start over")
     assert run_identity.read_record(tmp_path / "none.json", "") is None
+
+
+def test_what_the_job_writes_inside_an_input_folder_is_not_its_input(tmp_path):
+    """`--data-dir DATA --output-dir DATA/run`: the run's own backups do not make its data another input."""
+    write(tmp_path / "train.tsv", b"text\tlabel\n")
+    before = job_identity({}, {"data_dir": tmp_path}, outputs=[tmp_path / "run"])
+    write(tmp_path / "run" / "checkpoints" / "state.json", b"{}")
+    assert differences(before, job_identity({}, {"data_dir": tmp_path}, outputs=[tmp_path / "run"])) == []
+    write(tmp_path / "dev.tsv", b"text\tlabel\n")
+    (found,) = differences(before, job_identity({}, {"data_dir": tmp_path}, outputs=[tmp_path / "run"]))
+    assert found == f"data_dir {tmp_path} changed: dev.tsv added"

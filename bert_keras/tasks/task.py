@@ -1,9 +1,9 @@
 """What every task head shares: an encoder, an optional preprocessor for raw text,
-and construction from any encoder checkpoint. Raw strings cannot go through the train step (tf.text ops do not run under XLA or on
-TPU), so, as keras-hub's `Task` does, `fit`/`evaluate`/`predict` turn raw inputs into a
-`tf.data` pipeline that maps `preprocess_samples` over batches before the model sees
-them. The model's own `call` only ever takes packed int inputs, which is what an
-exported serving signature wraps."""
+and construction from any encoder checkpoint. Raw strings cannot go through the train
+step (tf.text ops do not run under XLA or on TPU), so, as keras-hub's `Task` does,
+`fit`/`evaluate`/`predict` turn raw inputs into a `tf.data` pipeline that maps
+`preprocess_samples` over batches before the model sees them. The model's own `call`
+only ever takes packed int inputs, which is what an exported serving signature wraps."""
 
 import contextlib
 import warnings

@@ -136,7 +136,9 @@ def test_new_heads_on_an_encoder_only_checkpoint(tmp_path, monkeypatch):
     encoder = BertEncoder(BertConfig.preset("tiny"))
     save_checkpoint(encoder, tmp_path / "encoder", "hf")
     reads = []
-    monkeypatch.setattr(saving, "read_checkpoint", lambda *args: reads.append(args) or read_checkpoint(*args))
+    monkeypatch.setattr(
+        saving, "read_checkpoint", lambda *args, **kwargs: reads.append(args) or read_checkpoint(*args, **kwargs)
+    )
     with pytest.warns(UserWarning, match="no masked-LM/next-sentence heads"):
         pretrainer = BertPretrainer.from_checkpoint(tmp_path / "encoder", new_heads=True)
     assert len(reads) == 1

@@ -49,13 +49,17 @@ def tsv(folder):
 
 
 def glue(folder):
-    rows = sst2_rows(20)
+    """The data in a folder of its own: a folder input is every file in it, runs beside it included."""
+    rows, folder = sst2_rows(20), folder / "glue"
+    folder.mkdir()
     (folder / "train.tsv").write_text("sentence\tlabel\n" + "\n".join(rows[:12]) + "\n", encoding="utf-8")
     (folder / "dev.tsv").write_text("sentence\tlabel\n" + "\n".join(rows[12:]) + "\n", encoding="utf-8")
     return ["finetune", "glue", "--task", "sst-2", "--data-dir", str(folder)]
 
 
 def conll(folder):
+    folder = folder / "conll"
+    folder.mkdir()
     for split in ("train", "testa"):
         lines = require(DATA / "conll2003" / f"eng.{split}").read_text().splitlines()[:200]
         (folder / f"eng.{split}").write_text("\n".join(lines) + "\n")
