@@ -92,6 +92,19 @@ def optimizer_iterations(output):
         return int(np.asarray(weights["optimizer"]["vars"]["0"]))
 
 
+def run_in_process(output, flags):
+    """`pretrain_command`'s run with `flags` changed, in this process (RUN_PRETRAIN's parser)."""
+    from bert_keras_cli import pretrain
+
+    args = pretrain_command(output)[3:]
+    for flag, value in flags.items():
+        args[args.index(flag) + 1] = value
+    parser = argparse.ArgumentParser()
+    pretrain.register(parser.add_subparsers(dest="command"))
+    parsed = parser.parse_args(args)
+    parsed.func(parsed)
+
+
 @pytest.mark.slow
 def test_sigkill_and_resume(tmp_path):
     require(SAMPLE)
@@ -126,15 +139,7 @@ def test_sigkill_and_resume(tmp_path):
 def test_steps_not_a_multiple_of_checkpoint_every(tmp_path):
     """7 steps checkpointed every 5: a full interval, then one of 2 steps; the backup
     holds the optimizer after exactly 7 updates. (In this process: RUN_PRETRAIN's parser.)"""
-    from bert_keras_cli import pretrain
-
-    args = pretrain_command(tmp_path / "run")[3:]
-    args[args.index("--steps") + 1] = "7"
-    args[args.index("--checkpoint-every") + 1] = "5"
-    parser = argparse.ArgumentParser()
-    pretrain.register(parser.add_subparsers(dest="command"))
-    parsed = parser.parse_args(args)
-    parsed.func(parsed)
+    run_in_process(tmp_path / "run", {"--steps": "7", "--checkpoint-every": "5"})
     assert completed(tmp_path / "run") == 2
     assert optimizer_iterations(tmp_path / "run") == 7
     assert (tmp_path / "run" / "final" / "encoder.keras").exists()
@@ -223,22 +228,14 @@ def test_a_run_resumed_on_a_changed_corpus_is_refused_naming_it(tmp_path):
     """Pre-trained 5 steps, the corpus then edited and the run asked for 7: it does not go
     on from a backup made on other text, and says which file changed."""
     from bert_keras.run_identity import RunChanged
-    from bert_keras_cli import pretrain
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_bytes(require(SAMPLE).read_bytes())
-    args = pretrain_command(tmp_path / "run")[3:]
-    args[args.index("--corpus") + 1] = str(corpus)
-    args[args.index("--steps") + 1] = "5"
-    args[args.index("--checkpoint-every") + 1] = "5"
-    parser = argparse.ArgumentParser()
-    pretrain.register(parser.add_subparsers(dest="command"))
-    parsed = parser.parse_args(args)
-    parsed.func(parsed)
+    flags = {"--corpus": str(corpus), "--steps": "5", "--checkpoint-every": "5"}
+    run_in_process(tmp_path / "run", flags)
     with open(corpus, "a", encoding="utf-8") as text:
         text.write("\nA sentence added after the run.\nAnd another one.\n")
-    parsed = parser.parse_args([*args, "--steps", "7"])
     with pytest.raises(RunChanged, match=f"other inputs or settings \\(corpus {corpus} changed \\(") as error:
-        parsed.func(parsed)
+        run_in_process(tmp_path / "run", {**flags, "--steps": "7"})
     assert str(tmp_path / "run" / "checkpoints" / "phase1") in str(error.value)
     assert optimizer_iterations(tmp_path / "run") == 5
