@@ -3,7 +3,8 @@ or commit) or `hf://ORG/NAME[@REVISION]` becomes the local snapshot folder of th
 model needs, downloaded once into the shared Hugging Face cache (what transformers
 users downloaded is reused), with the commit it resolved to. huggingface_hub reads
 HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE, HF_TOKEN and HF_ENDPOINT. A local path always
-wins over a name. Imports no TensorFlow: the commands resolve names before it loads."""
+wins over a name. `kaggle://` handles (keras-hub presets on Kaggle) become the folder
+kagglehub downloads them to. Imports no TensorFlow: the commands resolve names before it loads."""
 
 import dataclasses
 import os
@@ -13,6 +14,7 @@ from pathlib import Path
 from bert_keras.config import check_model_type, read_config_json
 
 PREFIX = "hf://"
+KAGGLE_PREFIX = "kaggle://"
 # The files bert-keras reads (Hugging Face and sentence-transformers folders, their module
 # sub-folders): never pytorch_model.bin, tf_model.h5, flax, onnx/, openvino/ or rust_model.ot.
 MODEL_FILES = [
@@ -76,9 +78,12 @@ def hub_name(source):
 
 def local_checkpoint(source, revision=None):
     """The local path of a checkpoint `source` (a path, or a Hub name resolved by
-    `resolve`); `revision` applies to Hub names only."""
+    `resolve`, or a `kaggle://` handle: `kaggle_download`); `revision` applies to Hub
+    names only."""
     if hub_name(source) is not None:
         return resolve(source, revision).path
+    if is_kaggle_handle(source) and revision is None:
+        return kaggle_download(source)
     if revision is not None:
         raise ValueError(f"revision={revision!r} is for Hugging Face Hub names (ORG/NAME), not the path {source}")
     return source
@@ -100,6 +105,29 @@ def resolve(source, revision=None):
     snapshot = HubSnapshot(repo_id, revision, folder.name, folder)
     _check_model(snapshot)
     return snapshot
+
+
+def is_kaggle_handle(source):
+    return str(source).startswith(KAGGLE_PREFIX)
+
+
+def kaggle_download(handle):
+    """The local folder of a Kaggle model handle
+    (`kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]`, as keras-hub names its presets),
+    downloaded by kagglehub into its cache (or found there); a one-line error naming it
+    otherwise."""
+    name = str(handle).removeprefix(KAGGLE_PREFIX)
+    if len(name.split("/")) not in (4, 5) or not all(name.split("/")):
+        raise ValueError(f"{handle}: a Kaggle handle is kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]")
+    try:
+        import kagglehub
+        from kagglehub.exceptions import BackendError, KaggleApiHTTPError, NotFoundError, UnauthenticatedError
+    except ImportError:
+        raise ValueError(f"{handle}: kaggle:// handles are downloaded with kagglehub (pip install kagglehub)") from None
+    try:
+        return Path(kagglehub.model_download(name))
+    except (BackendError, KaggleApiHTTPError, NotFoundError, UnauthenticatedError, OSError) as error:
+        raise FileNotFoundError(f"{handle}: kagglehub could not download it: {_line(error)}") from None
 
 
 def _is_local(text):

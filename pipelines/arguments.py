@@ -32,9 +32,10 @@ class InputPath(str):
 
 
 class CheckpointPath(InputPath):
-    """A checkpoint: a file, a folder, a TF1 prefix (`PREFIX.index` exists) or a Hugging Face
-    Hub name (`ORG/NAME[@REVISION]`, `hf://ORG/NAME`), which `check_input_paths` replaces by
-    its snapshot folder in the Hugging Face cache; "auto" as `--init` takes it."""
+    """A checkpoint: a file, a folder, a TF1 prefix (`PREFIX.index` exists), a Hugging Face
+    Hub name (`ORG/NAME[@REVISION]`, `hf://ORG/NAME`) or a `kaggle://` handle, which
+    `check_input_paths` replaces by its folder in the Hugging Face or kagglehub cache;
+    "auto" as `--init` takes it."""
 
     def missing(self):
         from bert_keras.hub import hub_name
@@ -42,9 +43,14 @@ class CheckpointPath(InputPath):
         return self != "auto" and super().missing() and not os.path.exists(self + ".index") and not hub_name(self)
 
     def local(self):
-        """The local path: a Hub name downloaded (or found in the cache), and said what it resolved to."""
-        from bert_keras.hub import hub_name, resolve
+        """The local path: a Hub name or Kaggle handle downloaded (or found in the cache), and
+        said what it resolved to."""
+        from bert_keras.hub import hub_name, is_kaggle_handle, kaggle_download, resolve
 
+        if is_kaggle_handle(self):
+            folder = kaggle_download(self)
+            print(f"resolved {self} to {folder}")
+            return str(folder)
         if hub_name(self) is None:
             return str(self)
         snapshot = resolve(self)

@@ -1,23 +1,26 @@
-"""`bert-keras convert`: move a model between Keras, Hugging Face and TF1 formats, task heads included."""
+"""`bert-keras convert`: move a model between Keras, Hugging Face, TF1 and keras-hub formats, task heads
+included."""
 
 from bert_keras_cli.arguments import CheckpointPath
 
-FORMATS = ("keras", "hf", "tf1")
+FORMATS = ("keras", "hf", "tf1", "keras-hub")
 
 
 def register(subparsers):
     parser = subparsers.add_parser(
         "convert",
-        help="convert a BERT checkpoint between .keras, Hugging Face and original TF1 formats",
+        help="convert a BERT checkpoint between .keras, Hugging Face, original TF1 and keras-hub formats",
         description="Convert a BERT checkpoint: an encoder, a pre-training model or a fine-tuned task model "
         "with its head and labels (Hugging Face BertFor* folders, run_classifier/run_squad TF1 checkpoints, "
-        "task .keras files).",
+        "task .keras files, keras-hub BertBackbone/BertTextClassifier presets). --to keras-hub writes a "
+        "BertTextClassifier preset for a classifier, the BertBackbone alone for other models (needs keras-hub).",
     )
     parser.add_argument("--from", dest="source_format", choices=FORMATS, help="default: detected")
     parser.add_argument(
         "source",
         type=CheckpointPath,
-        help="source checkpoint: .keras file, HF folder or Hub name (ORG/NAME[@REVISION]), TF1 dir or prefix",
+        help="source checkpoint: .keras file, HF folder or Hub name (ORG/NAME[@REVISION]), TF1 dir or prefix, "
+        "keras-hub preset folder or kaggle:// handle",
     )
     parser.add_argument("--to", dest="target_format", choices=FORMATS, required=True)
     parser.add_argument("target", help="output: .keras file or folder")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bert_keras.checkpoint.text_files import VOCAB, write_vocab
+from bert_keras.checkpoint.text_files import VOCAB, write_tokenizer_config, write_vocab
 from bert_keras.checkpoint.weights import POOLER_NAMES
 
 HF_CONFIG = "config.json"
@@ -149,8 +149,9 @@ def hf_architecture(weights, head):
     return "BertModel"
 
 
-def write_hf(weights, config, path, vocab=None, head=None):
-    """Writes `config.json` + `model.safetensors` (+ vocab) that transformers loads.
+def write_hf(weights, config, path, vocab=None, head=None, tokenizer=None):
+    """Writes `config.json` + `model.safetensors` (+ vocab, and tokenizer_config.json for
+    the `TokenizerSettings` `tokenizer`) that transformers loads.
 
     `head` (see `head_config`) names the task model's BertFor* class and its labels;
     without one, `hf_architecture` picks the class. The masked-LM decoder weight is tied
@@ -173,3 +174,5 @@ def write_hf(weights, config, path, vocab=None, head=None):
     (path / HF_CONFIG).write_text(json.dumps(hf_config, indent=2) + "\n")
     if vocab is not None:
         write_vocab(vocab, path / VOCAB)
+    if tokenizer is not None:
+        write_tokenizer_config(path, tokenizer.lower_case, tokenizer.max_length)

@@ -1,5 +1,5 @@
-"""A checkpoint read once: `read_checkpoint` opens each file of a TF1 checkpoint or
-Hugging Face / sentence-transformers folder once and returns all it holds as a
+"""A checkpoint read once: `read_checkpoint` opens each file of a TF1 checkpoint,
+Hugging Face / sentence-transformers folder or keras-hub preset once and returns all it holds as a
 `Checkpoint`, which every loader (encoder, pre-training model, task heads, `convert`)
 takes instead of asking the folder again. A `.keras` file is a whole saved model:
 `models.saving.load_keras_file` loads it."""
@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from bert_keras.checkpoint.hf import HF_CONFIG, HF_WEIGHTS, hf_head, read_hf_weights, write_hf
+from bert_keras.checkpoint.keras_hub_preset import is_keras_hub_preset, read_preset, write_preset
 from bert_keras.checkpoint.sentence_transformers import (
     ST_MODULES,
     ST_SETTINGS,
@@ -31,18 +32,19 @@ from bert_keras.checkpoint.weights import HEAD_NAMES
 from bert_keras.config import BertConfig, read_config_json
 from bert_keras.hub import local_checkpoint
 
-FORMATS = ("keras", "hf", "tf1")
+FORMATS = ("keras", "hf", "tf1", "keras-hub")
 
 
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
     """All a checkpoint holds, read once by `read_checkpoint`.
 
-    `format` is 'keras' (nothing else read), 'hf' or 'tf1'; `folder` holds the weights'
-    files; `weights` are canonical (`checkpoint.weights`); `vocabulary` the tokens of the
-    `vocab_path` beside them (None: no vocab.txt); `tokenizer` what tokenizer_config.json
-    says; `head` what the checkpoint says of its task head: a dict with `architecture`
-    (config.json's first `architectures`, None for TF1), `labels` (id2label's, or TF1's
+    `format` is 'keras' (nothing else read), 'hf', 'tf1' or 'keras-hub'; `folder` holds
+    the weights' files; `weights` are canonical (`checkpoint.weights`); `vocabulary` the
+    tokens of the `vocab_path` beside them (None: no vocab.txt); `tokenizer` what
+    tokenizer_config.json says (a keras-hub preset's tokenizer.json and
+    preprocessor.json); `head` what the checkpoint says of its task head: a dict with
+    `architecture` (config.json's first `architectures`, None for TF1), `labels` (id2label's, or TF1's
     labels.txt; None when absent or the defaults LABEL_0, ...) and `problem_type`;
     `embedding` a sentence-transformers folder's settings (pooling, normalize, prompts,
     max_seq_length, lower_case; None for other folders); `max_seq_length` its
@@ -78,13 +80,15 @@ def is_keras_file(path):
 
 
 def detect_format(path):
-    """'keras', 'hf' or 'tf1' for a checkpoint path, or a clear error."""
+    """'keras', 'hf', 'tf1' or 'keras-hub' for a checkpoint path, or a clear error."""
     path = Path(path)
     if is_keras_file(path):
         return "keras"
     if path.is_dir():
         if (path / HF_WEIGHTS).exists():
             return "hf"
+        if is_keras_hub_preset(path):
+            return "keras-hub"
         if list(path.glob("*.index")):
             return "tf1"
         if (path / "pytorch_model.bin").exists():
@@ -97,7 +101,9 @@ def detect_format(path):
                 '.save_pretrained(sys.argv[2], safe_serialization=True)" '
                 f"{path} {path}-safetensors (then copy its vocab.txt and tokenizer files across)"
             )
-        raise FileNotFoundError(f"{path} has no {HF_WEIGHTS}, no TF1 checkpoint (*.index) and is not a .keras file")
+        raise FileNotFoundError(
+            f"{path} has no {HF_WEIGHTS}, no TF1 checkpoint (*.index), no keras-hub preset and is not a .keras file"
+        )
     if Path(f"{path}.index").exists():
         return "tf1"
     raise FileNotFoundError(f"no checkpoint at {path}")
@@ -106,11 +112,12 @@ def detect_format(path):
 def read_checkpoint(path, format=None, sentence_transformers=False, revision=None):
     """Everything a checkpoint holds, each of its files opened once: a `Checkpoint`.
 
-    `path` is a `.keras` file, a TF1 checkpoint folder or prefix, a Hugging Face folder
-    or a sentence-transformers folder (its weights may sit in a sub-folder), or a Hugging
-    Face Hub name (`ORG/NAME[@REVISION]`, `hf://ORG/NAME`; `revision` pins one), read from
-    its snapshot in the Hugging Face cache (`bert_keras.hub`); a `Checkpoint` already read
-    comes back as it is. `format` ('keras', 'hf' or 'tf1') skips detection.
+    `path` is a `.keras` file, a TF1 checkpoint folder or prefix, a Hugging Face folder,
+    a sentence-transformers folder (its weights may sit in a sub-folder), a keras-hub BERT
+    preset folder or `kaggle://` handle, or a Hugging Face Hub name
+    (`ORG/NAME[@REVISION]`, `hf://ORG/NAME`; `revision` pins one), read from its snapshot
+    in the Hugging Face cache (`bert_keras.hub`); a `Checkpoint` already read comes back
+    as it is. `format` (one of `FORMATS`) skips detection.
     `sentence_transformers=True` (an embedder's loader) makes modules bert-keras does not
     read an error naming them; otherwise such a folder is read as the Hugging Face folder
     it holds."""
@@ -129,8 +136,12 @@ def read_checkpoint(path, format=None, sentence_transformers=False, revision=Non
         embedding = _embedding(path, settings, sentence_transformers)
     folder = embedding["encoder"] if embedding else path
     format = format or detect_format(folder)
-    weights, config, head, folder = _read_weights(folder, format, root_config if folder == path else None)
-    vocab_path = folder / VOCAB if (folder / VOCAB).exists() else None
+    if format == "keras-hub":
+        weights, config, head, vocab_path, tokenizer = read_preset(folder)
+    else:
+        weights, config, head, folder = _read_weights(folder, format, root_config if folder == path else None)
+        vocab_path = folder / VOCAB if (folder / VOCAB).exists() else None
+        tokenizer = read_tokenizer_config(folder)
     max_seq_length, lower_case = read_sentence_bert_config(folder) if folder.is_dir() else (None, None)
     if embedding:
         embedding = {**embedding, "max_seq_length": max_seq_length, "lower_case": lower_case}
@@ -142,7 +153,7 @@ def read_checkpoint(path, format=None, sentence_transformers=False, revision=Non
         weights=weights,
         vocab_path=vocab_path,
         vocabulary=None if vocab_path is None else read_vocab(vocab_path),
-        tokenizer=read_tokenizer_config(folder),
+        tokenizer=tokenizer,
         head=head,
         embedding=embedding,
         max_seq_length=max_seq_length,
@@ -190,13 +201,14 @@ def _config(path):
     return BertConfig.from_json_values(_config_values(path), path)
 
 
-WRITERS = {"tf1": write_tf1, "hf": write_hf}
+WRITERS = {"tf1": write_tf1, "hf": write_hf, "keras-hub": write_preset}
 
 
-def write(weights, config, path, format, vocab=None, head=None):
-    """Writes canonical weights in `format` ('tf1' or 'hf'), the vocab beside them (a
-    vocab.txt path or a list of tokens), and a task head's class and labels (`head`, see
-    `hf.head_config`)."""
+def write(weights, config, path, format, vocab=None, head=None, tokenizer=None):
+    """Writes canonical weights in `format` ('tf1', 'hf' or 'keras-hub'), the vocab
+    beside them (a vocab.txt path or a list of tokens), a task head's class and labels
+    (`head`, see `hf.head_config`) and how the tokenizer splits (`tokenizer`, a
+    `TokenizerSettings`; the original TF1 layout has no place for it)."""
     if format not in WRITERS:
-        raise ValueError(f"cannot write format {format!r}; use keras, {' or '.join(WRITERS)}")
-    WRITERS[format](weights, config, path, vocab, head)
+        raise ValueError(f"cannot write format {format!r}; use keras, {', '.join(WRITERS)}")
+    WRITERS[format](weights, config, path, vocab, head, tokenizer)

@@ -110,6 +110,19 @@ def tokenizer_max_length(folder):
     return read_tokenizer_config(folder).max_length
 
 
+def infer_lower_case(vocab, saved_lower_case=None):
+    """Uncased unless the tokenizer's settings say otherwise (`saved_lower_case`, or the
+    tokenizer_config.json beside a vocab.txt path) or the vocabulary (a vocab.txt path
+    or its tokens) holds upper-case word pieces (cased vocabularies hold thousands)."""
+    if isinstance(vocab, (str, os.PathLike)):
+        saved_lower_case = read_tokenizer_config(Path(vocab).parent).lower_case
+        vocab = read_vocab(vocab)
+    if saved_lower_case is not None:
+        return saved_lower_case
+    upper = sum(1 for token in vocab if not token.startswith("[") and token.lower() != token)
+    return upper < 100
+
+
 def write_tokenizer_config(path, lower_case, max_seq_length):
     """`tokenizer_config.json` beside a vocab.txt, so transformers' AutoTokenizer splits
     and truncates text as the model's preprocessor does."""

@@ -53,9 +53,10 @@ def tf1_head(labels):
     return {"architecture": None, "labels": labels, "problem_type": None}
 
 
-def write_tf1(weights, config, path, vocab=None, head=None):
+def write_tf1(weights, config, path, vocab=None, head=None, tokenizer=None):
     """Writes `bert_model.ckpt.*`, `bert_config.json` and the vocab in the released layout,
-    and a task head's label names (`head`, see `hf.head_config`) as labels.txt."""
+    and a task head's label names (`head`, see `hf.head_config`) as labels.txt; the layout
+    has no place for the `tokenizer` settings."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     names = sorted(weights)

@@ -58,12 +58,13 @@ def load_checkpoint(cls, path, format=None, config=None, keras_classes=(), revis
     return model
 
 
-def save_checkpoint(model, path, format, vocab_path=None, head=None):
-    """Writes `model` as a `.keras` file, a Hugging Face folder or a TF1 checkpoint,
-    with `vocab_path` (default: the one it was loaded with) copied beside the weights
-    and a task head's class and labels (`head`, see `checkpoint.hf.head_config`)."""
+def save_checkpoint(model, path, format, vocab_path=None, head=None, tokenizer=None):
+    """Writes `model` as a `.keras` file, a Hugging Face folder, a TF1 checkpoint or a
+    keras-hub preset, with `vocab_path` (a vocab.txt path or the tokens; default: the
+    vocab.txt it was loaded with), a task head's class and labels (`head`, see
+    `checkpoint.hf.head_config`) and the tokenizer's `TokenizerSettings`."""
     if format == "keras":
         model.save(path)
         return
     weights = get_original_weights(model.original_weight_map())
-    write(weights, model.config, path, format, vocab_path or model.vocab_path, head)
+    write(weights, model.config, path, format, vocab_path or model.vocab_path, head, tokenizer)

@@ -1,30 +1,16 @@
 """Raw text for the heads: a preprocessor matched to an encoder's vocabulary, and raw
 inputs (strings, lists, arrays) told apart from packed ones and made into tensors."""
 
-import os
 from pathlib import Path
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.checkpoint.text_files import read_tokenizer_config, read_vocab
+from bert_keras.checkpoint.text_files import infer_lower_case
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
 from bert_keras.text.vocab import check_vocabulary
-
-
-def infer_lower_case(vocab, saved_lower_case=None):
-    """Uncased unless the tokenizer's settings say otherwise (`saved_lower_case`, or the
-    tokenizer_config.json beside a vocab.txt path) or the vocabulary (a vocab.txt path
-    or its tokens) holds upper-case word pieces (cased vocabularies hold thousands)."""
-    if isinstance(vocab, (str, os.PathLike)):
-        saved_lower_case = read_tokenizer_config(Path(vocab).parent).lower_case
-        vocab = read_vocab(vocab)
-    if saved_lower_case is not None:
-        return saved_lower_case
-    upper = sum(1 for token in vocab if not token.startswith("[") and token.lower() != token)
-    return upper < 100
 
 
 def preprocessor_for(encoder, vocab=None, lower_case=None, checkpoint=None, saved=None, **preprocessor_kwargs):

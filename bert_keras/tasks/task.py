@@ -8,13 +8,12 @@ only ever takes packed int inputs, which is what an exported serving signature w
 import contextlib
 import warnings
 import weakref
-from pathlib import Path
 
 import keras
 import tensorflow as tf
 
 from bert_keras.checkpoint.reader import read_checkpoint
-from bert_keras.checkpoint.text_files import VOCAB, write_tokenizer_config, write_vocab
+from bert_keras.checkpoint.text_files import TokenizerSettings
 from bert_keras.compat import RestoresCompile, WorksAroundKeras20585
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
 from bert_keras.models.saving import save_checkpoint
@@ -373,20 +372,18 @@ class BertTask(RestoresCompile, WorksAroundKeras20585, keras.Model):
     def save_checkpoint(self, path, format="hf"):
         """Writes the model with its head as a Hugging Face BertFor* folder (config.json
         with `architectures`, `id2label`/`label2id`, `problem_type`; weights; vocab.txt and
-        tokenizer_config.json) or a TF1 checkpoint with the original's head variables and
-        labels.txt; `format="keras"` saves the whole model."""
+        tokenizer_config.json), a TF1 checkpoint with the original's head variables and
+        labels.txt, or a keras-hub preset (`format="keras-hub"`, a `BertTextClassifier` or
+        the backbone alone); `format="keras"` saves the whole model."""
         if format == "keras":
             self.save(path)
             return
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        vocab_path = self.vocab_path
+        vocab, settings = self.vocab_path, None
         if self.preprocessor is not None:
             tokenizer = self.preprocessor.tokenizer
-            vocab_path = write_vocab(tokenizer.vocabulary, path / VOCAB)
-            if format == "hf":
-                write_tokenizer_config(path, tokenizer.lower_case, self.preprocessor.packer.max_seq_length)
-        save_checkpoint(self, path, format, vocab_path, self.checkpoint_head())
+            vocab = tokenizer.vocabulary
+            settings = TokenizerSettings(tokenizer.lower_case, self.preprocessor.packer.max_seq_length)
+        save_checkpoint(self, path, format, vocab, self.checkpoint_head(), settings)
 
 
 def with_windows(model, **arguments):
