@@ -245,6 +245,13 @@ def write_preset(weights, config, path, vocab=None, head=None, tokenizer=None):
         preprocessor = keras_hub.models.BertTextClassifierPreprocessor(bert_tokenizer, sequence_length=sequence_length)
         task = keras_hub.models.BertTextClassifier(backbone, head["num_labels"], preprocessor=preprocessor)
         task.save_to_preset(str(path))
+        lost = [f"labels {head['labels']}"] if head.get("labels") else []
+        lost += ["multi-label classification"] if head.get("problem_type") == "multi_label_classification" else []
+        if lost:
+            warnings.warn(
+                f"keras-hub's BertTextClassifier has no place for {' or '.join(lost)}: {path} holds the logits only",
+                stacklevel=3,
+            )
         output = weights["output_weights"]
         _write_h5(path / TASK_WEIGHTS, {**weights, "output_weights": output.T}, CLASSIFIER_HEAD)
     else:

@@ -1,0 +1,180 @@
+"""keras-hub BERT presets in and out, against keras-hub itself: a tiny `BertTextClassifier`
+built and saved here with `save_to_preset` loads as a `BertClassifier` with keras-hub's
+logits on raw text, and what `bert-keras convert --to keras-hub` writes runs in keras-hub's
+own `from_preset` (through its own preprocessor) with ours."""
+
+import shutil
+import sys
+
+import keras
+import numpy as np
+import pytest
+from harness import TINY, TOLERANCE, VOCAB, tiny_preprocessor
+
+from bert_keras import BertClassifier, BertConfig, BertEncoder, BertTokenClassifier
+from bert_keras.checkpoint.keras_hub_preset import PRESET_VOCAB
+from bert_keras_cli.cli import main as cli
+
+keras_hub = pytest.importorskip("keras_hub")
+
+# Capitals, so that a tokenizer that did not lower-case as the preset says would differ.
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "a good film", "Who did go home?"]
+KAGGLE_HANDLE = "kaggle://someone/bert/keras/tiny_classifier/1"
+
+
+def randomized(model, seed):
+    """`model` with weights of about unit scale, so that logits differ by more than the tolerance."""
+    rng = np.random.default_rng(seed)
+    model.set_weights([rng.normal(0, 0.3, w.shape).astype(w.dtype) for w in model.get_weights()])
+    return model
+
+
+@pytest.fixture(scope="module")
+def preset(tmp_path_factory):
+    """A keras-hub classifier preset, its MaskedLM twin on the same backbone, and keras-hub's logits on TEXTS."""
+    folder = tmp_path_factory.mktemp("keras_hub")
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=VOCAB, lowercase=True)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=len(VOCAB),
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=64,
+    )
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=24)
+    classifier = randomized(keras_hub.models.BertTextClassifier(backbone, 3, preprocessor=preprocessor), seed=0)
+    classifier.save_to_preset(str(folder / "classifier"))
+    masked_lm = keras_hub.models.BertMaskedLM(
+        backbone, preprocessor=keras_hub.models.BertMaskedLMPreprocessor(tokenizer, sequence_length=24)
+    )
+    masked_lm.save_to_preset(str(folder / "masked_lm"))
+    logits = classifier.predict(TEXTS, verbose=0)
+    assert np.abs(logits).max() > 0.5
+    return {"classifier": folder / "classifier", "masked_lm": folder / "masked_lm", "logits": logits}
+
+
+def keras_hub_logits(folder):
+    return keras_hub.models.BertTextClassifier.from_preset(str(folder)).predict(TEXTS, verbose=0)
+
+
+def test_a_keras_hub_classifier_loads_with_its_logits_and_tokenizer(preset):
+    model = BertClassifier.from_checkpoint(preset["classifier"])
+    assert model.num_classes == 3 and model.preprocessor.tokenizer.lower_case
+    assert model.preprocessor.packer.max_seq_length == 24  # preprocessor.json's sequence_length
+    assert model.config.hidden_act == "gelu_tanh"
+    np.testing.assert_allclose(model.predict(TEXTS, verbose=0), preset["logits"], atol=TOLERANCE)
+
+
+def test_a_keras_hub_masked_lm_loads_its_backbone_and_says_the_head_is_left(preset):
+    with pytest.warns(UserWarning, match="BertMaskedLM: loading its backbone only"):
+        encoder = BertEncoder.from_checkpoint(preset["masked_lm"])
+    backbone = keras_hub.models.Backbone.from_preset(str(preset["masked_lm"]))
+    inputs = {"token_ids": np.array([[2, 5, 7, 8, 9, 3, 0]]), "segment_ids": np.zeros((1, 7), "int32")}
+    inputs["padding_mask"] = (inputs["token_ids"] > 0).astype("int32")
+    ours = encoder(
+        {
+            "input_word_ids": inputs["token_ids"],
+            "input_type_ids": inputs["segment_ids"],
+            "input_mask": inputs["padding_mask"],
+        }
+    )
+    theirs = backbone(inputs)
+    mask = inputs["padding_mask"][..., None].astype(bool)
+    np.testing.assert_allclose(
+        np.where(mask, ours["sequence_output"], 0), np.where(mask, theirs["sequence_output"], 0), atol=TOLERANCE
+    )
+
+
+def test_convert_keras_hub_to_hf_and_back_keeps_keras_hubs_logits(preset, tmp_path, capsys):
+    """preset -> Hugging Face folder -> preset, each by `bert-keras convert`; the last read by keras-hub."""
+    assert cli(["convert", str(preset["classifier"]), "--to", "hf", str(tmp_path / "hf")]) == 0
+    assert "wrote hf BertClassifier" in capsys.readouterr().out
+    assert cli(["convert", str(tmp_path / "hf"), "--to", "keras-hub", str(tmp_path / "back")]) == 0
+    np.testing.assert_allclose(keras_hub_logits(tmp_path / "back"), preset["logits"], atol=TOLERANCE)
+
+
+def test_a_bert_keras_classifier_runs_in_keras_hub_with_its_logits(tmp_path):
+    """A model of our own (tanh GELU, as keras-hub computes), through its own tokenizer settings."""
+    keras.utils.set_random_seed(1)
+    encoder = BertEncoder(BertConfig(**{**TINY.to_dict(), "hidden_act": "gelu_tanh"}))
+    model = randomized(BertClassifier(encoder, num_classes=2, preprocessor=tiny_preprocessor()), seed=1)
+    model.save(tmp_path / "model.keras")
+    assert cli(["convert", str(tmp_path / "model.keras"), "--to", "keras-hub", str(tmp_path / "preset")]) == 0
+    theirs = keras_hub.models.BertTextClassifier.from_preset(str(tmp_path / "preset"))
+    assert theirs.preprocessor.sequence_length == 32 and theirs.preprocessor.tokenizer.lowercase
+    np.testing.assert_allclose(theirs.predict(TEXTS, verbose=0), model.predict(TEXTS, verbose=0), atol=TOLERANCE)
+
+
+def test_other_heads_write_the_backbone_and_say_what_is_lost(tmp_path):
+    keras.utils.set_random_seed(2)
+    model = BertTokenClassifier(BertEncoder(TINY), num_classes=3, preprocessor=tiny_preprocessor())
+    model.save(tmp_path / "tagger.keras")
+    with pytest.warns(UserWarning) as said:
+        assert cli(["convert", str(tmp_path / "tagger.keras"), "--to", "keras-hub", str(tmp_path / "preset")]) == 0
+    said = " ".join(str(warning.message) for warning in said)
+    assert "keras-hub has no BertForTokenClassification head" in said and "tanh approximation of GELU" in said
+    backbone = keras_hub.models.Backbone.from_preset(str(tmp_path / "preset"))
+    assert isinstance(backbone, keras_hub.models.BertBackbone)
+    assert keras_hub.models.BertTokenizer.from_preset(str(tmp_path / "preset")).vocabulary == VOCAB
+    ours = keras.ops.convert_to_numpy(model.encoder.embeddings.word_embeddings)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(backbone.token_embedding.embeddings), ours)
+
+
+def damage_missing_weights(folder):
+    (folder / "model.weights.h5").unlink()
+    return "no model.weights.h5 in keras-hub preset"
+
+
+def damage_truncated_task_weights(folder):
+    data = (folder / "task.weights.h5").read_bytes()
+    (folder / "task.weights.h5").write_bytes(data[: len(data) // 2])
+    return "task.weights.h5: not a complete Keras weights file"
+
+
+def damage_garbled_config(folder):
+    (folder / "config.json").write_text("{not json")
+    return "config.json is not valid JSON"
+
+
+def damage_missing_vocabulary(folder):
+    (folder / "assets/tokenizer/vocabulary.txt").unlink()
+    return "has no assets/tokenizer/vocabulary.txt"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [damage_missing_weights, damage_truncated_task_weights, damage_garbled_config, damage_missing_vocabulary],
+)
+def test_a_damaged_preset_is_one_line_naming_the_file(preset, tmp_path, capsys, damage):
+    folder = tmp_path / "preset"
+    shutil.copytree(preset["classifier"], folder)
+    expected = damage(folder)
+    assert cli(["convert", str(folder), "--to", "hf", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("bert-keras convert: error: "), err
+    assert expected in err and str(folder) in err, err
+
+
+def test_kaggle_handles_resolve_through_kagglehub(preset, tmp_path, monkeypatch, capsys):
+    kagglehub = pytest.importorskip("kagglehub")
+    asked = []
+    monkeypatch.setattr(kagglehub, "model_download", lambda handle: asked.append(handle) or str(preset["classifier"]))
+    assert BertEncoder.from_checkpoint(KAGGLE_HANDLE).vocab_path == preset["classifier"] / PRESET_VOCAB
+    assert cli(["convert", KAGGLE_HANDLE, "--to", "hf", str(tmp_path / "hf")]) == 0
+    assert f"resolved {KAGGLE_HANDLE} to {preset['classifier']}" in capsys.readouterr().out
+    assert asked == ["someone/bert/keras/tiny_classifier/1"] * 2
+    assert cli(["convert", "kaggle://someone/bert", "--to", "hf", str(tmp_path / "x")]) == 2
+    assert "kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "kagglehub", None)
+    assert cli(["convert", KAGGLE_HANDLE, "--to", "hf", str(tmp_path / "y")]) == 2
+    assert "kaggle:// handles are downloaded with kagglehub (pip install kagglehub)" in capsys.readouterr().err
+
+
+def test_writing_a_preset_without_keras_hub_is_one_line(preset, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "keras_hub", None)
+    assert cli(["convert", str(preset["classifier"]), "--to", "keras-hub", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == "bert-keras convert: error: convert --to keras-hub needs keras-hub (pip install 'bert-keras[keras-hub]')"
+    )
