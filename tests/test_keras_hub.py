@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from harness import TINY, TOLERANCE, VOCAB, tiny_preprocessor
 
-from bert_keras import BertClassifier, BertConfig, BertEncoder, BertTokenClassifier
+from bert_keras import BertClassifier, BertConfig, BertEncoder, BertTextEmbedder, BertTokenClassifier
 from bert_keras.checkpoint.keras_hub_preset import PRESET_VOCAB
 from bert_keras_cli.cli import main as cli
 
@@ -31,7 +31,8 @@ def randomized(model, seed):
 
 @pytest.fixture(scope="module")
 def preset(tmp_path_factory):
-    """A keras-hub classifier preset, its MaskedLM twin on the same backbone, and keras-hub's logits on TEXTS."""
+    """A keras-hub classifier preset, its MaskedLM and TextEmbedder twins on the same backbone,
+    and keras-hub's logits and embeddings of TEXTS."""
     folder = tmp_path_factory.mktemp("keras_hub")
     tokenizer = keras_hub.models.BertTokenizer(vocabulary=VOCAB, lowercase=True)
     backbone = keras_hub.models.BertBackbone(
@@ -49,9 +50,19 @@ def preset(tmp_path_factory):
         backbone, preprocessor=keras_hub.models.BertMaskedLMPreprocessor(tokenizer, sequence_length=24)
     )
     masked_lm.save_to_preset(str(folder / "masked_lm"))
+    embedder = keras_hub.models.BertTextEmbedder(
+        backbone,
+        preprocessor=keras_hub.models.BertTextEmbedderPreprocessor(tokenizer, sequence_length=24),
+        pooling_mode="max",
+    )
+    embedder.save_to_preset(str(folder / "embedder"))
     logits = classifier.predict(TEXTS, verbose=0)
     assert np.abs(logits).max() > 0.5
-    return {"classifier": folder / "classifier", "masked_lm": folder / "masked_lm", "logits": logits}
+    return {
+        **{name: folder / name for name in ("classifier", "masked_lm", "embedder")},
+        "logits": logits,
+        "vectors": embedder.predict(TEXTS, verbose=0),
+    }
 
 
 def keras_hub_logits(folder):
@@ -64,6 +75,12 @@ def test_a_keras_hub_classifier_loads_with_its_logits_and_tokenizer(preset):
     assert model.preprocessor.packer.max_seq_length == 24  # preprocessor.json's sequence_length
     assert model.config.hidden_act == "gelu_tanh"
     np.testing.assert_allclose(model.predict(TEXTS, verbose=0), preset["logits"], atol=TOLERANCE)
+
+
+def test_a_keras_hub_text_embedder_loads_with_its_pooling_and_vectors(preset):
+    model = BertTextEmbedder.from_checkpoint(preset["embedder"])
+    assert model.pooling == "max" and model.normalize
+    np.testing.assert_allclose(model.encode(TEXTS), preset["vectors"], atol=TOLERANCE)
 
 
 def test_a_keras_hub_masked_lm_loads_its_backbone_and_says_the_head_is_left(preset):

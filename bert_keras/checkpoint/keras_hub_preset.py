@@ -78,27 +78,31 @@ def backbone_names(num_layers):
 
 
 def read_preset(folder):
-    """(weights, config, head, vocab_path, tokenizer) of a keras-hub BERT preset: the
-    backbone's canonical weights and `BertConfig`, a `BertTextClassifier`'s head
-    (`output_weights`/`output_bias`, as run_classifier names them), its vocabulary file
-    and `TokenizerSettings` (tokenizer.json's `lowercase`, preprocessor.json's
-    `sequence_length`). A `BertMaskedLM`'s head is left out, with a warning: keras-hub's
-    (exact GELU, LayerNorm epsilon 1e-5) is not the one bert-keras computes."""
+    """What a keras-hub BERT preset holds, as `Checkpoint` fields: the backbone's canonical
+    `weights` and `config`; a `BertTextClassifier`'s head (`output_weights`/`output_bias`,
+    as run_classifier names them); the `vocab_path` and `vocabulary`; the `tokenizer`
+    settings (tokenizer.json's `lowercase`, preprocessor.json's `sequence_length`); and a
+    `BertTextEmbedder`'s pooling and normalisation as `embedding`. A `BertMaskedLM`'s head
+    is left out, with a warning: keras-hub's (exact GELU, LayerNorm epsilon 1e-5) is not
+    the one bert-keras computes."""
     folder = Path(folder)
     config = _config(folder / PRESET_CONFIG)
     weights = _canonical(_h5_variables(folder / PRESET_WEIGHTS), backbone_names(config.num_hidden_layers), folder)
     task = read_json_object(folder / TASK_CONFIG)
+    task_name, task_arguments = task.get("registered_name"), task.get("config") or {}
     head = {"architecture": None, "labels": None, "problem_type": None}
-    task_name = task.get("registered_name")
+    vocab_path = folder / PRESET_VOCAB
+    if not vocab_path.is_file():
+        raise FileNotFoundError(f"{folder} has no {PRESET_VOCAB}: not a keras-hub BERT preset with its tokenizer")
+    fields = {"vocab_path": vocab_path, "vocabulary": read_vocab(vocab_path), "tokenizer": _tokenizer(folder)}
     if task_name == CLASSIFIER:
         head_weights = _canonical(_h5_variables(folder / TASK_WEIGHTS), CLASSIFIER_HEAD, folder / TASK_WEIGHTS)
         weights["output_weights"] = head_weights["output_weights"].T
         weights["output_bias"] = head_weights["output_bias"]
         head["architecture"] = "BertForSequenceClassification"
-        activation = task.get("config", {}).get("activation")
-        if activation not in (None, "linear"):
+        if task_arguments.get("activation") not in (None, "linear"):
             warnings.warn(
-                f"{folder / TASK_CONFIG}: the classifier's {activation} activation is not kept; "
+                f"{folder / TASK_CONFIG}: the classifier's {task_arguments['activation']} activation is not kept; "
                 "bert-keras classifiers output logits",
                 stacklevel=3,
             )
@@ -108,13 +112,18 @@ def read_preset(folder):
             "exact GELU and LayerNorm epsilon 1e-5, is not the one bert-keras computes)",
             stacklevel=3,
         )
-    elif task and task_name != TEXT_EMBEDDER:
+    elif task_name == TEXT_EMBEDDER:
+        fields["embedding"] = {
+            "encoder": folder,
+            "pooling": task_arguments.get("pooling_mode", "mean"),
+            "normalize": bool(task_arguments.get("normalize", True)),
+            "prompts": {},
+            "max_seq_length": fields["tokenizer"].max_length,
+            "lower_case": fields["tokenizer"].lower_case,
+        }
+    elif task:
         raise ValueError(f"{folder / TASK_CONFIG}: a {task_name} task; bert-keras reads keras-hub's BERT tasks")
-    vocab_path = folder / PRESET_VOCAB
-    if not vocab_path.is_file():
-        raise FileNotFoundError(f"{folder} has no {PRESET_VOCAB}: not a keras-hub BERT preset with its tokenizer")
-    read_vocab(vocab_path)  # a vocabulary file that cannot be read is named now
-    return weights, config, head, vocab_path, _tokenizer(folder)
+    return {"weights": weights, "config": config, "head": head, **fields}
 
 
 def _config(path):

@@ -46,8 +46,8 @@ class Checkpoint:
     preprocessor.json); `head` what the checkpoint says of its task head: a dict with
     `architecture` (config.json's first `architectures`, None for TF1), `labels` (id2label's, or TF1's
     labels.txt; None when absent or the defaults LABEL_0, ...) and `problem_type`;
-    `embedding` a sentence-transformers folder's settings (pooling, normalize, prompts,
-    max_seq_length, lower_case; None for other folders); `max_seq_length` its
+    `embedding` a sentence-transformers folder's or keras-hub `BertTextEmbedder`'s
+    settings (pooling, normalize, prompts, max_seq_length, lower_case; None for others); `max_seq_length` its
     sentence_bert_config.json's; `cross_encoder` whether it is a CrossEncoder folder and
     `activation` the torch activation it stores (None when unsaid)."""
 
@@ -137,11 +137,9 @@ def read_checkpoint(path, format=None, sentence_transformers=False, revision=Non
     folder = embedding["encoder"] if embedding else path
     format = format or detect_format(folder)
     if format == "keras-hub":
-        weights, config, head, vocab_path, tokenizer = read_preset(folder)
-    else:
-        weights, config, head, folder = _read_weights(folder, format, root_config if folder == path else None)
-        vocab_path = folder / VOCAB if (folder / VOCAB).exists() else None
-        tokenizer = read_tokenizer_config(folder)
+        return Checkpoint(path=path, format=format, folder=folder, **read_preset(folder))
+    weights, config, head, folder = _read_weights(folder, format, root_config if folder == path else None)
+    vocab_path = folder / VOCAB if (folder / VOCAB).exists() else None
     max_seq_length, lower_case = read_sentence_bert_config(folder) if folder.is_dir() else (None, None)
     if embedding:
         embedding = {**embedding, "max_seq_length": max_seq_length, "lower_case": lower_case}
@@ -153,7 +151,7 @@ def read_checkpoint(path, format=None, sentence_transformers=False, revision=Non
         weights=weights,
         vocab_path=vocab_path,
         vocabulary=None if vocab_path is None else read_vocab(vocab_path),
-        tokenizer=tokenizer,
+        tokenizer=read_tokenizer_config(folder),
         head=head,
         embedding=embedding,
         max_seq_length=max_seq_length,
