@@ -3,6 +3,7 @@ built and saved here with `save_to_preset` loads as a `BertClassifier` with kera
 logits on raw text, and what `bert-keras convert --to keras-hub` writes runs in keras-hub's
 own `from_preset` (through its own preprocessor) with ours."""
 
+import json
 import shutil
 import sys
 
@@ -77,10 +78,23 @@ def test_a_keras_hub_classifier_loads_with_its_logits_and_tokenizer(preset):
     np.testing.assert_allclose(model.predict(TEXTS, verbose=0), preset["logits"], atol=TOLERANCE)
 
 
-def test_a_keras_hub_text_embedder_loads_with_its_pooling_and_vectors(preset):
+def test_predict_runs_a_keras_hub_preset_with_its_probabilities(preset, tmp_path):
+    lines = tmp_path / "texts.txt"
+    lines.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert cli(["predict", str(preset["classifier"]), "--input", str(lines), "--output", str(out), "--all-scores"]) == 0
+    scores = [list(json.loads(line)["scores"].values()) for line in out.read_text().splitlines()]
+    np.testing.assert_allclose(scores, keras.ops.convert_to_numpy(keras.ops.softmax(preset["logits"])), atol=TOLERANCE)
+
+
+def test_a_keras_hub_text_embedder_in_and_out_keeps_its_pooling_and_vectors(preset, tmp_path):
     model = BertTextEmbedder.from_checkpoint(preset["embedder"])
     assert model.pooling == "max" and model.normalize
     np.testing.assert_allclose(model.encode(TEXTS), preset["vectors"], atol=TOLERANCE)
+    model.save_checkpoint(tmp_path / "back", format="keras-hub")
+    theirs = keras_hub.models.BertTextEmbedder.from_preset(str(tmp_path / "back"))
+    assert theirs.pooling_mode == "max" and theirs.normalize
+    np.testing.assert_allclose(theirs.predict(TEXTS, verbose=0), preset["vectors"], atol=TOLERANCE)
 
 
 def test_a_keras_hub_masked_lm_loads_its_backbone_and_says_the_head_is_left(preset):
@@ -116,8 +130,7 @@ def test_a_bert_keras_classifier_runs_in_keras_hub_with_its_logits(tmp_path):
     keras.utils.set_random_seed(1)
     encoder = BertEncoder(BertConfig(**{**TINY.to_dict(), "hidden_act": "gelu_tanh"}))
     model = randomized(BertClassifier(encoder, num_classes=2, preprocessor=tiny_preprocessor()), seed=1)
-    model.save(tmp_path / "model.keras")
-    assert cli(["convert", str(tmp_path / "model.keras"), "--to", "keras-hub", str(tmp_path / "preset")]) == 0
+    model.save_checkpoint(tmp_path / "preset", format="keras-hub")  # the command's path: the round trip above
     theirs = keras_hub.models.BertTextClassifier.from_preset(str(tmp_path / "preset"))
     assert theirs.preprocessor.sequence_length == 32 and theirs.preprocessor.tokenizer.lowercase
     np.testing.assert_allclose(theirs.predict(TEXTS, verbose=0), model.predict(TEXTS, verbose=0), atol=TOLERANCE)

@@ -22,6 +22,7 @@ from bert_keras.checkpoint.text_files import (
     read_vocab,
     saved_length,
 )
+from bert_keras.checkpoint.weights import HEAD_NAMES
 from bert_keras.config import BertConfig
 
 PRESET_CONFIG = "config.json"
@@ -37,7 +38,8 @@ CLASSIFIER = "keras_hub>BertTextClassifier"
 MASKED_LM = "keras_hub>BertMaskedLM"
 TEXT_EMBEDDER = "keras_hub>BertTextEmbedder"
 # Each .weights.h5 variable (its layer's name, the sub-layers' attributes, its index) and
-# the canonical name it holds; `{i}` numbers the transformer layers.
+# the canonical name it holds: the layers outside the transformer layers, then each
+# transformer_layer_N's sub-layers and their scope under bert/encoder/layer_N/.
 EMBEDDINGS = {
     "token_embedding/0": "bert/embeddings/word_embeddings",
     "position_embedding/0": "bert/embeddings/position_embeddings",
@@ -57,7 +59,9 @@ LAYER_PARTS = {
     "_feedforward_output_dense": "output/dense",
     "_feedforward_layer_norm": "output/LayerNorm",
 }
-CLASSIFIER_HEAD = {"logits/0": "output_weights", "logits/1": "output_bias"}  # output_weights is [out, in]
+KERAS_HUB_POOLING = ("mean", "cls", "max")  # BertTextEmbedder's pooling modes
+# The classifier's dense; its kernel is [in, out], run_classifier's output_weights [out, in].
+CLASSIFIER_HEAD = {"logits/0": "output_weights", "logits/1": "output_bias"}
 
 
 def is_keras_hub_preset(folder):
@@ -216,10 +220,11 @@ def _flat(key, value):
 
 def write_preset(weights, config, path, vocab=None, head=None, tokenizer=None):
     """Writes a keras-hub preset of canonical `weights`: a `BertTextClassifier` for a
-    sequence-classification `head` (see `hf.head_config`), else a `BertBackbone` (with a
-    warning naming the head left out), with its `BertTokenizer` (`vocab`, a vocab.txt path
-    or the tokens; `tokenizer` the `TokenizerSettings`, lower-casing inferred from the
-    vocabulary when unsaid) and, for the classifier, a preprocessor of
+    sequence-classification `head` (see `hf.head_config`), a `BertTextEmbedder` for an
+    embedder's (`architecture` "BertTextEmbedder", `pooling`, `normalize`), else a
+    `BertBackbone` (with a warning naming the head left out); with its `BertTokenizer`
+    (`vocab`, a vocab.txt path or the tokens; `tokenizer` the `TokenizerSettings`,
+    lower-casing inferred from the vocabulary when unsaid) and a task's preprocessor of
     `tokenizer.max_length` tokens. Needs keras-hub installed."""
     try:
         import keras_hub
@@ -234,9 +239,9 @@ def write_preset(weights, config, path, vocab=None, head=None, tokenizer=None):
             stacklevel=3,
         )
     path = Path(path)
-    vocabulary = read_vocab(vocab) if isinstance(vocab, (str, Path)) else list(vocab)
     settings = tokenizer or TokenizerSettings()
     lower_case = settings.lower_case if settings.lower_case is not None else infer_lower_case(vocab)
+    vocabulary = read_vocab(vocab) if isinstance(vocab, (str, Path)) else list(vocab)
     backbone = keras_hub.models.BertBackbone(
         vocabulary_size=config.vocab_size,
         num_layers=config.num_hidden_layers,
@@ -248,37 +253,56 @@ def write_preset(weights, config, path, vocab=None, head=None, tokenizer=None):
         num_segments=config.type_vocab_size,
     )
     bert_tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocabulary, lowercase=lower_case)
-    architecture = (head or {}).get("architecture")
-    if architecture == "BertForSequenceClassification":
-        sequence_length = settings.max_length or min(512, config.max_position_embeddings)
-        preprocessor = keras_hub.models.BertTextClassifierPreprocessor(bert_tokenizer, sequence_length=sequence_length)
-        task = keras_hub.models.BertTextClassifier(backbone, head["num_labels"], preprocessor=preprocessor)
-        task.save_to_preset(str(path))
-        lost = [f"labels {head['labels']}"] if head.get("labels") else []
-        lost += ["multi-label classification"] if head.get("problem_type") == "multi_label_classification" else []
-        if lost:
+    sequence_length = settings.max_length or min(512, config.max_position_embeddings)
+    task = _task(keras_hub, backbone, bert_tokenizer, sequence_length, head or {}, path)
+    if task is None:
+        if head or any(re.search(HEAD_NAMES, name) for name in weights):
             warnings.warn(
-                f"keras-hub's BertTextClassifier has no place for {' or '.join(lost)}: {path} holds the logits only",
-                stacklevel=3,
-            )
-        output = weights["output_weights"]
-        _write_h5(path / TASK_WEIGHTS, {**weights, "output_weights": output.T}, CLASSIFIER_HEAD)
-    else:
-        if architecture is not None or any(re.match(r"^(cls/|output_)", name) for name in weights):
-            warnings.warn(
-                f"keras-hub has no {architecture or 'pre-training'} head for bert-keras to write: {path} holds the "
-                "BertBackbone and tokenizer only (load it with keras_hub.models.Backbone.from_preset)",
+                f"keras-hub has no {(head or {}).get('architecture') or 'pre-training'} head for bert-keras to "
+                f"write: {path} holds the BertBackbone and tokenizer only (keras_hub.models.Backbone.from_preset)",
                 stacklevel=3,
             )
         backbone.save_to_preset(str(path))
         bert_tokenizer.save_to_preset(str(path))
+    else:
+        task.save_to_preset(str(path))
+    if isinstance(task, keras_hub.models.BertTextClassifier):
+        _write_h5(path / TASK_WEIGHTS, {**weights, "output_weights": weights["output_weights"].T}, CLASSIFIER_HEAD)
     _write_h5(path / PRESET_WEIGHTS, weights, backbone_names(config.num_hidden_layers))
 
 
+def _task(keras_hub, backbone, tokenizer, sequence_length, head, path):
+    """The keras-hub task of a `head` (see `write_preset`), or None when keras-hub has
+    none; what the task has no place for is said in a warning."""
+    lost = []
+    if head.get("architecture") == "BertForSequenceClassification":
+        preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=sequence_length)
+        task = keras_hub.models.BertTextClassifier(backbone, head["num_labels"], preprocessor=preprocessor)
+        lost = [f"labels {head['labels']}"] if head.get("labels") else []
+        lost += ["multi-label classification"] if head.get("problem_type") == "multi_label_classification" else []
+    elif head.get("architecture") == "BertTextEmbedder" and head["pooling"] in KERAS_HUB_POOLING:
+        preprocessor = keras_hub.models.BertTextEmbedderPreprocessor(tokenizer, sequence_length=sequence_length)
+        task = keras_hub.models.BertTextEmbedder(
+            backbone, preprocessor=preprocessor, pooling_mode=head["pooling"], normalize=head["normalize"]
+        )
+        lost = ["prompts"] if any(head.get("prompts", {}).values()) else []
+    else:
+        return None
+    if lost:
+        name = type(task).__name__
+        warnings.warn(f"keras-hub's {name} has no place for {' or '.join(lost)}: {path} is without them", stacklevel=4)
+    return task
+
+
 def _write_h5(path, weights, names):
-    """Puts canonical `weights` into the variables `names` lists of the .weights.h5 at `path`."""
+    """Puts canonical `weights` into the variables `names` lists of the .weights.h5 at
+    `path`; a file of other variables (another keras-hub layout) is an error naming it."""
     import h5py
 
     with h5py.File(path, "r+") as file:
-        for variable, dataset in _layer_datasets(file):
+        datasets = _layer_datasets(file)
+        unmapped = sorted(set(names) ^ {variable for variable, _ in datasets})
+        if unmapped:
+            raise ValueError(f"{path}: keras-hub wrote variables bert-keras does not map: {unmapped[:4]}")
+        for variable, dataset in datasets:
             dataset[()] = np.asarray(weights[names[variable]]).reshape(dataset.shape).astype(dataset.dtype)

@@ -286,10 +286,21 @@ class BertTextEmbedder(BertTask):
             **kwargs,
         )
 
+    def checkpoint_head(self):
+        """What a keras-hub `BertTextEmbedder` preset records (`format="keras-hub"`)."""
+        prompts = {"query": self.query_prefix, "document": self.document_prefix}
+        return {
+            "architecture": "BertTextEmbedder",
+            "pooling": self.pooling,
+            "normalize": self.normalize,
+            "prompts": prompts,
+        }
+
     def save_checkpoint(self, path, format="hf"):
         """Writes a sentence-transformers folder (Hugging Face weights, vocab, pooling,
         normalisation, max length, prompts) that `SentenceTransformer(path)` loads and
-        `from_checkpoint` reads back; `format="tf1"` writes the encoder alone."""
+        `from_checkpoint` reads back; `format="tf1"` writes the encoder alone,
+        `format="keras-hub"` a keras-hub `BertTextEmbedder` preset."""
         if format != "hf":
             return super().save_checkpoint(path, format)
         if self.preprocessor is None:
