@@ -12,6 +12,7 @@ from harness import FAMILY_FIXTURES, hf_folder
 from safetensors.numpy import load_file
 
 from bert_keras import BertClassifier, BertEncoder, BertSpanLabeler, BertTokenClassifier
+from bert_keras.models.saving import load_keras_file
 from bert_keras_cli.cli import main as cli
 
 REFERENCES = np.load(FAMILY_FIXTURES / "references.npz")
@@ -91,3 +92,63 @@ def test_a_family_model_has_no_tf1_form(tmp_path):
     model = BertClassifier.from_checkpoint(folder(tmp_path, "distilbert_sequence"))
     with pytest.raises(ValueError, match="a distilbert model has no original TF1 bert_config.json"):
         model.save_checkpoint(tmp_path / "tf1", format="tf1")
+
+
+@pytest.mark.slow
+def test_distilbert_fine_tunes_exports_and_predicts(tmp_path):
+    """`finetune tsv --init` a DistilBertForMaskedLM folder (a new classifier on its
+    encoder), then `export` and `predict` on the export: the labels the Keras model
+    gives; `predict` also reads the DistilBertForSequenceClassification folder itself
+    with transformers' labels."""
+    texts = ["the quick brown fox jumps over the lazy dog", "a dog runs", "berlin is a city", "paris is a city"]
+    rows = "".join(f"{text}\t{label}\n" for text, label in zip(texts, ["pos", "neg", "neg", "pos"]))
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.tsv").write_text("text\tlabel\n" + rows, encoding="utf-8")
+    (tmp_path / "input.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    run = tmp_path / "run"
+    finetune = ["finetune", "tsv", "--train", str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "dev.tsv")]
+    init = ["--init", str(folder(tmp_path, "distilbert_masked_lm")), "--output-dir", str(run)]
+    assert (
+        cli(
+            [
+                *finetune,
+                *init,
+                "--batch-size",
+                "2",
+                "--max-train-steps",
+                "2",
+                "--max-seq-length",
+                "16",
+                "--verbose",
+                "0",
+            ]
+        )
+        == 0
+    )
+    assert cli(["export", str(run / "best.keras"), "--out", str(tmp_path / "export")]) == 0
+    assert (
+        cli(
+            [
+                "predict",
+                str(tmp_path / "export"),
+                "--input",
+                str(tmp_path / "input.txt"),
+                "--output",
+                str(tmp_path / "export.jsonl"),
+            ]
+        )
+        == 0
+    )
+
+    model = load_keras_file(run / "best.keras")
+    assert model.config.model_type == "distilbert" and model.config.type_vocab_size == 0
+    expected = [model.labels[i] for i in np.argmax(model.predict(tf.constant(texts), verbose=0), axis=-1)]
+    predicted = [json.loads(line)["label"] for line in (tmp_path / "export.jsonl").read_text().splitlines()]
+    assert predicted == expected
+
+    output = tmp_path / "hf.jsonl"
+    source = folder(tmp_path, "distilbert_sequence")
+    assert cli(["predict", str(source), "--input", str(tmp_path / "input.txt"), "--output", str(output)]) == 0
+    reference = np.argmax(REFERENCES["distilbert_sequence/logits"], axis=-1)
+    labels = [json.loads(line)["label"] for line in output.read_text().splitlines()]
+    assert labels[:2] == [LABELS["sequence"][i] for i in reference[:2]]  # the first two of TEXTS
