@@ -11,12 +11,19 @@ import tensorflow as tf
 from harness import FAMILY_FIXTURES, hf_folder
 from safetensors.numpy import load_file
 
-from bert_keras import BertClassifier, BertEncoder, BertSpanLabeler, BertTokenClassifier
+from bert_keras import BertClassifier, BertEncoder, BertSpanLabeler, BertTextEmbedder, BertTokenClassifier
 from bert_keras.models.saving import load_keras_file
 from bert_keras_cli.cli import main as cli
 
 REFERENCES = np.load(FAMILY_FIXTURES / "references.npz")
 HEADS = {"sequence": BertClassifier, "token": BertTokenClassifier, "question_answering": BertSpanLabeler}
+TEXTS = [  # make_task_references.py's
+    "the quick brown fox jumps over the lazy dog",
+    "a dog runs",
+    "who jumps over the dog ?",
+    "paris is the capital of france , a country in europe .",
+    "berlin is a city",
+]
 LABELS = {"sequence": ["negative", "neutral", "positive"], "token": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]}
 TASKS = [f"{family}_{task}" for family in ("distilbert", "electra") for task in HEADS]
 pytestmark = pytest.mark.filterwarnings("ignore:.*starting them from new initial values")
@@ -152,3 +159,13 @@ def test_distilbert_fine_tunes_exports_and_predicts(tmp_path):
     reference = np.argmax(REFERENCES["distilbert_sequence/logits"], axis=-1)
     labels = [json.loads(line)["label"] for line in output.read_text().splitlines()]
     assert labels[:2] == [LABELS["sequence"][i] for i in reference[:2]]  # the first two of TEXTS
+
+
+@pytest.mark.parametrize("name, pooling", [("bge_style", "cls"), ("e5_style", "mean"), ("distilbert_embedder", "mean")])
+def test_bert_architecture_embedders_give_the_embeddings_of_sentence_transformers(tmp_path, name, pooling):
+    """sentence-transformers folders as BGE ([CLS], normalised), E5 / GTE (mean,
+    normalised) and msmarco-distilbert (DistilBERT, mean) publish them."""
+    embedder = BertTextEmbedder.from_checkpoint(folder(tmp_path, name))
+    assert embedder.pooling == pooling and embedder.normalize
+    embeddings = embedder.encode(TEXTS)
+    np.testing.assert_allclose(embeddings, REFERENCES[f"{name}/embeddings"], atol=1e-5)
