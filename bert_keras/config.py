@@ -96,8 +96,7 @@ class BertConfig:
         _check_integer("type_vocab_size", self.type_vocab_size, 0)  # 0: no token types (DistilBERT)
         if self.embedding_size is not None:
             _check_integer("embedding_size", self.embedding_size, 1)
-        if self.model_type not in MODEL_TYPES:
-            raise ValueError(f"BertConfig.model_type must be one of {list(MODEL_TYPES)}, got {self.model_type!r}")
+        self._check_family()
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
@@ -115,6 +114,21 @@ class BertConfig:
         for name in ("initializer_range", "layer_norm_eps"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"BertConfig.{name} must be positive, got {getattr(self, name)!r}")
+
+    def _check_family(self):
+        """Each family's weights exist in its own checkpoints: DistilBERT has no token types,
+        only ELECTRA an embedding projection."""
+        if self.model_type not in MODEL_TYPES:
+            raise ValueError(f"BertConfig.model_type must be one of {list(MODEL_TYPES)}, got {self.model_type!r}")
+        if self.model_type == "distilbert" and self.type_vocab_size:
+            raise ValueError(
+                f"a distilbert BertConfig has type_vocab_size=0 (no token types), got {self.type_vocab_size}"
+            )
+        if self.model_type != "electra" and self.embedding_size not in (None, self.hidden_size):
+            raise ValueError(
+                f"embedding_size {self.embedding_size} != hidden_size {self.hidden_size} is ELECTRA's projection; "
+                f"a {self.model_type} BertConfig has none"
+            )
 
     @property
     def head_size(self):
@@ -183,6 +197,9 @@ class BertConfig:
     def to_original_dict(self):
         if self.model_type != "bert":
             raise ValueError(f"a {self.model_type} model has no original TF1 bert_config.json; write it as hf or keras")
+        return self._original_values()
+
+    def _original_values(self):
         values = {k: getattr(self, k) for k in ORIGINAL_KEYS}
         values["hidden_act"] = "gelu_new" if self.hidden_act == "gelu_tanh" else self.hidden_act
         return values
@@ -190,7 +207,7 @@ class BertConfig:
     def to_hf_dict(self):
         """config.json's fields in the model's own family (transformers' BertConfig,
         DistilBertConfig or ElectraConfig)."""
-        values = dataclasses.replace(self, model_type="bert").to_original_dict()
+        values = self._original_values()
         values["pad_token_id"] = 0
         if self.model_type == "distilbert":
             keys = {bert: distilbert for distilbert, bert in DISTILBERT_KEYS.items()}

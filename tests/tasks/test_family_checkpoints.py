@@ -13,6 +13,8 @@ from safetensors.numpy import load_file
 
 from bert_keras import BertClassifier, BertEncoder, BertSpanLabeler, BertTextEmbedder, BertTokenClassifier
 from bert_keras.models.saving import load_keras_file
+from bert_keras.serving import deploy
+from bert_keras.tasks.checkpoint_models import load_model
 from bert_keras_cli.cli import main as cli
 
 REFERENCES = np.load(FAMILY_FIXTURES / "references.npz")
@@ -169,3 +171,24 @@ def test_bert_architecture_embedders_give_the_embeddings_of_sentence_transformer
     assert embedder.pooling == pooling and embedder.normalize
     embeddings = embedder.encode(TEXTS)
     np.testing.assert_allclose(embeddings, REFERENCES[f"{name}/embeddings"], atol=1e-5)
+
+
+@pytest.mark.slow  # two exports of each format
+@pytest.mark.parametrize("name", ["distilbert_sequence", "electra_token"])
+def test_family_models_export_to_litert_and_onnx(tmp_path, name):
+    """`export --format litert|onnx` of a family folder answers as the Keras model does
+    (a LiteRT classifier on raw text through its in-graph tokenizer, others on packed ids)."""
+    source = folder(tmp_path, name)
+    model = load_model(source)
+    packed_texts = model.preprocessor([np.array(TEXTS)])
+    want = np.asarray(model(packed_texts, training=False))
+    for format, suffix in (("litert", ".tflite"), ("onnx", ".onnx")):
+        path = tmp_path / f"{name}{suffix}"
+        assert cli(["export", str(source), "--format", format, "--out", str(path)]) == 0
+        runtime = deploy.predictor(format, path)
+        if format == "litert" and "tokenize" in runtime.signatures:  # a classifier's: raw text in
+            inputs = runtime.signatures["serving_default"]["inputs"]
+            got = runtime(**{input_name: np.array(TEXTS, dtype=object) for input_name in inputs})
+        else:
+            got = runtime(**{key: np.asarray(value) for key, value in packed_texts.items()})
+        np.testing.assert_allclose(got["logits"], np.reshape(want, got["logits"].shape), atol=deploy.TOLERANCE)
