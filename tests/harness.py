@@ -121,6 +121,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # (written by tests/fixtures/make_task_references.py).
 TASK_FIXTURES = FIXTURES / "tasks"
 TASK_REFERENCES = np.load(TASK_FIXTURES / "references.npz")
+FAMILY_FIXTURES = FIXTURES / "families"  # DistilBERT and ELECTRA (tests/fixtures/make_family_references.py)
 SERVING_RELEASE = "2.12"  # the op gate the exports must pass, as in test_export.py
 TOLERANCE = 1e-5  # export vs Keras model, float32
 
@@ -152,12 +153,12 @@ def max_diff(actual, expected, mask=None):
     return float(np.abs(actual - expected).max())
 
 
-def hf_folder(tmp_path, name):
+def hf_folder(tmp_path, name, fixtures=TASK_FIXTURES):
     """A copy of the fixture folder with the shared vocab.txt beside it."""
     folder = tmp_path / name
     if not folder.exists():
-        shutil.copytree(TASK_FIXTURES / name, folder)
-        shutil.copy(TASK_FIXTURES / "vocab.txt", folder)
+        shutil.copytree(fixtures / name, folder)
+        shutil.copy(fixtures / "vocab.txt", folder)
     return folder
 
 

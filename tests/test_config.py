@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 from conftest import DATA, require
@@ -96,3 +97,26 @@ def test_unknown_preset_and_bad_files(tmp_path):
     (tmp_path / "partial.json").write_text(json.dumps({"hidden_size": 64}))
     with pytest.raises(ValueError, match="missing required keys"):
         BertConfig.from_json_file(tmp_path / "partial.json")
+
+
+def test_family_configs_read_their_own_config_json_and_check_their_fields():
+    """DistilBERT's and ELECTRA's config.json (tests/fixtures/families, written by
+    transformers) read as their BertConfig and write back the same fields."""
+    families = Path(__file__).parent / "fixtures" / "families"
+    distilbert_json = json.loads((families / "distilbert_sequence/config.json").read_text())
+    distilbert = BertConfig.from_dict(distilbert_json)
+    assert (distilbert.model_type, distilbert.type_vocab_size, distilbert.pooler_act) == ("distilbert", 0, "relu")
+    assert (distilbert.hidden_size, distilbert.num_hidden_layers, distilbert.intermediate_size) == (16, 2, 32)
+    electra_json = json.loads((families / "electra_sequence/config.json").read_text())
+    electra = BertConfig.from_dict(electra_json)
+    assert (electra.embedding_size, electra.embedding_width, electra.pooler_act) == (8, 8, "gelu")
+    for config, original in ((distilbert, distilbert_json), (electra, electra_json)):
+        assert BertConfig.from_dict(config.to_dict()) == config
+        written = config.to_hf_dict()
+        assert {key: original[key] for key in written} == written
+    with pytest.raises(ValueError, match="a distilbert BertConfig has type_vocab_size=0"):
+        BertConfig(model_type="distilbert")
+    with pytest.raises(ValueError, match="embedding_size 8 != hidden_size 768 is ELECTRA's projection"):
+        BertConfig(embedding_size=8)
+    with pytest.raises(ValueError, match="model_type must be one of"):
+        BertConfig(model_type="roberta")

@@ -1,6 +1,10 @@
 """Hugging Face folders: `config.json` (with `architectures`, `id2label`, `problem_type`
 for a BertFor* head) and `model.safetensors`, whose names and [out, in] Linear weights
-translate to and from the canonical form. No PyTorch: safetensors only."""
+translate to and from the canonical form. No PyTorch: safetensors only.
+
+DistilBERT and ELECTRA folders go through BERT's names: their own names are renamed to
+BERT's on reading (`FAMILY_READ_NAMES`) and back on writing (`FAMILY_WRITE_NAMES`), and
+their classes (`DistilBertForSequenceClassification`, ...) stand for the BertFor* ones."""
 
 import json
 import re
@@ -27,6 +31,74 @@ HF_HEADS = {
 }
 # The BertFor* classes that have no pooler.
 HF_WITHOUT_POOLER = ("BertForTokenClassification", "BertForQuestionAnswering", "BertForMaskedLM")
+# Each family's class-name stem (`DistilBertModel`, `ElectraForTokenClassification`).
+FAMILY_CLASSES = {"bert": "Bert", "distilbert": "DistilBert", "electra": "Electra"}
+# The classes of the other families read as their BertFor* counterparts; the only ones of
+# theirs that have a pooler (BERT's, there the classifier's dense layer) classify sequences.
+FAMILY_HEADS = ("Model", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
+# Names (the encoder's prefix removed) -> BERT's: DistilBERT's layers, classifier dense
+# (BERT's pooler) and masked-LM head; ELECTRA's classifier and discriminator head.
+FAMILY_READ_NAMES = {
+    "distilbert": [
+        (r"^transformer\.", "encoder."),
+        (r"\.attention\.q_lin\.", ".attention.self.query."),
+        (r"\.attention\.k_lin\.", ".attention.self.key."),
+        (r"\.attention\.v_lin\.", ".attention.self.value."),
+        (r"\.attention\.out_lin\.", ".attention.output.dense."),
+        (r"\.sa_layer_norm\.", ".attention.output.LayerNorm."),
+        (r"\.ffn\.lin1\.", ".intermediate.dense."),
+        (r"\.ffn\.lin2\.", ".output.dense."),
+        (r"\.output_layer_norm\.", ".output.LayerNorm."),
+        (r"^pre_classifier\.", "pooler.dense."),
+        (r"^vocab_transform\.", "cls.predictions.transform.dense."),
+        (r"^vocab_layer_norm\.", "cls.predictions.transform.LayerNorm."),
+        (r"^vocab_projector\.bias$", "cls.predictions.bias"),
+        (r"^vocab_projector\.weight$", "cls.predictions.decoder.weight"),
+    ],
+    "electra": [
+        (r"^classifier\.dense\.", "pooler.dense."),
+        (r"^classifier\.out_proj\.", "classifier."),
+        (r"^discriminator_predictions\.dense\.", "cls.discriminator.dense."),
+        (r"^discriminator_predictions\.dense_prediction\.", "cls.discriminator.output."),
+    ],
+}
+# BERT's names (no prefix) -> the family's, for the classes `FAMILY_HEADS` lists; the
+# attention's renames come before the output's, whose names end theirs.
+FAMILY_WRITE_NAMES = {
+    "distilbert": [
+        (r"^encoder\.", "transformer."),
+        (r"\.attention\.self\.query\.", ".attention.q_lin."),
+        (r"\.attention\.self\.key\.", ".attention.k_lin."),
+        (r"\.attention\.self\.value\.", ".attention.v_lin."),
+        (r"\.attention\.output\.dense\.", ".attention.out_lin."),
+        (r"\.attention\.output\.LayerNorm\.", ".sa_layer_norm."),
+        (r"\.intermediate\.dense\.", ".ffn.lin1."),
+        (r"\.output\.dense\.", ".ffn.lin2."),
+        (r"\.output\.LayerNorm\.", ".output_layer_norm."),
+        (r"^pooler\.dense\.", "pre_classifier."),
+    ],
+    "electra": [(r"^pooler\.dense\.", "classifier.dense.")],
+}
+# ...and in a sequence classifier's: ELECTRA's output layer is `classifier.out_proj`.
+FAMILY_SEQUENCE_WRITE_NAMES = {"electra": [(r"^classifier\.(weight|bias)$", r"classifier.out_proj.\1")]}
+
+
+def renamed(name, renames):
+    """`name` with each (pattern, replacement) of `renames` applied in turn."""
+    for pattern, replacement in renames:
+        name = re.sub(pattern, replacement, name)
+    return name
+
+
+def family_architecture(architecture, model_type):
+    """A BertFor* class name as the family of `model_type` names it (`DistilBertModel`)."""
+    return FAMILY_CLASSES[model_type] + architecture.removeprefix("Bert")
+
+
+def bert_architecture(architecture, model_type):
+    """A family's class read as the BertFor* one it stands for; others as they are."""
+    suffix = architecture.removeprefix(FAMILY_CLASSES[model_type]) if architecture else None
+    return "Bert" + suffix if suffix in FAMILY_HEADS else architecture
 
 
 def hf_to_original(name):
@@ -69,8 +141,8 @@ def original_to_hf(name, prefix):
     return scope + ".".join(path + [leaf]), transpose
 
 
-def read_hf_weights(folder):
-    """The canonical weights of a folder's model.safetensors."""
+def read_hf_weights(folder, model_type="bert"):
+    """The canonical weights of a folder's model.safetensors, of a `model_type` family."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
@@ -79,7 +151,8 @@ def read_hf_weights(folder):
         tensors = load_file(str(path))
     except (SafetensorError, TypeError, ValueError) as error:
         raise ValueError(f"cannot read {path}: {error}") from None
-    tensors = {name.removeprefix("bert."): value for name, value in tensors.items()}
+    prefix, renames = f"{model_type}.", FAMILY_READ_NAMES.get(model_type, ())
+    tensors = {renamed(name.removeprefix(prefix), renames): value for name, value in tensors.items()}
     weights = {}
     for hf_name, value in tensors.items():
         if HF_IGNORED.search(hf_name):
@@ -106,8 +179,9 @@ def _check_decoder(tensors, weights, source):
 
 def hf_head(values, source):
     """What a config.json's `values` say of the task head: a dict with `architecture`
-    (the first `architectures`), `labels` (from `id2label`; None when absent or the
-    defaults LABEL_0, ...) and `problem_type`; `source` names the file in errors."""
+    (the first `architectures`, a DistilBERT or ELECTRA class as its BertFor*), `labels`
+    (from `id2label`; None when absent or the defaults LABEL_0, ...) and `problem_type`;
+    `source` names the file in errors."""
     id2label = values.get("id2label") or {}
     try:
         ids = sorted(int(key) for key in id2label)
@@ -119,7 +193,8 @@ def hf_head(values, source):
     if labels == [f"LABEL_{i}" for i in range(len(ids))]:
         labels = None
     architectures = values.get("architectures") or [None]
-    return {"architecture": architectures[0], "labels": labels, "problem_type": values.get("problem_type")}
+    architecture = bert_architecture(architectures[0], values.get("model_type", "bert"))
+    return {"architecture": architecture, "labels": labels, "problem_type": values.get("problem_type")}
 
 
 def head_config(head):
@@ -155,21 +230,37 @@ def write_hf(weights, config, path, vocab=None, head=None, tokenizer=None):
 
     `head` (see `head_config`) names the task model's BertFor* class and its labels;
     without one, `hf_architecture` picks the class. The masked-LM decoder weight is tied
-    to the word embeddings, so it is not stored; classes without a pooler get none.
+    to the word embeddings, so it is not stored; classes without a pooler get none. A
+    DistilBERT or ELECTRA model (`config.model_type`) is written in its family's names.
     """
     from safetensors.numpy import save_file
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     architecture = hf_architecture(weights, head)
-    prefix = "" if architecture == "BertModel" else "bert."
+    family = config.model_type
+    if family != "bert" and architecture.removeprefix("Bert") not in FAMILY_HEADS:
+        raise ValueError(
+            f"a {family} model is written as {[family_architecture('Bert' + h, family) for h in FAMILY_HEADS]}, "
+            f"not as {family_architecture(architecture, family)}"
+        )
+    pooled = (
+        architecture == "BertForSequenceClassification" if family != "bert" else architecture not in HF_WITHOUT_POOLER
+    )
+    prefix = "" if architecture == "BertModel" else f"{family}."
     tensors = {}
     for name, value in weights.items():
-        if architecture in HF_WITHOUT_POOLER and re.search(POOLER_NAMES, name):
+        if not pooled and re.search(POOLER_NAMES, name):
             continue
         hf_name, transpose = original_to_hf(name, prefix)
+        if family != "bert":
+            encoder = hf_name.startswith(prefix) and not re.search(POOLER_NAMES, name)
+            renames = FAMILY_WRITE_NAMES[family] + (FAMILY_SEQUENCE_WRITE_NAMES.get(family, []) if pooled else [])
+            hf_name = renamed(hf_name.removeprefix(prefix), renames)
+            hf_name = prefix + hf_name if encoder else hf_name
         tensors[hf_name] = np.ascontiguousarray(value.T if transpose else value)
     save_file(tensors, str(path / HF_WEIGHTS), metadata={"format": "pt"})
+    architecture = family_architecture(architecture, family)
     hf_config = {**config.to_hf_dict(), "architectures": [architecture], **head_config(head)}
     (path / HF_CONFIG).write_text(json.dumps(hf_config, indent=2) + "\n")
     if vocab is not None:

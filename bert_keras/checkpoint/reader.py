@@ -183,7 +183,10 @@ def _read_weights(path, format, config_values=None):
         return weights, _config(folder / TF1_CONFIG), tf1_head(read_labels(folder / LABELS)), folder
     if format != "hf":
         raise ValueError(f"cannot read weights from format {format!r}; use one of ['tf1', 'hf']")
-    weights = read_hf_weights(path)
+    if config_values is None and (path / HF_CONFIG).is_file():
+        config_values = read_config_json(path / HF_CONFIG)
+    # The weights are read first: an unreadable file is the error, whatever the config says.
+    weights = read_hf_weights(path, (config_values or {}).get("model_type", "bert"))
     values = config_values if config_values is not None else _config_values(path / HF_CONFIG)
     config = BertConfig.from_json_values(values, path / HF_CONFIG)
     return weights, config, hf_head(values, path / HF_CONFIG), path

@@ -20,6 +20,8 @@ ST_POOLING_MODES = {
     "max": "pooling_mode_max_tokens",
     "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens",
 }
+# v6's `pooling_mode` values, by the same names.
+ST_POOLING_NAMES = {"cls": "cls", "mean": "mean", "max": "max", "mean_sqrt_len_tokens": "mean_sqrt_len"}
 ST_PROMPTS = ("query", "document")
 # The activations a CrossEncoder stores (as torch class paths), by the names `BertReranker` uses.
 CROSS_ENCODER_ACTIVATIONS = {
@@ -74,7 +76,9 @@ def read_sentence_transformers(path, settings):
     except (ValueError, TypeError, KeyError) as error:
         raise ValueError(f"{modules_file}: not a sentence-transformers modules list ({error})") from None
     names = [kind for kind, _ in types]
-    supported = names[:1] == [ST_TRANSFORMER] and names[1:2] == [ST_POOLING] and names[2:] in ([], [ST_NORMALIZE])
+    # v6 saves the same modules under their new paths (`sentence_transformers.base.modules.transformer.Transformer`).
+    classes = [kind.rsplit(".", 1)[-1] if kind.startswith("sentence_transformers.") else kind for kind in names]
+    supported = classes[:2] == ["Transformer", "Pooling"] and classes[2:] in ([], ["Normalize"])
     if not supported:
         raise ValueError(
             f"{modules_file}: modules {names}; bert-keras reads Transformer, Pooling and an optional Normalize"
@@ -91,7 +95,15 @@ def read_sentence_transformers(path, settings):
 
 
 def _pooling_mode(config_file):
+    """The pooling a Pooling/config.json names: v6's `pooling_mode` ("cls", or a list of
+    one), or the older flags (`pooling_mode_cls_token`: true)."""
     pooling_config = read_json(config_file)
+    if "pooling_mode" in pooling_config:
+        mode = pooling_config["pooling_mode"]
+        mode = mode[0] if isinstance(mode, list) and len(mode) == 1 else mode
+        if not isinstance(mode, str) or mode not in ST_POOLING_NAMES:
+            raise ValueError(f"{config_file}: pooling_mode {mode!r}; bert-keras reads one of {list(ST_POOLING_NAMES)}")
+        return ST_POOLING_NAMES[mode]
     modes = [mode for mode, flag in ST_POOLING_MODES.items() if pooling_config.get(flag)]
     others = sorted(
         key

@@ -1,4 +1,4 @@
-"""The pooler: the [CLS] vector C through a tanh dense layer."""
+"""The pooler: the [CLS] vector C through a dense layer and an activation (BERT's tanh)."""
 
 import keras
 
@@ -7,13 +7,14 @@ import keras
 class BertPooler(keras.layers.Layer):
     """Maps the first token's final hidden state to the pooled sequence representation."""
 
-    def __init__(self, hidden_size, initializer_range=0.02, **kwargs):
+    def __init__(self, hidden_size, initializer_range=0.02, activation="tanh", **kwargs):
         super().__init__(**kwargs)
         self.hidden_size = hidden_size
         self.initializer_range = initializer_range
+        self.activation = activation
         self.dense = keras.layers.Dense(
             hidden_size,
-            activation="tanh",
+            activation=activation,  # Keras' tanh, relu, gelu (exact)
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
             dtype=self.dtype_policy,
             name="dense",
@@ -33,4 +34,5 @@ class BertPooler(keras.layers.Layer):
             **super().get_config(),
             "hidden_size": self.hidden_size,
             "initializer_range": self.initializer_range,
+            "activation": self.activation,
         }

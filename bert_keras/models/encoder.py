@@ -62,6 +62,7 @@ class BertEncoder(WorksAroundKeras20585, keras.Model):
             dropout_rate=config.hidden_dropout_prob,
             initializer_range=config.initializer_range,
             layer_norm_eps=config.layer_norm_eps,
+            embedding_size=config.embedding_size,
             dtype=self.dtype_policy,
             name="embeddings",
         )
@@ -83,6 +84,7 @@ class BertEncoder(WorksAroundKeras20585, keras.Model):
         self.pooler = BertPooler(
             config.hidden_size,
             initializer_range=config.initializer_range,
+            activation=config.pooler_act,
             dtype=self.dtype_policy,
             name="pooler",
         )
@@ -205,6 +207,13 @@ class BertEncoder(WorksAroundKeras20585, keras.Model):
             (embeddings.layer_norm.gamma, ["bert/embeddings/LayerNorm/gamma"]),
             (embeddings.layer_norm.beta, ["bert/embeddings/LayerNorm/beta"]),
         ]
+        if embeddings.token_type_embeddings is None:  # DistilBERT
+            del spec[1]
+        if embeddings.projection is not None:  # ELECTRA's embeddings_project
+            spec += [
+                (embeddings.projection.kernel, ["bert/embeddings_project/kernel"]),
+                (embeddings.projection.bias, ["bert/embeddings_project/bias"]),
+            ]
         for i, block in enumerate(self.transformer_blocks):
             layer = f"bert/encoder/layer_{i}"
             qkv = [f"{layer}/attention/self/{part}" for part in ("query", "key", "value")]
