@@ -18,6 +18,8 @@ PREFIX = "hf://"
 MODEL_FILES = [
     "config.json",
     "model.safetensors",
+    "model.safetensors.index.json",
+    "model-*-of-*.safetensors",
     "vocab.txt",
     "tokenizer_config.json",
     "special_tokens_map.json",
@@ -102,6 +104,17 @@ def resolve(source, revision=None):
     return snapshot
 
 
+def snapshot_origin(path):
+    """{"repo_id", "commit"} of a snapshot folder in the Hugging Face cache (the layout
+    `models--ORG--NAME/snapshots/COMMIT`, which the Hub's names cannot be confused with:
+    they hold no `--`), or None for any other path."""
+    path = Path(path)
+    repo = path.parent.parent.name
+    if path.parent.name != "snapshots" or not repo.startswith("models--") or repo.count("--") != 2:
+        return None
+    return {"repo_id": repo.removeprefix("models--").replace("--", "/"), "commit": path.name}
+
+
 def _is_local(text):
     return os.path.exists(text) or os.path.exists(text + ".index") or text.startswith((".", "/", "~"))
 
@@ -158,7 +171,8 @@ def _check_model(snapshot):
     config_file = snapshot.path / "config.json"
     if config_file.is_file():
         check_model_type(read_config_json(config_file), where)
-    if not any(snapshot.path.glob("model.safetensors")) and not any(snapshot.path.glob("[0-9]_*/model.safetensors")):
+    weights = ("model.safetensors", "model.safetensors.index.json", "[0-9]_*/model.safetensors")
+    if not any(any(snapshot.path.glob(pattern)) for pattern in weights):
         held = [name for name in _repo_files(snapshot) if name.endswith((".bin", ".h5", ".msgpack", ".onnx", ".ot"))]
         holds = f" (it holds {', '.join(held)})" if held else ""
         raise FileNotFoundError(f"{where} has no model.safetensors{holds}: {SAFETENSORS_HELP}")
