@@ -96,7 +96,9 @@ def package_without_tensorflow():
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     formatwarning, warnings.formatwarning = warnings.formatwarning, warning_line
     # Once per process: a command run by another (the demo's stages) keeps the outer one's hint.
     outermost = (

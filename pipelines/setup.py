@@ -8,8 +8,12 @@ from pathlib import Path
 
 # The command line of the run in --output-dir, beside its backups, until the run ends.
 COMMAND = Path("checkpoints") / "command.json"
-# Flags that do not change what a run computes.
-NOT_COMPARED = ("overwrite", "verbose", "func")
+# What a finished run keeps of how it was made: the command line, and where its starting
+# checkpoint came from (a Hub name's repo and commit); `bert-keras convert --to hf` reads it
+# for the model card.
+RUN_RECORD = "run.json"
+# Flags that do not change what a run computes (`argv`: the command line as typed).
+NOT_COMPARED = ("overwrite", "verbose", "func", "argv")
 # Arguments that name no file the run reads.
 NOT_INPUTS = ("output_dir", "output", "task", "strategy", "tpu", "devices", "optimizer")
 
@@ -119,7 +123,7 @@ def resumable_run(args, run_files, what, run_suffixes=()):
     no `--output-dir` when the block made it."""
     output_dir = Path(args.output_dir)
     existed = output_dir.exists()
-    resumable_output_dir(args, run_files, what, run_suffixes)
+    resumable_output_dir(args, {*run_files, RUN_RECORD}, what, run_suffixes)
     try:
         yield output_dir
     except BaseException:
@@ -129,3 +133,20 @@ def resumable_run(args, run_files, what, run_suffixes=()):
                 output_dir.rmdir()
         raise
     finish_run(output_dir)
+    write_run_record(args, output_dir)
+
+
+def write_run_record(args, output_dir):
+    """`RUN_RECORD` in `output_dir`: the command line and the starting checkpoint
+    (`--init`, or a distillation's `--teacher`), with the Hub repo and commit it resolved to."""
+    import json
+
+    from bert_keras.hub import snapshot_origin
+    from bert_keras_cli.arguments import checkpoint_source
+
+    record = {"command": ["bert-keras", *getattr(args, "argv", [args.command])]}
+    for name in ("init", "teacher"):
+        if getattr(args, name, None):
+            path = str(checkpoint_source(getattr(args, name)))
+            record[name] = {"path": path, **(snapshot_origin(path) or {})}
+    (Path(output_dir) / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n")
