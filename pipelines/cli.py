@@ -30,7 +30,15 @@ RESUMABLE = {
     "create-pretraining-data": "run the same command again: finished shards are kept",
     "predict": "run the same command again: finished chunks are kept",
 }
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
+USER_ERRORS = (
+    ValueError,
+    FileNotFoundError,
+    FileExistsError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    ConnectionError,
+)
 
 PIPELINES = (
     "demo",
@@ -44,6 +52,7 @@ PIPELINES = (
     "predict",
     "extract_features",
     "export",
+    "push",
     "serve",
     "plot",
 )

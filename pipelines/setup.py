@@ -8,10 +8,6 @@ from pathlib import Path
 
 # The command line of the run in --output-dir, beside its backups, until the run ends.
 COMMAND = Path("checkpoints") / "command.json"
-# What a finished run keeps of how it was made: the command line, and where its starting
-# checkpoint came from (a Hub name's repo and commit); `bert-keras convert --to hf` reads it
-# for the model card.
-RUN_RECORD = "run.json"
 # Flags that do not change what a run computes (`argv`: the command line as typed).
 NOT_COMPARED = ("overwrite", "verbose", "func", "argv")
 # Arguments that name no file the run reads.
@@ -121,6 +117,8 @@ def resumable_run(args, run_files, what, run_suffixes=()):
     """A `with` block around a run into `resumable_output_dir` that ends with `finish_run`.
     A run that fails before its first backup (bad input) leaves nothing: no record, and
     no `--output-dir` when the block made it."""
+    from bert_keras.checkpoint.model_card import RUN_RECORD
+
     output_dir = Path(args.output_dir)
     existed = output_dir.exists()
     resumable_output_dir(args, {*run_files, RUN_RECORD}, what, run_suffixes)
@@ -137,10 +135,13 @@ def resumable_run(args, run_files, what, run_suffixes=()):
 
 
 def write_run_record(args, output_dir):
-    """`RUN_RECORD` in `output_dir`: the command line and the starting checkpoint
-    (`--init`, or a distillation's `--teacher`), with the Hub repo and commit it resolved to."""
+    """`run.json` in `output_dir`, what the model card of the run's model says of how it
+    was made (`checkpoint.model_card.read_run`): the command line and the starting
+    checkpoint (`--init`, or a distillation's `--teacher`), with the Hub repo and commit
+    it resolved to."""
     import json
 
+    from bert_keras.checkpoint.model_card import RUN_RECORD
     from bert_keras.hub import snapshot_origin
     from bert_keras_cli.arguments import checkpoint_source
 
