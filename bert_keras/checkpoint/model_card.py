@@ -49,7 +49,6 @@ def write_model_card(folder, model, run_folder=None, repo_id=None):
         pipeline_tag=pipeline_tag,
         base_model=run["base_model"],
         tags=tags,
-        model_name=repo_id or folder.name,
     )
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n{_body(model, kind, library, run, repo_id or str(folder))}")
     card.save(folder / README)
@@ -83,7 +82,7 @@ def _body(model, kind, library, run, name):
     lines = [
         f"# {name.rsplit('/', 1)[-1]}",
         "",
-        f"A BERT {type(model).__name__} (L{config.num_hidden_layers}/H{config.hidden_size}/"
+        f"A {type(model).__name__} (BERT L{config.num_hidden_layers}/H{config.hidden_size}/"
         f"A{config.num_attention_heads}, {model.count_params():,} parameters) written by bert-keras"
         + (f", trained from `{run['start']}`." if run["start"] else "."),
     ]
