@@ -163,7 +163,7 @@ def load_teacher(args):
         )
     strategy = set_up_training(args, args.batch_size)
     with strategy.scope():
-        teacher = load_model(args.teacher)
+        teacher = load_model(args.teacher, headless=BertTextEmbedder)  # a sentence-transformers folder
     classifier = isinstance(teacher, BertClassifier) and teacher.num_classes >= 2
     if not (classifier or isinstance(teacher, (BertTokenClassifier, BertTextEmbedder))) or teacher.preprocessor is None:
         raise ValueError(

@@ -1,9 +1,9 @@
 """`bert-keras push MODEL ORG/NAME`: publish a model on the Hugging Face Hub as a folder
 that transformers' AutoModelFor*, sentence-transformers and bert-keras load.
 
-MODEL is a Hugging Face folder, uploaded as it is, or any other model a command loads (a
-`.keras` file such as a run's best.keras, a TF1 checkpoint, a Hub name), first written as
-`convert --to hf` writes it, model card included. The repo is created when new
+MODEL is a Hugging Face folder (or a Hub name's snapshot), uploaded as it is, or any other
+model a command loads (a `.keras` file such as a run's best.keras, a TF1 checkpoint), first
+written as `convert --to hf` writes it, model card included. The repo is created when new
 (`--private`), `--revision` names a branch (made when new), and the token is HF_TOKEN's
 (or `hf auth login`'s).
 

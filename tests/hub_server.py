@@ -12,6 +12,7 @@ import hashlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 REQUEST_TIMEOUT = 30  # seconds a connection may stay silent before the server drops it
@@ -199,3 +200,21 @@ def use_hub(monkeypatch, home, endpoint=None):
     monkeypatch.setattr(
         constants, "HUGGINGFACE_CO_URL_TEMPLATE", settings["HF_ENDPOINT"] + "/{repo_id}/resolve/{revision}/{filename}"
     )
+
+
+def cache_snapshot(home, repo_id, folder, commit="1" * 40):
+    """The cache at `home`/hub holding `folder`'s files as `repo_id`'s main branch, as a
+    first download leaves it: the real huggingface_hub downloads them from a local Hub.
+    Returns the `HubSnapshot`."""
+    import pytest
+
+    from bert_keras.hub import resolve
+
+    folder = Path(folder)
+    files = {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+    with (
+        hub_server({repo_id: Repo({commit: files}, {"main": commit})}) as server,
+        pytest.MonkeyPatch.context() as patch,
+    ):
+        use_hub(patch, Path(home), server.url)
+        return resolve(repo_id)
