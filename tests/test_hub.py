@@ -184,13 +184,30 @@ def test_a_pinned_revision_gives_its_weights(online, folder_vectors):
         BertEncoder.from_checkpoint(online["pinned"], revision="v0")
 
 
-def test_a_sharded_model_downloads_its_shards_and_embeds_as_the_folder(online, folder_vectors):
+def test_a_sharded_model_downloads_its_shards_and_reads_as_the_folder(online, minilm_dir):
     snapshot = resolve("acme/minilm-sharded")
     held = {path.name for path in snapshot.path.iterdir()}
     shards = {"model.safetensors.index.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
     assert shards <= held and "model.safetensors" not in held and "pytorch_model.bin" not in held
-    vectors = BertTextEmbedder.from_checkpoint("acme/minilm-sharded").encode(TEXTS)
-    np.testing.assert_allclose(vectors, folder_vectors, atol=TOLERANCE)
+    sharded, whole = read_checkpoint("acme/minilm-sharded"), read_checkpoint(minilm_dir)
+    settings = [{**found.embedding, "encoder": None} for found in (sharded, whole)]  # pooling, normalize, ...
+    assert sharded.weights.keys() == whole.weights.keys() and settings[0] == settings[1]
+    for name, value in whole.weights.items():
+        np.testing.assert_array_equal(sharded.weights[name], value, err_msg=name)
+
+
+def test_a_broken_shard_index_is_one_line_naming_the_file(tmp_path, minilm_dir):
+    shutil.copy(Path(minilm_dir) / "config.json", tmp_path)
+    index = tmp_path / "model.safetensors.index.json"
+    for content, message in (
+        ("[]", "not a safetensors index with a weight_map"),
+        ('{"weight_map": {"a": "../elsewhere.safetensors"}}', "the weight_map must name shard files beside it"),
+        ('{"weight_map": {"a": "model-00001-of-00001.safetensors"}}', "cannot read .*model-00001-of-00001"),
+    ):
+        index.write_text(content)
+        with pytest.raises(ValueError, match=message) as raised:
+            read_checkpoint(tmp_path)
+        assert "\n" not in str(raised.value) and str(tmp_path) in str(raised.value)
 
 
 @pytest.mark.parametrize(
