@@ -1,10 +1,11 @@
-"""Hugging Face Hub names as checkpoints: `ORG/NAME`, `ORG/NAME@REVISION` (a branch, tag
-or commit) or `hf://ORG/NAME[@REVISION]` becomes the local snapshot folder of the files a
-model needs, downloaded once into the shared Hugging Face cache (what transformers
-users downloaded is reused), with the commit it resolved to. huggingface_hub reads
-HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE, HF_TOKEN and HF_ENDPOINT. A local path always
-wins over a name. `kaggle://` handles (keras-hub presets on Kaggle) become the folder
-kagglehub downloads them to. Imports no TensorFlow: the commands resolve names before it loads."""
+"""The Hugging Face Hub, both ways. Names as checkpoints: `ORG/NAME`, `ORG/NAME@REVISION`
+(a branch, tag or commit) or `hf://ORG/NAME[@REVISION]` becomes the local snapshot folder
+of the files a model needs, downloaded once into the shared Hugging Face cache (what
+transformers users downloaded is reused), with the commit it resolved to; a local path
+always wins over a name. `kaggle://` handles (keras-hub presets on Kaggle) become the
+folder kagglehub downloads them to. Folders published: `upload` pushes one to a repo.
+huggingface_hub reads HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE, HF_TOKEN and HF_ENDPOINT.
+Imports no TensorFlow: the commands resolve names before it loads."""
 
 import dataclasses
 import os
@@ -20,6 +21,8 @@ KAGGLE_PREFIX = "kaggle://"
 MODEL_FILES = [
     "config.json",
     "model.safetensors",
+    "model.safetensors.index.json",
+    "model-*-of-*.safetensors",
     "vocab.txt",
     "tokenizer_config.json",
     "special_tokens_map.json",
@@ -130,6 +133,70 @@ def kaggle_download(handle):
         raise FileNotFoundError(f"{handle}: kagglehub could not download it: {_line(error)}") from None
 
 
+def upload(folder, repo_id, revision=None, private=False, commit_message=None):
+    """Uploads the files of `folder` to the model repo `repo_id` (created when new,
+    `private` then; `revision`: a branch, made from main when new) as one commit with the
+    token of HF_TOKEN or `hf auth login`. Returns the commit's URL. Every failure is a
+    one-line error naming the repo."""
+    from huggingface_hub import HfApi, errors, get_token
+    from huggingface_hub.errors import HfHubHTTPError
+
+    # What huggingface_hub's HTTP client raises when the Hub cannot be reached.
+    unreachable = (OSError, getattr(errors, "HTTPError", OSError))
+
+    if not REPO_ID.fullmatch(repo_id):
+        raise ValueError(f"{repo_id} is no Hugging Face repo name (ORG/NAME)")
+    token = get_token()
+    if token is None:
+        raise PermissionError(
+            f"pushing to {repo_id} needs a Hugging Face token with write access: set HF_TOKEN (or run `hf auth login`)"
+        )
+    api = HfApi(token=token)
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        if revision is not None:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        commit = api.upload_folder(
+            repo_id=repo_id,
+            folder_path=str(folder),
+            revision=revision,
+            commit_message=commit_message or f"Upload {Path(folder).name} with bert-keras",
+        )
+    except HfHubHTTPError as error:
+        raise _upload_error(repo_id, error) from None
+    except unreachable as error:
+        raise ConnectionError(f"pushing to {repo_id}: the Hugging Face Hub cannot be reached: {_line(error)}") from None
+    except ValueError as error:  # the Hub's check of README.md's metadata
+        raise ValueError(f"pushing to {repo_id}: {_line(error)}") from None
+    return commit.commit_url
+
+
+def _upload_error(repo_id, error):
+    status = getattr(error.response, "status_code", None)
+    if status == 401:
+        return PermissionError(
+            f"the Hugging Face Hub refused the token for {repo_id} (401): set HF_TOKEN to a valid one"
+        )
+    if status == 403:
+        return PermissionError(
+            f"the token has no write access to {repo_id} (403): use a write token of that user or organisation"
+        )
+    if status == 404:
+        return FileNotFoundError(f"{repo_id}: the Hugging Face Hub answered 404 (no such organisation, repo or branch)")
+    return ValueError(f"pushing to {repo_id}: the Hugging Face Hub answered {_line(error)}")
+
+
+def snapshot_origin(path):
+    """{"repo_id", "commit"} of a snapshot folder in the Hugging Face cache (the layout
+    `models--ORG--NAME/snapshots/COMMIT`, which the Hub's names cannot be confused with:
+    they hold no `--`), or None for any other path."""
+    path = Path(path)
+    repo = path.parent.parent.name
+    if path.parent.name != "snapshots" or not repo.startswith("models--") or repo.count("--") != 2:
+        return None
+    return {"repo_id": repo.removeprefix("models--").replace("--", "/"), "commit": path.name}
+
+
 def _is_local(text):
     return os.path.exists(text) or os.path.exists(text + ".index") or text.startswith((".", "/", "~"))
 
@@ -186,7 +253,8 @@ def _check_model(snapshot):
     config_file = snapshot.path / "config.json"
     if config_file.is_file():
         check_model_type(read_config_json(config_file), where)
-    if not any(snapshot.path.glob("model.safetensors")) and not any(snapshot.path.glob("[0-9]_*/model.safetensors")):
+    weights = ("model.safetensors", "model.safetensors.index.json", "[0-9]_*/model.safetensors")
+    if not any(any(snapshot.path.glob(pattern)) for pattern in weights):
         held = [name for name in _repo_files(snapshot) if name.endswith((".bin", ".h5", ".msgpack", ".onnx", ".ot"))]
         holds = f" (it holds {', '.join(held)})" if held else ""
         raise FileNotFoundError(f"{where} has no model.safetensors{holds}: {SAFETENSORS_HELP}")

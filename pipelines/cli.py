@@ -30,7 +30,15 @@ RESUMABLE = {
     "create-pretraining-data": "run the same command again: finished shards are kept",
     "predict": "run the same command again: finished chunks are kept",
 }
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
+USER_ERRORS = (
+    ValueError,
+    FileNotFoundError,
+    FileExistsError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    ConnectionError,
+)
 
 PIPELINES = (
     "demo",
@@ -44,6 +52,7 @@ PIPELINES = (
     "predict",
     "extract_features",
     "export",
+    "push",
     "serve",
     "plot",
 )
@@ -96,7 +105,9 @@ def package_without_tensorflow():
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     formatwarning, warnings.formatwarning = warnings.formatwarning, warning_line
     # Once per process: a command run by another (the demo's stages) keeps the outer one's hint.
     outermost = (

@@ -13,7 +13,9 @@ def register(subparsers):
         description="Convert a BERT checkpoint: an encoder, a pre-training model or a fine-tuned task model "
         "with its head and labels (Hugging Face BertFor* folders, run_classifier/run_squad TF1 checkpoints, "
         "task .keras files, keras-hub BertBackbone/BertTextClassifier presets). --to keras-hub writes a "
-        "BertTextClassifier preset for a classifier, the BertBackbone alone for other models (needs keras-hub).",
+        "BertTextClassifier preset for a classifier, the BertBackbone alone for other models (needs keras-hub). "
+        "A Hugging Face folder gets a model card (README.md) with the Hub's metadata, "
+        "and the labels, dev metrics and command of the run that trained it (run.json beside a best.keras).",
     )
     parser.add_argument("--from", dest="source_format", choices=FORMATS, help="default: detected")
     parser.add_argument(
@@ -28,17 +30,12 @@ def register(subparsers):
 
 
 def run(args):
-    from bert_keras.models.saving import save_checkpoint
-    from bert_keras.tasks.checkpoint_models import load_model
-    from bert_keras.tasks.task import BertTask
+    from bert_keras.tasks.checkpoint_models import load_model, save_model
 
     if args.target_format == "keras" and not args.target.endswith(".keras"):
         raise ValueError(f"a Keras target must end in .keras, got {args.target}")
     model = load_model(args.source, format=args.source_format)
-    if isinstance(model, BertTask):
-        model.save_checkpoint(args.target, args.target_format)
-    else:
-        save_checkpoint(model, args.target, args.target_format)
+    save_model(model, args.target, args.target_format, source=args.source)
     config = model.config
     labels = f", labels {model.labels}" if getattr(model, "labels", None) else ""
     print(

@@ -22,7 +22,7 @@ Example: `bert-keras distill --teacher runs/sst2/best.keras --student teacher:3
 --task sst-2 --data-dir ../shared/data/glue/SST-2 --output-dir runs/sst2-student`.
 """
 
-from bert_keras_cli.arguments import add_training_arguments, training_options
+from bert_keras_cli.arguments import CheckpointPath, add_training_arguments, training_options
 from bert_keras_cli.setup import resumable_run, set_up_training
 
 RUN_FILES = ("best.keras", "labels.txt", "distill_results.json", "eval_results.json", "logs", "checkpoints")
@@ -35,7 +35,13 @@ def register(subparsers):
         help="distill a fine-tuned classifier, tagger or embedder into a smaller student",
         description=__doc__,
     )
-    parser.add_argument("--teacher", required=True, help="the fine-tuned task model's .keras (e.g. best.keras)")
+    parser.add_argument(
+        "--teacher",
+        required=True,
+        type=CheckpointPath,
+        help="the fine-tuned task model: its .keras (e.g. best.keras), a Hugging Face folder or Hub name "
+        "(ORG/NAME[@REVISION])",
+    )
     parser.add_argument(
         "--student", default="teacher:3", help="teacher:K, a preset (tiny, mini, small, ...) or a checkpoint"
     )
@@ -145,8 +151,8 @@ def classifier_data(args, teacher):
 
 def load_teacher(args):
     """(strategy, the teacher loaded in its scope), with `--strategy`, `--mixed-precision`, `--seed` set."""
-    import bert_keras  # noqa: F401  (registers the classes the .keras file names)
-    from bert_keras.models.saving import load_keras_file
+    import bert_keras  # noqa: F401  (registers the classes a .keras file names)
+    from bert_keras.tasks.checkpoint_models import load_model
     from bert_keras.tasks.classifier import BertClassifier
     from bert_keras.tasks.text_embedder import BertTextEmbedder
     from bert_keras.tasks.token_classifier import BertTokenClassifier
@@ -157,7 +163,7 @@ def load_teacher(args):
         )
     strategy = set_up_training(args, args.batch_size)
     with strategy.scope():
-        teacher = load_keras_file(args.teacher)
+        teacher = load_model(args.teacher, headless=BertTextEmbedder)  # a sentence-transformers folder
     classifier = isinstance(teacher, BertClassifier) and teacher.num_classes >= 2
     if not (classifier or isinstance(teacher, (BertTokenClassifier, BertTextEmbedder))) or teacher.preprocessor is None:
         raise ValueError(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 # The command line of the run in --output-dir, beside its backups, until the run ends.
 COMMAND = Path("checkpoints") / "command.json"
-# Flags that do not change what a run computes.
-NOT_COMPARED = ("overwrite", "verbose", "func")
+# Flags that do not change what a run computes (`argv`: the command line as typed).
+NOT_COMPARED = ("overwrite", "verbose", "func", "argv")
 # Arguments that name no file the run reads.
 NOT_INPUTS = ("output_dir", "output", "task", "strategy", "tpu", "devices", "optimizer")
 
@@ -117,9 +117,11 @@ def resumable_run(args, run_files, what, run_suffixes=()):
     """A `with` block around a run into `resumable_output_dir` that ends with `finish_run`.
     A run that fails before its first backup (bad input) leaves nothing: no record, and
     no `--output-dir` when the block made it."""
+    from bert_keras.checkpoint.model_card import RUN_RECORD
+
     output_dir = Path(args.output_dir)
     existed = output_dir.exists()
-    resumable_output_dir(args, run_files, what, run_suffixes)
+    resumable_output_dir(args, {*run_files, RUN_RECORD}, what, run_suffixes)
     try:
         yield output_dir
     except BaseException:
@@ -129,3 +131,23 @@ def resumable_run(args, run_files, what, run_suffixes=()):
                 output_dir.rmdir()
         raise
     finish_run(output_dir)
+    write_run_record(args, output_dir)
+
+
+def write_run_record(args, output_dir):
+    """`run.json` in `output_dir`, what the model card of the run's model says of how it
+    was made (`checkpoint.model_card.read_run`): the command line and the starting
+    checkpoint (`--init`, or a distillation's `--teacher`), with the Hub repo and commit
+    it resolved to."""
+    import json
+
+    from bert_keras.checkpoint.model_card import RUN_RECORD
+    from bert_keras.hub import snapshot_origin
+    from bert_keras_cli.arguments import checkpoint_source
+
+    record = {"command": ["bert-keras", *getattr(args, "argv", [args.command])]}
+    for name in ("init", "teacher"):
+        if getattr(args, name, None):
+            path = str(checkpoint_source(getattr(args, name)))
+            record[name] = {"path": path, **(snapshot_origin(path) or {})}
+    (Path(output_dir) / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n")

@@ -1,13 +1,18 @@
 """A local Hugging Face Hub on 127.0.0.1 for tests: the endpoints huggingface_hub's
 `snapshot_download` asks (a revision's commit, its file tree, each file's HEAD and GET
-on `/{repo}/resolve/{revision}/{file}`), answered from repos held in memory, with every
-request it saw; and `use_hub`, which points huggingface_hub at it and at a cache."""
+on `/{repo}/resolve/{revision}/{file}`) and those its `create_repo`, `create_branch` and
+`upload_folder` post to (`/api/validate-yaml`, `/api/repos/create`, `/api/models/{repo}/branch/{branch}`,
+`.../preupload/{revision}`, `.../commit/{revision}`: every file sent inline, as small
+files are), answered from repos held in memory, with every request it saw; and
+`use_hub`, which points huggingface_hub at it and at a cache."""
 
+import base64
 import contextlib
 import hashlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 REQUEST_TIMEOUT = 30  # seconds a connection may stay silent before the server drops it
@@ -33,6 +38,75 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def do_HEAD(self):
         self.answer(body=False)
+
+    def do_POST(self):
+        """A write: refused without a token of the server's (401) or with a read-only
+        one (403), as the Hub refuses them; else the repo, branch or commit is made."""
+        path = unquote(urlsplit(self.path).path)
+        data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.server.requests.append((self.command, path))
+        token = self.headers.get("Authorization", "").removeprefix("Bearer ")
+        access = self.server.tokens.get(token)
+        if access is None:
+            return self.send(401, {"error": "Invalid credentials in Authorization header"}, True)
+        if access != "write":
+            return self.send(403, {"error": "You don't have the rights to create a model under this namespace"}, True)
+        if path == "/api/validate-yaml":
+            return self.validate_yaml(json.loads(data)["content"])
+        if path == "/api/repos/create":
+            return self.create_repo(json.loads(data))
+        parts = path.strip("/").split("/")
+        repo_id, kind, revision = "/".join(parts[2:4]), parts[4], "/".join(parts[5:])
+        repo = self.server.repos.get(repo_id)
+        if repo is None:
+            return self.send(404, {"error": "Repository not found"}, True, {"X-Error-Code": "RepoNotFound"})
+        if kind == "branch":
+            repo.refs.setdefault(revision, repo.refs["main"])
+            return self.send(200, {}, True)
+        if repo.commit(revision) is None:
+            return self.send(404, {"error": "Invalid rev id"}, True, {"X-Error-Code": "RevisionNotFound"})
+        if kind == "preupload":
+            files = [
+                {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in json.loads(data)["files"]
+            ]
+            return self.send(200, {"files": files}, True)
+        return self.commit(repo_id, repo, revision, [json.loads(line) for line in data.splitlines() if line])
+
+    def validate_yaml(self, content):
+        """The card's metadata parsed by huggingface_hub's own reader; an error is a 400 as the Hub's."""
+        from huggingface_hub import ModelCard
+
+        self.server.cards.append(content)
+        try:
+            ModelCard(content, ignore_metadata_errors=False)
+        except ValueError as error:
+            return self.send(400, {"errors": [{"message": str(error)}]}, True)
+        return self.send(200, {"errors": [], "warnings": []}, True)
+
+    def create_repo(self, request):
+        repo_id = f"{request['organization']}/{request['name']}" if request.get("organization") else request["name"]
+        self.server.created.append(request)
+        url = f"{self.server.url}/{repo_id}"
+        if self.server.organizations is not None and request.get("organization") not in self.server.organizations:
+            return self.send(404, {"error": "Organization not found"}, True)
+        if repo_id in self.server.repos:
+            return self.send(409, {"error": "You already created this model repo", "url": url}, True)
+        first = hashlib.sha1(repo_id.encode()).hexdigest()  # the Hub's first commit: .gitattributes
+        self.server.repos[repo_id] = Repo({first: {".gitattributes": b"*.safetensors filter=lfs\n"}}, {"main": first})
+        return self.send(200, {"url": url, "name": repo_id}, True)
+
+    def commit(self, repo_id, repo, revision, lines):
+        """A commit of the files sent: the revision's files with these added, a new commit id."""
+        header = next(line["value"] for line in lines if line["key"] == "header")
+        files = dict(repo.commits[repo.commit(revision)])
+        for line in lines:
+            if line["key"] == "file":
+                files[line["value"]["path"]] = base64.b64decode(line["value"]["content"])
+        commit = hashlib.sha1(json.dumps([header, sorted(files)]).encode() + b"".join(files.values())).hexdigest()
+        repo.commits[commit] = files
+        repo.refs[revision] = commit
+        self.server.commits.append({"repo_id": repo_id, "revision": revision, "summary": header["summary"]})
+        return self.send(200, {"commitUrl": f"{self.server.url}/{repo_id}/commit/{commit}", "commitOid": commit}, True)
 
     def log_message(self, *args):
         pass
@@ -82,12 +156,17 @@ def git_oid(data):
 
 
 @contextlib.contextmanager
-def hub_server(repos):
-    """Serves `repos` ({repo_id: Repo}) on a free port of 127.0.0.1 until the block ends;
-    yields the server (`.url`, `.requests`: (method, path) of each request)."""
+def hub_server(repos, tokens=None, organizations=None):
+    """Serves `repos` ({repo_id: Repo}) on a free port of 127.0.0.1 until the block ends,
+    taking writes from `tokens` ({token: "write" or "read"}) to repos of `organizations`
+    (None: any); yields the server (`.url`,
+    `.requests`: (method, path) of each request; `.created`: each create-repo request;
+    `.commits`: repo_id, revision and summary of each commit; `.cards`: each README.md checked)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
     server.daemon_threads = True
-    server.repos, server.requests = repos, []
+    server.repos, server.requests, server.tokens = repos, [], tokens or {}
+    server.created, server.commits, server.cards = [], [], []
+    server.organizations = organizations
     server.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -121,3 +200,21 @@ def use_hub(monkeypatch, home, endpoint=None):
     monkeypatch.setattr(
         constants, "HUGGINGFACE_CO_URL_TEMPLATE", settings["HF_ENDPOINT"] + "/{repo_id}/resolve/{revision}/{filename}"
     )
+
+
+def cache_snapshot(home, repo_id, folder, commit="1" * 40):
+    """The cache at `home`/hub holding `folder`'s files as `repo_id`'s main branch, as a
+    first download leaves it: the real huggingface_hub downloads them from a local Hub.
+    Returns the `HubSnapshot`."""
+    import pytest
+
+    from bert_keras.hub import resolve
+
+    folder = Path(folder)
+    files = {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+    with (
+        hub_server({repo_id: Repo({commit: files}, {"main": commit})}) as server,
+        pytest.MonkeyPatch.context() as patch,
+    ):
+        use_hub(patch, Path(home), server.url)
+        return resolve(repo_id)

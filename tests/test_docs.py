@@ -25,8 +25,11 @@ import pytest
 
 from tests.conftest import DATA, REFERENCE, require
 from tests.doc_blocks import CODE_ALIASES, CODE_LANGUAGES, FENCE, MARKER, ROOT, all_blocks, code_blocks, pages
+from tests.hub_server import cache_snapshot, use_hub
 
 BIN = Path(sys.executable).parent
+# The Hub name the pages start from, read offline from the workspace's Hugging Face cache.
+MINILM, HF_HOME = "sentence-transformers/all-MiniLM-L6-v2", "hf-home"
 TINY_CHECKPOINT = "uncased_L-12_H-768_A-12"
 # The walk runs these commands (the others need a `not run:` reason on the page).
 RUNNABLE = ("bert-keras ", "curl ", "python serving/smoke.py", "export TF_CONFIG")
@@ -119,8 +122,9 @@ def tiny_flags(command):
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    """The README's paths, filled with small real data."""
+def workspace(tmp_path_factory, minilm_dir):
+    """The README's paths, filled with small real data, and a Hugging Face cache (`hf-home/`)
+    holding all-MiniLM-L6-v2 under its Hub name, as a first download leaves it."""
     require(DATA / "glue" / "MRPC")
     require(REFERENCE / "tiny_pretraining_tf1")
     root = tmp_path_factory.mktemp("readme")
@@ -152,6 +156,7 @@ def workspace(tmp_path_factory):
     (root / "serving").mkdir()
     for name in ("smoke.py", "models.config", "batching_parameters.txt", "docker-compose.yml"):
         (root / "serving" / name).symlink_to(ROOT / "serving" / name)
+    cache_snapshot(root / HF_HOME, MINILM, minilm_dir)
     return root
 
 
@@ -436,6 +441,7 @@ class DocsWalk:
 
 @pytest.mark.slow
 def test_docs_code_runs_in_order(workspace, monkeypatch, capsys):
+    use_hub(monkeypatch, workspace / HF_HOME)  # offline: Hub names come from the cache alone
     docs = DocsWalk(workspace, monkeypatch)
     try:
         for block, step in walk():

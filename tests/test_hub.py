@@ -4,6 +4,7 @@ cache of the test's, once; then, offline, `BertTextEmbedder.from_checkpoint(NAME
 `bert-keras embed --init NAME` give what the folder gives, a pinned revision gives its
 own weights, and each failure is one line naming the repo."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 from doc_blocks import block_run_by
 from hub_server import Repo, hub_server, use_hub
-from safetensors.numpy import load_file, save
+from safetensors.numpy import load, load_file, save
 
 from bert_keras import BertClassifier, BertEncoder, BertPretrainer, BertReranker, BertTextEmbedder, run_identity
 from bert_keras.checkpoint import read_checkpoint
@@ -56,6 +57,18 @@ def pinned_weights(folder):
     return save(tensors)
 
 
+def sharded(files):
+    """`files` with model.safetensors split in two shards and their index, as
+    save_pretrained(max_shard_size=...) writes a model too big for one file."""
+    tensors = load(files["model.safetensors"])
+    names = sorted(tensors)
+    halves = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    index = {"metadata": {}, "weight_map": {name: shard for shard, part in halves.items() for name in part}}
+    shards = {shard: save({name: tensors[name] for name in part}) for shard, part in halves.items()}
+    rest = {name: data for name, data in files.items() if name != "model.safetensors"}
+    return {**rest, **shards, "model.safetensors.index.json": json.dumps(index).encode()}
+
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory, minilm_dir):
     """The cache one first download leaves (HF_HOME), the requests it made, the pinned
@@ -74,6 +87,7 @@ def hub(tmp_path_factory, minilm_dir):
             {MAIN: {"config.json": bert, "vocab.txt": b"[PAD]\n", **OTHER_FORMATS}}, {"main": MAIN}
         ),
         "acme/gpt2": Repo({MAIN: {"config.json": b'{"model_type": "gpt2"}', "model.safetensors": b""}}, {"main": MAIN}),
+        "acme/minilm-sharded": Repo({MAIN: {**sharded(minilm), **OTHER_FORMATS}}, {"main": MAIN}),
         "acme/gated": Repo({MAIN: {"config.json": bert}}, {"main": MAIN}, gated=True),
     }
     with hub_server(repos) as server, pytest.MonkeyPatch.context() as patch:
@@ -168,6 +182,32 @@ def test_a_pinned_revision_gives_its_weights(online, folder_vectors):
         BertEncoder.from_checkpoint(f"{NAME}@v0", revision="main")
     with pytest.raises(ValueError, match="^revision='v0' is for Hugging Face Hub names .ORG/NAME., not the path /"):
         BertEncoder.from_checkpoint(online["pinned"], revision="v0")
+
+
+def test_a_sharded_model_downloads_its_shards_and_reads_as_the_folder(online, minilm_dir):
+    snapshot = resolve("acme/minilm-sharded")
+    held = {path.name for path in snapshot.path.iterdir()}
+    shards = {"model.safetensors.index.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
+    assert shards <= held and "model.safetensors" not in held and "pytorch_model.bin" not in held
+    sharded, whole = read_checkpoint("acme/minilm-sharded"), read_checkpoint(minilm_dir)
+    settings = [{**found.embedding, "encoder": None} for found in (sharded, whole)]  # pooling, normalize, ...
+    assert sharded.weights.keys() == whole.weights.keys() and settings[0] == settings[1]
+    for name, value in whole.weights.items():
+        np.testing.assert_array_equal(sharded.weights[name], value, err_msg=name)
+
+
+def test_a_broken_shard_index_is_one_line_naming_the_file(tmp_path, minilm_dir):
+    shutil.copy(Path(minilm_dir) / "config.json", tmp_path)
+    index = tmp_path / "model.safetensors.index.json"
+    for content, message in (
+        ("[]", "not a safetensors index with a weight_map"),
+        ('{"weight_map": {"a": "../elsewhere.safetensors"}}', "the weight_map must name shard files beside it"),
+        ('{"weight_map": {"a": "model-00001-of-00001.safetensors"}}', "cannot read .*model-00001-of-00001"),
+    ):
+        index.write_text(content)
+        with pytest.raises(ValueError, match=message) as raised:
+            read_checkpoint(tmp_path)
+        assert "\n" not in str(raised.value) and str(tmp_path) in str(raised.value)
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
 """Checkpoints in and out: the canonical weights every format goes through (`weights`),
 the original TF1 layout (`tf1`), Hugging Face folders (`hf`), sentence-transformers
 folders (`sentence_transformers`), the text files beside the weights (`text_files`:
-vocab.txt, labels.txt, tokenizer_config.json), and `read_checkpoint` (`reader`), which
-reads a checkpoint once into a `Checkpoint` that every loader takes.
+vocab.txt, labels.txt, tokenizer_config.json), the model card of a Hugging Face folder
+(`model_card`), and `read_checkpoint` (`reader`), which reads a checkpoint once into a
+`Checkpoint` that every loader takes.
 
 The package exports only what a user calls (docs/checkpoints.md lists it); the library
 imports the rest from the submodules."""

@@ -17,6 +17,9 @@ from bert_keras.checkpoint.weights import POOLER_NAMES
 
 HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"
+# A model saved in shards (save_pretrained's max_shard_size): the index maps each tensor
+# to its shard file (model-00001-of-00002.safetensors, ...).
+HF_WEIGHTS_INDEX = "model.safetensors.index.json"
 # Hugging Face entries that duplicate or derive from other weights (the tied decoder is
 # checked against the word embeddings by `read_hf_weights`).
 HF_IGNORED = re.compile(r"(^embeddings\.position_ids$|^cls\.predictions\.decoder\.(weight|bias)$)")
@@ -141,16 +144,23 @@ def original_to_hf(name, prefix):
     return scope + ".".join(path + [leaf]), transpose
 
 
-def read_hf_weights(folder, model_type="bert"):
-    """The canonical weights of a folder's model.safetensors, of a `model_type` family."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
+def has_hf_weights(folder):
+    """Whether a folder holds Hugging Face weights: model.safetensors or a sharded index."""
+    return (Path(folder) / HF_WEIGHTS).exists() or (Path(folder) / HF_WEIGHTS_INDEX).exists()
 
-    path = Path(folder) / HF_WEIGHTS
-    try:
-        tensors = load_file(str(path))
-    except (SafetensorError, TypeError, ValueError) as error:
-        raise ValueError(f"cannot read {path}: {error}") from None
+
+def read_hf_weights(folder, model_type="bert"):
+    """The canonical weights of a folder's model.safetensors, or of the shards its
+    model.safetensors.index.json names, of a `model_type` family."""
+    folder = Path(folder)
+    path = folder / HF_WEIGHTS
+    if path.exists() or not (folder / HF_WEIGHTS_INDEX).exists():
+        tensors = _read_safetensors(path)
+    else:
+        path = folder / HF_WEIGHTS_INDEX
+        tensors = {}
+        for shard in _shard_files(path):
+            tensors.update(_read_safetensors(folder / shard))
     prefix, renames = f"{model_type}.", FAMILY_READ_NAMES.get(model_type, ())
     tensors = {renamed(name.removeprefix(prefix), renames): value for name, value in tensors.items()}
     weights = {}
@@ -161,6 +171,28 @@ def read_hf_weights(folder, model_type="bert"):
         weights[name] = value.T if transpose else value
     _check_decoder(tensors, weights, path)
     return weights
+
+
+def _read_safetensors(path):
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, TypeError, ValueError, OSError) as error:
+        raise ValueError(f"cannot read {path}: {' '.join(str(error).split())}") from None
+
+
+def _shard_files(index):
+    """The shard files a model.safetensors.index.json's weight_map names, in order."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        shards = sorted(set(weight_map.values()))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"{index}: not a safetensors index with a weight_map ({error})") from None
+    if not shards or any("/" in shard or "\\" in shard for shard in shards):
+        raise ValueError(f"{index}: the weight_map must name shard files beside it, got {shards}")
+    return shards
 
 
 def _check_decoder(tensors, weights, source):

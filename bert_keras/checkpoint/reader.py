@@ -8,7 +8,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from bert_keras.checkpoint.hf import HF_CONFIG, HF_WEIGHTS, hf_head, read_hf_weights, write_hf
+from bert_keras.checkpoint.hf import HF_CONFIG, HF_WEIGHTS, has_hf_weights, hf_head, read_hf_weights, write_hf
 from bert_keras.checkpoint.keras_hub_preset import is_keras_hub_preset, read_preset, write_preset
 from bert_keras.checkpoint.sentence_transformers import (
     ST_MODULES,
@@ -85,7 +85,7 @@ def detect_format(path):
     if is_keras_file(path):
         return "keras"
     if path.is_dir():
-        if (path / HF_WEIGHTS).exists():
+        if has_hf_weights(path):
             return "hf"
         if is_keras_hub_preset(path):
             return "keras-hub"

@@ -1,20 +1,24 @@
 """Which model a checkpoint holds: the head its Hugging Face `architectures` names (a
 sentence-transformers CrossEncoder folder: a reranker), or
 the head variables of a TF1 checkpoint (run_squad's, run_classifier's, the pre-training
-heads), so `bert-keras convert` moves a task model whole; and `load_model`, the one
-loader of a whole model that every command (`predict`, `export`, `convert`) calls."""
+heads), so `bert-keras convert` moves a task model whole; `load_model`, the one
+loader of a whole model that every command (`predict`, `export`, `convert`) calls, and
+`save_model`, its counterpart (`convert`, `push`), which gives a Hugging Face folder
+its model card."""
 
 from pathlib import Path
 
-from bert_keras.checkpoint.reader import read_checkpoint
+from bert_keras.checkpoint.model_card import write_model_card
+from bert_keras.checkpoint.reader import is_keras_file, read_checkpoint
 from bert_keras.checkpoint.sentence_transformers import ST_MODULES
 from bert_keras.models.encoder import BertEncoder
 from bert_keras.models.pretrainer import BertPretrainer
-from bert_keras.models.saving import load_keras_file
+from bert_keras.models.saving import load_keras_file, save_checkpoint
 from bert_keras.tasks.classifier import BertClassifier
 from bert_keras.tasks.multiple_choice import BertMultipleChoice
 from bert_keras.tasks.reranker import BertReranker
 from bert_keras.tasks.span_labeler import BertSpanLabeler
+from bert_keras.tasks.task import BertTask
 from bert_keras.tasks.text_embedder import BertTextEmbedder
 from bert_keras.tasks.token_classifier import BertTokenClassifier
 
@@ -66,3 +70,18 @@ def load_model(path, format=None, cls=None, headless=BertEncoder):
     if cls in (BertEncoder, BertPretrainer):
         return cls.from_checkpoint(found)
     return cls.from_checkpoint(found, preprocessor=found.vocabulary is not None)
+
+
+def save_model(model, path, format, source=None, repo_id=None):
+    """Writes `model` (as `load_model` returns it) in `format` ('keras', 'hf' or 'tf1'),
+    its head and labels included. A Hugging Face folder gets its README.md model card,
+    with what the run that trained the model recorded beside `source` (the .keras file
+    or folder it was loaded from; `checkpoint.model_card.read_run`); `repo_id` names the
+    Hub repo in the card's examples."""
+    if isinstance(model, BertTask):
+        model.save_checkpoint(path, format)
+    else:
+        save_checkpoint(model, path, format)
+    if format == "hf":
+        run_folder = None if source is None else Path(source).parent if is_keras_file(source) else Path(source)
+        write_model_card(path, model, run_folder, repo_id)

@@ -172,6 +172,7 @@ def test_finetune_refuses_a_run_folder_unless_overwrite(tsv_task, tmp_path, caps
         "eval_results.json",
         "labels.txt",
         "logs",
+        "run.json",
     ]
     with zipfile.ZipFile(out / "best.keras") as archive:
         archive.extract("model.weights.h5", tmp_path)

@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 from harness import TINY, tiny_preprocessor
+from hub_server import Repo, hub_server, use_hub
 
 from bert_keras import BertClassifier, BertEncoder, BertTextEmbedder, BertTokenClassifier
 from bert_keras.datasets import conll, retrieval
@@ -53,6 +54,7 @@ def run_files(tmp_path_factory):
     for name in ("eng.train", "eng.testa"):
         (folder / "conll2003" / name).write_text(CONLL)
     (folder / "pairs.tsv").write_text(PAIRS)
+    teacher.save_checkpoint(folder / "teacher-hf", "hf")
     return folder, teacher
 
 
@@ -190,3 +192,26 @@ def test_bad_input_is_one_line(run_files, capsys):
     assert "is a token classifier: distill it with --task conll --data-dir DIR" in capsys.readouterr().err
     assert distill(folder, "bad-conll", "--unlabeled", str(folder / "unlabeled.txt"), teacher="tagger.keras") == 2
     assert "--unlabeled: for classifier teachers only" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_teacher_named_on_the_hub(run_files, tmp_path, monkeypatch, capsys):
+    """`--teacher ORG/NAME` downloads the fine-tuned Hugging Face folder, and the run's
+    run.json records the repo and the commit it resolved to, as printed."""
+    folder, teacher = run_files
+    files = {path.name: path.read_bytes() for path in (folder / "teacher-hf").iterdir()}
+    commit = "3" * 40
+    with hub_server({"acme/tiny-sst": Repo({commit: files}, {"main": commit})}) as server:
+        use_hub(monkeypatch, tmp_path / "home", server.url)
+        data = ["--train", str(folder / "train.tsv"), "--dev", str(folder / "train.tsv"), "--verbose", "0"]
+        flags = ["--student", "teacher:1", "--max-train-steps", "1", "--batch-size", "6", "--epochs", "1"]
+        flags += ["--output-dir", str(tmp_path / "run")]
+        assert main(["distill", "--teacher", "acme/tiny-sst", *flags, *data]) == 0
+    assert f"resolved acme/tiny-sst@main to commit {commit}" in capsys.readouterr().out
+    results = json.loads((tmp_path / "run" / "distill_results.json").read_text())
+    labels = [["bad", "good"].index(label) for label in LABELS]
+    assert results["teacher"]["accuracy"] == accuracy(labels, teacher.predict(TEXTS, verbose=0).argmax(-1))
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["teacher"]["repo_id"] == "acme/tiny-sst" and record["teacher"]["commit"] == commit
+    assert record["command"][:4] == ["bert-keras", "distill", "--teacher", "acme/tiny-sst"]
+    assert keras.saving.load_model(tmp_path / "run" / "best.keras").labels == ["bad", "good"]
