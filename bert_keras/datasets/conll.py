@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from bert_keras.datasets.metrics import precision_recall_f1
 from bert_keras.datasets.task_data import TaskData
 from bert_keras.files import read_text
 from bert_keras.tasks.token_classifier import IGNORE_LABEL
+from bert_keras.training.evaluation_summaries import EvaluationReport
 from bert_keras.training.finetuning import length_grouped_batches
 
 # IOB2 tags of CoNLL-2003, "O" first.
@@ -212,16 +214,10 @@ def conlleval(gold_sentences, predicted_sentences):
         tokens += len(gold_tags)
         correct_tokens += sum(g == p for g, p in zip(gold_tags, guessed_tags))
 
-    def scores(correct, gold, guessed):
-        precision = correct / guessed if guessed else 0.0
-        recall = correct / gold if gold else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        return {"precision": precision, "recall": recall, "f1": f1}
-
-    result = scores(sum(correct_chunks.values()), sum(found_gold.values()), sum(found_guessed.values()))
+    result = precision_recall_f1(sum(correct_chunks.values()), sum(found_gold.values()), sum(found_guessed.values()))
     result["accuracy"] = correct_tokens / tokens if tokens else 0.0
     result["per_type"] = {
-        kind: scores(correct_chunks.get(kind, 0), found_gold.get(kind, 0), found_guessed.get(kind, 0))
+        kind: precision_recall_f1(correct_chunks.get(kind, 0), found_gold.get(kind, 0), found_guessed.get(kind, 0))
         for kind in sorted(set(found_gold) | set(found_guessed))
     }
     return result
@@ -323,3 +319,8 @@ class ConllData(TaskData):
     def write_predictions(self, output_dir):
         """The last evaluation's tags as `word gold predicted` lines, `predictions.txt`."""
         write_predictions(Path(output_dir) / "predictions.txt", self.dev, self.predicted)
+
+    def report(self):
+        """conlleval's precision, recall and F1 of each entity type in the last evaluation."""
+        per_type = conlleval([s.tags for s in self.dev], self.predicted)["per_type"]
+        return EvaluationReport(list(per_type), per_type)

@@ -2,9 +2,10 @@
 
 AdamW with linear warm-up over a proportion of the steps then linear decay, epochs of
 equal length (`training.finetuning.schedule`), the task's official metric after every
-epoch with the best weights kept (`EvaluateAndKeepBest`), an optional wall-clock budget,
-TensorBoard logs, the best model written once, at the end, as `best.keras`, and backups
-of the run (`StepBackup`) from which it resumes after a kill.
+epoch with the best weights kept (`EvaluateAndKeepBest`) and its per-class breakdown
+(`EvaluationSummaries`), an optional wall-clock budget, TensorBoard logs, the best model
+written once, at the end, as `best.keras`, and backups of the run (`StepBackup`) from
+which it resumes after a kill.
 """
 
 import functools
@@ -20,6 +21,7 @@ from bert_keras.models.encoder import set_recompute
 from bert_keras.training import distribute
 from bert_keras.training.backup import fit_from_backup, prune_logs
 from bert_keras.training.callbacks import EvaluateAndKeepBest, StopAfterSteps, TensorBoard, TimeBudget
+from bert_keras.training.evaluation_summaries import EvaluationSummaries
 from bert_keras.training.finetuning import fitting_batch_size, schedule
 from bert_keras.training.optimization import create_optimizer
 from bert_keras.training.progress import fit_progress
@@ -47,6 +49,7 @@ def finetune(
     *,
     output_dir,
     on_best=None,
+    report=None,
     saved_model=None,
     batch_size=32,
     epochs=3,
@@ -70,8 +73,10 @@ def finetune(
     dataset, or a function that builds it anew (which a run resumed inside an epoch needs
     to see the same data: every iterator of one dataset shuffles anew).
     `evaluate(model) -> {metric: value}` runs after every epoch (and `on_best(metrics)`
-    when an epoch is the best so far); the weights of the best `main_metric` are kept
-    and written, without optimizer state, as `output_dir/best.keras`, every epoch's
+    when an epoch is the best so far; `report()`, that evaluation's `EvaluationReport`,
+    goes to TensorBoard and `evaluations/`: `EvaluationSummaries`); the weights of the
+    best `main_metric` are kept and written, without optimizer state, as
+    `output_dir/best.keras`, every epoch's
     metrics as `eval_results.json` and the curves under `logs/` (on the chief).
     `epochs` may be fractional; `max_train_steps` and `max_train_minutes` stop earlier.
     Each global batch is split into per-replica batches (an epoch's last, smaller batch
@@ -107,7 +112,8 @@ def finetune(
         batches = functools.partial(
             _replica_batches, model, build, preprocessed, strategy, fitted_batch, max_seq_length
         )
-        history = _fit(model, batches, backup, [*stops, keeper], plan, epochs, output_dir, strategy, verbose)
+        evaluation = [keeper, *([EvaluationSummaries(report, output_dir)] if report else [])]
+        history = _fit(model, batches, backup, [*stops, *evaluation], plan, epochs, output_dir, strategy, verbose)
         evaluations = [*keeper.history, {"train_seconds": round(budget.seconds, 1)}]
         (output_dir / "eval_results.json").write_text(json.dumps(evaluations, indent=2) + "\n")
         model.set_weights(keeper.best_weights)
