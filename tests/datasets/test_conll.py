@@ -5,6 +5,7 @@ import json
 
 import pytest
 from conftest import DATA, require
+from harness import validation_summaries
 
 from bert_keras.datasets.conll import LABELS, conlleval, iob1_to_iob2, read_conll
 from bert_keras_cli.cli import main as cli
@@ -153,6 +154,15 @@ def test_finetune_conll_end_to_end_tiny(tmp_path, capsys, flags):
     assert {k: history[0][k] for k in ("precision", "recall", "f1", "accuracy")} == pytest.approx(
         {k: scores[k] for k in ("precision", "recall", "f1", "accuracy")}
     )
+    # Each entity type's scores, in TensorBoard (its own reader) and evaluations/, are conlleval's too.
+    summaries = validation_summaries(out)
+    report = json.loads((out / "evaluations" / "epoch-1.json").read_text())
+    assert list(scores["per_type"]) == report["labels"] and report["labels"]
+    for kind, expected in scores["per_type"].items():
+        assert report["per_class"][kind] == pytest.approx(expected)
+        for metric, value in expected.items():
+            assert summaries[f"epoch_{metric}/{kind}"] == {0: pytest.approx(value)}
+    assert "epoch_confusion_matrix" not in summaries
 
 
 def test_reader_numbers_documents_at_docstart_lines(tmp_path):
