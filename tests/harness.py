@@ -272,14 +272,14 @@ def command_files(folder):
     return folder
 
 
-def validation_summaries(run_dir):
-    """{tag: {step: value}} of a fine-tuning run's `logs/validation`, as TensorBoard's own
+def validation_summaries(logs):
+    """{tag: {step: value}} of a run's `logs/validation` (`logs`: a run's logs folder), as TensorBoard's own
     reader (`EventAccumulator`) loads them: scalars as floats, images as
     (plugin name, PNG bytes), texts as (plugin name, the markdown)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.util.tensor_util import make_ndarray
 
-    accumulator = EventAccumulator(str(Path(run_dir) / "logs" / "validation"), size_guidance={"tensors": 0})
+    accumulator = EventAccumulator(str(Path(logs) / "validation"), size_guidance={"tensors": 0})
     accumulator.Reload()
     summaries = {}
     for tag in accumulator.Tags()["tensors"]:

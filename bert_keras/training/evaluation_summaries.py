@@ -137,16 +137,22 @@ def confusion_image(confusion, labels):
 
 
 def worst_errors_markdown(rows):
-    """`worst_errors` as a markdown table (text, gold, predicted, confidence) whose cells
-    TensorBoard shows as written: markdown's punctuation and the table's pipes
-    backslash-escaped, HTML's `&<>` as entities, line breaks as spaces."""
+    """`worst_errors` as a `markdown_table` (text, gold, predicted, confidence)."""
+    fields = ("text", "gold", "predicted", "confidence")
+    return markdown_table(
+        fields, [(row["text"], row["gold"], row["predicted"], f"{row['confidence']:.4f}") for row in rows]
+    )
+
+
+def markdown_table(header, rows):
+    """A markdown table whose cells TensorBoard's text dashboard shows as written:
+    markdown's punctuation and the table's pipes backslash-escaped, HTML's `&<>` as
+    entities, line breaks as spaces."""
 
     def cell(value):
         text = html.escape(" ".join(str(value).split()), quote=False)
         return "".join("\\" + char if char in MARKDOWN_PUNCTUATION else char for char in text)
 
-    lines = ["| text | gold | predicted | confidence |", "|---|---|---|---|"]
-    for row in rows:
-        fields = (row["text"], row["gold"], row["predicted"], f"{row['confidence']:.4f}")
-        lines.append("| " + " | ".join(cell(field) for field in fields) + " |")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines.extend("| " + " | ".join(cell(field) for field in row) + " |" for row in rows)
     return "\n".join(lines)

@@ -155,7 +155,7 @@ def test_finetune_conll_end_to_end_tiny(tmp_path, capsys, flags):
         {k: scores[k] for k in ("precision", "recall", "f1", "accuracy")}
     )
     # Each entity type's scores, in TensorBoard (its own reader) and evaluations/, are conlleval's too.
-    summaries = validation_summaries(out)
+    summaries = validation_summaries(out / "logs")
     report = json.loads((out / "evaluations" / "epoch-1.json").read_text())
     assert list(scores["per_type"]) == report["labels"] and report["labels"]
     for kind, expected in scores["per_type"].items():

@@ -281,7 +281,7 @@ def check_classifier_breakdown(out, dev, logits, best_epoch, epochs, capsys):
     assert report["labels"] == list(labels)
     assert report["confusion"] == [[counts[gold, predicted] for predicted in labels] for gold in labels]
 
-    summaries = validation_summaries(out)
+    summaries = validation_summaries(out / "logs")
     for epoch in range(epochs):
         plugin, png = summaries["epoch_confusion_matrix"][epoch]
         assert plugin == "images"
