@@ -157,7 +157,9 @@ class ClassificationData(TaskData):
             list(self.labels),
             dict(zip(self.labels, per_class_scores(confusion))),
             confusion.tolist(),
-            most_confident_errors(texts, examples.labels, predicted, confidence, self.labels),
+            most_confident_errors(
+                texts, [self.labels[i] for i in examples.labels], [self.labels[i] for i in predicted], confidence
+            ),
         )
 
 

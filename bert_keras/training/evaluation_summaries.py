@@ -40,18 +40,13 @@ class EvaluationReport:
     worst_errors: list = dataclasses.field(default_factory=list)
 
 
-def most_confident_errors(texts, gold, predicted, confidence, labels, count=WORST_ERRORS):
-    """`worst_errors` rows of the `count` most confident predictions that are wrong
-    (class ids `gold` and `predicted`, named by `labels`)."""
-    wrong = np.flatnonzero(np.asarray(gold) != np.asarray(predicted))
-    order = wrong[np.argsort(-np.asarray(confidence)[wrong], kind="stable")][:count]
+def most_confident_errors(texts, gold, predicted, confidence, count=WORST_ERRORS):
+    """`worst_errors` rows of the `count` most confident answers `predicted` (strings:
+    label names, tags) that differ from `gold`, most confident first."""
+    wrong = [i for i in range(len(texts)) if gold[i] != predicted[i]]
+    order = sorted(wrong, key=lambda i: -confidence[i])[:count]
     return [
-        {
-            "text": texts[i],
-            "gold": labels[gold[i]],
-            "predicted": labels[predicted[i]],
-            "confidence": float(confidence[i]),
-        }
+        {"text": texts[i], "gold": gold[i], "predicted": predicted[i], "confidence": float(confidence[i])}
         for i in order
     ]
 

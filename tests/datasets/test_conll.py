@@ -5,7 +5,7 @@ import json
 
 import pytest
 from conftest import DATA, require
-from harness import validation_summaries
+from harness import markdown_table, validation_summaries
 
 from bert_keras.datasets.conll import LABELS, conlleval, iob1_to_iob2, read_conll
 from bert_keras_cli.cli import main as cli
@@ -163,6 +163,22 @@ def test_finetune_conll_end_to_end_tiny(tmp_path, capsys, flags):
         for metric, value in expected.items():
             assert summaries[f"epoch_{metric}/{kind}"] == {0: pytest.approx(value)}
     assert "epoch_confusion_matrix" not in summaries
+    # The worst errors: every sentence the predictions get wrong (fewer than 10 here), with its
+    # wrong words as word/TAG, gold and predicted, surest first, as TensorBoard renders them.
+    wrong = []
+    for sentence, tags in zip(gold, predicted):
+        words = [i for i, (g, p) in enumerate(zip(sentence.tags, tags)) if g != p]
+        if words:
+            gold_words = " ".join(f"{sentence.words[i]}/{sentence.tags[i]}" for i in words)
+            wrong.append(
+                [" ".join(sentence.words), gold_words, " ".join(f"{sentence.words[i]}/{tags[i]}" for i in words)]
+            )
+    assert 0 < len(wrong) <= 10
+    header, *rows = markdown_table(summaries["epoch_worst_errors"][0][1])
+    assert header == ["text", "gold", "predicted", "confidence"]
+    assert sorted(cells[:3] for cells in rows) == sorted(wrong)
+    shown = [float(cells[3]) for cells in rows]
+    assert shown == sorted(shown, reverse=True) and all(0 < value <= 1 for value in shown)
 
 
 def test_reader_numbers_documents_at_docstart_lines(tmp_path):
