@@ -218,7 +218,9 @@ def report_panels(epoch, report):
         metrics = ("precision", "recall", "f1")
         cells = [[f"{report.per_class[label][metric]:.3f}" for metric in metrics] for label in report.per_class]
         axes.axis("off")
-        axes.table(cellText=cells, rowLabels=list(report.per_class), colLabels=metrics, loc="center")
+        drawn = axes.table(cellText=cells, rowLabels=list(report.per_class), colLabels=metrics, loc="center")
+        for cell in drawn.get_celld().values():
+            cell.get_text().set_parse_math(False)  # class names are text, never TeX
         axes.set_title(f"per class, epoch {epoch}")
 
     return [*([confusion] if report.confusion is not None else []), *([table] if report.per_class else [])]

@@ -106,8 +106,9 @@ def draw_confusion(axes, confusion, labels):
     confusion = np.asarray(confusion)
     axes.imshow(confusion, cmap="Blues")
     ticks = range(len(labels))
-    axes.set_xticks(ticks, labels, rotation=45, ha="right", fontsize=8)
-    axes.set_yticks(ticks, labels, fontsize=8)
+    # parse_math=False: a label name is text, never TeX (an unknown "$\foo$" would stop the run).
+    axes.set_xticks(ticks, labels, rotation=45, ha="right", fontsize=8, parse_math=False)
+    axes.set_yticks(ticks, labels, fontsize=8, parse_math=False)
     axes.set_xlabel("predicted")
     axes.set_ylabel("gold")
     threshold = confusion.max() / 2

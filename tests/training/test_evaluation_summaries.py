@@ -6,7 +6,7 @@ tests/datasets/test_glue.py, test_conll.py and tests/pipelines/test_pretrain_pip
 from harness import markdown_table
 from tensorboard.plugin_util import markdown_to_safe_html
 
-from bert_keras.training.evaluation_summaries import most_confident_errors, worst_errors_markdown
+from bert_keras.training.evaluation_summaries import confusion_image, most_confident_errors, worst_errors_markdown
 
 HOSTILE = [
     "a | b || c",
@@ -39,3 +39,9 @@ def test_only_wrong_answers_count_and_at_most_ten():
     confidence = [index / 30 for index in range(30)]
     rows = most_confident_errors(texts, gold, predicted, confidence)
     assert [row["text"] for row in rows] == [f"text {index}" for index in range(29, 0, -1) if index % 3][:10]
+
+
+def test_label_names_that_look_like_tex_are_drawn_as_text():
+    """matplotlib reads `$...$` as TeX unless told not to: an unknown command would stop the run."""
+    image = confusion_image([[3, 1], [0, 2]], ["$\\foo{$", "$x^$ <b>"])
+    assert image.shape[0] == 1 and image.shape[-1] == 4 and image.dtype == "uint8"
