@@ -2,12 +2,15 @@
 
 RUN_DIR is the `--output` of `bert-keras pretrain` (logs/phase1, logs/phase2) or the
 `--output-dir` of `bert-keras finetune` (logs/). One panel per metric, train and
-validation together, phases one after the other on a single step axis. TensorBoard
+validation together, phases one after the other on a single step axis; for a fine-tuning
+run that wrote per-class scores (`evaluations/`), the best epoch's confusion matrix (a
+classifier's) and per-class precision, recall and F1 as two more panels. TensorBoard
 stays the live view; this is the picture to keep next to the checkpoints.
 """
 
 import collections
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -135,7 +138,8 @@ def _scalars(path):
     result = []
     for event in EventFileLoader(str(path)).Load():
         for value in event.summary.value:
-            if not value.HasField("tensor"):
+            # Per-class scores (`epoch_f1/PER`) are the table's, read from the run's evaluations/.
+            if not value.HasField("tensor") or "/" in value.tag:
                 continue
             array = make_ndarray(value.tensor)
             if array.shape == () and array.dtype.kind in "fiu":
@@ -150,15 +154,33 @@ STYLES = {  # (split, kind) -> legend label and line style
 }
 
 
-def plot(curves, title, output):
-    """Draws one panel per metric ("loss" first) into the PNG `output`."""
+def read_best_report(run_dir):
+    """(epoch, `EvaluationReport`) of the run's best epoch (`best_metrics.json`), else of
+    its last evaluated one; None for a run that wrote no `evaluations/`."""
+    from bert_keras.training.evaluation_summaries import REPORTS, read_report
+
+    run_dir = Path(run_dir)
+    best = run_dir / "best_metrics.json"
+    epochs = [int(path.stem.removeprefix("epoch-")) for path in (run_dir / REPORTS).glob("epoch-*.json")]
+    if best.is_file():
+        epoch = json.loads(best.read_text(encoding="utf-8")).get("epoch")
+    else:
+        epoch = max(epochs, default=None)
+    report = None if epoch is None else read_report(run_dir, epoch)
+    return None if report is None else (epoch, report)
+
+
+def plot(curves, title, output, best=None):
+    """Draws one panel per metric ("loss" first) into the PNG `output`, then, with
+    `best` (`read_best_report`), that epoch's confusion matrix and per-class table."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     metrics = sorted(curves.series, key=lambda name: (name != "loss", name))
-    columns = min(COLUMNS, len(metrics))
-    rows = math.ceil(len(metrics) / columns)
+    breakdown = report_panels(*best) if best else []
+    columns = min(COLUMNS, len(metrics) + len(breakdown))
+    rows = math.ceil((len(metrics) + len(breakdown)) / columns)
     figure = Figure(figsize=(PANEL_INCHES[0] * columns, PANEL_INCHES[1] * rows), dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
     figure.suptitle(title)
@@ -178,15 +200,40 @@ def plot(curves, title, output):
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes.grid(alpha=0.3)
         axes.legend(fontsize=7)
+    for index, draw in enumerate(breakdown, start=len(metrics)):
+        draw(figure.add_subplot(rows, columns, index + 1))
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(output, format="png")
+
+
+def report_panels(epoch, report):
+    """Functions that draw `report`'s confusion matrix (a classifier's) and per-class table on an axes."""
+    from bert_keras.training.evaluation_summaries import draw_confusion
+
+    def confusion(axes):
+        draw_confusion(axes, report.confusion, report.labels)
+        axes.set_title(f"confusion matrix, epoch {epoch}")
+
+    def table(axes):
+        metrics = ("precision", "recall", "f1")
+        cells = [[f"{report.per_class[label][metric]:.3f}" for metric in metrics] for label in report.per_class]
+        axes.axis("off")
+        drawn = axes.table(cellText=cells, rowLabels=list(report.per_class), colLabels=metrics, loc="center")
+        for cell in drawn.get_celld().values():
+            cell.get_text().set_parse_math(False)  # class names are text, never TeX
+        axes.set_title(f"per class, epoch {epoch}")
+
+    return [*([confusion] if report.confusion is not None else []), *([table] if report.per_class else [])]
 
 
 def run(args):
     run_dir = Path(args.run_dir)
     curves = read_curves(run_dir)
+    best = read_best_report(run_dir)
     output = Path(args.output) if args.output else run_dir / "training_curves.png"
     phases = ", ".join(f"{name}: {unit}s {start + 1}-{last}" for name, start, last, unit in curves.phases if name)
-    plot(curves, f"{run_dir.resolve().name}" + (f" ({phases})" if phases else ""), output)
+    plot(curves, f"{run_dir.resolve().name}" + (f" ({phases})" if phases else ""), output, best)
     print(f"wrote {len(curves.series)} metric panels ({', '.join(sorted(curves.series))}) to {output}")
+    if best:
+        print(f"with the per-class scores of epoch {best[0]}" + (" and its confusion matrix" * bool(best[1].confusion)))
     return 0

@@ -271,3 +271,59 @@ def command_files(folder):
     (folder / "lines.txt").write_text("a good film\n", encoding="utf-8")
     (folder / "init").mkdir()
     return folder
+
+
+def validation_summaries(logs):
+    """{tag: {step: value}} of a run's `logs/validation` (`logs`: a run's logs folder), as TensorBoard's own
+    reader (`EventAccumulator`) loads them: scalars as floats, images as
+    (plugin name, PNG bytes), texts as (plugin name, the markdown)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    accumulator = EventAccumulator(str(Path(logs) / "validation"), size_guidance={"tensors": 0})
+    accumulator.Reload()
+    summaries = {}
+    for tag in accumulator.Tags()["tensors"]:
+        plugin = accumulator.SummaryMetadata(tag).plugin_data.plugin_name
+        for event in accumulator.Tensors(tag):
+            value = make_ndarray(event.tensor_proto)
+            if plugin == "scalars":
+                value = float(value)
+            elif plugin == "images":  # [width, height, PNG, ...]
+                value = (plugin, value[2])
+            else:
+                value = (plugin, value.item().decode())
+            summaries.setdefault(tag, {})[event.step] = value
+    return summaries
+
+
+def markdown_table(markdown):
+    """The rows (lists of cell texts) of the markdown table TensorBoard's text dashboard
+    renders from `markdown` (its own sanitized markdown renderer), header first."""
+    import html.parser
+
+    from tensorboard.plugin_util import markdown_to_safe_html
+
+    class Cells(html.parser.HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.rows, self.cell = [], None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "tr":
+                self.rows.append([])
+            elif tag in ("td", "th"):
+                self.cell = ""
+
+        def handle_endtag(self, tag):
+            if tag in ("td", "th"):
+                self.rows[-1].append(self.cell)
+                self.cell = None
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell += data
+
+    parser = Cells()
+    parser.feed(markdown_to_safe_html(markdown))
+    return parser.rows

@@ -6,13 +6,15 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import tensorflow as tf
 
-from bert_keras.datasets.metrics import accuracy
+from bert_keras.datasets.metrics import accuracy, confusion_matrix, per_class_scores
 from bert_keras.datasets.task_data import TaskData
 from bert_keras.datasets.tsv import read_labelled_tsv
 from bert_keras.files import read_text
 from bert_keras.tasks.distillation import TEACHER_OUTPUTS, teacher_labelled
 from bert_keras.tasks.preprocessing import text_columns
+from bert_keras.training.evaluation_summaries import EvaluationReport, most_confident_errors
 from bert_keras.training.finetuning import length_grouped_batches
 
 
@@ -45,7 +47,11 @@ def label_examples(texts, labels, classes, path):
 
 def predictions_of(model, examples, batch_size, regression):
     """Class ids (or scores, `regression`) of `model` for `examples`."""
-    outputs = model.predict(text_columns(examples.texts), batch_size=batch_size, verbose=0)
+    return predictions_from(model.predict(text_columns(examples.texts), batch_size=batch_size, verbose=0), regression)
+
+
+def predictions_from(outputs, regression):
+    """Class ids (or scores, `regression`) of a classifier's `outputs` (logits or scores)."""
     return outputs[:, 0] if regression else np.argmax(outputs, axis=-1)
 
 
@@ -105,11 +111,56 @@ class ClassificationData(TaskData):
 
     def evaluate(self, model, batch_size):
         metrics = {}
+        self.outputs = {}  # the last evaluation's, by dev set: for `write_predictions` and `report`
         for name, examples in self.devs.items():
-            predicted = predictions_of(model, examples, batch_size, self.regression)
+            self.outputs[name] = model.predict(text_columns(examples.texts), batch_size=batch_size, verbose=0)
+            predicted = predictions_from(self.outputs[name], self.regression)
             prefix = "" if len(self.devs) == 1 else Path(name).stem.replace("dev_", "") + "_"
             metrics.update({prefix + k: v for k, v in self.score(examples.labels, predicted).items()})
         return metrics
+
+    def dev_predictions(self, name):
+        """(predicted ids, confidences: their softmax probabilities) of dev set `name` in the last evaluation."""
+        probabilities = tf.nn.softmax(tf.cast(self.outputs[name], tf.float32)).numpy()
+        return np.argmax(probabilities, axis=-1), probabilities.max(axis=-1)
+
+    def write_predictions(self, output_dir):
+        """The last evaluation's dev predictions as `dev_predictions.tsv`: dev set, guid,
+        text column(s), gold and predicted label (scores for a regression) and the
+        prediction's probability (no column for a regression)."""
+        segments = ["text"] if len(self.train.texts) == 1 else ["text_a", "text_b"]
+        answers = ["gold", "predicted"] if self.regression else ["gold", "predicted", "confidence"]
+        lines = ["\t".join(["dev_set", "guid", *segments, *answers])]
+        for name, examples in self.devs.items():
+            if self.regression:
+                rows = zip(examples.labels, predictions_from(self.outputs[name], True))
+            else:
+                ids, confidence = self.dev_predictions(name)
+                rows = zip(
+                    (self.labels[i] for i in examples.labels),
+                    (self.labels[i] for i in ids),
+                    (f"{value:.6f}" for value in confidence),
+                )
+            for guid, *texts, row in zip(examples.guids, *examples.texts, rows):
+                lines.append("\t".join([name, guid, *texts, *map(str, row)]))
+        (Path(output_dir) / "dev_predictions.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def report(self):
+        """Per-class scores, confusion and worst errors on the first dev set (MNLI's matched)."""
+        if self.regression:
+            return None
+        name, examples = next(iter(self.devs.items()))
+        predicted, confidence = self.dev_predictions(name)
+        confusion = confusion_matrix(examples.labels, predicted, len(self.labels))
+        texts = [" [SEP] ".join(segments) for segments in zip(*examples.texts)]
+        return EvaluationReport(
+            list(self.labels),
+            dict(zip(self.labels, per_class_scores(confusion))),
+            confusion.tolist(),
+            most_confident_errors(
+                texts, [self.labels[i] for i in examples.labels], [self.labels[i] for i in predicted], confidence
+            ),
+        )
 
 
 def tsv_data(train_path, dev_path, classes=None, max_examples=None):

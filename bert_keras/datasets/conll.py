@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from bert_keras.datasets.metrics import precision_recall_f1
 from bert_keras.datasets.task_data import TaskData
 from bert_keras.files import read_text
 from bert_keras.tasks.token_classifier import IGNORE_LABEL
+from bert_keras.training.evaluation_summaries import EvaluationReport, most_confident_errors
 from bert_keras.training.finetuning import length_grouped_batches
 
 # IOB2 tags of CoNLL-2003, "O" first.
@@ -212,16 +214,10 @@ def conlleval(gold_sentences, predicted_sentences):
         tokens += len(gold_tags)
         correct_tokens += sum(g == p for g, p in zip(gold_tags, guessed_tags))
 
-    def scores(correct, gold, guessed):
-        precision = correct / guessed if guessed else 0.0
-        recall = correct / gold if gold else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        return {"precision": precision, "recall": recall, "f1": f1}
-
-    result = scores(sum(correct_chunks.values()), sum(found_gold.values()), sum(found_guessed.values()))
+    result = precision_recall_f1(sum(correct_chunks.values()), sum(found_gold.values()), sum(found_guessed.values()))
     result["accuracy"] = correct_tokens / tokens if tokens else 0.0
     result["per_type"] = {
-        kind: scores(correct_chunks.get(kind, 0), found_gold.get(kind, 0), found_guessed.get(kind, 0))
+        kind: precision_recall_f1(correct_chunks.get(kind, 0), found_gold.get(kind, 0), found_guessed.get(kind, 0))
         for kind in sorted(set(found_gold) | set(found_guessed))
     }
     return result
@@ -234,14 +230,21 @@ def predict_tags(model, sentences, batch_size, contexts=None):
     """IOB2 tags per word: the argmax at each word's first piece ("O" for words cut by
     truncation or with no pieces). With `contexts` (`document_context(sentences, ...)`)
     each sentence is tagged among the words around it."""
+    return predict_tags_and_confidences(model, sentences, batch_size, contexts)[0]
+
+
+def predict_tags_and_confidences(model, sentences, batch_size, contexts=None):
+    """`predict_tags`, and each tag's softmax probability (0 for the "O" of a word with no piece)."""
     words = tf.ragged.constant([c.words for c in contexts] if contexts else [s.words for s in sentences])
     dataset = tf.data.Dataset.from_tensor_slices(words).batch(batch_size).map(model.word_start_positions)
-    predictions = []
+    predictions, confidences = [], []
     for packed, positions in dataset:
-        labels = np.argmax(model.predict_on_batch(packed), axis=-1)
+        probabilities = tf.nn.softmax(tf.cast(model.predict_on_batch(packed), tf.float32)).numpy()
+        labels, best = probabilities.argmax(axis=-1), probabilities.max(axis=-1)
         for row, row_positions in enumerate(positions.to_list()):
             predictions.append([LABELS[labels[row, p]] if p >= 0 else "O" for p in row_positions])
-    return sentence_tags(predictions, contexts)
+            confidences.append([float(best[row, p]) if p >= 0 else 0.0 for p in row_positions])
+    return sentence_tags(predictions, contexts), sentence_tags(confidences, contexts)
 
 
 def sentence_tags(predictions, contexts=None):
@@ -295,7 +298,7 @@ class ConllData(TaskData):
         self.train_size, self.dev_size = len(self.train), len(self.dev)
         self.document_context, self.max_seq_length = document_context, max_seq_length
         self.train_contexts = self.dev_contexts = None
-        self.predicted = None  # the last evaluation's tags
+        self.predicted = self.confidences = None  # the last evaluation's tags and their probabilities
 
     def head_arguments(self):
         return {"num_classes": len(LABELS), "labels": LABELS}
@@ -313,7 +316,8 @@ class ConllData(TaskData):
         return tagging_batches(self.train, batch_size, seed, self.train_contexts)
 
     def evaluate(self, model, batch_size):
-        return self.score(predict_tags(model, self.dev, batch_size, self.dev_contexts))
+        predicted, self.confidences = predict_tags_and_confidences(model, self.dev, batch_size, self.dev_contexts)
+        return self.score(predicted)
 
     def score(self, predicted):
         """conlleval of tags `predicted` for the dev sentences, kept for `write_predictions`."""
@@ -323,3 +327,19 @@ class ConllData(TaskData):
     def write_predictions(self, output_dir):
         """The last evaluation's tags as `word gold predicted` lines, `predictions.txt`."""
         write_predictions(Path(output_dir) / "predictions.txt", self.dev, self.predicted)
+
+    def report(self):
+        """conlleval's precision, recall and F1 of each entity type in the last evaluation,
+        and the sentences whose wrong tags it was surest of: their wrong words as
+        `word/TAG`, gold and predicted, a sentence's confidence its surest wrong tag's."""
+        per_type = conlleval([s.tags for s in self.dev], self.predicted)["per_type"]
+        texts, gold, predicted, confidence = [], [], [], []
+        for sentence, tags, probabilities in zip(self.dev, self.predicted, self.confidences or ()):
+            wrong = [i for i, (g, p) in enumerate(zip(sentence.tags, tags)) if g != p]
+            texts.append(" ".join(sentence.words))
+            gold.append(" ".join(f"{sentence.words[i]}/{sentence.tags[i]}" for i in wrong))
+            predicted.append(" ".join(f"{sentence.words[i]}/{tags[i]}" for i in wrong))
+            confidence.append(max((probabilities[i] for i in wrong), default=0.0))
+        return EvaluationReport(
+            list(per_type), per_type, None, most_confident_errors(texts, gold, predicted, confidence)
+        )

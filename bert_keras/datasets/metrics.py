@@ -1,6 +1,7 @@
 """The official metrics the benchmarks share (numpy; the GLUE scorer and
 sentence-transformers use sklearn/scipy): accuracy, F1 of the positive class, Matthews
-correlation, Pearson and Spearman correlation."""
+correlation, Pearson and Spearman correlation; and the per-class breakdown a run shows
+beside them (confusion counts, each class's precision, recall and F1)."""
 
 import numpy as np
 
@@ -28,6 +29,32 @@ def matthews_corrcoef(labels, predictions):
     fn = float(((predictions != 1) & (labels == 1)).sum())
     denominator = ((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)) ** 0.5
     return 0.0 if denominator == 0 else (tp * tn - fp * fn) / denominator
+
+
+def precision_recall_f1(correct, gold, guessed):
+    """{precision, recall, f1} of `correct` answers out of `gold` expected and `guessed`
+    given (0 where a count is 0, as conlleval)."""
+    precision = correct / guessed if guessed else 0.0
+    recall = correct / gold if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def confusion_matrix(labels, predictions, num_classes):
+    """[num_classes, num_classes] counts: row the gold class id, column the predicted one."""
+    labels, predictions = _arrays(labels, predictions)
+    counts = np.zeros((num_classes, num_classes), "int64")
+    np.add.at(counts, (labels, predictions), 1)
+    return counts
+
+
+def per_class_scores(confusion):
+    """Each class's `precision_recall_f1` from a `confusion_matrix`, in class-id order."""
+    confusion = np.asarray(confusion)
+    return [
+        precision_recall_f1(float(confusion[c, c]), float(confusion[c].sum()), float(confusion[:, c].sum()))
+        for c in range(len(confusion))
+    ]
 
 
 def pearson(x, y):

@@ -42,3 +42,8 @@ class TaskData:
 
     def write_predictions(self, output_dir):
         """Writes the last evaluation's predictions in the benchmark's formats; none by default."""
+
+    def report(self):
+        """The last evaluation's `training.evaluation_summaries.EvaluationReport` (per-class
+        scores, a classifier's confusion matrix, worst errors); None (the default): none."""
+        return None

@@ -2,9 +2,10 @@
 
 AdamW with linear warm-up over a proportion of the steps then linear decay, epochs of
 equal length (`training.finetuning.schedule`), the task's official metric after every
-epoch with the best weights kept (`EvaluateAndKeepBest`), an optional wall-clock budget,
-TensorBoard logs, the best model written once, at the end, as `best.keras`, and backups
-of the run (`StepBackup`) from which it resumes after a kill.
+epoch with the best weights kept (`EvaluateAndKeepBest`) and its per-class breakdown
+(`EvaluationSummaries`), an optional wall-clock budget, TensorBoard logs, the best model
+written once, at the end, as `best.keras`, and backups of the run (`StepBackup`) from
+which it resumes after a kill.
 """
 
 import functools
@@ -20,6 +21,7 @@ from bert_keras.models.encoder import set_recompute
 from bert_keras.training import distribute
 from bert_keras.training.backup import fit_from_backup, prune_logs
 from bert_keras.training.callbacks import EvaluateAndKeepBest, StopAfterSteps, TensorBoard, TimeBudget
+from bert_keras.training.evaluation_summaries import EvaluationSummaries
 from bert_keras.training.finetuning import fitting_batch_size, schedule
 from bert_keras.training.optimization import create_optimizer
 from bert_keras.training.progress import fit_progress
@@ -47,6 +49,7 @@ def finetune(
     *,
     output_dir,
     on_best=None,
+    report=None,
     saved_model=None,
     batch_size=32,
     epochs=3,
@@ -64,25 +67,21 @@ def finetune(
     recompute=False,
     verbose="auto",
 ):
-    """Fine-tunes `model` (a task built in `strategy`'s scope) on `train_batches` of
-    `num_examples`: raw samples batched at `batch_size` (the task's
-    `preprocessed_dataset` packs them), or packed ones with `preprocessed=True`; a
-    dataset, or a function that builds it anew (which a run resumed inside an epoch needs
-    to see the same data: every iterator of one dataset shuffles anew).
-    `evaluate(model) -> {metric: value}` runs after every epoch (and `on_best(metrics)`
-    when an epoch is the best so far); the weights of the best `main_metric` are kept
-    and written, without optimizer state, as `output_dir/best.keras`, every epoch's
-    metrics as `eval_results.json` and the curves under `logs/` (on the chief).
-    `epochs` may be fractional; `max_train_steps` and `max_train_minutes` stop earlier.
-    Each global batch is split into per-replica batches (an epoch's last, smaller batch
-    is dropped; a set smaller than one batch is one smaller batch), padded to
-    `max_seq_length` where the strategy needs static shapes (TPUs). `loss` and `jit_compile`
-    go to the task's `compile` ("auto": XLA on GPUs and TPUs, not on CPU, where it ran slower,
-    nor with windows); `recompute`: `BertEncoder(recompute=True)`. `saved_model` is what
-    `best.keras` holds (default `model`; a `BertDistiller` keeps its student).
-    Backed up to `output_dir/checkpoints/` every `backup_steps` steps, at epoch ends and on
-    SIGTERM (`training.backup.StepBackup`), a run called again with the same arguments resumes
-    there (`train_batches` must be deterministic) and ends as an uninterrupted run would.
+    """Fine-tunes `model` (a task built in `strategy`'s scope) on `train_batches` of `num_examples`: raw samples
+    batched at `batch_size` (the task's `preprocessed_dataset` packs them), or packed ones with
+    `preprocessed=True`; a dataset, or a function that builds it anew (which a run resumed inside an epoch needs
+    to see the same data: every iterator of one dataset shuffles anew). `evaluate(model) -> {metric: value}`
+    runs after every epoch, `on_best(metrics)` when it is the best so far, `report()` (its `EvaluationReport`)
+    into the logs and `evaluations/`; the best weights (by `main_metric`) go, without optimizer state, to
+    `output_dir/best.keras`, every epoch's metrics to `eval_results.json`, the curves to `logs/` (on the chief).
+    `epochs` may be fractional; `max_train_steps` and `max_train_minutes` stop earlier. Each global batch is
+    split into per-replica batches (an epoch's last, smaller batch is dropped; a set smaller than one batch is
+    one smaller batch), padded to `max_seq_length` where the strategy needs static shapes (TPUs). `loss` and
+    `jit_compile` go to the task's `compile` ("auto": XLA on GPUs and TPUs, not on CPU, where it ran slower, nor
+    with windows); `recompute`: `BertEncoder(recompute=True)`. `saved_model` is what `best.keras` holds (default
+    `model`; a `BertDistiller` keeps its student). Backed up to `output_dir/checkpoints/` every `backup_steps`
+    steps, at epoch ends and on SIGTERM (`training.backup.StepBackup`), a run called again with the same
+    arguments resumes there (`train_batches` must be deterministic) and ends as an uninterrupted run would.
     Returns a `FinetuningRun` (`history`: this call's epochs)."""
     strategy = strategy or tf.distribute.get_strategy()
     fitted_batch = fitting_batch_size(num_examples, batch_size, strategy.num_replicas_in_sync)
@@ -107,7 +106,8 @@ def finetune(
         batches = functools.partial(
             _replica_batches, model, build, preprocessed, strategy, fitted_batch, max_seq_length
         )
-        history = _fit(model, batches, backup, [*stops, keeper], plan, epochs, output_dir, strategy, verbose)
+        evaluation = [keeper, *([EvaluationSummaries(report, output_dir)] if report else [])]
+        history = _fit(model, batches, backup, [*stops, *evaluation], plan, epochs, output_dir, strategy, verbose)
         evaluations = [*keeper.history, {"train_seconds": round(budget.seconds, 1)}]
         (output_dir / "eval_results.json").write_text(json.dumps(evaluations, indent=2) + "\n")
         model.set_weights(keeper.best_weights)

@@ -6,7 +6,8 @@ interval (the last one shorter when the interval does not divide the steps). The
 stream is deterministic, so a run killed at any moment and started again with the same
 arguments skips the batches already trained on, read off the restored optimizer's
 `iterations`, and loses at most one interval. Held-out data is evaluated at every
-checkpoint; a second phase (e.g. 128 -> 512 tokens) runs after the first, as in the paper.
+checkpoint, with the model's top words for a few held-out instances' masked words in
+TensorBoard; a second phase (e.g. 128 -> 512 tokens) runs after the first, as in the paper.
 """
 
 import dataclasses
@@ -28,8 +29,11 @@ from bert_keras.text.vocab import check_vocabulary
 from bert_keras.training import distribute
 from bert_keras.training.backup import fit_from_backup, prune_logs
 from bert_keras.training.callbacks import StopAfterSteps, TensorBoard
+from bert_keras.training.fill_mask_summaries import FillMaskSummaries
 from bert_keras.training.optimization import create_optimizer
 from bert_keras.training.progress import fit_progress
+
+FILL_MASK_SAMPLES = 4  # held-out instances whose masked words each evaluation shows in TensorBoard
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +219,7 @@ def run_phase(
         if packing:
             rows = packing_rows(inputs, phase, output_dir, packing, packing_window, strategy)
         validation = {} if held_out is None else held_out_validation(held_out, phase.batch_size, eval_steps, strategy)
+        fill_mask = fill_mask_summaries(held_out, phase, logs)
         verbose, progress = fit_progress(verbose)
         try:
             return fit_from_backup(
@@ -231,6 +236,7 @@ def run_phase(
                     *progress,
                     TensorBoard(str(logs), update_freq=max(1, interval // 10)),
                     StopAfterSteps(phase.steps, interval),
+                    *fill_mask,
                 ],
                 verbose=verbose,
                 shuffle=False,  # the dataset is already shuffled, deterministically
@@ -251,6 +257,17 @@ def held_out_validation(held_out, batch_size, eval_steps, strategy):
         ),
         validation_steps=held_out.held_out_steps(batch_size, eval_steps),
     )
+
+
+def fill_mask_summaries(held_out, phase, logs):
+    """The callback that writes the model's answers for the masked words of the first few
+    held-out instances (`FILL_MASK_SAMPLES`, at most a batch) to `logs` at every
+    evaluation: `[FillMaskSummaries]`, or none without held-out data."""
+    if held_out is None:
+        return []
+    count = min(FILL_MASK_SAMPLES, phase.batch_size)
+    samples = next(iter(held_out.held_out(count, 1, tf.distribute.InputContext())))
+    return [FillMaskSummaries(samples, held_out.tokenizer, logs)]
 
 
 def packing_rows(inputs, phase, output_dir, packing, packing_window, strategy):

@@ -169,7 +169,9 @@ def test_finetune_refuses_a_run_folder_unless_overwrite(tsv_task, tmp_path, caps
     assert sorted(p.name for p in out.iterdir()) == [
         "best.keras",
         "best_metrics.json",
+        "dev_predictions.tsv",
         "eval_results.json",
+        "evaluations",
         "labels.txt",
         "logs",
         "run.json",
@@ -184,7 +186,10 @@ def test_finetune_refuses_a_run_folder_unless_overwrite(tsv_task, tmp_path, caps
 
     assert cli([*tsv_task, "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err
-    assert f"--output-dir {out} is not empty (best.keras, best_metrics.json, eval_results.json, labels.txt, ...)" in err
+    assert (
+        f"--output-dir {out} is not empty (best.keras, best_metrics.json, dev_predictions.tsv, eval_results.json, ...)"
+        in err
+    )
     assert (out / "best.keras").stat().st_mtime_ns == stamp  # untouched
 
     (out / "MRPC.tsv").write_text("an old submission\n")

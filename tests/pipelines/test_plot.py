@@ -224,3 +224,27 @@ def test_a_run_stopped_inside_an_epoch_ends_on_its_last_step(tmp_path):
     assert curves.phases == [("phase1", 0, 10, "step")]
     assert [step for step, _ in curves.series["loss"][("train", "step")]] == [3, 4, 6, 8, 9, 10]
     close(curves.series["loss"][("validation", "epoch")], list(zip([4, 8, 10], history.history["val_loss"])))
+
+
+def test_a_plain_fit_with_evaluation_summaries_gets_the_breakdown_panels(tmp_path, capsys):
+    """`EvaluationSummaries` in any `fit`: the report of each epoch lands in evaluations/ and
+    the plot draws the last one's confusion matrix and table, class names that look like
+    TeX or HTML drawn as text."""
+    from bert_keras.training.evaluation_summaries import EvaluationReport, EvaluationSummaries, read_report
+
+    labels = ["$\\foo{$", "<b>b</b>"]
+    scores = {"precision": 0.5, "recall": 1.0, "f1": 2 / 3}
+    report = EvaluationReport(labels, {label: scores for label in labels}, [[2, 0], [1, 1]])
+    x, y = tiny_data(6)
+    callbacks = [keras.callbacks.TensorBoard(str(tmp_path / "logs")), EvaluationSummaries(lambda: report, tmp_path)]
+    tiny_model().fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=callbacks)
+    assert read_report(tmp_path, 1) == read_report(tmp_path, 2) == report
+    assert cli.main(["plot", str(tmp_path)]) == 0
+    assert "with the per-class scores of epoch 2 and its confusion matrix" in capsys.readouterr().out
+    assert set(read_curves(tmp_path).series) == {"loss", "mae", "learning_rate"}  # no per-class curves
+    panels = 3 + 2  # the curves, then the confusion matrix and the table
+    with Image.open(tmp_path / "training_curves.png") as image:
+        assert image.size == (
+            round(PANEL_INCHES[0] * COLUMNS * DPI),
+            round(PANEL_INCHES[1] * math.ceil(panels / COLUMNS) * DPI),
+        )

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import DATA, VOCAB_FILE, require
+from harness import markdown_table, validation_summaries
 
 from bert_keras import BertConfig, BertEncoder, BertTokenizer
 from bert_keras.data import pretraining_shards
@@ -222,6 +223,27 @@ def test_held_out_evaluation_at_every_checkpoint_and_no_nsp(tmp_path, no_nsp):
     np.testing.assert_allclose(result["masked_lm_loss"], validation[-1][1], rtol=1e-4)
     again = pretrainer.evaluate(batches, return_dict=True, verbose=0, steps=3)
     assert again["masked_lm_loss"] == result["masked_lm_loss"]  # masked once: the same batches
+    # Each evaluation's fill-mask table (TensorBoard's reader and renderer) lists the masked
+    # words of the first held-out instances and, at the last one, the final model's top words.
+    samples = next(iter(inputs.held_out(4, 1, tf.distribute.InputContext())))
+    vocabulary = BertTokenizer(str(VOCAB_FILE)).vocabulary
+    weights = samples["masked_lm_weights"].numpy()
+    slots = [(row, slot) for row in range(len(weights)) for slot in np.flatnonzero(weights[row] > 0)]
+    top = tf.math.top_k(tf.nn.softmax(pretrainer(samples, training=False)["mlm_logits"]), 5)
+    tables = validation_summaries(output / "logs" / "phase1")["epoch_fill_mask"]
+    assert sorted(tables) == [0, 1, 2]
+    for plugin, markdown in tables.values():
+        header, *rows = markdown_table(markdown)
+        assert plugin == "text" and header == ["held-out text", "masked word", "top words"]
+        assert [row[1] for row in rows] == [vocabulary[samples["masked_lm_ids"][r, s]] for r, s in slots]
+        assert rows[0][0].startswith("[CLS] ") and "[MASK]" in rows[0][0]
+    answers = [re.findall(r"(.+?) (\d\.\d\d)(?:, |$)", row[2]) for row in rows]
+    assert [[word for word, _ in answer] for answer in answers] == [
+        [vocabulary[i] for i in top.indices[r, s].numpy()] for r, s in slots
+    ]
+    np.testing.assert_allclose(
+        [[float(p) for _, p in answer] for answer in answers], [top.values[r, s].numpy() for r, s in slots], atol=0.006
+    )
 
 
 def test_a_run_resumed_on_a_changed_corpus_is_refused_naming_it(tmp_path):

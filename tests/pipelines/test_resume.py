@@ -154,12 +154,15 @@ def copy_after(step, folder, copy):
 
 
 def scalars(folder):
-    """[(file kind, tag, step, value)] of the TensorBoard scalars under `folder`."""
+    """[(file kind, tag, step, value)] of the TensorBoard scalars under `folder` (per-class
+    scores included; not the images and texts beside them)."""
     found = []
     for path in sorted(folder.rglob("events.out.tfevents.*")):
         for event in tf.compat.v1.train.summary_iterator(str(path)):
             for value in event.summary.value:
-                found.append((path.parent.name, value.tag, event.step, float(tf.make_ndarray(value.tensor))))
+                array = tf.make_ndarray(value.tensor)
+                if array.shape == () and array.dtype.kind in "fiu":
+                    found.append((path.parent.name, value.tag, event.step, float(array)))
     return found
 
 
