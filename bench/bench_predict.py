@@ -121,11 +121,11 @@ def worker_bert_keras(task, model, texts_file, out, threads, dtype):
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
-    from bert_keras.serving.batch import load_model, predict_files
+    from bert_keras.serving.batch import PredictOptions, load_model, predict_files
     from bert_keras.serving.batch.runner import predictor_for
 
     compute_dtype = None if dtype == "float32" else dtype
-    predictor = predictor_for(load_model(model), BATCH, False, None, None, 5, compute_dtype)
+    predictor = predictor_for(load_model(model), PredictOptions(batch_size=BATCH, compute_dtype=compute_dtype))
     warm = write_lines(f"{out}.warm.txt", Path(texts_file).read_text(encoding="utf-8").splitlines()[:64])
     predict_files(predictor, [warm], f"{out}.warm.jsonl", stream=open(os.devnull, "w"))
     start = clocks()

@@ -118,7 +118,9 @@ def run(args):
 
     chunks = {} if args.chunk_size is None else {"chunk_size": args.chunk_size}
     local = dict(shard_rows=args.shard_rows, overwrite=args.overwrite)
-    summary = predict_files(args.model, args.input, args.output, **chunks, **local, **_options(args))
+    summary = predict_files(
+        args.model, args.input, args.output, _predict_options(args), **chunks, **local, **_rows(args)
+    )
     if summary["notice"]:
         print(f"predict: {summary['notice']}", file=sys.stderr)
     errors = f", {summary['errors']} rows in error" if summary["errors"] else ""
@@ -130,18 +132,25 @@ def run(args):
     return 0
 
 
-def _options(args):
-    """The flags the local run and a Beam run share, as keyword arguments."""
-    return dict(
-        columns=column_map(args.column) or None,
-        id_column=args.id_column,
+def _predict_options(args):
+    from bert_keras.serving.batch import PredictOptions
+
+    return PredictOptions(
         batch_size=args.batch_size,
         all_scores=args.all_scores,
         max_seq_length=args.max_seq_length,
         doc_stride=args.doc_stride,
         top_k=args.top_k,
-        on_error=args.on_error,
         compute_dtype=args.compute_dtype,
+    )
+
+
+def _rows(args):
+    """The flags on rows that the local run and a Beam run share, as keyword arguments."""
+    return dict(
+        columns=column_map(args.column) or None,
+        id_column=args.id_column,
+        on_error=args.on_error,
         top_k_per_query=args.top_k_per_query,
     )
 
@@ -149,6 +158,8 @@ def _options(args):
 def _run_on_beam(args, pipeline_options):
     from bert_keras.serving.batch.beam import predict_on_beam
 
-    shards = predict_on_beam(args.model, args.input, args.output, pipeline_options, **_options(args))
+    shards = predict_on_beam(
+        args.model, args.input, args.output, pipeline_options, _predict_options(args), **_rows(args)
+    )
     print(f"wrote {len(shards)} shards: {', '.join(shards)}")
     return 0

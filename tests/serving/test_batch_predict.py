@@ -20,7 +20,7 @@ from harness import classifier_keras_file, hf_folder, tiny_embedder_folder, tiny
 
 from bert_keras import BertClassifier, BertTextEmbedder, BertTokenClassifier
 from bert_keras.models.dtype import with_dtype
-from bert_keras.serving.batch import load_model, predict_files, writers
+from bert_keras.serving.batch import PredictOptions, load_model, predict_files, writers
 from bert_keras.serving.export import export_for_serving, serving_preprocessor
 from bert_keras.tasks.task import with_windows
 from bert_keras.tasks.windowing import truncated_pieces
@@ -66,7 +66,9 @@ def test_classifier_records_equal_model_predict(tmp_path, folders, classifier_ke
     texts = write_text(tmp_path / "in.txt", TEXTS)
     for source in (folders["sequence_single"], classifier_keras):
         out = tmp_path / f"{Path(source).name}.jsonl"
-        summary = predict_files(str(source), [str(texts)], out, all_scores=True, batch_size=2, chunk_size=3)
+        summary = predict_files(
+            str(source), [str(texts)], out, PredictOptions(all_scores=True, batch_size=2), chunk_size=3
+        )
         model = load_model(source)
         probabilities = softmax(np.asarray(model.predict(np.array(TEXTS, dtype=object), verbose=0)))
         records = read_jsonl(out)
@@ -84,7 +86,7 @@ def test_pair_classifier_reads_its_trained_segments(tmp_path):
     )
     model.save(tmp_path / "pair.keras")
     table = write_tsv(tmp_path / "in.tsv", ("premise", "hypothesis"), PAIRS)
-    predict_files(str(tmp_path / "pair.keras"), [str(table)], tmp_path / "out.jsonl", all_scores=True)
+    predict_files(str(tmp_path / "pair.keras"), [str(table)], tmp_path / "out.jsonl", PredictOptions(all_scores=True))
     premises, hypotheses = (np.array(column, dtype=object) for column in zip(*PAIRS))
     expected = softmax(np.asarray(model.predict((premises, hypotheses), verbose=0)))
     scores = [[r["scores"]["0"], r["scores"]["1"]] for r in read_jsonl(tmp_path / "out.jsonl")]
@@ -248,7 +250,7 @@ def test_multiple_choice_records_equal_model_predict(tmp_path, folders):
     ]
     source = write_text(tmp_path / "in.jsonl", [json.dumps(row) for row in rows])
     model = load_model(folders["multiple_choice"])
-    predict_files(model, [str(source)], tmp_path / "out.jsonl", batch_size=2)
+    predict_files(model, [str(source)], tmp_path / "out.jsonl", PredictOptions(batch_size=2))
     records = read_jsonl(tmp_path / "out.jsonl")
     for group in ([0, 2], [1]):
         questions = np.array([rows[i]["question"] for i in group], dtype=object)
@@ -258,7 +260,7 @@ def test_multiple_choice_records_equal_model_predict(tmp_path, folders):
             np.testing.assert_allclose(records[i]["probabilities"], probabilities, atol=1e-5, rtol=0)
             assert records[i]["choice_text"] == rows[i]["choices"][probabilities.argmax()]
     # A row's count is its choices' pieces cut, as tokenizing each (question, choice) pair counts them.
-    predict_files(model, [str(source)], tmp_path / "cut.jsonl", batch_size=2, max_seq_length=6)
+    predict_files(model, [str(source)], tmp_path / "cut.jsonl", PredictOptions(batch_size=2, max_seq_length=6))
     cut = [record.get("truncated_pieces", 0) for record in read_jsonl(tmp_path / "cut.jsonl")]
     preprocessor = serving_preprocessor(model, max_seq_length=6)
     pairs = [([row["question"]] * len(row["choices"]), row["choices"]) for row in rows]
@@ -269,7 +271,7 @@ def test_multiple_choice_records_equal_model_predict(tmp_path, folders):
 def test_fill_mask_top_k_equal_the_model_s_mlm_logits(tmp_path):
     folder = hf_folder(tmp_path, "masked_lm")
     source = write_text(tmp_path / "in.txt", ["the [MASK] brown fox", "no mask here"])
-    predict_files(str(folder), [str(source)], tmp_path / "out.jsonl", top_k=3)
+    predict_files(str(folder), [str(source)], tmp_path / "out.jsonl", PredictOptions(top_k=3))
     records = read_jsonl(tmp_path / "out.jsonl")
     vocabulary = (folder / "vocab.txt").read_text(encoding="utf-8").split()
     ids = [vocabulary.index(token) for token in ("[CLS]", "the", "[MASK]", "brown", "fox", "[SEP]")]
@@ -287,8 +289,10 @@ def test_a_saved_model_export_answers_as_its_keras_model(tmp_path, classifier_ke
     texts = write_text(tmp_path / "in.txt", TEXTS)
     model = load_model(classifier_keras)
     export_for_serving(model, serving_preprocessor(model), tmp_path / "base", warmup_texts=None)
-    summary = predict_files(str(tmp_path / "base"), [str(texts)], tmp_path / "export.jsonl", all_scores=True)
-    predict_files(model, [str(texts)], tmp_path / "keras.jsonl", all_scores=True)
+    summary = predict_files(
+        str(tmp_path / "base"), [str(texts)], tmp_path / "export.jsonl", PredictOptions(all_scores=True)
+    )
+    predict_files(model, [str(texts)], tmp_path / "keras.jsonl", PredictOptions(all_scores=True))
     exported, expected = read_jsonl(tmp_path / "export.jsonl"), read_jsonl(tmp_path / "keras.jsonl")
     assert "cannot count" in summary["notice"]
     assert [r["label"] for r in exported] == [r["label"] for r in expected]
@@ -299,7 +303,7 @@ def test_a_saved_model_export_answers_as_its_keras_model(tmp_path, classifier_ke
 def test_bfloat16_records_are_the_model_s_in_bfloat16(tmp_path, classifier_keras):
     texts = write_text(tmp_path / "in.txt", TEXTS)
     out = tmp_path / "bf16.jsonl"
-    predict_files(str(classifier_keras), [str(texts)], out, all_scores=True, compute_dtype="bfloat16")
+    predict_files(str(classifier_keras), [str(texts)], out, PredictOptions(all_scores=True, compute_dtype="bfloat16"))
     model = with_dtype(load_model(classifier_keras), "bfloat16")
     assert model.encoder.compute_dtype == "bfloat16"
     probabilities = softmax(np.asarray(model.predict(np.array(TEXTS, dtype=object), verbose=0), np.float32))
@@ -308,7 +312,9 @@ def test_bfloat16_records_are_the_model_s_in_bfloat16(tmp_path, classifier_keras
     np.testing.assert_allclose(scores, probabilities, atol=1e-5, rtol=0)
     export_for_serving(model, serving_preprocessor(model), tmp_path / "base", warmup_texts=None)
     with pytest.raises(ValueError, match="dtype were fixed when it was exported"):
-        predict_files(str(tmp_path / "base"), [str(texts)], tmp_path / "e.jsonl", compute_dtype="bfloat16")
+        predict_files(
+            str(tmp_path / "base"), [str(texts)], tmp_path / "e.jsonl", PredictOptions(compute_dtype="bfloat16")
+        )
 
 
 def test_many_files_globs_and_parquet(tmp_path, classifier_keras):
@@ -335,8 +341,8 @@ def test_many_files_globs_and_parquet(tmp_path, classifier_keras):
 def test_parquet_output_holds_the_jsonl_records(tmp_path, classifier_keras, embedder_folder):
     parquet = pytest.importorskip("pyarrow.parquet")
     texts = write_text(tmp_path / "in.txt", TEXTS)
-    predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.parquet", all_scores=True)
-    predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.jsonl", all_scores=True)
+    predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.parquet", PredictOptions(all_scores=True))
+    predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.jsonl", PredictOptions(all_scores=True))
     table = parquet.read_table(tmp_path / "out.parquet").to_pylist()
     expected = read_jsonl(tmp_path / "out.jsonl")
     assert [{**row, "scores": json.loads(row["scores"])} for row in table] == expected
@@ -348,7 +354,9 @@ def test_parquet_output_holds_the_jsonl_records(tmp_path, classifier_keras, embe
 
 def test_long_texts_are_counted_not_silently_cut(tmp_path, classifier_keras):
     texts = write_text(tmp_path / "in.txt", ["the quick brown fox " * 10, "a dog"])
-    summary = predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.jsonl", max_seq_length=8)
+    summary = predict_files(
+        str(classifier_keras), [str(texts)], tmp_path / "out.jsonl", PredictOptions(max_seq_length=8)
+    )
     records = read_jsonl(tmp_path / "out.jsonl")
     assert records[0]["truncated_pieces"] == 40 - 6 and "truncated_pieces" not in records[1]
     assert summary["truncated"] == 1 and summary["notice"].startswith("truncation: 1 of 2 rows")
@@ -357,7 +365,9 @@ def test_long_texts_are_counted_not_silently_cut(tmp_path, classifier_keras):
 def test_doc_stride_reads_long_texts_in_windows(tmp_path, classifier_keras):
     long_texts = ["the quick brown fox jumps over a lazy dog " * 12, "a dog"]
     texts = write_text(tmp_path / "in.txt", long_texts)
-    summary = predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.jsonl", doc_stride=16, all_scores=True)
+    summary = predict_files(
+        str(classifier_keras), [str(texts)], tmp_path / "out.jsonl", PredictOptions(doc_stride=16, all_scores=True)
+    )
     records = read_jsonl(tmp_path / "out.jsonl")
     windowed = with_windows(load_model(classifier_keras), doc_stride=16)
     expected = softmax(np.asarray(windowed.predict(np.array(long_texts, dtype=object), verbose=0)))

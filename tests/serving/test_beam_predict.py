@@ -19,7 +19,7 @@ from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
 from doc_blocks import block_run_by
 from harness import classifier_keras_file, tiny_embedder_folder
 
-from bert_keras.serving.batch import load_model, predict_files
+from bert_keras.serving.batch import PredictOptions, load_model, predict_files
 from bert_keras.serving.batch.beam import BertModelHandler
 from bert_keras.serving.batch.readers import Row
 from bert_keras.serving.export import export_for_serving, serving_preprocessor
@@ -55,7 +55,7 @@ def read_jsonl(*paths):
 
 
 def local_records(model, texts_file, out, **options):
-    predict_files(str(model), [str(texts_file)], out, **options)
+    predict_files(str(model), [str(texts_file)], out, PredictOptions(**options))
     return {record["id"]: record for record in read_jsonl(out)}
 
 
@@ -77,7 +77,7 @@ def assert_records_close(actual, expected):
 def test_keyed_handler_in_a_pipeline_gives_predict_s_records(tmp_path, request, texts_file, kind):
     model = request.getfixturevalue("export") if kind == "export" else request.getfixturevalue("models")[kind]
     expected = local_records(model, texts_file, tmp_path / "local.jsonl", all_scores=True, batch_size=2)
-    handler = BertModelHandler(str(model), batch_size=2, all_scores=True)
+    handler = BertModelHandler(str(model), PredictOptions(batch_size=2, all_scores=True))
     prefix = str(tmp_path / "beam")
     with beam.Pipeline() as pipeline:
         _ = (
@@ -94,7 +94,7 @@ def test_keyed_handler_in_a_pipeline_gives_predict_s_records(tmp_path, request, 
 
 def test_handler_takes_texts_dicts_and_rows(tmp_path, models, texts_file):
     expected = local_records(models["classifier"], texts_file, tmp_path / "local.jsonl")
-    handler = BertModelHandler(models["classifier"], batch_size=4)
+    handler = BertModelHandler(models["classifier"], PredictOptions(batch_size=4))
     assert handler.batch_elements_kwargs() == {"min_batch_size": 4, "max_batch_size": 32}
     predictor = handler.load_model()
     (segment,) = predictor.segments

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from harness import hf_folder, tiny_embedder_folder
 
-from bert_keras.serving.batch import load_model, predict_files
+from bert_keras.serving.batch import PredictOptions, load_model, predict_files
 from bert_keras.serving.batch.predictor import BatchPredictor
 from bert_keras_cli.cli import main as cli
 
@@ -67,7 +67,7 @@ def assert_ranking(records, expected):
 def test_top_k_per_query_equals_the_model_s_scores_sorted(tmp_path, reranker, pairs, capsys):
     files, ids, rows = pairs
     out = tmp_path / "top.jsonl"
-    summary = predict_files(str(reranker), files, out, top_k_per_query=K, chunk_size=4, batch_size=3)
+    summary = predict_files(str(reranker), files, out, PredictOptions(batch_size=3), top_k_per_query=K, chunk_size=4)
     assert (summary["rows"], summary["records"]) == (len(rows), K * len(QUERIES))
     assert_ranking(read_jsonl(out), reference(reranker, ids, rows))
     assert (

@@ -11,7 +11,7 @@ import pytest
 from conftest import DATA, require
 from harness import FIXTURES, TASK_FIXTURES, hf_folder
 
-from bert_keras.serving.batch import predict_files
+from bert_keras.serving.batch import PredictOptions, predict_files
 
 REFERENCES = json.loads((FIXTURES / "predict" / "references.json").read_text(encoding="utf-8"))
 
@@ -24,7 +24,7 @@ def run_predict(tmp_path, model, rows, **options):
     """`predict_files` of `model` on `rows` (dicts of texts) through a .jsonl file: the records."""
     inputs = tmp_path / "in.jsonl"
     inputs.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    predict_files(str(model), [str(inputs)], tmp_path / "out.jsonl", **options)
+    predict_files(str(model), [str(inputs)], tmp_path / "out.jsonl", PredictOptions(**options))
     return [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
 
 

@@ -18,7 +18,7 @@ from bert_keras import (
     BertTokenClassifier,
 )
 from bert_keras.serving import mediapipe_metadata
-from bert_keras.serving.batch import SavedModelPredictor, predict_files
+from bert_keras.serving.batch import PredictOptions, SavedModelPredictor, predict_files
 from bert_keras.serving.batch.records import head_kind
 from bert_keras.serving.export import export_for_serving, serving_preprocessor
 from bert_keras.serving.serving_tasks import serving_signature
@@ -77,8 +77,8 @@ def test_a_subclass_s_file_and_export_give_its_base_s_records(tmp_path):
     mine.save(tmp_path / "mine.keras")
     texts = tmp_path / "in.txt"
     texts.write_text("".join(text + "\n" for text in TEXTS), encoding="utf-8")
-    predict_files(str(tmp_path / "mine.keras"), [str(texts)], tmp_path / "mine.jsonl", all_scores=True)
-    predict_files(base, [str(texts)], tmp_path / "base.jsonl", all_scores=True)
+    predict_files(str(tmp_path / "mine.keras"), [str(texts)], tmp_path / "mine.jsonl", PredictOptions(all_scores=True))
+    predict_files(base, [str(texts)], tmp_path / "base.jsonl", PredictOptions(all_scores=True))
     expected = read_jsonl(tmp_path / "base.jsonl")
     assert [r["label"] for r in expected] == [LABELS[i] for i in base.predict(TEXTS, verbose=0).argmax(-1)]
     assert read_jsonl(tmp_path / "mine.jsonl") == expected
@@ -86,7 +86,7 @@ def test_a_subclass_s_file_and_export_give_its_base_s_records(tmp_path):
     export = export_for_serving(mine, serving_preprocessor(mine), tmp_path / "export", warmup_texts=None)
     assert (export / "assets.extra" / "head_kind.txt").read_text() == "classifier\n"
     assert SavedModelPredictor(export).kind == "classifier"
-    predict_files(str(export), [str(texts)], tmp_path / "export.jsonl", all_scores=True)
+    predict_files(str(export), [str(texts)], tmp_path / "export.jsonl", PredictOptions(all_scores=True))
     exported = read_jsonl(tmp_path / "export.jsonl")
     assert [r["label"] for r in exported] == [r["label"] for r in expected]
     scores = [[list(r["scores"].values()) for r in records] for records in (exported, expected)]

@@ -22,6 +22,7 @@ import tensorflow as tf
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from bert_keras.serving.batch.options import PredictOptions
 from bert_keras.serving.batch.ranking import check_top_k_per_query, query_segment, rank_key, ranked
 from bert_keras.serving.batch.readers import Row, RowReader, input_files
 from bert_keras.serving.batch.runner import ON_ERROR, predictor_for
@@ -31,49 +32,28 @@ class BertModelHandler(ModelHandler):
     """A bert-keras model (`model_path`) answering Beam batches of rows with records.
 
     An element is a text (a one-segment model), a dict of texts by the model's segment
-    names, or a `readers.Row` (whose id the record carries). `batch_size` texts are run
-    at a time; Beam's batches hold `min_batch_size` to `max_batch_size` elements (default
-    `batch_size` to 8x it: the buffer each batch is length-sorted in). Other keyword
+    names, or a `readers.Row` (whose id the record carries), predicted with `options`
+    (`PredictOptions`); Beam's batches hold `min_batch_size` to `max_batch_size` elements
+    (default the options' `batch_size` to 8x it: the buffer each batch is length-sorted in). Other keyword
     arguments go to `ModelHandler` (`large_model=True` shares one model across a worker's
     processes)."""
 
-    def __init__(
-        self,
-        model_path,
-        batch_size=32,
-        all_scores=False,
-        max_seq_length=None,
-        doc_stride=None,
-        top_k=5,
-        on_error="raise",
-        compute_dtype=None,
-        min_batch_size=None,
-        max_batch_size=None,
-        **kwargs,
-    ):
+    def __init__(self, model_path, options=None, on_error="raise", min_batch_size=None, max_batch_size=None, **kwargs):
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
-        if batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
+        self.options = options or PredictOptions()
+        batch_size = self.options.batch_size
         super().__init__(
             min_batch_size=batch_size if min_batch_size is None else min_batch_size,
             max_batch_size=8 * batch_size if max_batch_size is None else max_batch_size,
             **kwargs,
         )
         self.model_path = str(model_path)
-        self.options = dict(
-            batch_size=batch_size,
-            all_scores=all_scores,
-            max_seq_length=max_seq_length,
-            doc_stride=doc_stride,
-            top_k=top_k,
-            compute_dtype=compute_dtype,
-        )
         self.on_error = on_error
 
     def load_model(self):
         """The predictor (`BatchPredictor` or `SavedModelPredictor`) of the model."""
-        return predictor_for(self.model_path, **self.options)
+        return predictor_for(self.model_path, self.options)
 
     def run_inference(self, batch, model, inference_args=None):
         """The record of each element of `batch`, in its order."""
@@ -161,23 +141,32 @@ def _keyed_by_query(pair, segment):
 
 
 def predict_on_beam(
-    model, inputs, output, options, columns=None, id_column=None, on_error="raise", top_k_per_query=None, **predictor
+    model,
+    inputs,
+    output,
+    beam_options,
+    options=None,
+    *,
+    columns=None,
+    id_column=None,
+    on_error="raise",
+    top_k_per_query=None,
 ):
-    """`predict_files` on the Beam runner named in `options` (Beam flags): the records
-    of every row of `inputs` into `OUT-SSSSS-of-NNNNN.jsonl` shards, or with
-    `top_k_per_query` a reranker's best rows of each query. `predictor` holds
-    `BertModelHandler`'s options. Returns the shards' paths."""
+    """`predict_files` on the Beam runner named in `beam_options` (Beam flags): the
+    records of every row of `inputs` into `OUT-SSSSS-of-NNNNN.jsonl` shards, or with
+    `top_k_per_query` a reranker's best rows of each query, with `options`
+    (`PredictOptions`). Returns the shards' paths."""
     prefix = shards_prefix(output)
     if tf.io.gfile.glob(f"{prefix}-*-of-*.jsonl"):
         raise FileExistsError(f"{prefix}-*-of-*.jsonl exist (a finished run); remove them to predict again")
     files = input_files(inputs)
-    handler = BertModelHandler(model, on_error=on_error, **predictor)
+    handler = BertModelHandler(model, options, on_error)
     loaded = handler.load_model()  # the model's segments; a bad model path fails before the pipeline starts
     segments, list_segment = loaded.segments, (loaded.segments[-1] if loaded.choices else None)
     if top_k_per_query is not None:
         check_top_k_per_query(top_k_per_query, loaded.kind)
     del loaded
-    with beam.Pipeline(options=PipelineOptions(options)) as pipeline:
+    with beam.Pipeline(options=PipelineOptions(beam_options)) as pipeline:
         rows = (
             pipeline
             | "Files" >> beam.Create(list(enumerate(files)))

@@ -8,6 +8,7 @@ answers, decoded the same way); its records go back in input order into a part o
 are kept, the rest are read again. The run ends with a notice of how many rows
 truncation cut (`predictor.py`)."""
 
+import dataclasses
 import itertools
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.run_identity import job_identity
+from bert_keras.serving.batch.options import PredictOptions
 from bert_keras.serving.batch.predictor import BatchPredictor, RowPredictor, load_model
 from bert_keras.serving.batch.ranking import QueryPredictor, top_per_query
 from bert_keras.serving.batch.readers import RowReader, count_rows, input_files
@@ -24,23 +26,18 @@ from bert_keras.tasks.windowing import TruncationCounts
 from bert_keras.training.progress import ProgressLines
 
 ON_ERROR = ("raise", "skip")
-COMPUTE_DTYPES = ("float32", "bfloat16")
 
 
 def predict_files(
     model,
     inputs,
     output,
+    options=None,
+    *,
     columns=None,
     id_column=None,
     chunk_size=10000,
-    batch_size=32,
-    all_scores=False,
-    max_seq_length=None,
-    doc_stride=None,
-    top_k=5,
     on_error="raise",
-    compute_dtype=None,
     top_k_per_query=None,
     shard_rows=100_000,
     overwrite=False,
@@ -50,26 +47,27 @@ def predict_files(
     already loaded, or a `predictor_for` one, whose own options then hold) into `output`
     (.jsonl, .tsv, .parquet, .npy or a folder `OUT/` of `.npy` shards of `shard_rows`
     rows), resuming a run of the same arguments that was stopped.
-    `columns` maps the model's segment names to input columns; `id_column` names the
-    rows' ids (default FILE:LINE); `top_k` is a fill-mask model's fillers a mask;
-    `compute_dtype="bfloat16"` computes in bfloat16 (faster on CPUs with bfloat16 units;
-    records stay float32); `top_k_per_query` writes a reranker's best passages of each
-    query instead of every row (`ranking.py`). A run is resumed only on the same settings,
-    model content and input content (`run_identity`); `overwrite` starts over, replacing
-    OUT and a stopped run's parts. Progress lines go to `stream` (stderr). Returns a summary:
-    rows predicted, records written, errors, truncated rows and the notice."""
+    `options` (`PredictOptions`) say how rows become records; `columns` maps the model's
+    segment names to input columns; `id_column` names the rows' ids (default FILE:LINE);
+    `top_k_per_query` writes a reranker's best passages of each query instead of every row
+    (`ranking.py`). A run is resumed only on the same settings, model content and input
+    content (`run_identity`); `overwrite` starts over, replacing OUT and a stopped run's
+    parts. Progress lines go to `stream` (stderr). Returns a summary: rows predicted,
+    records written, errors, truncated rows and the notice."""
+    options = options or PredictOptions()
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
-    if chunk_size < 1 or batch_size < 1:
-        raise ValueError("chunk_size and batch_size must be at least 1")
+    if chunk_size < 1:
+        raise ValueError("chunk_size must be at least 1")
     files = input_files(inputs)
+    recorded = dataclasses.asdict(options)
+    del recorded["batch_size"]  # the records do not depend on it
     settings = {
-        **dict(columns=columns, id_column=id_column, chunk_size=chunk_size, all_scores=all_scores),
-        **dict(max_seq_length=max_seq_length, doc_stride=doc_stride, top_k=top_k, on_error=on_error),
-        **({"compute_dtype": compute_dtype} if compute_dtype else {}),
+        **dict(columns=columns, id_column=id_column, chunk_size=chunk_size, on_error=on_error),
+        **{name: value for name, value in recorded.items() if name != "compute_dtype" or value},
         **({"top_k_per_query": top_k_per_query} if top_k_per_query else {}),
     }
-    predictor = predictor_for(model, batch_size, all_scores, max_seq_length, doc_stride, top_k, compute_dtype)
+    predictor = predictor_for(model, options)
     if top_k_per_query is not None:
         predictor = QueryPredictor(predictor, top_k_per_query)
     if holds_vectors(output) and predictor.kind != "embedder":
@@ -94,24 +92,28 @@ def _model_source(model):
     return model.model if isinstance(model, BatchPredictor) else model
 
 
-def predictor_for(model, batch_size, all_scores, max_seq_length, doc_stride, top_k, compute_dtype=None):
+def predictor_for(model, options=None):
     """A `SavedModelPredictor` for an export, else a `BatchPredictor` of the model (or the
-    one at that path), computing in `compute_dtype` (None: the model's own); a predictor
-    built before is used as it is (many runs share its traced function)."""
+    one at that path), with `options` (`PredictOptions`); a predictor built before is
+    used as it is (many runs share its traced function)."""
+    options = options or PredictOptions()
     if isinstance(model, RowPredictor):
         return model
     if isinstance(model, (str, Path)) and saved_model_dir(model) is not None:
-        if max_seq_length is not None or doc_stride is not None or compute_dtype is not None:
-            raise ValueError(f"{model} is an export: its length, windows and dtype were fixed when it was exported")
-        return SavedModelPredictor(model, batch_size, all_scores)
+        if fixed := options.fixed_by_an_export:
+            raise ValueError(
+                f"{model} is an export: its length, windows and dtype were fixed when it was exported "
+                f"(got {', '.join(f'{name}={value}' for name, value in fixed.items())})"
+            )
+        return SavedModelPredictor(model, options.batch_size, options.all_scores)
     model = load_model(model) if isinstance(model, (str, Path)) else model
-    if compute_dtype is not None:
-        if compute_dtype not in COMPUTE_DTYPES:
-            raise ValueError(f"compute_dtype must be one of {COMPUTE_DTYPES}, got {compute_dtype!r}")
-        if compute_dtype == "bfloat16":
+    if options.compute_dtype is not None:
+        if options.compute_dtype == "bfloat16":
             warn_if_slow_bfloat16("predict in bfloat16")
-        model = with_dtype(model, compute_dtype)
-    return BatchPredictor(model, batch_size, all_scores, max_seq_length, doc_stride, top_k)
+        model = with_dtype(model, options.compute_dtype)
+    return BatchPredictor(
+        model, options.batch_size, options.all_scores, options.max_seq_length, options.doc_stride, options.top_k
+    )
 
 
 def _run_chunks(predictor, parts, rows, done, chunk_size, on_error, stream, total):
