@@ -33,6 +33,19 @@ MODEL_FILES = [
     "[0-9]_*/*.json",
     "[0-9]_*/vocab.txt",
     "[0-9]_*/model.safetensors",
+    "metadata.json",
+]
+# A Keras preset's files (keras-hub's `save_to_preset`, as the Hub's keras/ models hold
+# them), fetched when the first files show one (its metadata.json names a Keras version).
+PRESET_FILES = [
+    "config.json",
+    "metadata.json",
+    "*.weights.h5",
+    "task.json",
+    "preprocessor.json",
+    "tokenizer.json",
+    "assets/*",
+    "assets/*/*",
 ]
 PART = r"[A-Za-z0-9][\w.-]*"
 REPO_ID = re.compile(rf"{PART}/{PART}")
@@ -220,7 +233,10 @@ def _download(repo_id, revision, name):
 
     cache = constants.HF_HUB_CACHE
     try:
-        return snapshot_download(repo_id, revision=revision, allow_patterns=MODEL_FILES)
+        folder = snapshot_download(repo_id, revision=revision, allow_patterns=MODEL_FILES)
+        if _is_keras_preset(Path(folder)):
+            folder = snapshot_download(repo_id, revision=Path(folder).name, allow_patterns=PRESET_FILES)
+        return folder
     except GatedRepoError:
         raise PermissionError(
             f"{repo_id} is gated: accept its conditions on https://huggingface.co/{repo_id} "
@@ -247,9 +263,19 @@ def _download(repo_id, revision, name):
         raise ValueError(f"{name}: the Hugging Face Hub answered {_line(error)}") from None
 
 
+def _is_keras_preset(folder):
+    try:
+        return "keras_version" in read_config_json(folder / "metadata.json")
+    except (OSError, ValueError):
+        return False
+
+
 def _check_model(snapshot):
-    """A snapshot without safetensors weights or of a model that is not BERT is an error naming the repo."""
+    """A snapshot without safetensors weights or of a model that is not BERT is an error
+    naming the repo (a Keras preset is checked when it is read)."""
     where = f"{snapshot.repo_id} (commit {snapshot.commit})"
+    if _is_keras_preset(snapshot.path):
+        return
     config_file = snapshot.path / "config.json"
     if config_file.is_file():
         check_model_type(read_config_json(config_file), where)

@@ -6,11 +6,13 @@ own `from_preset` (through its own preprocessor) with ours."""
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 from harness import TINY, TOLERANCE, VOCAB, tiny_preprocessor
+from hub_server import cache_snapshot, use_hub
 
 from bert_keras import BertClassifier, BertConfig, BertEncoder, BertTextEmbedder, BertTokenClassifier
 from bert_keras.checkpoint.keras_hub_preset import PRESET_VOCAB
@@ -75,6 +77,17 @@ def test_a_keras_hub_classifier_loads_with_its_logits_and_tokenizer(preset):
     assert model.num_classes == 3 and model.preprocessor.tokenizer.lower_case
     assert model.preprocessor.packer.max_seq_length == 24  # preprocessor.json's sequence_length
     assert model.config.hidden_act == "gelu_tanh"
+    np.testing.assert_allclose(model.predict(TEXTS, verbose=0), preset["logits"], atol=TOLERANCE)
+
+
+def test_a_preset_on_the_hugging_face_hub_loads_by_its_name(preset, tmp_path, monkeypatch):
+    """keras-hub presets on the Hub (the keras/ organisation's) are Keras files, not
+    safetensors: every file of the preset is fetched, and the name gives keras-hub's logits offline."""
+    snapshot = cache_snapshot(tmp_path / "home", "keras/tiny-bert-classifier", preset["classifier"])
+    files = sorted(p.relative_to(preset["classifier"]).as_posix() for p in Path(preset["classifier"]).rglob("*"))
+    assert sorted(p.relative_to(snapshot.path).as_posix() for p in snapshot.path.rglob("*")) == files
+    use_hub(monkeypatch, tmp_path / "home")
+    model = BertClassifier.from_checkpoint("hf://keras/tiny-bert-classifier")
     np.testing.assert_allclose(model.predict(TEXTS, verbose=0), preset["logits"], atol=TOLERANCE)
 
 
