@@ -11,7 +11,9 @@ the exports take most of the module's time.
 import http.client
 import json
 import os
+import re
 import shutil
+import urllib.request
 from pathlib import Path
 
 import keras
@@ -19,6 +21,7 @@ import numpy as np
 import pytest
 from harness import SERVING_VOCAB
 
+import bert_keras_cli.serve
 from bert_keras import BertClassifier, BertConfig, BertEncoder, BertPreprocessor, BertPretrainer, BertTokenizer
 from bert_keras.serving import export
 from bert_keras.serving.batch.records import tagger_record
@@ -26,6 +29,7 @@ from bert_keras.tasks.reranker import BertReranker
 from bert_keras.tasks.span_labeler import BertSpanLabeler
 from bert_keras.tasks.text_embedder import BertTextEmbedder
 from bert_keras.tasks.token_classifier import BertTokenClassifier
+from bert_keras_cli.cli import main as cli
 
 pytestmark = pytest.mark.slow  # six exports, about 40 s of CPU
 
@@ -63,12 +67,15 @@ def tiny_exports(base):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def bases(tmp_path_factory):
+    return tiny_exports(tmp_path_factory.mktemp("page"))
+
+
+@pytest.fixture(scope="module")
+def server(bases):
     from bert_keras.serving.tfserving.local_server import LocalModelServer
 
-    base = tmp_path_factory.mktemp("page")
-    bases = tiny_exports(base)
-    config = base / "models.config"
+    config = bases["classifier"].parent / "models.config"
     entries = "".join(
         f'config {{ name: "{name}" base_path: "{path}" model_platform: "tensorflow" }} ' for name, path in bases.items()
     )
@@ -265,3 +272,30 @@ def test_embedder_cosine_of_the_texts(page, server):
     embeddings = np.array(rest_predict(server, "embedder", {"text": texts}))
     cosines = embeddings[1:] @ embeddings[0] / (np.linalg.norm(embeddings[1:], axis=1) * np.linalg.norm(embeddings[0]))
     assert shown_rows(page.query_selector("#result")) == [(text, f"{c:.3f}") for text, c in zip(texts[1:], cosines)]
+
+
+def test_serve_command_prints_the_page_address(bases, monkeypatch, capsys):
+    """`bert-keras serve` prints where the page is; that address answers it, and the
+    model's info tells the page what the export recorded."""
+    answers = {}
+
+    def look_then_stop(seconds):
+        (address,) = re.findall(r"try them in a browser: (http://\S+/)$", capsys.readouterr().out, re.MULTILINE)
+        with urllib.request.urlopen(address + "models/tagger") as reply:
+            answers["page"] = reply.headers["Content-Type"], reply.read()
+        with urllib.request.urlopen(address + "models/tagger/info") as reply:
+            answers["info"] = json.loads(reply.read())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bert_keras_cli.serve.time, "sleep", look_then_stop)
+    assert cli(["serve", str(bases["tagger"]), "--name", "tagger", "--grpc-port", "0", "--rest-port", "0"]) == 0
+    content_type, page = answers["page"]
+    assert content_type == "text/html; charset=utf-8" and b'<form id="form"' in page
+    assert answers["info"] == {
+        "name": "tagger",
+        "version": 1,
+        "head_kind": "tagger",
+        "labels": TAGS,
+        "segments": ["text"],
+        "word_pieces": "word_pieces",
+    }
