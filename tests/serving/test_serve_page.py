@@ -145,6 +145,12 @@ def compute(page, **texts):
     assert page.text_content("#latency").startswith("latency ")
 
 
+def screenshot(page, name):
+    """The page as a PNG in $PAGE_SCREENSHOTS, when set: for a person to look at."""
+    if os.environ.get("PAGE_SCREENSHOTS"):
+        page.screenshot(path=str(Path(os.environ["PAGE_SCREENSHOTS"]) / f"{name}.png"), full_page=True)
+
+
 def shown_rows(container):
     """(name, value) of each bar row in `container` (an element), top to bottom."""
     return [
@@ -172,7 +178,7 @@ def test_index_lists_every_served_model(page, server):
     assert [box.get_attribute("name") for box in page.query_selector_all("textarea")] == ["question", "context"]
 
 
-def test_classifier_bars_word_pieces_and_hostile_strings(page, server, tmp_path):
+def test_classifier_bars_word_pieces_and_hostile_strings(page, server):
     open_model(page, server, "classifier")
     assert page.input_value("#input-text") != "", "an example is filled in"
     text = "the quick brown fox jumps , a b c the quick brown foxes jump !"
@@ -187,9 +193,7 @@ def test_classifier_bars_word_pieces_and_hostile_strings(page, server, tmp_path)
     assert len(pieces["word_pieces"][0]) == MAX_SEQ_LENGTH and pieces["truncated_pieces"][0][0] > 0
     kept = len(text.encode()[: pieces["kept_bytes"][0][0]].decode())
     assert page.text_content(".truncated .cut") == text[kept:]
-    page.screenshot(path=str(tmp_path / "classifier.png"), full_page=True)
-    if os.environ.get("PAGE_SCREENSHOTS"):  # to look at by eye
-        shutil.copy(tmp_path / "classifier.png", Path(os.environ["PAGE_SCREENSHOTS"]) / "classifier.png")
+    screenshot(page, "classifier")
 
     # A hostile label and text are shown as text: nothing runs, no element is made of them.
     compute(page, text=HOSTILE_TEXT)
@@ -228,6 +232,7 @@ def test_tagger_entities_and_word_tags(page, server):
     untagged = "(() => { const p = document.querySelector('.tagged').cloneNode(true); "
     untagged += "p.querySelectorAll('.tag').forEach((tag) => tag.remove()); return p.textContent; })()"
     assert page.evaluate(untagged) == text  # the whole text, labels aside
+    screenshot(page, "tagger")
 
 
 def test_span_answer_in_the_context(page, server):
@@ -241,6 +246,7 @@ def test_span_answer_in_the_context(page, server):
     assert page.text_content(".score") == f"{outputs['score'][0]:.3f}"
     segments = [span.get_attribute("class") for span in page.query_selector_all(".row-pieces span")]
     assert "segment-0" in segments and "segment-1" in segments
+    screenshot(page, "span")
 
 
 def test_fill_mask_top_words(page, server):
@@ -253,6 +259,7 @@ def test_fill_mask_top_words(page, server):
     for index, mask in enumerate(masks):
         tokens, probabilities = outputs["top_tokens"][0][index], outputs["top_probabilities"][0][index]
         assert shown_rows(mask) == [(token, f"{p:.3f}") for token, p in zip(tokens, probabilities)]
+    screenshot(page, "fill-mask")
 
 
 def test_reranker_candidates_by_score(page, server):
@@ -263,6 +270,7 @@ def test_reranker_candidates_by_score(page, server):
     assert [name for name, _ in shown_rows(page.query_selector("#result"))] == [
         documents[i] for i in np.argsort(-np.array(scores))
     ]
+    screenshot(page, "reranker")
 
 
 def test_embedder_cosine_of_the_texts(page, server):
@@ -272,6 +280,7 @@ def test_embedder_cosine_of_the_texts(page, server):
     embeddings = np.array(rest_predict(server, "embedder", {"text": texts}))
     cosines = embeddings[1:] @ embeddings[0] / (np.linalg.norm(embeddings[1:], axis=1) * np.linalg.norm(embeddings[0]))
     assert shown_rows(page.query_selector("#result")) == [(text, f"{c:.3f}") for text, c in zip(texts[1:], cosines)]
+    screenshot(page, "embedder")
 
 
 def test_serve_command_prints_the_page_address(bases, monkeypatch, capsys):
