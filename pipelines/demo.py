@@ -324,7 +324,8 @@ def _summary(out, started, finetune_steps, vocab, records, corpus):
         "Serve them with TensorFlow Serving (docker; see docs/serving.md):\n"
         f"  docker run -p 8500:8500 -p 8501:8501 -v {serving.resolve()}/docstring_package:/models/bert "
         "-e MODEL_NAME=bert tensorflow/serving\n"
-        f"or, without Docker, the same APIs on the same loader: bert-keras serve {serving}/docstring_package"
+        f"or, without Docker, the same APIs on the same loader: bert-keras serve {serving}/docstring_package\n"
+        "and try the classifier in a browser: http://127.0.0.1:8501/models/bert"
     )
 
 

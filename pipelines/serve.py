@@ -3,7 +3,8 @@
 For development and tests where `tensorflow_model_server` cannot run; in production use
 TF Serving itself (see docs/serving.md). Serves the newest version under MODEL_BASE, or
 the models, version policies and labels of a ModelServerConfig (`--model-config-file`, as
-tensorflow_model_server's --model_config_file). Runs until interrupted.
+tensorflow_model_server's --model_config_file). Runs until interrupted. `GET /` on the
+REST port is a page to try each model in a browser.
 """
 
 import time
@@ -70,7 +71,7 @@ def run(args):
     urls = ", ".join(f"http://{args.host}:{server.rest_port}/v1/models/{name}" for name in server.models)
     print(
         f"serving {args.model_base or args.model_config_file}: {models}; gRPC {args.host}:{server.grpc_port}, "
-        f"REST {urls}",
+        f"REST {urls}; try them in a browser: http://{args.host}:{server.rest_port}/",
         flush=True,
     )
     try:

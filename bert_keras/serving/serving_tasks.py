@@ -109,6 +109,35 @@ def _pad_tokens(tensor, length):
     return tf.pad(tensor, padding)
 
 
+def word_pieces_outputs(preprocessor, texts):
+    """What `preprocessor` packs from `texts` (one `[batch]` string tensor per segment),
+    for people to read: `word_pieces` `[batch, seq]` (the packed tokens, "" past each
+    row's end), `input_type_ids` (each piece's segment), `kept_bytes` `[batch, segments]`
+    (where in each segment's text the kept pieces end: the bytes after it were not read,
+    cut by truncation or by the tokenizer's byte bound) and `truncated_pieces` `[batch,
+    segments]` (the pieces truncation dropped)."""
+    tokenizer = preprocessor.tokenizer
+    tokenized = [tokenizer.tokenize_with_offsets(text) for text in texts]
+    packed = preprocessor.packer([ids for ids, _, _ in tokenized])
+    mask = packed["input_mask"] > 0
+    tokens = tf.where(mask, tf.gather(tf.constant(tokenizer.vocabulary), packed["input_word_ids"]), "")
+    kept_bytes, truncated = [], []
+    for segment, (ids, _, ends) in enumerate(tokenized):
+        # Segment i's pieces have type i, with its [SEP] (and the [CLS] before segment 0).
+        in_segment = tf.logical_and(mask, tf.equal(packed["input_type_ids"], segment))
+        kept = tf.reduce_sum(tf.cast(in_segment, tf.int64), axis=1) - (2 if segment == 0 else 1)
+        none = tf.size(ends.flat_values, out_type=tf.int64)  # the 0 appended below
+        last = tf.where(kept > 0, ends.row_starts() + kept - 1, none)
+        kept_bytes.append(tf.gather(tf.concat([ends.flat_values, [0]], 0), last))
+        truncated.append(ids.row_lengths() - kept)
+    return {
+        "word_pieces": tokens,
+        "input_type_ids": packed["input_type_ids"],
+        "kept_bytes": tf.stack(kept_bytes, axis=1),
+        "truncated_pieces": tf.stack(truncated, axis=1),
+    }
+
+
 class EncoderSignature(ServingSignature):
     """`pooled_output`, `sequence_output` and `input_mask`."""
 
@@ -124,6 +153,8 @@ class EncoderSignature(ServingSignature):
 class FillMaskSignature(ServingSignature):
     """Top-k fillers of each `[MASK]`: `mask_positions`, `top_ids`, `top_tokens`,
     `top_probabilities` (-1, "" and 0 where a row has fewer masks)."""
+
+    serves_word_pieces = False  # it reads a literal [MASK] as the mask, not as text
 
     def __init__(self, model, preprocessor, top_k=5):
         super().__init__(model, preprocessor)

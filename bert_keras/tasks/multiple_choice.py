@@ -109,6 +109,7 @@ class MultipleChoiceSignature(ServingSignature):
     `serve_ids` takes the packed ids shaped `[batch, num_choices, seq]`."""
 
     micro_batching = False  # rows are [batch, choices, seq]
+    serves_word_pieces = False
 
     def text_inputs(self, segments):
         *contexts, choices = segments

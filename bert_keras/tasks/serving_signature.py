@@ -33,6 +33,9 @@ class ServingSignature:
     """
 
     micro_batching = True
+    # The export adds a `word_pieces` signature of what `preprocessor` packs from the
+    # texts; False where the model reads them otherwise (windows, literal [MASK]s, choices).
+    serves_word_pieces = True
 
     def __init__(self, model, preprocessor, label_table=None):
         self.model = model
@@ -44,6 +47,7 @@ class ServingSignature:
         self.max_windows = getattr(model, "max_windows", None)
         if self.doc_stride is not None:
             self.micro_batching = False  # micro-batches cut `[batch, seq]` rows, not windows
+            self.serves_word_pieces = False
 
     def pack(self, texts):
         """Request texts (one `[batch]` string tensor per segment) -> packed model inputs,

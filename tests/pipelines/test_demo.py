@@ -2,12 +2,14 @@
 
 import json
 import re
+import urllib.request
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from bert_keras.data.tfrecords import parse_example
+from bert_keras.serving.tfserving.local_server import LocalModelServer
 from bert_keras.serving.tfserving.session import SessionPredictor
 from bert_keras_cli.cli import main as cli
 from bert_keras_cli.demo import CLASSIFY_REQUESTS, FILL_MASK_REQUESTS, TASK_PACKAGES
@@ -130,6 +132,18 @@ def test_demo_answers_are_valid_served_predictions(demo_run):
     served = re.search(r"served dev accuracy ([0-9.]+) on (\d+) held-out docstrings", printed)
     dev_rows = len((out / "task" / "dev.tsv").read_text(encoding="utf-8").splitlines()) - 1
     assert served and int(served.group(2)) == dev_rows
+
+    # The demo ends with the page's address: `bert-keras serve` as printed answers it, for the classifier.
+    ending = re.search(
+        r"bert-keras serve (\S+)\n.* in a browser: http://127\.0\.0\.1:8501(/models/\w+)$", printed, re.M
+    )
+    server = LocalModelServer(ending.group(1), grpc_port=0, rest_port=0).start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.rest_port}{ending.group(2)}/info") as reply:
+            info = json.loads(reply.read())
+    finally:
+        server.stop()
+    assert (info["head_kind"], info["labels"]) == ("classifier", sorted(TASK_PACKAGES))
 
 
 @pytest.mark.slow

@@ -62,11 +62,18 @@ class SavedModelPredictor(RowPredictor):
         )
 
 
-def export_kind(path, export, outputs):
-    """The `head_kind` the export recorded, else the one its `outputs` tell (an older export)."""
+def recorded_kind(export, outputs):
+    """The `head_kind` the export recorded, else the one its `outputs` tell (an older
+    export); None for neither (e.g. a bare encoder)."""
     kind = read_head_kind(export)
     if kind is None:
         kind = next((kind for output, kind in KIND_OF_OUTPUT if output in outputs), None)
+    return kind
+
+
+def export_kind(path, export, outputs):
+    """`recorded_kind`, which must be one that predict decodes."""
+    kind = recorded_kind(export, outputs)
     if kind not in RECORDS:
         raise ValueError(f"{path}: an export of outputs {sorted(outputs)}, which predict does not decode")
     return kind

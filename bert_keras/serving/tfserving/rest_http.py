@@ -3,7 +3,8 @@
 A listen backlog of `LISTEN_BACKLOG`, up to `max_connections` served at once (more wait in
 the backlog), keep-alive, a request larger than `max_request_bytes` refused before its body
 is read (HTTP 413), a request whose bytes stop coming dropped after `request_timeout`
-seconds, and every refusal answered as JSON.
+seconds, and every refusal answered as JSON. The page to try the models (`model_page`)
+answers its own paths, which are not TF Serving's.
 """
 
 import json
@@ -12,6 +13,8 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from bert_keras.serving.tfserving.model_page import CONTENT_SECURITY_POLICY, page_reply
 
 _READ_CHUNK = 1 << 20
 LISTEN_BACKLOG = 1024  # evhttp listens with the system's maximum (SOMAXCONN, 4096 on Linux)
@@ -38,9 +41,11 @@ class RestHandler(BaseHTTPRequestHandler):
         self.deadline = time.monotonic() + self.server.model_server.request_timeout
         return super().parse_request()
 
-    def _reply(self, status, data, body=True):
+    def _reply(self, status, data, body=True, content_type="application/json"):
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
+        if content_type.startswith("text/html"):
+            self.send_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         self.send_header("Content-Length", str(len(data)))
         if self.close_connection:
             self.send_header("Connection", "close")
@@ -128,6 +133,10 @@ class RestHandler(BaseHTTPRequestHandler):
         except (ValueError, TimeoutError, OSError) as caught:
             self.close_connection = True
             return self._reply(400, json.dumps({"error": f"Bad request body: {caught}"}).encode(), body)
+        page = page_reply(self.server.model_server, self.command, self.path)
+        if page is not None:
+            status, content_type, data = page
+            return self._reply(status, data, body, content_type)
         self._reply(*self.server.model_server.rest(self.command, self.path, data), body=body)
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _handle
