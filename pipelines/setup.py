@@ -8,8 +8,8 @@ from pathlib import Path
 
 # The command line of the run in --output-dir, beside its backups, until the run ends.
 COMMAND = Path("checkpoints") / "command.json"
-# Flags that do not change what a run computes.
-NOT_COMPARED = ("overwrite", "verbose", "func")
+# Flags that do not change what a run computes (interim_evaluation: a search's hook, `finetune.search`).
+NOT_COMPARED = ("overwrite", "verbose", "func", "interim_evaluation")
 # Arguments that name no file the run reads.
 NOT_INPUTS = ("output_dir", "output", "task", "strategy", "tpu", "devices", "optimizer")
 

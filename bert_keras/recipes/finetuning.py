@@ -19,7 +19,13 @@ from bert_keras.models.dtype import with_dtype
 from bert_keras.models.encoder import set_recompute
 from bert_keras.training import distribute
 from bert_keras.training.backup import fit_from_backup, prune_logs
-from bert_keras.training.callbacks import EvaluateAndKeepBest, StopAfterSteps, TensorBoard, TimeBudget
+from bert_keras.training.callbacks import (
+    EvaluateAndKeepBest,
+    EvaluateAtStep,
+    StopAfterSteps,
+    TensorBoard,
+    TimeBudget,
+)
 from bert_keras.training.finetuning import fitting_batch_size, schedule
 from bert_keras.training.optimization import create_optimizer
 from bert_keras.training.progress import fit_progress
@@ -62,6 +68,7 @@ def finetune(
     strategy=None,
     jit_compile="auto",
     recompute=False,
+    interim_evaluation=None,
     verbose="auto",
 ):
     """Fine-tunes `model` (a task built in `strategy`'s scope) on `train_batches` of
@@ -80,6 +87,9 @@ def finetune(
     go to the task's `compile` ("auto": XLA on GPUs and TPUs, not on CPU, where it ran slower,
     nor with windows); `recompute`: `BertEncoder(recompute=True)`. `saved_model` is what
     `best.keras` holds (default `model`; a `BertDistiller` keeps its student).
+    `interim_evaluation`: (fraction, report): after that fraction of the steps, the dev
+    metrics go to `report(metrics, main_metric, step)`, which may raise to stop the run
+    (a search's early discarding, `recipes.search`).
     Backed up to `output_dir/checkpoints/` every `backup_steps` steps, at epoch ends and on
     SIGTERM (`training.backup.StepBackup`), a run called again with the same arguments resumes
     there (`train_batches` must be deterministic) and ends as an uninterrupted run would.
@@ -104,11 +114,20 @@ def finetune(
     ):
         output_dir.mkdir(parents=True, exist_ok=True)
         stops = [budget, *([StopAfterSteps(total, steps_per_epoch)] if total < planned else [])]
+        if interim_evaluation is not None:
+            fraction, report = interim_evaluation
+            stops.append(
+                EvaluateAtStep(
+                    max(1, round(fraction * total)), evaluate, lambda metrics, step: report(metrics, main_metric, step)
+                )
+            )
         batches = functools.partial(
             _replica_batches, model, build, preprocessed, strategy, fitted_batch, max_seq_length
         )
         history = _fit(model, batches, backup, [*stops, keeper], plan, epochs, output_dir, strategy, verbose)
-        evaluations = [*keeper.history, {"train_seconds": round(budget.seconds, 1)}]
+        steps_done = int(model.optimizer.iterations.numpy())
+        summary = {"train_seconds": round(budget.seconds, 1), "steps": steps_done, "main_metric": main_metric}
+        evaluations = [*keeper.history, summary]
         (output_dir / "eval_results.json").write_text(json.dumps(evaluations, indent=2) + "\n")
         model.set_weights(keeper.best_weights)
         with_dtype(saved_model or model).save(output_dir / "best.keras")  # the model alone: no optimizer state
