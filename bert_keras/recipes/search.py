@@ -22,7 +22,7 @@ from pathlib import Path
 
 import optuna
 
-from bert_keras.recipes.search_report import best_record, plot_search, trial_name
+from bert_keras.recipes.search_report import SHORT_NAMES, best_record, plot_search, trial_name
 
 # Appendix A.3 of the paper, and Section 4.1 (GLUE).
 PRESETS = {
@@ -41,7 +41,8 @@ class TrialDiscarded(optuna.TrialPruned):
 
 def grid(dimensions, restarts=None, seed=0):
     """The trials (settings dicts) of the product of `dimensions` (name -> list of values),
-    in order; `restarts`: each configuration with seeds `seed`, `seed + 1`, ... (`restarts` of them)."""
+    the settings in `SHORT_NAMES`' order, then by name; `restarts`: each configuration with
+    seeds `seed`, `seed + 1`, ... (`restarts` of them)."""
     dimensions = dict(dimensions)
     for name, values in dimensions.items():
         if not values:
@@ -52,8 +53,8 @@ def grid(dimensions, restarts=None, seed=0):
         if "seed" in dimensions:
             raise ValueError("seeds given both as a list and as restarts: give one")
         dimensions["seed"] = list(range(seed, seed + restarts))
-    names = list(dimensions)
-    return [dict(zip(names, values)) for values in itertools.product(*dimensions.values())]
+    names = sorted(dimensions, key=lambda name: (list(SHORT_NAMES).index(name) if name in SHORT_NAMES else 99, name))
+    return [dict(zip(names, values)) for values in itertools.product(*(dimensions[name] for name in names))]
 
 
 def open_storage(url, output_dir):
