@@ -220,6 +220,7 @@ def _run(study, trial, run_trial, output_dir, discard_after, worker, beat):
     for key, item in record.items():
         trial.set_user_attr(key, item)
     study.tell(trial, result.get("value"), state=state)
+    write_records(study, output_dir)
     if state == optuna.trial.TrialState.PRUNED:
         shutil.rmtree(trial_dir, ignore_errors=True)
 

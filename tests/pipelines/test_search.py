@@ -15,10 +15,12 @@ import time
 import keras
 import numpy as np
 import pytest
-from conftest import DATA, VOCAB_FILE, require
+from conftest import DATA, require
 
 from bert_keras import BertConfig, BertEncoder
+from bert_keras.recipes import search as searching
 from bert_keras_cli.cli import main as cli
+from bert_keras_cli.finetune.search import PRESETS
 
 # 12 training pairs in batches of 4: 3 steps an epoch.
 COMMON = ["--verbose", "0", "--eval-batch-size", "12", "--batch-size", "4"]
@@ -26,14 +28,17 @@ COMMON = ["--verbose", "0", "--eval-batch-size", "12", "--batch-size", "4"]
 
 def embedder_command(folder):
     """`finetune embedder` on 12 SST-2 sentence pairs (dev: the same pairs, ranked by nDCG@10,
-    a metric of many values) from a one-layer tiny encoder."""
+    a metric of many values) from a one-layer tiny encoder whose vocabulary is the pairs' words
+    (small files: trials, backups and the best model are written fast)."""
     rows = [row.split("\t")[0] for row in require(DATA / "glue" / "SST-2" / "dev.tsv").read_text().splitlines()[1:25]]
     pairs = folder / "pairs.tsv"
     pairs.write_text("anchor\tpositive\n" + "".join(f"{a}\t{b}\n" for a, b in zip(rows[::2], rows[1::2])))
-    encoder = folder / "encoder.keras"
+    words = sorted({word for row in rows for word in re.findall(r"\w+|[^\w\s]", row.lower())})
+    vocab, encoder = folder / "vocab.txt", folder / "encoder.keras"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
     if not encoder.exists():
-        BertEncoder(BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1)).save(encoder)
-    data = ["--train", str(pairs), "--dev", str(pairs), "--init", str(encoder), "--vocab", str(require(VOCAB_FILE))]
+        BertEncoder(BertConfig.preset("tiny", vocab_size=len(words) + 5, num_hidden_layers=1)).save(encoder)
+    data = ["--train", str(pairs), "--dev", str(pairs), "--init", str(encoder), "--vocab", str(vocab)]
     return ["finetune", "embedder", *data, *COMMON]
 
 
@@ -66,6 +71,7 @@ def test_dry_run_lists_the_papers_grids_and_bad_grids_are_one_line_errors(tmp_pa
     rates = ("5e-05", "4e-05", "3e-05", "2e-05")
     assert [name.split()[0] for name in names] == [f"lr{rate}_bs32_ep3" for rate in rates]
     assert not (tmp_path / "search").exists()
+    assert set(PRESETS) == set(searching.PRESETS)  # the flag's choices, named without importing Optuna
 
     for flags, message in [
         (["--search", "devlin", "--learning-rate", "1e-5,2e-5"], "--search devlin sets --learning-rate: give one"),
@@ -154,22 +160,22 @@ def test_a_killed_workers_trial_is_resumed_by_the_next(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "trial lr0.001: " in out and "resuming after step" in out
     found = records(output)
-    assert [(record["trial"], record["status"]) for record in found] == [
-        ("lr0.001", "complete"),
+    assert sorted((record["trial"], record["status"]) for record in found) == [
         ("lr0.0001", "complete"),
+        ("lr0.001", "complete"),
     ]
 
 
 @pytest.mark.slow
 def test_discard_after_stops_trials_below_the_median_of_their_peers(tmp_path, capsys):
-    """--discard-after 0.5 on five trials run one after the other: each trial from the
-    third on whose nDCG@10 halfway is below the median of the earlier trials' there is
-    stopped, recorded as discarded, its folder gone; the first two (too few peers) run on."""
+    """--discard-after 0.5 on three trials run one after the other: the first two (too few
+    peers) run to the end; the third, whose nDCG@10 halfway is below the median of theirs
+    there (it learns at a tenth of their rate), is stopped, recorded as discarded, its folder gone."""
     output = tmp_path / "search"
     argv = [*embedder_command(tmp_path), "--output-dir", str(output), "--epochs", "2", "--discard-after", "0.5"]
-    assert cli([*argv, "--learning-rate", "3e-4,1e-4,5e-2,2e-2,1e-5"]) == 0
+    assert cli([*argv, "--learning-rate", "3e-4,1e-4,1e-5"]) == 0
     found = records(output)
-    assert len(found) == 5
+    assert len(found) == 3
     interim = []
     for record in found:
         value = record["interim"]["ndcg@10"]
@@ -178,5 +184,5 @@ def test_discard_after_stops_trials_below_the_median_of_their_peers(tmp_path, ca
         assert record["status"] == ("discarded" if discarded else "complete"), (record, interim)
         assert (output / "trials" / record["trial"]).exists() == (not discarded)
         interim.append(value)
-    assert any(record["status"] == "discarded" for record in found)
+    assert [record["status"] for record in found] == ["complete", "complete", "discarded"]
     assert "discarded at step 3" in capsys.readouterr().out
