@@ -87,6 +87,8 @@ def run_search(args, grid, run_in_output_dir):
             raise
         raise ValueError("a search needs Optuna: pip install 'bert-keras[search]'") from None
     trials = searching.grid(grid, args.restarts, args.seed)
+    if args.overwrite:
+        raise ValueError("--overwrite does not start a search over: remove its --output-dir (and --study) instead")
     if args.discard_after is not None and not 0 < args.discard_after < 1:
         raise ValueError(f"--discard-after must be a fraction between 0 and 1, got {args.discard_after}")
     if args.dry_run:
@@ -95,7 +97,6 @@ def run_search(args, grid, run_in_output_dir):
         print(f"{len(trials)} trials")
         return 0
     base = {name: value for name, value in vars(args).items() if name not in SEARCH_FLAGS}
-    base["overwrite"] = False
     shared = argparse.Namespace(**{**base, **{name: None for name in trials[0]}})
     identity = command_identity(shared)
     del identity["settings"]["output_dir"]  # the workers of one study may write to their own folders

@@ -79,6 +79,7 @@ def test_dry_run_lists_the_papers_grids_and_bad_grids_are_one_line_errors(tmp_pa
         (["--seed", "1,2", "--restarts", "2"], "seeds given both as a list and as restarts"),
         (["--learning-rate", "1e-5,2e-5", "--discard-after", "1.5"], "--discard-after must be a fraction"),
         (["--keep-models"], "--keep-models is for a search"),
+        (["--learning-rate", "1e-5,2e-5", "--overwrite"], "--overwrite does not start a search over"),
         (["--learning-rate", "1e-5,2e-5", "--study", "sqlite:////no/such/folder/x.db"], "cannot open it"),
     ]:
         assert cli([*base, *flags]) == 2, flags
