@@ -87,9 +87,8 @@ def finetune(
     go to the task's `compile` ("auto": XLA on GPUs and TPUs, not on CPU, where it ran slower,
     nor with windows); `recompute`: `BertEncoder(recompute=True)`. `saved_model` is what
     `best.keras` holds (default `model`; a `BertDistiller` keeps its student).
-    `interim_evaluation`: (fraction, report): after that fraction of the steps, the dev
-    metrics go to `report(metrics, main_metric, step)`, which may raise to stop the run
-    (a search's early discarding, `recipes.search`).
+    `interim_evaluation` (fraction, report): `report(metrics, main_metric, step)` after that
+    fraction of the steps, which may raise to stop the run (`recipes.search` discarding it).
     Backed up to `output_dir/checkpoints/` every `backup_steps` steps, at epoch ends and on
     SIGTERM (`training.backup.StepBackup`), a run called again with the same arguments resumes
     there (`train_batches` must be deterministic) and ends as an uninterrupted run would.
@@ -113,30 +112,42 @@ def finetune(
         distribute.chief_path(output_dir, strategy) as output_dir,
     ):
         output_dir.mkdir(parents=True, exist_ok=True)
-        stops = [budget, *([StopAfterSteps(total, steps_per_epoch)] if total < planned else [])]
-        if interim_evaluation is not None:
-            fraction, report = interim_evaluation
-            stops.append(
-                EvaluateAtStep(
-                    max(1, round(fraction * total)), evaluate, lambda metrics, step: report(metrics, main_metric, step)
-                )
-            )
+        stops = [budget, *_stops(total, planned, steps_per_epoch, interim_evaluation, evaluate, main_metric)]
         batches = functools.partial(
             _replica_batches, model, build, preprocessed, strategy, fitted_batch, max_seq_length
         )
         history = _fit(model, batches, backup, [*stops, keeper], plan, epochs, output_dir, strategy, verbose)
-        steps_done = int(model.optimizer.iterations.numpy())
-        summary = {"train_seconds": round(budget.seconds, 1), "steps": steps_done, "main_metric": main_metric}
-        evaluations = [*keeper.history, summary]
-        (output_dir / "eval_results.json").write_text(json.dumps(evaluations, indent=2) + "\n")
-        model.set_weights(keeper.best_weights)
-        with_dtype(saved_model or model).save(output_dir / "best.keras")  # the model alone: no optimizer state
+        evaluations = _write_run(output_dir, keeper, budget, model, saved_model)
         backup.remove()
     print(
         f"best {main_metric}: {keeper.best[main_metric]:.4f} (epoch {keeper.best['epoch']}); "
         f"model in {output_dir / 'best.keras'}"
     )
     return FinetuningRun(model, history, keeper.best, evaluations)
+
+
+def _stops(total, planned, steps_per_epoch, interim_evaluation, evaluate, main_metric):
+    """The callbacks that end a run of `total` steps early: at `total` when the plan runs past
+    it, and `interim_evaluation`'s (fraction, report), whose report may raise."""
+    stops = [StopAfterSteps(total, steps_per_epoch)] if total < planned else []
+    if interim_evaluation is not None:
+        fraction, report = interim_evaluation
+        step = max(1, round(fraction * total))
+        stops.append(EvaluateAtStep(step, evaluate, lambda metrics, at: report(metrics, main_metric, at)))
+    return stops
+
+
+def _write_run(output_dir, keeper, budget, model, saved_model):
+    """`eval_results.json` (every epoch's metrics, then the training seconds, steps and main
+    metric) and `best.keras`: the best weights, the model alone (no optimizer state).
+    Returns the evaluations."""
+    steps = int(model.optimizer.iterations.numpy())
+    summary = {"train_seconds": round(budget.seconds, 1), "steps": steps, "main_metric": keeper.main_metric}
+    evaluations = [*keeper.history, summary]
+    (output_dir / "eval_results.json").write_text(json.dumps(evaluations, indent=2) + "\n")
+    model.set_weights(keeper.best_weights)
+    with_dtype(saved_model or model).save(output_dir / "best.keras")
+    return evaluations
 
 
 def _backup(output_dir, strategy, backup_steps, plan, **states):
