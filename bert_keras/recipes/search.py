@@ -24,11 +24,6 @@ import optuna
 
 from bert_keras.recipes.search_report import SHORT_NAMES, best_record, plot_search, trial_name
 
-# Appendix A.3 of the paper, and Section 4.1 (GLUE).
-PRESETS = {
-    "devlin": {"batch_size": [16, 32], "learning_rate": [5e-5, 3e-5, 2e-5], "epochs": [2, 3, 4]},
-    "devlin-glue": {"batch_size": [32], "epochs": [3], "learning_rate": [5e-5, 4e-5, 3e-5, 2e-5]},
-}
 STUDY_NAME = "search"
 # A trial is discarded only against at least this many other trials evaluated at the same point.
 MIN_PEERS = 2

@@ -1,9 +1,15 @@
-"""A search's results read for people: trial names, the best trial, a table per
-configuration (mean, sd, min, max over its seeds) and a plot of every trial."""
+"""A search's grids and results read for people, with no Optuna: the paper's grids, trial
+names, the best trial, a table per configuration (mean, sd, min, max over its seeds) and a
+plot of every trial."""
 
 import math
 import statistics
 
+# Appendix A.3 of the paper, and Section 4.1 (GLUE).
+PRESETS = {
+    "devlin": {"batch_size": [16, 32], "learning_rate": [5e-5, 3e-5, 2e-5], "epochs": [2, 3, 4]},
+    "devlin-glue": {"batch_size": [32], "epochs": [3], "learning_rate": [5e-5, 4e-5, 3e-5, 2e-5]},
+}
 # How a setting is written in a trial's name; others by their own name.
 SHORT_NAMES = {"learning_rate": "lr", "batch_size": "bs", "epochs": "ep", "seed": "seed"}
 

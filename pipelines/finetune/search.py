@@ -12,7 +12,7 @@ from bert_keras_cli.arguments import ValueList
 
 # The flags of a search; a trial's command line is the search's without them.
 SEARCH_FLAGS = ("search", "restarts", "dry_run", "study", "keep_models", "discard_after", "grace_period")
-PRESETS = ("devlin", "devlin-glue")  # bert_keras.recipes.search.PRESETS, named without importing Optuna
+PRESETS = ("devlin", "devlin-glue")  # recipes.search_report.PRESETS: parsing imports no TensorFlow
 
 
 def add_search_arguments(parser):
@@ -56,7 +56,7 @@ def dimensions(args):
         setattr(args, name, values[0])
     grid = {name: values for name, values in listed.items() if len(values) > 1}
     if args.search:
-        from bert_keras.recipes.search import PRESETS as GRIDS
+        from bert_keras.recipes.search_report import PRESETS as GRIDS
 
         both = sorted(set(GRIDS[args.search]) & set(listed))
         if both:
