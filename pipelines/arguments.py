@@ -124,9 +124,34 @@ def training_options(args):
     }
 
 
-def add_training_arguments(parser, output_help, overwrite_help, learning_rate, epochs, batch_size, max_seq_length):
+class ValueList(list):
+    """A flag's values given as a comma list: a dimension of `finetune`'s search grid."""
+
+
+def value_list(parse):
+    """An argument type: one value or a comma list of them (`ValueList`), each read by
+    `parse`; one that does not parse, or an empty item, is an error naming it."""
+
+    def read(text):
+        items = [item.strip() for item in text.split(",")]
+        if not all(items):
+            raise argparse.ArgumentTypeError(f"empty value in the list {text!r}")
+        try:
+            return ValueList(parse(item) for item in items)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a list of {parse.__name__} values: {text!r}") from None
+
+    read.__name__ = parse.__name__
+    return read
+
+
+def add_training_arguments(
+    parser, output_help, overwrite_help, learning_rate, epochs, batch_size, max_seq_length, grid=False
+):
     """The flags of a fine-tuning run (`finetune`'s tasks and `distill`): --output-dir and
-    --overwrite, the schedule and its limits, evaluation, seed, distribution, XLA, progress."""
+    --overwrite, the schedule and its limits, evaluation, seed, distribution, XLA, progress.
+    `grid`: --epochs, --batch-size, --learning-rate and --seed take comma lists (`ValueList`)."""
+    listed = value_list if grid else (lambda parse: parse)
     parser.add_argument(
         "--output-dir", required=True, help=f"{output_help}; the same command run again resumes the run in it"
     )
@@ -137,9 +162,9 @@ def add_training_arguments(parser, output_help, overwrite_help, learning_rate, e
         default=BACKUP_STEPS,
         help=f"back up the run every this many steps (and at every epoch end and on SIGTERM; default {BACKUP_STEPS})",
     )
-    parser.add_argument("--epochs", type=float, default=epochs)
-    parser.add_argument("--batch-size", type=int, default=batch_size)
-    parser.add_argument("--learning-rate", type=float, default=learning_rate)
+    parser.add_argument("--epochs", type=listed(float), default=epochs)
+    parser.add_argument("--batch-size", type=listed(int), default=batch_size)
+    parser.add_argument("--learning-rate", type=listed(float), default=learning_rate)
     parser.add_argument("--warmup-proportion", type=float, default=0.1)
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--max-seq-length", type=int, default=max_seq_length)
@@ -149,7 +174,7 @@ def add_training_arguments(parser, output_help, overwrite_help, learning_rate, e
         "--max-train-minutes", type=float, help="time budget: stop after the step that exceeds it, then evaluate"
     )
     parser.add_argument("--eval-batch-size", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=listed(int), default=0)
     add_distribution_arguments(parser)
     add_jit_compile_argument(
         parser,

@@ -8,8 +8,9 @@ from pathlib import Path
 
 # The command line of the run in --output-dir, beside its backups, until the run ends.
 COMMAND = Path("checkpoints") / "command.json"
-# Flags that do not change what a run computes (`argv`: the command line as typed).
-NOT_COMPARED = ("overwrite", "verbose", "func", "argv")
+# Flags that do not change what a run computes (`argv`: the command line as typed;
+# interim_evaluation: a search's hook, `finetune.search`).
+NOT_COMPARED = ("overwrite", "verbose", "func", "argv", "interim_evaluation")
 # Arguments that name no file the run reads.
 NOT_INPUTS = ("output_dir", "output", "task", "strategy", "tpu", "devices", "optimizer")
 

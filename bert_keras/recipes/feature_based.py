@@ -88,7 +88,9 @@ def train_feature_tagger(
     plan.update(learning_rate=learning_rate, seed=seed)
     backup = StepBackup(output_dir / CACHE.parent, save_freq=backup_steps, states={"keeper": keeper}, plan=plan)
     history = _fit(trainer, backup, cache.train, plan, verbose)
-    keeper.history.append({"cache_seconds": cache_seconds, "train_seconds": round(time.perf_counter() - start, 1)})
+    seconds = round(time.perf_counter() - start, 1)
+    keeper.history.append({"cache_seconds": cache_seconds, "train_seconds": seconds, "steps": total})
+    keeper.history[-1]["main_metric"] = "f1"
     (output_dir / "eval_results.json").write_text(json.dumps(keeper.history, indent=2) + "\n")
     trainer.set_weights(keeper.best_weights)
     with_dtype(model).save(output_dir / "best.keras")

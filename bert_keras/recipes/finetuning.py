@@ -20,7 +20,13 @@ from bert_keras.models.dtype import with_dtype
 from bert_keras.models.encoder import set_recompute
 from bert_keras.training import distribute
 from bert_keras.training.backup import fit_from_backup, prune_logs
-from bert_keras.training.callbacks import EvaluateAndKeepBest, StopAfterSteps, TensorBoard, TimeBudget
+from bert_keras.training.callbacks import (
+    EvaluateAndKeepBest,
+    EvaluateAtStep,
+    StopAfterSteps,
+    TensorBoard,
+    TimeBudget,
+)
 from bert_keras.training.evaluation_summaries import EvaluationSummaries
 from bert_keras.training.finetuning import fitting_batch_size, schedule
 from bert_keras.training.optimization import create_optimizer
@@ -65,23 +71,31 @@ def finetune(
     strategy=None,
     jit_compile="auto",
     recompute=False,
+    interim_evaluation=None,
     verbose="auto",
 ):
-    """Fine-tunes `model` (a task built in `strategy`'s scope) on `train_batches` of `num_examples`: raw samples
-    batched at `batch_size` (the task's `preprocessed_dataset` packs them), or packed ones with
-    `preprocessed=True`; a dataset, or a function that builds it anew (which a run resumed inside an epoch needs
-    to see the same data: every iterator of one dataset shuffles anew). `evaluate(model) -> {metric: value}`
-    runs after every epoch, `on_best(metrics)` when it is the best so far, `report()` (its `EvaluationReport`)
-    into the logs and `evaluations/`; the best weights (by `main_metric`) go, without optimizer state, to
-    `output_dir/best.keras`, every epoch's metrics to `eval_results.json`, the curves to `logs/` (on the chief).
-    `epochs` may be fractional; `max_train_steps` and `max_train_minutes` stop earlier. Each global batch is
-    split into per-replica batches (an epoch's last, smaller batch is dropped; a set smaller than one batch is
-    one smaller batch), padded to `max_seq_length` where the strategy needs static shapes (TPUs). `loss` and
-    `jit_compile` go to the task's `compile` ("auto": XLA on GPUs and TPUs, not on CPU, where it ran slower, nor
-    with windows); `recompute`: `BertEncoder(recompute=True)`. `saved_model` is what `best.keras` holds (default
-    `model`; a `BertDistiller` keeps its student). Backed up to `output_dir/checkpoints/` every `backup_steps`
-    steps, at epoch ends and on SIGTERM (`training.backup.StepBackup`), a run called again with the same
-    arguments resumes there (`train_batches` must be deterministic) and ends as an uninterrupted run would.
+    """Fine-tunes `model` (a task built in `strategy`'s scope) on `train_batches` of
+    `num_examples`: raw samples batched at `batch_size` (the task's
+    `preprocessed_dataset` packs them), or packed ones with `preprocessed=True`; a
+    dataset, or a function that builds it anew (which a run resumed inside an epoch needs
+    to see the same data: every iterator of one dataset shuffles anew).
+    `evaluate(model) -> {metric: value}` runs after every epoch (and `on_best(metrics)`
+    when an epoch is the best so far; `report()`, its `EvaluationReport`, into the logs
+    and `evaluations/`); the weights of the best `main_metric` are kept
+    and written, without optimizer state, as `output_dir/best.keras`, every epoch's
+    metrics as `eval_results.json` and the curves under `logs/` (on the chief).
+    `epochs` may be fractional; `max_train_steps` and `max_train_minutes` stop earlier.
+    Each global batch is split into per-replica batches (an epoch's last, smaller batch
+    is dropped; a set smaller than one batch is one smaller batch), padded to
+    `max_seq_length` where the strategy needs static shapes (TPUs). `loss` and `jit_compile`
+    go to the task's `compile` ("auto": XLA on GPUs and TPUs, not on CPU, where it ran slower,
+    nor with windows); `recompute`: `BertEncoder(recompute=True)`. `saved_model` is what
+    `best.keras` holds (default `model`; a `BertDistiller` keeps its student).
+    `interim_evaluation` (fraction, report): `report(metrics, main_metric, step)` after that
+    fraction of the steps, which may raise to stop the run (`recipes.search` discarding it).
+    Backed up to `output_dir/checkpoints/` every `backup_steps` steps, at epoch ends and on
+    SIGTERM (`training.backup.StepBackup`), a run called again with the same arguments resumes
+    there (`train_batches` must be deterministic) and ends as an uninterrupted run would.
     Returns a `FinetuningRun` (`history`: this call's epochs)."""
     strategy = strategy or tf.distribute.get_strategy()
     fitted_batch = fitting_batch_size(num_examples, batch_size, strategy.num_replicas_in_sync)
@@ -102,22 +116,43 @@ def finetune(
         distribute.chief_path(output_dir, strategy) as output_dir,
     ):
         output_dir.mkdir(parents=True, exist_ok=True)
-        stops = [budget, *([StopAfterSteps(total, steps_per_epoch)] if total < planned else [])]
+        stops = [budget, *_stops(total, planned, steps_per_epoch, interim_evaluation, evaluate, main_metric)]
         batches = functools.partial(
             _replica_batches, model, build, preprocessed, strategy, fitted_batch, max_seq_length
         )
         evaluation = [keeper, *([EvaluationSummaries(report, output_dir)] if report else [])]
         history = _fit(model, batches, backup, [*stops, *evaluation], plan, epochs, output_dir, strategy, verbose)
-        evaluations = [*keeper.history, {"train_seconds": round(budget.seconds, 1)}]
-        (output_dir / "eval_results.json").write_text(json.dumps(evaluations, indent=2) + "\n")
-        model.set_weights(keeper.best_weights)
-        with_dtype(saved_model or model).save(output_dir / "best.keras")  # the model alone: no optimizer state
+        evaluations = _write_run(output_dir, keeper, budget, model, saved_model)
         backup.remove()
     print(
         f"best {main_metric}: {keeper.best[main_metric]:.4f} (epoch {keeper.best['epoch']}); "
         f"model in {output_dir / 'best.keras'}"
     )
     return FinetuningRun(model, history, keeper.best, evaluations)
+
+
+def _stops(total, planned, steps_per_epoch, interim_evaluation, evaluate, main_metric):
+    """The callbacks that end a run of `total` steps early: at `total` when the plan runs past
+    it, and `interim_evaluation`'s (fraction, report), whose report may raise."""
+    stops = [StopAfterSteps(total, steps_per_epoch)] if total < planned else []
+    if interim_evaluation is not None:
+        fraction, report = interim_evaluation
+        step = max(1, round(fraction * total))
+        stops.append(EvaluateAtStep(step, evaluate, lambda metrics, at: report(metrics, main_metric, at)))
+    return stops
+
+
+def _write_run(output_dir, keeper, budget, model, saved_model):
+    """`eval_results.json` (every epoch's metrics, then the training seconds, steps and main
+    metric) and `best.keras`: the best weights, the model alone (no optimizer state).
+    Returns the evaluations."""
+    steps = int(model.optimizer.iterations.numpy())
+    summary = {"train_seconds": round(budget.seconds, 1), "steps": steps, "main_metric": keeper.main_metric}
+    evaluations = [*keeper.history, summary]
+    (output_dir / "eval_results.json").write_text(json.dumps(evaluations, indent=2) + "\n")
+    model.set_weights(keeper.best_weights)
+    with_dtype(saved_model or model).save(output_dir / "best.keras")
+    return evaluations
 
 
 def _backup(output_dir, strategy, backup_steps, plan, **states):

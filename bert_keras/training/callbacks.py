@@ -37,6 +37,21 @@ class StopAfterSteps(keras.callbacks.Callback):
                 print(f"\nstopping after batch {self.steps}: this epoch ran {ran} of its {self.steps_per_epoch}")
 
 
+class EvaluateAtStep(keras.callbacks.Callback):
+    """Once, right after optimizer step `step`: `report(evaluate(model), step)`, which may
+    raise to end the run there (a search discarding a trial early). A run resumed past
+    `step` does not evaluate again."""
+
+    def __init__(self, step, evaluate, report):
+        super().__init__()
+        self.step, self.evaluate, self.report = step, evaluate, report
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step == self.step:
+            self.report(self.evaluate(self.model), step)
+
+
 class TimeBudget(keras.callbacks.Callback):
     """Ends training (the epoch's evaluation still runs) once `minutes` of training have
     passed (none: never), counting the time before a resume; `seconds` is that time."""

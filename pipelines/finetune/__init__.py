@@ -10,6 +10,7 @@ epoch, the best model kept as `best.keras`, progress bars and TensorBoard logs.
 import importlib
 
 from bert_keras_cli.finetune.common import RUN_FILES, add_common_arguments
+from bert_keras_cli.finetune.search import add_search_arguments, dimensions, run_search
 from bert_keras_cli.setup import resumable_run
 
 TASK_MODULES = ("glue", "squad", "conll", "tsv", "embedder", "reranker")
@@ -27,7 +28,8 @@ def register(subparsers):
         task_parser = tasks.add_parser(name, help=module.HELP, description=module.__doc__)
         add_common_arguments(task_parser, **module.DEFAULTS)
         module.add_arguments(task_parser)
-        task_parser.set_defaults(func=in_output_dir(module.run))
+        add_search_arguments(task_parser)
+        task_parser.set_defaults(func=searched(in_output_dir(module.run)), interim_evaluation=None)
 
 
 def in_output_dir(run):
@@ -40,3 +42,16 @@ def in_output_dir(run):
             return run(args)
 
     return run_in_output_dir
+
+
+def searched(run_in_output_dir):
+    """`run_in_output_dir(args)`, or the search the flags ask for (comma lists, --search,
+    --restarts), each trial one such run (`finetune.search`)."""
+
+    def run(args):
+        grid = dimensions(args)
+        if grid is None:
+            return run_in_output_dir(args)
+        return run_search(args, grid, run_in_output_dir)
+
+    return run

@@ -47,6 +47,7 @@ def add_common_arguments(parser, learning_rate=2e-5, epochs=3, batch_size=32, ma
         epochs,
         batch_size,
         max_seq_length,
+        grid=True,
     )
 
 
@@ -121,6 +122,7 @@ def train(args, strategy, model, data):
         loss=data.loss,
         preprocessed=data.preprocessed,
         strategy=strategy,
+        interim_evaluation=args.interim_evaluation,
         **training_options(args),
         verbose=args.verbose,
     )
