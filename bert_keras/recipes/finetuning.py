@@ -74,29 +74,24 @@ def finetune(
     interim_evaluation=None,
     verbose="auto",
 ):
-    """Fine-tunes `model` (a task built in `strategy`'s scope) on `train_batches` of
-    `num_examples`: raw samples batched at `batch_size` (the task's
-    `preprocessed_dataset` packs them), or packed ones with `preprocessed=True`; a
-    dataset, or a function that builds it anew (which a run resumed inside an epoch needs
-    to see the same data: every iterator of one dataset shuffles anew).
-    `evaluate(model) -> {metric: value}` runs after every epoch (and `on_best(metrics)`
-    when an epoch is the best so far; `report()`, its `EvaluationReport`, into the logs
-    and `evaluations/`); the weights of the best `main_metric` are kept
-    and written, without optimizer state, as `output_dir/best.keras`, every epoch's
-    metrics as `eval_results.json` and the curves under `logs/` (on the chief).
-    `epochs` may be fractional; `max_train_steps` and `max_train_minutes` stop earlier.
-    Each global batch is split into per-replica batches (an epoch's last, smaller batch
-    is dropped; a set smaller than one batch is one smaller batch), padded to
-    `max_seq_length` where the strategy needs static shapes (TPUs). `loss` and `jit_compile`
-    go to the task's `compile` ("auto": XLA on GPUs and TPUs, not on CPU, where it ran slower,
-    nor with windows); `recompute`: `BertEncoder(recompute=True)`. `saved_model` is what
-    `best.keras` holds (default `model`; a `BertDistiller` keeps its student).
-    `interim_evaluation` (fraction, report): `report(metrics, main_metric, step)` after that
-    fraction of the steps, which may raise to stop the run (`recipes.search` discarding it).
-    Backed up to `output_dir/checkpoints/` every `backup_steps` steps, at epoch ends and on
-    SIGTERM (`training.backup.StepBackup`), a run called again with the same arguments resumes
-    there (`train_batches` must be deterministic) and ends as an uninterrupted run would.
-    Returns a `FinetuningRun` (`history`: this call's epochs)."""
+    """Fine-tunes `model` (a task built in `strategy`'s scope) on `train_batches` of `num_examples`: raw samples
+    batched at `batch_size` (the task's `preprocessed_dataset` packs them), or packed ones with `preprocessed=True`;
+    a dataset, or a function that builds it anew (which a run resumed inside an epoch needs to see the same data:
+    every iterator of one dataset shuffles anew). `evaluate(model) -> {metric: value}` runs after every epoch (and
+    `on_best(metrics)` when an epoch is the best so far; `report()`, its `EvaluationReport`, into the logs and
+    `evaluations/`); the weights of the best `main_metric` are kept and written, without optimizer state, as
+    `output_dir/best.keras`, every epoch's metrics as `eval_results.json` and the curves under `logs/` (on the
+    chief). `epochs` may be fractional; `max_train_steps` and `max_train_minutes` stop earlier. Each global batch is
+    split into per-replica batches (an epoch's last, smaller batch is dropped; a set smaller than one batch is one
+    smaller batch), padded to `max_seq_length` where the strategy needs static shapes (TPUs). `loss` and
+    `jit_compile` go to the task's `compile` ("auto": XLA on GPUs and TPUs, not on CPU, where it ran slower, nor
+    with windows); `recompute`: `BertEncoder(recompute=True)`. `saved_model` is what `best.keras` holds (default
+    `model`; a `BertDistiller` keeps its student). `interim_evaluation` (fraction, report): `report(metrics,
+    main_metric, step)` after that fraction of the steps, which may raise to stop the run (`recipes.search`
+    discarding it). Backed up to `output_dir/checkpoints/` every `backup_steps` steps, at epoch ends and on SIGTERM
+    (`training.backup.StepBackup`), a run called again with the same arguments resumes there (`train_batches` must
+    be deterministic) and ends as an uninterrupted run would. Returns a `FinetuningRun` (`history`: this call's
+    epochs)."""
     strategy = strategy or tf.distribute.get_strategy()
     fitted_batch = fitting_batch_size(num_examples, batch_size, strategy.num_replicas_in_sync)
     build = _builder(train_batches, batch_size, fitted_batch)
