@@ -163,14 +163,15 @@ def test_base_install_resolves_like_the_dev_install():
     resolve the same versions (a fresh clone found apache-beam's caps on protobuf, pillow
     and python-dateutil replacing the demo's versions)."""
     from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
 
-    base = {Requirement(line).name.lower(): Requirement(line) for line in project()["dependencies"]}
+    base = {canonicalize_name(Requirement(line).name): Requirement(line) for line in project()["dependencies"]}
     base_closure = closure(base.values())
     dev_only = closure(Requirement(line) for line in project()["optional-dependencies"]["dev"]) - base_closure
     missing = []
     for package in sorted(dev_only):
         for requirement in requirements_of(package):
-            name = requirement.name.lower()
+            name = canonicalize_name(requirement.name)
             cap = upper_bound(requirement)
             if name in base_closure and cap and not (name in base and (upper_bound(base[name]) or cap) <= cap):
                 missing.append(f"{package} requires {requirement}")
@@ -198,13 +199,16 @@ def requirements_of(package, extras=()):
 
 
 def closure(requirements):
-    """The lower-cased names of the installed distributions `requirements` pull in."""
-    names, todo = set(), [(r.name.lower(), tuple(r.extras)) for r in requirements]
+    """The canonical names (huggingface_hub and huggingface-hub are one) of the installed
+    distributions `requirements` pull in."""
+    from packaging.utils import canonicalize_name
+
+    names, todo = set(), [(canonicalize_name(r.name), tuple(r.extras)) for r in requirements]
     while todo:
         name, extras = todo.pop()
         if (name, extras) not in names:
             names.add((name, extras))
-            todo.extend((r.name.lower(), tuple(r.extras)) for r in requirements_of(name, extras))
+            todo.extend((canonicalize_name(r.name), tuple(r.extras)) for r in requirements_of(name, extras))
     return {name for name, _ in names}
 
 
