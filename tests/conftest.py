@@ -37,3 +37,16 @@ def pytest_collection_modifyitems(items):
     (few tests, minutes) starting last while the other workers sit idle."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)
+
+
+@pytest.fixture(scope="session")
+def finetuned(tmp_path_factory):
+    """`finetuned(task, **flags)`: the run folder of a tiny `bert-keras finetune TASK`, built
+    once a session (tests/trained_models.py). Under xdist the workers' temporary folders
+    share a parent, kept for this session alone; without xdist the session's own is used."""
+    from trained_models import TrainedModels
+
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "trained_models"
+    folder.mkdir(exist_ok=True)
+    return TrainedModels(folder)

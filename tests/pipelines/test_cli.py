@@ -14,8 +14,8 @@ import h5py
 import keras
 import pytest
 from conftest import DATA, require
+from trained_models import copy_of
 
-from bert_keras import BertConfig, BertEncoder
 from bert_keras_cli.cli import main as cli
 from bert_keras_cli.startup import START_UP_LINES
 
@@ -135,36 +135,9 @@ def test_ctrl_c_is_one_line_with_the_resume_hint(tmp_path):
     )
 
 
-@pytest.fixture
-def tsv_task(tmp_path):
-    rows = require(DATA / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:21]
-    (tmp_path / "train.tsv").write_text("text\tlabel\n" + "\n".join(rows[:12]) + "\n", encoding="utf-8")
-    (tmp_path / "dev.tsv").write_text("text\tlabel\n" + "\n".join(rows[12:]) + "\n", encoding="utf-8")
-    init = tmp_path / "encoder.keras"
-    BertEncoder(BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1)).save(init)
-    return [
-        "finetune",
-        "tsv",
-        "--train",
-        str(tmp_path / "train.tsv"),
-        "--dev",
-        str(tmp_path / "dev.tsv"),
-        "--init",
-        str(init),
-        "--vocab",
-        str(require(DATA / "vocab" / "vocab.txt")),
-        "--batch-size",
-        "4",
-        "--max-train-steps",
-        "2",
-        "--verbose",
-        "0",
-    ]
-
-
-def test_finetune_refuses_a_run_folder_unless_overwrite(tsv_task, tmp_path, capsys):
-    out = tmp_path / "run"
-    assert cli([*tsv_task, "--output-dir", str(out)]) == 0
+def test_finetune_refuses_a_run_folder_unless_overwrite(finetuned, tmp_path, capsys):
+    out = copy_of(finetuned("tsv"), tmp_path)
+    command = finetuned.command("tsv", out)
     # The model alone: no optimizer state, no second weights file.
     assert sorted(p.name for p in out.iterdir()) == [
         "best.keras",
@@ -184,7 +157,7 @@ def test_finetune_refuses_a_run_folder_unless_overwrite(tsv_task, tmp_path, caps
     stamp = (out / "best.keras").stat().st_mtime_ns
     capsys.readouterr()
 
-    assert cli([*tsv_task, "--output-dir", str(out)]) == 2
+    assert cli(command) == 2
     err = capsys.readouterr().err
     assert (
         f"--output-dir {out} is not empty (best.keras, best_metrics.json, dev_predictions.tsv, eval_results.json, ...)"
@@ -194,12 +167,12 @@ def test_finetune_refuses_a_run_folder_unless_overwrite(tsv_task, tmp_path, caps
 
     (out / "MRPC.tsv").write_text("an old submission\n")
     old_logs = sorted((out / "logs").rglob("events.out.tfevents.*"))
-    assert cli([*tsv_task, "--output-dir", str(out), "--overwrite"]) == 0
+    assert cli([*command, "--overwrite"]) == 0
     assert not (out / "MRPC.tsv").exists()  # nothing of the old run stays beside the new model
     assert not set(old_logs) & set((out / "logs").rglob("events.out.tfevents.*"))
 
     (out / "notes.md").write_text("mine\n")
-    assert cli([*tsv_task, "--output-dir", str(out), "--overwrite"]) == 2
+    assert cli([*command, "--overwrite"]) == 2
     assert "holds files no fine-tuning run writes (notes.md)" in capsys.readouterr().err
     assert (out / "notes.md").exists()
 

@@ -5,97 +5,15 @@ The models are tiny but made by the commands themselves, so they carry what fine
 records: label names, their own vocabulary, the trained preprocessor. The reference is the
 Keras model loaded from the run's best.keras, on the same texts or packed ids."""
 
-import json
-
 import keras
 import numpy as np
 import pytest
-from harness import TINY, VOCAB
+from trained_models import TEXTS
 
-from bert_keras import BertEncoder
 from bert_keras.serving import deploy
 from bert_keras_cli.cli import main as cli
 
-TEXTS = ["the film is good", "the film is bad", "a quick brown fox jumps", "the lazy dog", "it was good !", "bad"]
-GOOD = [True, False, True, False, True, False]
-# CoNLL-2003 lines (token POS chunk NER, IOB1) of the tiny vocabulary's words.
-CONLL = (
-    "-DOCSTART- -X- -X- O\n\njohn NNP B-NP I-PER\nlives VBZ B-VP O\nin IN B-PP O\nparis NNP B-NP I-LOC\n. . O O\n\n"
-    "the DT B-NP O\ndog NN I-NP O\nwas VBD B-VP O\nin IN B-PP O\nparis NNP B-NP I-LOC\n\n"
-)
-SQUAD = {
-    "version": "1.1",
-    "data": [
-        {
-            "title": "t",
-            "paragraphs": [
-                {
-                    "context": "john lives in paris.",
-                    "qas": [
-                        {
-                            "id": "1",
-                            "question": "where did john go?",
-                            "answers": [{"text": "paris", "answer_start": 14}],
-                        },
-                        {
-                            "id": "2",
-                            "question": "who lives in paris?",
-                            "answers": [{"text": "john", "answer_start": 0}],
-                        },
-                    ],
-                }
-            ],
-        }
-    ],
-}
 SUFFIX = {"litert": ".tflite", "onnx": ".onnx"}
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """Training files of each command and a tiny encoder on its own vocabulary."""
-    base = tmp_path_factory.mktemp("portable")
-    (base / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-    keras.utils.set_random_seed(0)
-    BertEncoder(TINY).save(base / "encoder.keras")
-    (base / "SST-2").mkdir()
-    for name in ("train.tsv", "dev.tsv"):
-        rows = "".join(f"{text}\t{int(good)}\n" for text, good in zip(TEXTS, GOOD))
-        (base / "SST-2" / name).write_text("sentence\tlabel\n" + rows, encoding="utf-8")
-    pairs = "".join(f"{text}\t{text[::-1]}\t{'same' if good else 'other'}\n" for text, good in zip(TEXTS, GOOD))
-    (base / "pairs.tsv").write_text("text\ttext_b\tlabel\n" + pairs, encoding="utf-8")
-    (base / "conll").mkdir()
-    for name in ("eng.train", "eng.testa"):
-        (base / "conll" / name).write_text(CONLL, encoding="utf-8")
-    (base / "squad.json").write_text(json.dumps(SQUAD), encoding="utf-8")
-    anchors = (
-        "anchor\tpositive\nwho is john\tjohn lives in paris\nthe lazy dog\tthe dog was lazy\ngood film\tit was good\n"
-    )
-    (base / "anchors.tsv").write_text(anchors, encoding="utf-8")
-    labelled = "query\tdocument\tlabel\nwho is john\tjohn lives in paris\t1\nwho is john\tthe lazy dog\t0\n"
-    (base / "labelled.tsv").write_text(labelled + "good film\tit was good\t1\ngood film\tthe lazy dog\t0\n")
-    return base
-
-
-def task_arguments(base, task):
-    return {
-        "glue": ["glue", "--task", "sst-2", "--data-dir", str(base / "SST-2")],
-        "tsv": ["tsv", "--train", str(base / "pairs.tsv"), "--dev", str(base / "pairs.tsv")],
-        "conll": ["conll", "--data-dir", str(base / "conll")],
-        "squad": ["squad", "--train-file", str(base / "squad.json"), "--predict-file", str(base / "squad.json")],
-        "embedder": ["embedder", "--train", str(base / "anchors.tsv"), "--dev", str(base / "anchors.tsv")],
-        "reranker": ["reranker", "--train", str(base / "labelled.tsv"), "--dev", str(base / "labelled.tsv")],
-    }[task]
-
-
-def finetuned(base, task):
-    """The run's best.keras, fine-tuned for one step by `bert-keras finetune TASK` (once)."""
-    out = base / f"run-{task}"
-    if not out.exists():
-        common = ["--init", str(base / "encoder.keras"), "--vocab", str(base / "vocab.txt"), "--batch-size", "2"]
-        common += ["--max-train-steps", "1", "--max-seq-length", "32", "--verbose", "0", "--output-dir", str(out)]
-        assert cli(["finetune", *task_arguments(base, task), *common]) == 0
-    return out / "best.keras"
 
 
 def export(model_path, format, quantize, out):
@@ -141,11 +59,11 @@ def assert_answers_as_keras(path, format, model, output, tolerance):
         pytest.param("onnx", "int8", marks=pytest.mark.slow),
     ],
 )
-def test_a_glue_classifier_with_label_names_exports(data, tmp_path, capsys, format, quantize):
+def test_a_glue_classifier_with_label_names_exports(finetuned, tmp_path, capsys, format, quantize):
     """SST-2 through `finetune glue`: label names, text in (LiteRT) or ids in (ONNX); the
     `labels` output names the class Keras predicts, and a LiteRT row it refuses (combining
     marks NFD would reorder) names none."""
-    model_path = finetuned(data, "glue")
+    model_path = finetuned("glue") / "best.keras"
     model = keras.saving.load_model(model_path)
     assert model.labels == ["0", "1"]
     path = export(model_path, format, quantize, tmp_path)
@@ -167,10 +85,10 @@ def test_a_glue_classifier_with_label_names_exports(data, tmp_path, capsys, form
     ("task", "output"),
     [("tsv", "logits"), ("conll", "logits"), ("squad", None), ("embedder", "embeddings"), ("reranker", "logits")],
 )
-def test_every_finetune_command_writes_a_model_that_exports(data, tmp_path, task, output):
+def test_every_finetune_command_writes_a_model_that_exports(finetuned, tmp_path, task, output):
     """Pairs with label names and a cross-encoder (text pairs in LiteRT), a tagger with tag
     names, spans, an embedder: float32 within 1e-4 of Keras, int8 exports run."""
-    model_path = finetuned(data, task)
+    model_path = finetuned(task) / "best.keras"
     model = keras.saving.load_model(model_path)
     for format in deploy.FORMATS:
         path = export(model_path, format, None, tmp_path)
