@@ -130,8 +130,8 @@ def pretrainer_logits(model, inputs):
 
 
 def test_a_keras_hub_masked_lm_is_a_pretrainer_with_its_logits_in_predict_and_back(preset, tmp_path):
-    """keras-hub's head (exact GELU, LayerNorm epsilon 1e-5 on a tanh-GELU backbone) is kept:
-    the encoder's settings would give other logits; `predict` fills masks with keras-hub's
+    """keras-hub's head (exact GELU, LayerNorm epsilon 1e-5 on a tanh-GELU backbone) is kept,
+    in a .keras file too: the encoder's settings would give other logits; `predict` fills masks with keras-hub's
     probabilities; `convert --to keras-hub` writes a BertMaskedLM keras-hub runs the same, and
     `--to hf` says what transformers' head computes instead."""
     model = BertPretrainer.from_checkpoint(preset["masked_lm"])
@@ -140,6 +140,9 @@ def test_a_keras_hub_masked_lm_is_a_pretrainer_with_its_logits_in_predict_and_ba
     plain = BertPretrainer(model.encoder, next_sentence=False)
     plain.masked_lm_head.set_weights(model.masked_lm_head.get_weights())
     assert np.abs(pretrainer_logits(plain, preset["mlm_inputs"]) - preset["mlm_logits"]).max() > 10 * TOLERANCE
+    model.save(tmp_path / "pretrainer.keras")
+    saved = keras.saving.load_model(tmp_path / "pretrainer.keras")
+    np.testing.assert_allclose(pretrainer_logits(saved, preset["mlm_inputs"]), preset["mlm_logits"], atol=TOLERANCE)
 
     (tmp_path / "in.txt").write_text(FILL_MASK + "\n", encoding="utf-8")
     out = tmp_path / "out.jsonl"
