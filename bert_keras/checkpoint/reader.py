@@ -231,7 +231,7 @@ def write(weights, config, path, format, vocab=None, head=None, tokenizer=None):
         warnings.warn(
             f"{path}: a {format} checkpoint's masked-LM head computes {_masked_lm_text(computed)}, not this "
             f"model's {_masked_lm_text(kept)}: its masked-LM logits change",
-            stacklevel=4,
+            stacklevel=2,
         )
     WRITERS[format](weights, config, path, vocab, head, tokenizer)
 
