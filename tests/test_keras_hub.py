@@ -1,7 +1,8 @@
 """keras-hub BERT presets in and out, against keras-hub itself: a tiny `BertTextClassifier`
 built and saved here with `save_to_preset` loads as a `BertClassifier` with keras-hub's
 logits on raw text, and what `bert-keras convert --to keras-hub` writes runs in keras-hub's
-own `from_preset` (through its own preprocessor) with ours."""
+own `from_preset` (through its own preprocessor) with ours; a `BertMaskedLM` loads as a
+`BertPretrainer` with keras-hub's masked-LM logits and fills masks in `predict`."""
 
 import json
 import shutil
@@ -14,7 +15,7 @@ import pytest
 from harness import TINY, TOLERANCE, VOCAB, tiny_preprocessor
 from hub_server import cache_snapshot, use_hub
 
-from bert_keras import BertClassifier, BertConfig, BertEncoder, BertTextEmbedder, BertTokenClassifier
+from bert_keras import BertClassifier, BertConfig, BertEncoder, BertPretrainer, BertTextEmbedder, BertTokenClassifier
 from bert_keras.checkpoint.keras_hub_preset import PRESET_VOCAB
 from bert_keras_cli.cli import main as cli
 
@@ -23,6 +24,7 @@ keras_hub = pytest.importorskip("keras_hub")
 # Capitals, so that a tokenizer that did not lower-case as the preset says would differ.
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "a good film", "Who did go home?"]
 KAGGLE_HANDLE = "kaggle://someone/bert/keras/tiny_classifier/1"
+FILL_MASK = "the [MASK] brown fox"
 
 
 def randomized(model, seed):
@@ -35,7 +37,8 @@ def randomized(model, seed):
 @pytest.fixture(scope="module")
 def preset(tmp_path_factory):
     """A keras-hub classifier preset, its MaskedLM and TextEmbedder twins on the same backbone,
-    and keras-hub's logits and embeddings of TEXTS."""
+    keras-hub's logits and embeddings of TEXTS, and its masked-LM logits of packed FILL_MASK
+    rows at their mask positions."""
     folder = tmp_path_factory.mktemp("keras_hub")
     tokenizer = keras_hub.models.BertTokenizer(vocabulary=VOCAB, lowercase=True)
     backbone = keras_hub.models.BertBackbone(
@@ -46,12 +49,13 @@ def preset(tmp_path_factory):
         intermediate_dim=32,
         max_sequence_length=64,
     )
-    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=24)
-    classifier = randomized(keras_hub.models.BertTextClassifier(backbone, 3, preprocessor=preprocessor), seed=0)
-    classifier.save_to_preset(str(folder / "classifier"))
     masked_lm = keras_hub.models.BertMaskedLM(
         backbone, preprocessor=keras_hub.models.BertMaskedLMPreprocessor(tokenizer, sequence_length=24)
     )
+    randomized(masked_lm, seed=3)  # its head keeps these weights; the classifier's draw the backbone's again
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=24)
+    classifier = randomized(keras_hub.models.BertTextClassifier(backbone, 3, preprocessor=preprocessor), seed=0)
+    classifier.save_to_preset(str(folder / "classifier"))
     masked_lm.save_to_preset(str(folder / "masked_lm"))
     embedder = keras_hub.models.BertTextEmbedder(
         backbone,
@@ -61,10 +65,19 @@ def preset(tmp_path_factory):
     embedder.save_to_preset(str(folder / "embedder"))
     logits = classifier.predict(TEXTS, verbose=0)
     assert np.abs(logits).max() > 0.5
+    rows = [["[CLS]", *FILL_MASK.split(), "[SEP]"], ["[CLS]", "a", "[MASK]", "film", "[SEP]", "[PAD]"]]
+    mlm_inputs = {
+        "token_ids": np.array([[VOCAB.index(token) for token in row] for row in rows], "int32"),
+        "segment_ids": np.zeros((2, 6), "int32"),
+        "padding_mask": np.array([[1] * 6, [1] * 5 + [0]], "int32"),
+        "mask_positions": np.array([[2, 4], [2, 1]], "int32"),
+    }
     return {
         **{name: folder / name for name in ("classifier", "masked_lm", "embedder")},
         "logits": logits,
         "vectors": embedder.predict(TEXTS, verbose=0),
+        "mlm_inputs": mlm_inputs,
+        "mlm_logits": keras.ops.convert_to_numpy(masked_lm(mlm_inputs)),
     }
 
 
@@ -110,24 +123,41 @@ def test_a_keras_hub_text_embedder_in_and_out_keeps_its_pooling_and_vectors(pres
     np.testing.assert_allclose(theirs.predict(TEXTS, verbose=0), preset["vectors"], atol=TOLERANCE)
 
 
-def test_a_keras_hub_masked_lm_loads_its_backbone_and_says_the_head_is_left(preset):
-    with pytest.warns(UserWarning, match="BertMaskedLM: loading its backbone only"):
-        encoder = BertEncoder.from_checkpoint(preset["masked_lm"])
-    backbone = keras_hub.models.Backbone.from_preset(str(preset["masked_lm"]))
-    inputs = {"token_ids": np.array([[2, 5, 7, 8, 9, 3, 0]]), "segment_ids": np.zeros((1, 7), "int32")}
-    inputs["padding_mask"] = (inputs["token_ids"] > 0).astype("int32")
-    ours = encoder(
-        {
-            "input_word_ids": inputs["token_ids"],
-            "input_type_ids": inputs["segment_ids"],
-            "input_mask": inputs["padding_mask"],
-        }
-    )
-    theirs = backbone(inputs)
-    mask = inputs["padding_mask"][..., None].astype(bool)
-    np.testing.assert_allclose(
-        np.where(mask, ours["sequence_output"], 0), np.where(mask, theirs["sequence_output"], 0), atol=TOLERANCE
-    )
+def pretrainer_logits(model, inputs):
+    names = {"input_word_ids": "token_ids", "input_type_ids": "segment_ids", "input_mask": "padding_mask"}
+    ours = {**{name: inputs[theirs] for name, theirs in names.items()}, "masked_lm_positions": inputs["mask_positions"]}
+    return keras.ops.convert_to_numpy(model(ours)["mlm_logits"])
+
+
+def test_a_keras_hub_masked_lm_is_a_pretrainer_with_its_logits_in_predict_and_back(preset, tmp_path):
+    """keras-hub's head (exact GELU, LayerNorm epsilon 1e-5 on a tanh-GELU backbone) is kept,
+    in a .keras file too: the encoder's settings would give other logits; `predict` fills masks with keras-hub's
+    probabilities; `convert --to keras-hub` writes a BertMaskedLM keras-hub runs the same, and
+    `--to hf` says what transformers' head computes instead."""
+    model = BertPretrainer.from_checkpoint(preset["masked_lm"])
+    assert not model.next_sentence and model.config.hidden_act == "gelu_tanh"
+    np.testing.assert_allclose(pretrainer_logits(model, preset["mlm_inputs"]), preset["mlm_logits"], atol=TOLERANCE)
+    plain = BertPretrainer(model.encoder, next_sentence=False)
+    plain.masked_lm_head.set_weights(model.masked_lm_head.get_weights())
+    assert np.abs(pretrainer_logits(plain, preset["mlm_inputs"]) - preset["mlm_logits"]).max() > 10 * TOLERANCE
+    model.save(tmp_path / "pretrainer.keras")
+    saved = keras.saving.load_model(tmp_path / "pretrainer.keras")
+    np.testing.assert_allclose(pretrainer_logits(saved, preset["mlm_inputs"]), preset["mlm_logits"], atol=TOLERANCE)
+
+    (tmp_path / "in.txt").write_text(FILL_MASK + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert cli(["predict", str(preset["masked_lm"]), "--input", str(tmp_path / "in.txt"), "--output", str(out)]) == 0
+    (filled,) = json.loads(out.read_text())["masks"]
+    probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(preset["mlm_logits"][0, 0].astype("float64")))
+    best = np.argsort(-probabilities)[:5]
+    assert filled["position"] == 2 and filled["tokens"] == [VOCAB[i] for i in best]
+    np.testing.assert_allclose(filled["probabilities"], probabilities[best], atol=TOLERANCE)
+
+    assert cli(["convert", str(preset["masked_lm"]), "--to", "keras-hub", str(tmp_path / "back")]) == 0
+    theirs = keras_hub.models.BertMaskedLM.from_preset(str(tmp_path / "back"))
+    np.testing.assert_allclose(theirs(preset["mlm_inputs"]), preset["mlm_logits"], atol=TOLERANCE)
+    with pytest.warns(UserWarning, match="computes gelu_tanh and LayerNorm epsilon 1e-12, not this model's gelu and"):
+        assert cli(["convert", str(preset["masked_lm"]), "--to", "hf", str(tmp_path / "hf")]) == 0
 
 
 def test_convert_keras_hub_to_hf_and_back_keeps_keras_hubs_logits(preset, tmp_path, capsys):

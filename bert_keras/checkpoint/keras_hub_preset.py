@@ -7,7 +7,9 @@ files carry the module paths, registered names and versions keras-hub checks on 
 are then put into its .weights.h5 files by the one table that reads them.
 
 keras-hub's `BertBackbone` computes the tanh approximation of GELU: a preset reads as a
-`gelu_tanh` config, and a model of exact GELU written out changes its outputs slightly."""
+`gelu_tanh` config, and a model of exact GELU written out changes its outputs slightly. Its
+`BertMaskedLM` head computes exact GELU and LayerNorm epsilon 1e-5 (`KERAS_HUB_MASKED_LM`),
+which a `BertPretrainer` keeps as its own masked-LM head's settings."""
 
 import re
 import warnings
@@ -62,6 +64,17 @@ LAYER_PARTS = {
 KERAS_HUB_POOLING = ("mean", "cls", "max")  # BertTextEmbedder's pooling modes
 # The classifier's dense; its kernel is [in, out], run_classifier's output_weights [out, in].
 CLASSIFIER_HEAD = {"logits/0": "output_weights", "logits/1": "output_bias"}
+# BertMaskedLM's MaskedLMHead (its logits against the tied token embedding) and the
+# settings keras-hub builds it with, as `BertPretrainer` arguments.
+MASKED_LM_HEAD = {
+    "mlm_head/_intermediate_dense/0": "cls/predictions/transform/dense/kernel",
+    "mlm_head/_intermediate_dense/1": "cls/predictions/transform/dense/bias",
+    "mlm_head/_intermediate_layer_norm/0": "cls/predictions/transform/LayerNorm/gamma",
+    "mlm_head/_intermediate_layer_norm/1": "cls/predictions/transform/LayerNorm/beta",
+    "mlm_head/0": "cls/predictions/output_bias",
+}
+KERAS_HUB_MASKED_LM = {"masked_lm_hidden_act": "gelu", "masked_lm_layer_norm_eps": 1e-5}
+PRETRAINING = ("BertForMaskedLM", "BertForPreTraining")
 
 
 def is_keras_hub_preset(folder):
@@ -85,10 +98,10 @@ def read_preset(folder):
     """What a keras-hub BERT preset holds, as `Checkpoint` fields: the backbone's canonical
     `weights` and `config`; a `BertTextClassifier`'s head (`output_weights`/`output_bias`,
     as run_classifier names them); the `vocab_path` and `vocabulary`; the `tokenizer`
-    settings (tokenizer.json's `lowercase`, preprocessor.json's `sequence_length`); and a
-    `BertTextEmbedder`'s pooling and normalisation as `embedding`. A `BertMaskedLM`'s head
-    is left out, with a warning: keras-hub's (exact GELU, LayerNorm epsilon 1e-5) is not
-    the one bert-keras computes."""
+    settings (tokenizer.json's `lowercase`, preprocessor.json's `sequence_length`); a
+    `BertMaskedLM`'s head (`cls/predictions/` weights; the head's `masked_lm` settings,
+    `KERAS_HUB_MASKED_LM`); and a `BertTextEmbedder`'s pooling and normalisation as
+    `embedding`."""
     folder = Path(folder)
     config = _config(folder / PRESET_CONFIG)
     weights = _canonical(_h5_variables(folder / PRESET_WEIGHTS), backbone_names(config.num_hidden_layers), folder)
@@ -111,11 +124,9 @@ def read_preset(folder):
                 stacklevel=3,
             )
     elif task_name == MASKED_LM:
-        warnings.warn(
-            f"{folder} is a keras-hub BertMaskedLM: loading its backbone only (keras-hub's masked-LM head, "
-            "exact GELU and LayerNorm epsilon 1e-5, is not the one bert-keras computes)",
-            stacklevel=3,
-        )
+        weights.update(_canonical(_h5_variables(folder / TASK_WEIGHTS), MASKED_LM_HEAD, folder / TASK_WEIGHTS))
+        head["architecture"] = "BertForMaskedLM"
+        head["masked_lm"] = dict(KERAS_HUB_MASKED_LM)
     elif task_name == TEXT_EMBEDDER:
         fields["embedding"] = {
             "encoder": folder,
@@ -220,7 +231,8 @@ def _flat(key, value):
 
 def write_preset(weights, config, path, vocab=None, head=None, tokenizer=None):
     """Writes a keras-hub preset of canonical `weights`: a `BertTextClassifier` for a
-    sequence-classification `head` (see `hf.head_config`), a `BertTextEmbedder` for an
+    sequence-classification `head` (see `hf.head_config`), a `BertMaskedLM` for the
+    pre-training heads' (its next-sentence head left out), a `BertTextEmbedder` for an
     embedder's (`architecture` "BertTextEmbedder", `pooling`, `normalize`), else a
     `BertBackbone` (with a warning naming the head left out); with its `BertTokenizer`
     (`vocab`, a vocab.txt path or the tokens; `tokenizer` the `TokenizerSettings`,
@@ -268,6 +280,8 @@ def write_preset(weights, config, path, vocab=None, head=None, tokenizer=None):
         task.save_to_preset(str(path))
     if isinstance(task, keras_hub.models.BertTextClassifier):
         _write_h5(path / TASK_WEIGHTS, {**weights, "output_weights": weights["output_weights"].T}, CLASSIFIER_HEAD)
+    elif isinstance(task, keras_hub.models.BertMaskedLM):
+        _write_h5(path / TASK_WEIGHTS, weights, MASKED_LM_HEAD)
     _write_h5(path / PRESET_WEIGHTS, weights, backbone_names(config.num_hidden_layers))
 
 
@@ -286,6 +300,10 @@ def _task(keras_hub, backbone, tokenizer, sequence_length, head, path):
             backbone, preprocessor=preprocessor, pooling_mode=head["pooling"], normalize=head["normalize"]
         )
         lost = ["prompts"] if any(head.get("prompts", {}).values()) else []
+    elif head.get("architecture") in PRETRAINING:
+        preprocessor = keras_hub.models.BertMaskedLMPreprocessor(tokenizer, sequence_length=sequence_length)
+        task = keras_hub.models.BertMaskedLM(backbone, preprocessor=preprocessor)
+        lost = ["a next-sentence head"] if head["architecture"] == "BertForPreTraining" else []
     else:
         return None
     if lost:

@@ -6,10 +6,16 @@ takes instead of asking the folder again. A `.keras` file is a whole saved model
 
 import dataclasses
 import re
+import warnings
 from pathlib import Path
 
 from bert_keras.checkpoint.hf import HF_CONFIG, HF_WEIGHTS, has_hf_weights, hf_head, read_hf_weights, write_hf
-from bert_keras.checkpoint.keras_hub_preset import is_keras_hub_preset, read_preset, write_preset
+from bert_keras.checkpoint.keras_hub_preset import (
+    KERAS_HUB_MASKED_LM,
+    is_keras_hub_preset,
+    read_preset,
+    write_preset,
+)
 from bert_keras.checkpoint.sentence_transformers import (
     ST_MODULES,
     ST_SETTINGS,
@@ -45,7 +51,8 @@ class Checkpoint:
     tokenizer_config.json says (a keras-hub preset's tokenizer.json and
     preprocessor.json); `head` what the checkpoint says of its task head: a dict with
     `architecture` (config.json's first `architectures`, None for TF1), `labels` (id2label's, or TF1's
-    labels.txt; None when absent or the defaults LABEL_0, ...) and `problem_type`;
+    labels.txt; None when absent or the defaults LABEL_0, ...) and `problem_type`, and for a
+    keras-hub `BertMaskedLM` `masked_lm`, its head's `BertPretrainer` settings;
     `embedding` a sentence-transformers folder's or keras-hub `BertTextEmbedder`'s
     settings (pooling, normalize, prompts, max_seq_length, lower_case; None for others); `max_seq_length` its
     sentence_bert_config.json's; `cross_encoder` whether it is a CrossEncoder folder and
@@ -209,7 +216,25 @@ def write(weights, config, path, format, vocab=None, head=None, tokenizer=None):
     """Writes canonical weights in `format` ('tf1', 'hf' or 'keras-hub'), the vocab
     beside them (a vocab.txt path or a list of tokens), a task head's class and labels
     (`head`, see `hf.head_config`) and how the tokenizer splits (`tokenizer`, a
-    `TokenizerSettings`; the original TF1 layout has no place for it)."""
+    `TokenizerSettings`; the original TF1 layout has no place for it). A masked-LM head
+    (`head`'s `masked_lm`, see `BertPretrainer.checkpoint_head`) whose activation or
+    epsilon `format` does not compute is written with a warning naming both."""
     if format not in WRITERS:
         raise ValueError(f"cannot write format {format!r}; use keras, {', '.join(WRITERS)}")
+    kept = (head or {}).get("masked_lm")
+    computed = (
+        KERAS_HUB_MASKED_LM
+        if format == "keras-hub"
+        else {"masked_lm_hidden_act": config.hidden_act, "masked_lm_layer_norm_eps": config.layer_norm_eps}
+    )
+    if kept and kept != computed:
+        warnings.warn(
+            f"{path}: a {format} checkpoint's masked-LM head computes {_masked_lm_text(computed)}, not this "
+            f"model's {_masked_lm_text(kept)}: its masked-LM logits change",
+            stacklevel=2,
+        )
     WRITERS[format](weights, config, path, vocab, head, tokenizer)
+
+
+def _masked_lm_text(settings):
+    return f"{settings['masked_lm_hidden_act']} and LayerNorm epsilon {settings['masked_lm_layer_norm_eps']:g}"

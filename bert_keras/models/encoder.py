@@ -196,6 +196,10 @@ class BertEncoder(WorksAroundKeras20585, keras.Model):
         )
         return encoder
 
+    def checkpoint_head(self):
+        """None: a bare encoder has no head for `checkpoint.write` to record."""
+        return None
+
     def original_weight_map(self):
         """[(keras variable, [original names whose arrays concatenate along the last axis])]:
         the fused `qkv_kernel` is query, key and value side by side."""

@@ -5,6 +5,7 @@ import warnings
 import keras
 import tensorflow as tf
 
+from bert_keras.checkpoint.reader import read_checkpoint
 from bert_keras.checkpoint.weights import POOLER_NAMES, set_original_weights
 from bert_keras.compat import WorksAroundKeras20585
 from bert_keras.layers import BertMaskedLMHead, BertNextSentenceHead
@@ -38,6 +39,10 @@ class BertPretrainer(WorksAroundKeras20585, keras.Model):
     [B, K] (0 for unused slots): `nsp_logits` is then [B, K, 2], and the losses are
     those of the same instances unpacked (the next-sentence loss averaged over real
     instances of the global batch, as the masked-LM loss is over real predictions).
+
+    `masked_lm_hidden_act` and `masked_lm_layer_norm_eps` are the masked-LM head's
+    activation and LayerNorm epsilon where they are not the encoder's (None): keras-hub's
+    `BertMaskedLM` computes exact GELU and epsilon 1e-5 on its tanh-GELU backbone.
     """
 
     # Read by its fill-mask export (`serving_tasks.FillMaskSignature`), as a task head's (`BertTask`).
@@ -45,18 +50,20 @@ class BertPretrainer(WorksAroundKeras20585, keras.Model):
     token_output_names = ()
     head_kind = "fill-mask"
 
-    def __init__(self, encoder, next_sentence=True, **kwargs):
+    def __init__(self, encoder, next_sentence=True, masked_lm_hidden_act=None, masked_lm_layer_norm_eps=None, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(encoder, BertEncoder):
             raise TypeError(f"encoder must be a BertEncoder, got {type(encoder).__name__}")
         config = encoder.config
         self.encoder = encoder
+        self.masked_lm_hidden_act = masked_lm_hidden_act
+        self.masked_lm_layer_norm_eps = masked_lm_layer_norm_eps
         self.masked_lm_head = BertMaskedLMHead(
             vocab_size=config.vocab_size,
             hidden_size=config.hidden_size,
-            hidden_act=config.hidden_act,
+            hidden_act=config.hidden_act if masked_lm_hidden_act is None else masked_lm_hidden_act,
             initializer_range=config.initializer_range,
-            layer_norm_eps=config.layer_norm_eps,
+            layer_norm_eps=config.layer_norm_eps if masked_lm_layer_norm_eps is None else masked_lm_layer_norm_eps,
             dtype=self.dtype_policy,
             name="masked_lm_head",
         )
@@ -172,6 +179,8 @@ class BertPretrainer(WorksAroundKeras20585, keras.Model):
             **super().get_config(),
             "encoder": keras.saving.serialize_keras_object(self.encoder),
             "next_sentence": self.next_sentence,
+            "masked_lm_hidden_act": self.masked_lm_hidden_act,
+            "masked_lm_layer_norm_eps": self.masked_lm_layer_norm_eps,
         }
 
     @classmethod
@@ -195,38 +204,66 @@ class BertPretrainer(WorksAroundKeras20585, keras.Model):
         them, unless `new_heads` (see `from_original_weights`). `next_sentence`: None
         keeps the checkpoint's heads; False leaves out (and ignores) a next-sentence head;
         True needs one (or `new_heads`). `path` may be a Hugging Face Hub name
-        (`ORG/NAME[@REVISION]`; `revision` pins one)."""
+        (`ORG/NAME[@REVISION]`; `revision` pins one). A keras-hub `BertMaskedLM` preset
+        keeps its masked-LM head's activation and epsilon (`Checkpoint.head`'s `masked_lm`)."""
+        found = read_checkpoint(path, format, revision=revision)
         model = load_checkpoint(
-            cls, path, format, config, revision=revision, new_heads=new_heads, next_sentence=next_sentence
+            cls,
+            found,
+            config=config,
+            new_heads=new_heads,
+            next_sentence=next_sentence,
+            **found.head.get("masked_lm", {}),
         )
         if next_sentence is None or model.next_sentence == next_sentence:
             return model
         if next_sentence and not new_heads:  # a `.keras` model saved without one
             raise ValueError(f"{path} has no next-sentence head; pass new_heads=True to start one")
-        converted = cls(model.encoder, next_sentence=next_sentence)
+        converted = cls(
+            model.encoder,
+            next_sentence=next_sentence,
+            masked_lm_hidden_act=model.masked_lm_hidden_act,
+            masked_lm_layer_norm_eps=model.masked_lm_layer_norm_eps,
+        )
         for mine, saved in zip(converted.masked_lm_head.weights, model.masked_lm_head.weights):
             mine.assign(saved)
         return converted
 
     @classmethod
-    def from_original_weights(cls, weights, config, source="checkpoint", new_heads=False, next_sentence=None):
+    def from_original_weights(
+        cls,
+        weights,
+        config,
+        source="checkpoint",
+        new_heads=False,
+        next_sentence=None,
+        masked_lm_hidden_act=None,
+        masked_lm_layer_norm_eps=None,
+    ):
         """A pre-training model with canonical `{original name: array}` weights.
 
         `new_heads=True` starts new heads on the encoder when the weights have no masked-LM
         head (an encoder-only release such as a sentence-embedding model), and a new
         next-sentence head when only that one is missing. `next_sentence` as in
-        `from_checkpoint` (None: a next-sentence head when the weights have one)."""
+        `from_checkpoint` (None: a next-sentence head when the weights have one); the
+        masked-LM head's settings as in the constructor."""
+        head_settings = {
+            "masked_lm_hidden_act": masked_lm_hidden_act,
+            "masked_lm_layer_norm_eps": masked_lm_layer_norm_eps,
+        }
         has_nsp = any(name.startswith("cls/seq_relationship/") for name in weights)
         if new_heads and not any(name.startswith("cls/predictions/") for name in weights):
             warnings.warn(
                 f"{source} has no masked-LM/next-sentence heads: starting new ones on its encoder", stacklevel=2
             )
             return cls(
-                BertEncoder.from_original_weights(weights, config, source), next_sentence=next_sentence is not False
+                BertEncoder.from_original_weights(weights, config, source),
+                next_sentence=next_sentence is not False,
+                **head_settings,
             )
         if next_sentence is None:
             next_sentence = has_nsp
-        pretrainer = cls(BertEncoder(config), next_sentence=next_sentence)
+        pretrainer = cls(BertEncoder(config), next_sentence=next_sentence, **head_settings)
         weight_map = pretrainer.original_weight_map()
         if next_sentence and new_heads and not has_nsp:
             warnings.warn(f"{source} has no next-sentence head: starting a new one", stacklevel=2)
@@ -241,6 +278,17 @@ class BertPretrainer(WorksAroundKeras20585, keras.Model):
             optional=POOLER_NAMES,
         )
         return pretrainer
+
+    def checkpoint_head(self):
+        """The heads as `checkpoint.write` records them: the class, and the masked-LM head's
+        activation and epsilon, so that a format that cannot keep them says so."""
+        return {
+            "architecture": "BertForPreTraining" if self.next_sentence else "BertForMaskedLM",
+            "masked_lm": {
+                "masked_lm_hidden_act": self.masked_lm_head.hidden_act,
+                "masked_lm_layer_norm_eps": self.masked_lm_head.layer_norm_eps,
+            },
+        }
 
     def original_weight_map(self):
         """The encoder's weight map plus the original `cls/` names of the heads."""

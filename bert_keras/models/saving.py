@@ -2,7 +2,8 @@
 
 A model class provides `original_weight_map()` (its variables -> original names, see
 `checkpoint.set_original_weights`), `from_original_weights(weights, config, source)`,
-`config` and `vocab_path`. Reading (`checkpoint.read_checkpoint`, once), the `.keras`
+`checkpoint_head()` (what `checkpoint.write` records of its head, or None), `config`
+and `vocab_path`. Reading (`checkpoint.read_checkpoint`, once), the `.keras`
 case and the vocab beside the weights are then the same for the encoder, the
 pre-training model and the encoder under a task head.
 """
@@ -62,9 +63,11 @@ def save_checkpoint(model, path, format, vocab_path=None, head=None, tokenizer=N
     """Writes `model` as a `.keras` file, a Hugging Face folder, a TF1 checkpoint or a
     keras-hub preset, with `vocab_path` (a vocab.txt path or the tokens; default: the
     vocab.txt it was loaded with), a task head's class and labels (`head`, see
-    `checkpoint.hf.head_config`) and the tokenizer's `TokenizerSettings`."""
+    `checkpoint.hf.head_config`; default: the model's `checkpoint_head()`) and the
+    tokenizer's `TokenizerSettings`."""
     if format == "keras":
         model.save(path)
         return
     weights = get_original_weights(model.original_weight_map())
+    head = head or model.checkpoint_head()
     write(weights, model.config, path, format, vocab_path or model.vocab_path, head, tokenizer)
