@@ -246,6 +246,17 @@ def test_span_answer_in_the_context(page, server):
     assert page.text_content(".score") == f"{outputs['score'][0]:.3f}"
     segments = [span.get_attribute("class") for span in page.query_selector_all(".row-pieces span")]
     assert "segment-0" in segments and "segment-1" in segments
+    # The next best spans under the answer, as the span_candidates signature answers them.
+    candidates = rest_predict(server, "span", {"question": [question], "context": [context]}, "span_candidates")
+    assert (candidates["answers"][0][0], candidates["scores"][0][0]) == (outputs["answer"][0], outputs["score"][0])
+    assert candidates["num_candidates"] == [5]
+    shown = [
+        (a.text_content(), s.text_content())
+        for a, s in zip(*(page.query_selector_all(c) for c in (".candidate", ".candidate-score")))
+    ]
+    assert shown == [
+        (answer, f"{score:.3f}") for answer, score in zip(candidates["answers"][0][1:], candidates["scores"][0][1:])
+    ]
     screenshot(page, "span")
 
 
@@ -259,6 +270,8 @@ def test_fill_mask_top_words(page, server):
     for index, mask in enumerate(masks):
         tokens, probabilities = outputs["top_tokens"][0][index], outputs["top_probabilities"][0][index]
         assert shown_rows(mask) == [(token, f"{p:.3f}") for token, p in zip(tokens, probabilities)]
+    assert shown_pieces(page) == []
+    assert "reads each literal [MASK] as the mask piece" in page.text_content(".no-pieces")
     screenshot(page, "fill-mask")
 
 
@@ -307,4 +320,5 @@ def test_serve_command_prints_the_page_address(bases, monkeypatch, capsys):
         "labels": TAGS,
         "segments": ["text"],
         "word_pieces": "word_pieces",
+        "span_candidates": None,
     }
