@@ -322,3 +322,30 @@ def test_serve_command_prints_the_page_address(bases, monkeypatch, capsys):
         "word_pieces": "word_pieces",
         "span_candidates": None,
     }
+
+
+def test_page_with_one_connection(browser, bases):
+    """With `--max-connections 1` the page answers twice in a row, and another client is
+    answered between: the browser's idle connections do not hold the only slot (60 s)."""
+    import time
+
+    from bert_keras.serving.tfserving.local_server import LocalModelServer
+
+    server = LocalModelServer(bases["classifier"], name="classifier", grpc_port=0, rest_port=0, max_connections=1)
+    server.start()
+    context = browser.new_context(bypass_csp=True)  # as the `page` fixture
+    try:
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        started = time.monotonic()
+        open_model(page, server, "classifier")
+        for text in ("the quick fox", "a b c"):
+            compute(page, text=text)
+            probabilities = rest_predict(server, "classifier", {"text": [text]})["probabilities"][0]
+            assert [value for _, value in shown_rows(page.query_selector("#result"))] == [
+                f"{p:.3f}" for p in sorted(probabilities, reverse=True)
+            ]
+        assert time.monotonic() - started < 30
+    finally:
+        context.close()
+        server.stop()
