@@ -31,7 +31,7 @@ from bert_keras.tasks.text_embedder import BertTextEmbedder
 from bert_keras.tasks.token_classifier import BertTokenClassifier
 from bert_keras_cli.cli import main as cli
 
-pytestmark = pytest.mark.slow  # six exports, about 40 s of CPU
+pytestmark = pytest.mark.slow  # seven exports, about 45 s of CPU
 
 CHROMIUM = "/usr/bin/chromium"
 HOSTILE_LABEL = "<script>window.pwned=1</script><b>x</b>"
@@ -39,6 +39,7 @@ HOSTILE_TEXT = '<img src=x onerror="window.pwned=2"><b>y</b> the quick fox'
 MAX_REQUEST_BYTES = 64 << 10
 MAX_SEQ_LENGTH = 16  # short, so a sentence of some words is cut
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+MULTI_LABELS = ["sports", "politics", "<i>art</i>", "science"]
 CONFIG = BertConfig(
     vocab_size=len(SERVING_VOCAB),
     hidden_size=8,
@@ -55,6 +56,7 @@ def tiny_exports(base):
     keras.utils.set_random_seed(3)
     models = {
         "classifier": (BertClassifier(BertEncoder(CONFIG), num_classes=3), [HOSTILE_LABEL, "pos", "neg"]),
+        "multi-label": (BertClassifier(BertEncoder(CONFIG), num_classes=4, multi_label=True), MULTI_LABELS),
         "tagger": (BertTokenClassifier(BertEncoder(CONFIG), num_classes=len(TAGS)), TAGS),
         "span": (BertSpanLabeler(BertEncoder(CONFIG)), None),
         "fill-mask": (BertPretrainer(BertEncoder(CONFIG)), None),
@@ -184,9 +186,7 @@ def test_classifier_bars_word_pieces_and_hostile_strings(page, server):
     text = "the quick brown fox jumps , a b c the quick brown foxes jump !"
     compute(page, text=text)
     outputs = rest_predict(server, "classifier", {"text": [text]})
-    labels = [HOSTILE_LABEL, "pos", "neg"]
-    expected = sorted(zip(labels, outputs["probabilities"][0]), key=lambda pair: -pair[1])
-    assert shown_rows(page.query_selector("#result")) == [(label, f"{p:.3f}") for label, p in expected]
+    assert_bars(page, [HOSTILE_LABEL, "pos", "neg"], outputs["probabilities"][0])
     # The word pieces the model read, coloured by segment, and what truncation cut.
     pieces = rest_predict(server, "classifier", {"text": [text]}, "word_pieces")
     assert shown_pieces(page) == [[piece for piece in pieces["word_pieces"][0] if piece]]
@@ -202,6 +202,21 @@ def test_classifier_bars_word_pieces_and_hostile_strings(page, server):
     assert page.query_selector_all("b, img, script:not(:first-of-type)") == []
     assert page.evaluate("document.scripts.length") == 1
     assert "[UNK]" in [span.text_content() for span in page.query_selector_all(".row-pieces .unk")]
+
+
+def assert_bars(page, labels, probabilities):
+    """The page shows every label with its probability, the best first."""
+    expected = sorted(zip(labels, probabilities), key=lambda pair: -pair[1])
+    assert shown_rows(page.query_selector("#result")) == [(label, f"{p:.3f}") for label, p in expected]
+
+
+def test_multi_label_bars(page, server):
+    open_model(page, server, "multi-label")
+    text = "the quick brown fox jumps"
+    compute(page, text=text)
+    probabilities = rest_predict(server, "multi-label", {"text": [text]})["probabilities"][0]
+    assert sum(probabilities) > 1.0 + 1e-3, "independent sigmoids, not a softmax"
+    assert_bars(page, MULTI_LABELS, probabilities)
 
 
 def test_request_over_the_size_limit_shows_the_servers_answer(page, server):
