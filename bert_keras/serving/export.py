@@ -16,6 +16,8 @@ Signatures:
   the model reads of them (`serving_tasks.word_pieces_outputs`), for people and the page
   of `bert-keras serve`; not for heads that read text otherwise (windows, fill-mask,
   multiple choice).
+- more signatures on the same string inputs where the head has them
+  (`ServingSignature.text_signatures`), e.g. a span reader's `span_candidates`.
 Outputs are float32 even for mixed-precision models, since REST JSON has no bfloat16.
 """
 
@@ -129,7 +131,7 @@ def _max_windows(model, doc_stride, max_windows):
 
 def _write_archive(path, signature, preprocessor, segments, micro_batches):
     """The SavedModel: `serving_default` on text, `serve_ids` on packed ids and, where
-    the signature packs text plainly, `word_pieces` on text."""
+    the signature packs text plainly, `word_pieces` on text, and the head's `text_signatures`."""
     run_text = text_runner(signature, micro_batches)
 
     def serve_text(*texts):
@@ -153,6 +155,8 @@ def _write_archive(path, signature, preprocessor, segments, micro_batches):
         serve_ids,
         input_signature=signature.ids_inputs(),
     )
+    for name, answer in signature.text_signatures(run_text).items():
+        archive.add_endpoint(name, _on_texts(answer), input_signature=signature.text_inputs(segments))
     if signature.serves_word_pieces:
         archive.add_endpoint(
             WORD_PIECES_SIGNATURE,
@@ -160,6 +164,11 @@ def _write_archive(path, signature, preprocessor, segments, micro_batches):
             input_signature=signature.text_inputs(segments),
         )
     archive.write_out(str(path), verbose=False)
+
+
+def _on_texts(answer):
+    """`answer` (a function of the list of texts) as an endpoint of one argument per segment."""
+    return lambda *texts: answer(list(texts))
 
 
 def _write_assets(path, preprocessor, labels, head_kind):

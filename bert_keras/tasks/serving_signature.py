@@ -72,6 +72,11 @@ class ServingSignature:
     def run(self, packed):
         return self.model(packed, training=False)
 
+    def text_signatures(self, run):
+        """More signatures on `serving_default`'s string inputs, for people and the page of
+        `bert-keras serve`: {name: function of the texts}; `run` as `from_text`'s."""
+        return {}
+
     def text_inputs(self, segments):
         """`serving_default`'s inputs: one `[batch]` string tensor per segment."""
         return [tf.TensorSpec([None], tf.string, name=name) for name in segments]

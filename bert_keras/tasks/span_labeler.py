@@ -11,6 +11,8 @@ from bert_keras.tasks.task import BertTask, default_optimizer, output_layer
 PADDING_LOGIT = -10000.0
 MAX_ANSWER_TOKENS = 30  # the original run_squad's max_answer_length
 NEG_INF = -1e9
+SPAN_CANDIDATES_SIGNATURE = "span_candidates"  # the export's signature of the best spans
+MAX_SPAN_CANDIDATES = 5
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -87,6 +89,9 @@ class SpanSignature(ServingSignature):
     def from_text(self, texts, run):
         return span_outputs(run, self.preprocessor, texts)
 
+    def text_signatures(self, run):
+        return {SPAN_CANDIDATES_SIGNATURE: lambda texts: span_candidates(run, self.preprocessor, texts)}
+
 
 def span_outputs(run, preprocessor, texts):
     """The best answer span in the context: text, byte offsets, score, and the [CLS]
@@ -95,44 +100,85 @@ def span_outputs(run, preprocessor, texts):
     The span maximises start + end logits over context tokens with end >= start and at
     most 30 tokens, as the original's decoding within one window.
     """
-    question, context = texts
-    tokenizer = preprocessor.tokenizer
-    question_ids = tokenizer(question)
-    context_ids, starts, ends = tokenizer.tokenize_with_offsets(context)
-    packed = preprocessor.packer([question_ids, context_ids])
-    logits = run(packed)
-    start_logits, end_logits = as_float32(logits["start_logits"]), as_float32(logits["end_logits"])
-    length = tf.shape(start_logits)[1]
-    is_context = tf.logical_and(packed["input_type_ids"] == 1, packed["input_mask"] == 1)
-    # The last context position is the final [SEP]: not part of any answer.
-    total = tf.reduce_sum(packed["input_mask"], axis=1)
-    is_context &= tf.range(length)[None, :] < (total - 1)[:, None]
-    start_scores = tf.where(is_context, start_logits, NEG_INF)
-    end_scores = tf.where(is_context, end_logits, NEG_INF)
-    pair_scores = start_scores[:, :, None] + end_scores[:, None, :]
-    offsets = tf.range(length)[None, :] - tf.range(length)[:, None]  # end - start
-    allowed = (offsets >= 0) & (offsets < MAX_ANSWER_TOKENS)
-    pair_scores = tf.where(allowed[None], pair_scores, 2 * NEG_INF)
-    best = tf.argmax(tf.reshape(pair_scores, [tf.shape(pair_scores)[0], -1]), axis=1, output_type=tf.int32)
-    start, end = best // length, best % length
-    score = tf.reduce_max(tf.reshape(pair_scores, [tf.shape(pair_scores)[0], -1]), axis=1)
-    # Packed position -> context piece: after [CLS], the kept question and its [SEP].
-    context_first = tf.argmax(tf.cast(is_context, tf.int32), axis=1, output_type=tf.int32)
-    has_context = tf.reduce_any(is_context, axis=1)
-    start_piece = tf.cast(start - context_first, tf.int64)
-    end_piece = tf.cast(end - context_first, tf.int64)
-    safe_start = tf.where(has_context, start_piece, 0)
-    safe_end = tf.where(has_context, end_piece, 0)
-    row_starts = context_ids.row_starts()
-    padded_starts = tf.concat([starts.flat_values, [0]], 0)
-    padded_ends = tf.concat([ends.flat_values, [0]], 0)
-    last = tf.size(starts.flat_values, out_type=tf.int64)
-    start_byte = tf.gather(padded_starts, tf.where(has_context, row_starts + safe_start, last))
-    end_byte = tf.gather(padded_ends, tf.where(has_context, row_starts + safe_end, last))
+    spans = _ContextSpans(run, preprocessor, texts)
+    best = tf.argmax(spans.pair_scores, axis=1, output_type=tf.int32)[:, None]
+    answer, start_byte, end_byte = spans.answers(best)
+    score = tf.reduce_max(spans.pair_scores, axis=1)
     return {
-        "answer": tf.strings.substr(context, start_byte, end_byte - start_byte, unit="BYTE"),
-        "answer_start_byte": start_byte,
-        "answer_end_byte": end_byte,
-        "score": tf.where(has_context, score, NEG_INF),
-        "no_answer_score": start_logits[:, 0] + end_logits[:, 0],
+        "answer": answer[:, 0],
+        "answer_start_byte": start_byte[:, 0],
+        "answer_end_byte": end_byte[:, 0],
+        "score": tf.where(spans.has_context, score, NEG_INF),
+        "no_answer_score": spans.start_logits[:, 0] + spans.end_logits[:, 0],
     }
+
+
+def span_candidates(run, preprocessor, texts, count=MAX_SPAN_CANDIDATES):
+    """The `count` best spans of `span_outputs`' decoding, best first: `answers`,
+    `start_bytes`, `end_bytes` and `scores` `[batch, count]`, and `num_candidates`
+    `[batch]` (fewer where the context has fewer spans; the rest are "", 0, 0 and -1e9)."""
+    spans = _ContextSpans(run, preprocessor, texts)
+    count = tf.minimum(count, tf.shape(spans.pair_scores)[1])
+    scores, best = tf.math.top_k(spans.pair_scores, k=count)
+    valid = tf.gather(spans.allowed, best, batch_dims=1)
+    answers, start_bytes, end_bytes = spans.answers(best, valid)
+    return {
+        "answers": answers,
+        "start_bytes": start_bytes,
+        "end_bytes": end_bytes,
+        "scores": tf.where(valid, scores, NEG_INF),
+        "num_candidates": tf.reduce_sum(tf.cast(valid, tf.int32), axis=1),
+    }
+
+
+class _ContextSpans:
+    """The model's start and end logits on (question, context) texts, and the score of
+    every (start, end) pair of packed positions, flattened to `pair_scores` `[batch,
+    length * length]` (index start * length + end): start + end logits where both are
+    context tokens, end >= start and the span has at most MAX_ANSWER_TOKENS (`allowed`),
+    far below any allowed pair elsewhere."""
+
+    def __init__(self, run, preprocessor, texts):
+        question, self.context = texts
+        tokenizer = preprocessor.tokenizer
+        question_ids = tokenizer(question)
+        self.context_ids, self.starts, self.ends = tokenizer.tokenize_with_offsets(self.context)
+        packed = preprocessor.packer([question_ids, self.context_ids])
+        logits = run(packed)
+        self.start_logits = as_float32(logits["start_logits"])
+        self.end_logits = as_float32(logits["end_logits"])
+        self.length = tf.shape(self.start_logits)[1]
+        is_context = tf.logical_and(packed["input_type_ids"] == 1, packed["input_mask"] == 1)
+        # The last context position is the final [SEP]: not part of any answer.
+        total = tf.reduce_sum(packed["input_mask"], axis=1)
+        is_context &= tf.range(self.length)[None, :] < (total - 1)[:, None]
+        start_scores = tf.where(is_context, self.start_logits, NEG_INF)
+        end_scores = tf.where(is_context, self.end_logits, NEG_INF)
+        pair_scores = start_scores[:, :, None] + end_scores[:, None, :]
+        offsets = tf.range(self.length)[None, :] - tf.range(self.length)[:, None]  # end - start
+        short = (offsets >= 0) & (offsets < MAX_ANSWER_TOKENS)
+        batch = tf.shape(pair_scores)[0]
+        self.pair_scores = tf.reshape(tf.where(short[None], pair_scores, 2 * NEG_INF), [batch, -1])
+        allowed = short[None] & is_context[:, :, None] & is_context[:, None, :]
+        self.allowed = tf.reshape(allowed, [batch, -1])
+        # Packed position -> context piece: after [CLS], the kept question and its [SEP].
+        self.context_first = tf.argmax(tf.cast(is_context, tf.int32), axis=1, output_type=tf.int32)
+        self.has_context = tf.reduce_any(is_context, axis=1)
+
+    def answers(self, pairs, valid=None):
+        """(text, start byte, end byte) `[batch, k]` of the context for flat pair indices
+        `pairs` `[batch, k]`; "", 0, 0 where the row has no context (or not `valid`)."""
+        valid = tf.broadcast_to(self.has_context[:, None], tf.shape(pairs)) if valid is None else valid
+        first = self.context_first[:, None]
+        row_starts = self.context_ids.row_starts()[:, None]
+        last = tf.size(self.starts.flat_values, out_type=tf.int64)  # the 0 appended below
+
+        def byte_at(position, offsets):
+            piece = tf.cast(position - first, tf.int64)
+            index = tf.where(valid, row_starts + tf.where(valid, piece, 0), last)
+            return tf.gather(tf.concat([offsets.flat_values, [0]], 0), index)
+
+        start_byte = byte_at(pairs // self.length, self.starts)
+        end_byte = byte_at(pairs % self.length, self.ends)
+        context = tf.broadcast_to(self.context[:, None], tf.shape(start_byte))
+        return tf.strings.substr(context, start_byte, end_byte - start_byte, unit="BYTE"), start_byte, end_byte

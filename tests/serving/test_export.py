@@ -339,7 +339,8 @@ def test_span_export_answer_is_the_best_span_of_the_context(tmp_path, base_vocab
     model = BertSpanLabeler(small_encoder())
     question, context = "Where did John go?", "John Smith went home to Zürich after the game."
     path = export.export_for_serving(model, base_vocab_preprocessor, tmp_path, segments=("question", "context"))
-    out = SessionPredictor(path).predict_texts(question=[question], context=[context])
+    predictor = SessionPredictor(path)
+    out = predictor.predict_texts(question=[question], context=[context])
     tokenizer = base_vocab_preprocessor.tokenizer
     packed = base_vocab_preprocessor((tf.constant([question]), tf.constant([context])))
     logits = model(packed)
@@ -359,9 +360,31 @@ def test_span_export_answer_is_the_best_span_of_the_context(tmp_path, base_vocab
     np.testing.assert_allclose(out["score"][0], best[0], atol=1e-5)
     np.testing.assert_allclose(out["no_answer_score"][0], start[0] + end[0], atol=1e-5)
 
+    # The next best spans: the same decoding, the five best by a brute force over all spans.
+    candidates = predictor.predict_texts("span_candidates", question=[question], context=[context])
+    spans = sorted(
+        (
+            (start[s] + end[e], s, e)
+            for s in range(first, first + n_context)
+            for e in range(s, min(s + 30, first + n_context))
+        ),
+        reverse=True,
+    )[:5]
+    byte_spans = [(int(starts[0][s - first]), int(ends[0][e - first])) for _, s, e in spans]
+    assert candidates["num_candidates"].tolist() == [5]
+    assert list(zip(candidates["start_bytes"][0].tolist(), candidates["end_bytes"][0].tolist())) == byte_spans
+    assert [a.decode() for a in candidates["answers"][0]] == [context.encode()[s:e].decode() for s, e in byte_spans]
+    np.testing.assert_allclose(candidates["scores"][0], [score for score, _, _ in spans], atol=1e-5)
+    assert candidates["answers"][0][0] == out["answer"][0] and candidates["scores"][0][0] == out["score"][0]
+    # A one-piece context has one span; the other rows are empty.
+    short = predictor.predict_texts("span_candidates", question=[question] * 2, context=["home", ""])
+    assert short["num_candidates"].tolist() == [1, 0]
+    assert [a.decode() for a in short["answers"][0]] == ["home", "", "", "", ""]
+    assert short["scores"][1].tolist() == [-1e9] * 5
+
     # Many contexts of different lengths: micro-batched, answered in request order.
     questions = [f"where {'is ' * (i % 3)}it?" for i in range(len(VARIED_TEXTS))]
-    out = SessionPredictor(path).predict_texts(question=questions, context=VARIED_TEXTS)
+    out = predictor.predict_texts(question=questions, context=VARIED_TEXTS)
     packed = base_vocab_preprocessor((tf.constant(questions), tf.constant(VARIED_TEXTS)))
     logits = model(packed)
     start, end = logits["start_logits"].numpy(), logits["end_logits"].numpy()

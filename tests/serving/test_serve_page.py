@@ -31,7 +31,7 @@ from bert_keras.tasks.text_embedder import BertTextEmbedder
 from bert_keras.tasks.token_classifier import BertTokenClassifier
 from bert_keras_cli.cli import main as cli
 
-pytestmark = pytest.mark.slow  # six exports, about 40 s of CPU
+pytestmark = pytest.mark.slow  # seven exports, about 45 s of CPU
 
 CHROMIUM = "/usr/bin/chromium"
 HOSTILE_LABEL = "<script>window.pwned=1</script><b>x</b>"
@@ -39,6 +39,7 @@ HOSTILE_TEXT = '<img src=x onerror="window.pwned=2"><b>y</b> the quick fox'
 MAX_REQUEST_BYTES = 64 << 10
 MAX_SEQ_LENGTH = 16  # short, so a sentence of some words is cut
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+MULTI_LABELS = ["sports", "politics", "<i>art</i>", "science"]
 CONFIG = BertConfig(
     vocab_size=len(SERVING_VOCAB),
     hidden_size=8,
@@ -55,6 +56,7 @@ def tiny_exports(base):
     keras.utils.set_random_seed(3)
     models = {
         "classifier": (BertClassifier(BertEncoder(CONFIG), num_classes=3), [HOSTILE_LABEL, "pos", "neg"]),
+        "multi-label": (BertClassifier(BertEncoder(CONFIG), num_classes=4, multi_label=True), MULTI_LABELS),
         "tagger": (BertTokenClassifier(BertEncoder(CONFIG), num_classes=len(TAGS)), TAGS),
         "span": (BertSpanLabeler(BertEncoder(CONFIG)), None),
         "fill-mask": (BertPretrainer(BertEncoder(CONFIG)), None),
@@ -184,9 +186,7 @@ def test_classifier_bars_word_pieces_and_hostile_strings(page, server):
     text = "the quick brown fox jumps , a b c the quick brown foxes jump !"
     compute(page, text=text)
     outputs = rest_predict(server, "classifier", {"text": [text]})
-    labels = [HOSTILE_LABEL, "pos", "neg"]
-    expected = sorted(zip(labels, outputs["probabilities"][0]), key=lambda pair: -pair[1])
-    assert shown_rows(page.query_selector("#result")) == [(label, f"{p:.3f}") for label, p in expected]
+    assert_bars(page, [HOSTILE_LABEL, "pos", "neg"], outputs["probabilities"][0])
     # The word pieces the model read, coloured by segment, and what truncation cut.
     pieces = rest_predict(server, "classifier", {"text": [text]}, "word_pieces")
     assert shown_pieces(page) == [[piece for piece in pieces["word_pieces"][0] if piece]]
@@ -202,6 +202,21 @@ def test_classifier_bars_word_pieces_and_hostile_strings(page, server):
     assert page.query_selector_all("b, img, script:not(:first-of-type)") == []
     assert page.evaluate("document.scripts.length") == 1
     assert "[UNK]" in [span.text_content() for span in page.query_selector_all(".row-pieces .unk")]
+
+
+def assert_bars(page, labels, probabilities):
+    """The page shows every label with its probability, the best first."""
+    expected = sorted(zip(labels, probabilities), key=lambda pair: -pair[1])
+    assert shown_rows(page.query_selector("#result")) == [(label, f"{p:.3f}") for label, p in expected]
+
+
+def test_multi_label_bars(page, server):
+    open_model(page, server, "multi-label")
+    text = "the quick brown fox jumps"
+    compute(page, text=text)
+    probabilities = rest_predict(server, "multi-label", {"text": [text]})["probabilities"][0]
+    assert sum(probabilities) > 1.0 + 1e-3, "independent sigmoids, not a softmax"
+    assert_bars(page, MULTI_LABELS, probabilities)
 
 
 def test_request_over_the_size_limit_shows_the_servers_answer(page, server):
@@ -246,6 +261,17 @@ def test_span_answer_in_the_context(page, server):
     assert page.text_content(".score") == f"{outputs['score'][0]:.3f}"
     segments = [span.get_attribute("class") for span in page.query_selector_all(".row-pieces span")]
     assert "segment-0" in segments and "segment-1" in segments
+    # The next best spans under the answer, as the span_candidates signature answers them.
+    candidates = rest_predict(server, "span", {"question": [question], "context": [context]}, "span_candidates")
+    assert (candidates["answers"][0][0], candidates["scores"][0][0]) == (outputs["answer"][0], outputs["score"][0])
+    assert candidates["num_candidates"] == [5]
+    shown = [
+        (a.text_content(), s.text_content())
+        for a, s in zip(*(page.query_selector_all(c) for c in (".candidate", ".candidate-score")))
+    ]
+    assert shown == [
+        (answer, f"{score:.3f}") for answer, score in zip(candidates["answers"][0][1:], candidates["scores"][0][1:])
+    ]
     screenshot(page, "span")
 
 
@@ -259,6 +285,8 @@ def test_fill_mask_top_words(page, server):
     for index, mask in enumerate(masks):
         tokens, probabilities = outputs["top_tokens"][0][index], outputs["top_probabilities"][0][index]
         assert shown_rows(mask) == [(token, f"{p:.3f}") for token, p in zip(tokens, probabilities)]
+    assert shown_pieces(page) == []
+    assert "reads each literal [MASK] as the mask piece" in page.text_content(".no-pieces")
     screenshot(page, "fill-mask")
 
 
@@ -307,4 +335,32 @@ def test_serve_command_prints_the_page_address(bases, monkeypatch, capsys):
         "labels": TAGS,
         "segments": ["text"],
         "word_pieces": "word_pieces",
+        "span_candidates": None,
     }
+
+
+def test_page_with_one_connection(browser, bases):
+    """With `--max-connections 1` the page answers twice in a row, and another client is
+    answered between: the browser's idle connections do not hold the only slot (60 s)."""
+    import time
+
+    from bert_keras.serving.tfserving.local_server import LocalModelServer
+
+    server = LocalModelServer(bases["classifier"], name="classifier", grpc_port=0, rest_port=0, max_connections=1)
+    server.start()
+    context = browser.new_context(bypass_csp=True)  # as the `page` fixture
+    try:
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        started = time.monotonic()
+        open_model(page, server, "classifier")
+        for text in ("the quick fox", "a b c"):
+            compute(page, text=text)
+            probabilities = rest_predict(server, "classifier", {"text": [text]})["probabilities"][0]
+            assert [value for _, value in shown_rows(page.query_selector("#result"))] == [
+                f"{p:.3f}" for p in sorted(probabilities, reverse=True)
+            ]
+        assert time.monotonic() - started < 30
+    finally:
+        context.close()
+        server.stop()

@@ -14,6 +14,7 @@ from importlib import resources
 
 from bert_keras.serving.batch.saved_model import recorded_kind
 from bert_keras.serving.export import WORD_PIECES_SIGNATURE, served_labels
+from bert_keras.tasks.span_labeler import SPAN_CANDIDATES_SIGNATURE
 
 PAGE_FILE = "model_page.html"
 # The page is its own script and style; it may talk to this server only.
@@ -48,7 +49,8 @@ def page_reply(server, method, path):
 def model_info(model):
     """What the page needs to know of a `ServedModel` (its newest version) beyond its
     signature metadata: the head kind, the label names, the text inputs in the order the
-    export declared them, and whether it answers the word pieces it reads."""
+    export declared them, and whether it answers the word pieces it reads and (a span
+    reader) its best spans."""
     version = max(model.versions)
     predictor = model.versions[version]
     signature = predictor.signatures.get("serving_default")
@@ -60,6 +62,7 @@ def model_info(model):
         "labels": served_labels(predictor.export_path),
         "segments": declared_inputs(predictor.meta_graph, "serving_default") if signature is not None else [],
         "word_pieces": WORD_PIECES_SIGNATURE if WORD_PIECES_SIGNATURE in predictor.signatures else None,
+        "span_candidates": SPAN_CANDIDATES_SIGNATURE if SPAN_CANDIDATES_SIGNATURE in predictor.signatures else None,
     }
 
 

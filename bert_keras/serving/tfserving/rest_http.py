@@ -3,7 +3,8 @@
 A listen backlog of `LISTEN_BACKLOG`, up to `max_connections` served at once (more wait in
 the backlog), keep-alive, a request larger than `max_request_bytes` refused before its body
 is read (HTTP 413), a request whose bytes stop coming dropped after `request_timeout`
-seconds, and every refusal answered as JSON. The page to try the models (`model_page`)
+seconds, and every refusal answered as JSON. A browser's requests (those with a
+`Sec-Fetch-Mode` header) are answered with `Connection: close`. The page to try the models (`model_page`)
 answers its own paths, which are not TF Serving's.
 """
 
@@ -39,7 +40,12 @@ class RestHandler(BaseHTTPRequestHandler):
 
     def parse_request(self):
         self.deadline = time.monotonic() + self.server.model_server.request_timeout
-        return super().parse_request()
+        parsed = super().parse_request()
+        if parsed and "Sec-Fetch-Mode" in self.headers:
+            # A browser (the page) keeps idle connections for minutes: each would hold
+            # one of `max_connections` from every other client. Closed after each reply.
+            self.close_connection = True
+        return parsed
 
     def _reply(self, status, data, body=True, content_type="application/json"):
         self.send_response(status)
