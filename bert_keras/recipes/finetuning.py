@@ -53,6 +53,8 @@ def finetune(
     learning_rate=2e-5,
     warmup_proportion=0.1,
     weight_decay=0.01,
+    bias_correction=False,
+    reinit_layers=0,
     max_train_steps=None,
     max_train_minutes=None,
     max_seq_length=None,
@@ -74,6 +76,9 @@ def finetune(
     and written, without optimizer state, as `output_dir/best.keras`, every epoch's
     metrics as `eval_results.json` and the curves under `logs/` (on the chief).
     `epochs` may be fractional; `max_train_steps` and `max_train_minutes` stop earlier.
+    `bias_correction`: AdamW with Adam's bias correction, and `reinit_layers`: the top
+    layers and the pooler of the encoder drawn anew (`BertEncoder.reinitialize_top_layers`),
+    the stable recipe of Mosbach et al. (2021) and Zhang et al. (2021) for small data sets.
     Each global batch is split into per-replica batches (an epoch's last, smaller batch
     is dropped; a set smaller than one batch is one smaller batch), padded to
     `max_seq_length` where the strategy needs static shapes (TPUs). `loss` and `jit_compile`
@@ -92,12 +97,19 @@ def finetune(
     total = min(planned, max_train_steps or planned)
     set_recompute(model, recompute)
     with strategy.scope():
-        optimizer = create_optimizer(learning_rate, total, int(warmup_proportion * total), weight_decay=weight_decay)
+        if reinit_layers:
+            (saved_model or model).encoder.reinitialize_top_layers(reinit_layers)
+        warmup = int(warmup_proportion * total)
+        optimizer = create_optimizer(
+            learning_rate, total, warmup, weight_decay=weight_decay, bias_correction=bias_correction
+        )
         model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
     _print_plan(total, planned, epochs, steps_per_epoch, fitted_batch, learning_rate, warmup_proportion)
+    _print_recipe(bias_correction, reinit_layers)
     keeper, budget = EvaluateAndKeepBest(evaluate, main_metric, on_best), TimeBudget(max_train_minutes)
     plan = dict(examples=num_examples, batch_size=fitted_batch, steps=total, steps_per_epoch=steps_per_epoch)
     plan.update(learning_rate=learning_rate, warmup_proportion=warmup_proportion, weight_decay=weight_decay)
+    plan.update(bias_correction=bias_correction, reinit_layers=reinit_layers)
     with (
         _backup(output_dir, strategy, backup_steps, plan, keeper=keeper, time=budget) as backup,
         distribute.chief_path(output_dir, strategy) as output_dir,
@@ -195,3 +207,14 @@ def _print_plan(total, planned, epochs, steps_per_epoch, batch_size, learning_ra
         + f"), batch {batch_size}, "
         f"lr {learning_rate} with {warmup_proportion:.0%} warm-up"
     )
+
+
+def _print_recipe(bias_correction, reinit_layers):
+    """Says which of the stable recipe's changes to the original this run makes, if any."""
+    changes = []
+    if bias_correction:
+        changes.append("AdamW with bias correction")
+    if reinit_layers:
+        changes.append(f"top {reinit_layers} layer(s) and pooler re-initialised")
+    if changes:
+        print(", ".join(changes))
