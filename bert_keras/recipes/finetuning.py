@@ -76,9 +76,8 @@ def finetune(
     and written, without optimizer state, as `output_dir/best.keras`, every epoch's
     metrics as `eval_results.json` and the curves under `logs/` (on the chief).
     `epochs` may be fractional; `max_train_steps` and `max_train_minutes` stop earlier.
-    `bias_correction`: AdamW with Adam's bias correction, and `reinit_layers`: the top
-    layers and the pooler of the encoder drawn anew (`BertEncoder.reinitialize_top_layers`),
-    the stable recipe of Mosbach et al. (2021) and Zhang et al. (2021) for small data sets.
+    `bias_correction` (Adam's) and `reinit_layers` (the encoder's top layers and pooler drawn
+    anew) are the stable recipe of Mosbach et al. and Zhang et al. (2021) for small data sets.
     Each global batch is split into per-replica batches (an epoch's last, smaller batch
     is dropped; a set smaller than one batch is one smaller batch), padded to
     `max_seq_length` where the strategy needs static shapes (TPUs). `loss` and `jit_compile`
@@ -95,21 +94,12 @@ def finetune(
     steps_per_epoch, epochs, planned = schedule(num_examples, fitted_batch, epochs, max_train_steps)
     # Epochs are of equal length, so the plan may run a few steps past max_train_steps: stop at it.
     total = min(planned, max_train_steps or planned)
-    set_recompute(model, recompute)
-    with strategy.scope():
-        if reinit_layers:
-            (saved_model or model).encoder.reinitialize_top_layers(reinit_layers)
-        warmup = int(warmup_proportion * total)
-        optimizer = create_optimizer(
-            learning_rate, total, warmup, weight_decay=weight_decay, bias_correction=bias_correction
-        )
-        model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
+    recipe = dict(learning_rate=learning_rate, warmup_proportion=warmup_proportion, weight_decay=weight_decay)
+    recipe.update(bias_correction=bias_correction, reinit_layers=reinit_layers)
     _print_plan(total, planned, epochs, steps_per_epoch, fitted_batch, learning_rate, warmup_proportion)
-    _print_recipe(bias_correction, reinit_layers)
+    _compile(model, saved_model or model, strategy, total, loss, jit_compile, recompute, **recipe)
     keeper, budget = EvaluateAndKeepBest(evaluate, main_metric, on_best), TimeBudget(max_train_minutes)
-    plan = dict(examples=num_examples, batch_size=fitted_batch, steps=total, steps_per_epoch=steps_per_epoch)
-    plan.update(learning_rate=learning_rate, warmup_proportion=warmup_proportion, weight_decay=weight_decay)
-    plan.update(bias_correction=bias_correction, reinit_layers=reinit_layers)
+    plan = dict(examples=num_examples, batch_size=fitted_batch, steps=total, steps_per_epoch=steps_per_epoch, **recipe)
     with (
         _backup(output_dir, strategy, backup_steps, plan, keeper=keeper, time=budget) as backup,
         distribute.chief_path(output_dir, strategy) as output_dir,
@@ -125,11 +115,36 @@ def finetune(
         model.set_weights(keeper.best_weights)
         with_dtype(saved_model or model).save(output_dir / "best.keras")  # the model alone: no optimizer state
         backup.remove()
-    print(
-        f"best {main_metric}: {keeper.best[main_metric]:.4f} (epoch {keeper.best['epoch']}); "
-        f"model in {output_dir / 'best.keras'}"
-    )
-    return FinetuningRun(model, history, keeper.best, evaluations)
+    best = keeper.best
+    print(f"best {main_metric}: {best[main_metric]:.4f} (epoch {best['epoch']}); model in {output_dir / 'best.keras'}")
+    return FinetuningRun(model, history, best, evaluations)
+
+
+def _compile(model, trained, strategy, steps, loss, jit_compile, recompute, bias_correction, reinit_layers, **schedule):
+    """`model` (its encoders' `recompute` set) compiled in `strategy`'s scope with the run's
+    optimiser (`schedule`: learning rate, warm-up, decay) over `steps`, after the top
+    `reinit_layers` of `trained`'s encoder are drawn anew; says which of the stable recipe's
+    changes the run makes."""
+    set_recompute(model, recompute)
+    warmup = int(schedule["warmup_proportion"] * steps)
+    with strategy.scope():
+        if reinit_layers:
+            trained.encoder.reinitialize_top_layers(reinit_layers)
+        optimizer = create_optimizer(
+            schedule["learning_rate"],
+            steps,
+            warmup,
+            weight_decay=schedule["weight_decay"],
+            bias_correction=bias_correction,
+        )
+        model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
+    changes = []
+    if bias_correction:
+        changes.append("AdamW with bias correction")
+    if reinit_layers:
+        changes.append(f"top {reinit_layers} layer(s) and pooler re-initialised")
+    if changes:
+        print(", ".join(changes))
 
 
 def _backup(output_dir, strategy, backup_steps, plan, **states):
@@ -207,14 +222,3 @@ def _print_plan(total, planned, epochs, steps_per_epoch, batch_size, learning_ra
         + f"), batch {batch_size}, "
         f"lr {learning_rate} with {warmup_proportion:.0%} warm-up"
     )
-
-
-def _print_recipe(bias_correction, reinit_layers):
-    """Says which of the stable recipe's changes to the original this run makes, if any."""
-    changes = []
-    if bias_correction:
-        changes.append("AdamW with bias correction")
-    if reinit_layers:
-        changes.append(f"top {reinit_layers} layer(s) and pooler re-initialised")
-    if changes:
-        print(", ".join(changes))
