@@ -7,7 +7,7 @@ once per setting: the original AdamW; Adam's bias correction (Mosbach et al. 202
 the top 2 layers and the pooler re-initialised (Zhang et al. 2021); both. Per setting:
 mean, standard deviation, min and max of the dev accuracy over the seeds, and the share
 of failed runs (dev accuracy at or below the majority class's share of the dev set).
-Seeds run in the outer loop, and Ctrl-C reports the seeds every setting has finished.
+Seeds run in the outer loop, so a run cut short leaves every setting with as many seeds.
 
     .venv/bin/python bench/bench_restarts.py --task mrpc --seeds 3 --max-examples 1000
 
@@ -98,25 +98,15 @@ def main(argv=None):
     scores = {name: [] for name in args.settings}
     seconds = {name: [] for name in args.settings}
     with tempfile.TemporaryDirectory(prefix="bench_restarts_") as scratch:
-        try:
-            for seed in range(args.seeds):
-                for name in args.settings:
-                    start = time.perf_counter()
-                    best = restart(data, seed, SETTINGS[name], args, Path(scratch) / f"{name}-{seed}")
-                    seconds[name].append(time.perf_counter() - start)
-                    scores[name].append(best["accuracy"])
-                    took = seconds[name][-1]
-                    print(f"seed {seed} {name}: dev accuracy {best['accuracy']:.4f} ({took:.0f} s)", flush=True)
-        except KeyboardInterrupt:
-            finished = min(len(values) for values in scores.values())
-            print(f"\ninterrupted: reporting the {finished} seed(s) every setting finished")
-            scores = {name: values[:finished] for name, values in scores.items()}
-            seconds = {name: values[:finished] for name, values in seconds.items()}
-    seeds = len(scores[args.settings[0]])
-    if not seeds:
-        return 1
-    report.settings["seeds_finished"] = seeds
-    print(f"\n{args.task}, {seeds} seeds; {machine_line(report.machine)}")
+        for seed in range(args.seeds):
+            for name in args.settings:
+                start = time.perf_counter()
+                best = restart(data, seed, SETTINGS[name], args, Path(scratch) / f"{name}-{seed}")
+                seconds[name].append(time.perf_counter() - start)
+                scores[name].append(best["accuracy"])
+                took = seconds[name][-1]
+                print(f"seed {seed} {name}: dev accuracy {best['accuracy']:.4f} ({took:.0f} s)", flush=True)
+    print(f"\n{args.task}, {args.seeds} seeds; {machine_line(report.machine)}")
     print(f"{'setting':<16} {'mean':>7} {'sd':>7} {'min':>7} {'max':>7} {'failed':>7}")
     for name in args.settings:
         values = scores[name]
