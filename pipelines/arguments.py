@@ -17,6 +17,8 @@ STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
 BACKUP_STEPS = 500
 # What argparse reads as a value, not a flag, though it starts with `-`: Python 3.13's rule.
 DASH_VALUE = re.compile(r"-\.?\d")
+# The words a yes/no option's value may be (`switch`).
+SWITCH_WORDS = {"true": True, "on": True, "yes": True, "1": True, "false": False, "off": False, "no": False, "0": False}
 
 
 class InputPath(str):
@@ -114,6 +116,8 @@ def training_options(args):
             "learning_rate",
             "warmup_proportion",
             "weight_decay",
+            "bias_correction",
+            "reinit_layers",
             "max_train_steps",
             "max_train_minutes",
             "max_seq_length",
@@ -145,12 +149,33 @@ def value_list(parse):
     return read
 
 
+def switch(text):
+    """A yes/no option's value (`--bias-correction false`): true/false, on/off, yes/no or 1/0,
+    so that a search can list both values of the option as it lists numbers."""
+    value = SWITCH_WORDS.get(text.strip().lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
+
+
+def layer_count(text):
+    """`--reinit-layers`' value: a whole number of layers, 0 or more (the encoder checks its own count)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of layers (0 or more), got {text!r}")
+    return value
+
+
 def add_training_arguments(
     parser, output_help, overwrite_help, learning_rate, epochs, batch_size, max_seq_length, grid=False
 ):
     """The flags of a fine-tuning run (`finetune`'s tasks and `distill`): --output-dir and
     --overwrite, the schedule and its limits, evaluation, seed, distribution, XLA, progress.
-    `grid`: --epochs, --batch-size, --learning-rate and --seed take comma lists (`ValueList`)."""
+    `grid`: --epochs, --batch-size, --learning-rate, --seed, --bias-correction and --reinit-layers take
+    comma lists (`ValueList`)."""
     listed = value_list if grid else (lambda parse: parse)
     parser.add_argument(
         "--output-dir", required=True, help=f"{output_help}; the same command run again resumes the run in it"
@@ -167,6 +192,24 @@ def add_training_arguments(
     parser.add_argument("--learning-rate", type=listed(float), default=learning_rate)
     parser.add_argument("--warmup-proportion", type=float, default=0.1)
     parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument(
+        "--bias-correction",
+        type=listed(switch),
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="true|false",
+        help="AdamW with Adam's bias correction (Mosbach et al. 2021's stable recipe for small data sets); "
+        "default: without, as the original BERT",
+    )
+    parser.add_argument(
+        "--reinit-layers",
+        type=listed(layer_count),
+        default=0,
+        metavar="N",
+        help="draw the top N Transformer layers and the pooler anew from the initializer before training "
+        "(Zhang et al. 2021); default 0: all from --init",
+    )
     parser.add_argument("--max-seq-length", type=int, default=max_seq_length)
     parser.add_argument("--max-train-steps", type=int, help="stop after this many updates (tests, time budgets)")
     parser.add_argument("--max-examples", type=int, help="use only the first N training and evaluation examples")

@@ -200,6 +200,23 @@ class BertEncoder(WorksAroundKeras20585, keras.Model):
         """None: a bare encoder has no head for `checkpoint.write` to record."""
         return None
 
+    def reinitialize_top_layers(self, count):
+        """Draws the top `count` Transformer blocks and the pooler (with `count` > 0) anew
+        from their initializers: truncated normal of `initializer_range`, zero biases,
+        LayerNorm scale 1 and offset 0. Zhang et al. (2021): the top layers of a pre-trained
+        checkpoint are specialised to pre-training, and few-sample fine-tuning is more
+        stable from fresh ones. The embeddings and the blocks below keep their weights."""
+        layers = len(self.transformer_blocks)
+        if not 0 <= count <= layers:
+            raise ValueError(
+                f"cannot re-initialise {count} layers (--reinit-layers, reinit_layers): "
+                f"the encoder has {layers} Transformer layers"
+            )
+        for layer in [*self.transformer_blocks[layers - count :], self.pooler] if count else []:
+            fresh = type(layer).from_config(layer.get_config())
+            fresh.build()
+            layer.set_weights(fresh.get_weights())
+
     def original_weight_map(self):
         """[(keras variable, [original names whose arrays concatenate along the last axis])]:
         the fused `qkv_kernel` is query, key and value side by side."""

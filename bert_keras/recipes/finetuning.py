@@ -62,6 +62,8 @@ def finetune(
     learning_rate=2e-5,
     warmup_proportion=0.1,
     weight_decay=0.01,
+    bias_correction=False,
+    reinit_layers=0,
     max_train_steps=None,
     max_train_minutes=None,
     max_seq_length=None,
@@ -85,10 +87,12 @@ def finetune(
     split into per-replica batches (an epoch's last, smaller batch is dropped; a set smaller than one batch is one
     smaller batch), padded to `max_seq_length` where the strategy needs static shapes (TPUs). `loss` and
     `jit_compile` go to the task's `compile` ("auto": XLA on GPUs and TPUs, not on CPU, where it ran slower, nor
-    with windows); `recompute`: `BertEncoder(recompute=True)`. `saved_model` is what `best.keras` holds (default
-    `model`; a `BertDistiller` keeps its student). `interim_evaluation` (fraction, report): `report(metrics,
-    main_metric, step)` after that fraction of the steps, which may raise to stop the run (`recipes.search`
-    discarding it). Backed up to `output_dir/checkpoints/` every `backup_steps` steps, at epoch ends and on SIGTERM
+    with windows); `recompute`: `BertEncoder(recompute=True)`. `bias_correction` (Adam's) and `reinit_layers` (the
+    encoder's top layers and pooler drawn anew) are the stable recipe of Mosbach et al. and Zhang et al. (2021) for
+    small data sets. `saved_model` is what `best.keras` holds (default `model`; a `BertDistiller` keeps its
+    student). `interim_evaluation` (fraction, report): `report(metrics, main_metric, step)` after that fraction of
+    the steps, which may raise to stop the run (`recipes.search` discarding it). Backed up to
+    `output_dir/checkpoints/` every `backup_steps` steps, at epoch ends and on SIGTERM
     (`training.backup.StepBackup`), a run called again with the same arguments resumes there (`train_batches` must
     be deterministic) and ends as an uninterrupted run would. Returns a `FinetuningRun` (`history`: this call's
     epochs)."""
@@ -98,14 +102,12 @@ def finetune(
     steps_per_epoch, epochs, planned = schedule(num_examples, fitted_batch, epochs, max_train_steps)
     # Epochs are of equal length, so the plan may run a few steps past max_train_steps: stop at it.
     total = min(planned, max_train_steps or planned)
-    set_recompute(model, recompute)
-    with strategy.scope():
-        optimizer = create_optimizer(learning_rate, total, int(warmup_proportion * total), weight_decay=weight_decay)
-        model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
+    recipe = dict(learning_rate=learning_rate, warmup_proportion=warmup_proportion, weight_decay=weight_decay)
+    recipe.update(bias_correction=bias_correction, reinit_layers=reinit_layers)
     _print_plan(total, planned, epochs, steps_per_epoch, fitted_batch, learning_rate, warmup_proportion)
+    _compile(model, saved_model or model, strategy, total, loss, jit_compile, recompute, **recipe)
     keeper, budget = EvaluateAndKeepBest(evaluate, main_metric, on_best), TimeBudget(max_train_minutes)
-    plan = dict(examples=num_examples, batch_size=fitted_batch, steps=total, steps_per_epoch=steps_per_epoch)
-    plan.update(learning_rate=learning_rate, warmup_proportion=warmup_proportion, weight_decay=weight_decay)
+    plan = dict(examples=num_examples, batch_size=fitted_batch, steps=total, steps_per_epoch=steps_per_epoch, **recipe)
     with (
         _backup(output_dir, strategy, backup_steps, plan, keeper=keeper, time=budget) as backup,
         distribute.chief_path(output_dir, strategy) as output_dir,
@@ -119,11 +121,36 @@ def finetune(
         history = _fit(model, batches, backup, [*stops, *evaluation], plan, epochs, output_dir, strategy, verbose)
         evaluations = _write_run(output_dir, keeper, budget, model, saved_model)
         backup.remove()
-    print(
-        f"best {main_metric}: {keeper.best[main_metric]:.4f} (epoch {keeper.best['epoch']}); "
-        f"model in {output_dir / 'best.keras'}"
-    )
-    return FinetuningRun(model, history, keeper.best, evaluations)
+    best = keeper.best
+    print(f"best {main_metric}: {best[main_metric]:.4f} (epoch {best['epoch']}); model in {output_dir / 'best.keras'}")
+    return FinetuningRun(model, history, best, evaluations)
+
+
+def _compile(model, trained, strategy, steps, loss, jit_compile, recompute, bias_correction, reinit_layers, **schedule):
+    """`model` (its encoders' `recompute` set) compiled in `strategy`'s scope with the run's
+    optimiser (`schedule`: learning rate, warm-up, decay) over `steps`, after the top
+    `reinit_layers` of `trained`'s encoder are drawn anew; says which of the stable recipe's
+    changes the run makes."""
+    set_recompute(model, recompute)
+    warmup = int(schedule["warmup_proportion"] * steps)
+    with strategy.scope():
+        if reinit_layers:
+            trained.encoder.reinitialize_top_layers(reinit_layers)
+        optimizer = create_optimizer(
+            schedule["learning_rate"],
+            steps,
+            warmup,
+            weight_decay=schedule["weight_decay"],
+            bias_correction=bias_correction,
+        )
+        model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
+    changes = []
+    if bias_correction:
+        changes.append("AdamW with bias correction")
+    if reinit_layers:
+        changes.append(f"top {reinit_layers} layer(s) and pooler re-initialised")
+    if changes:
+        print(", ".join(changes))
 
 
 def _stops(total, planned, steps_per_epoch, interim_evaluation, evaluate, main_metric):

@@ -11,7 +11,14 @@ PRESETS = {
     "devlin-glue": {"batch_size": [32], "epochs": [3], "learning_rate": [5e-5, 4e-5, 3e-5, 2e-5]},
 }
 # How a setting is written in a trial's name; others by their own name.
-SHORT_NAMES = {"learning_rate": "lr", "batch_size": "bs", "epochs": "ep", "seed": "seed"}
+SHORT_NAMES = {
+    "learning_rate": "lr",
+    "batch_size": "bs",
+    "epochs": "ep",
+    "seed": "seed",
+    "bias_correction": "bc",
+    "reinit_layers": "reinit",
+}
 
 
 def trial_name(params):

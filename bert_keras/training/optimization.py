@@ -1,6 +1,8 @@
 """The optimisers of the original BERT recipe: AdamW (no bias correction) and LAMB.
 
-Both apply weight decay inside the update, as google-research/bert's
+AdamW takes `bias_correction=True` for the stable fine-tuning recipe of Mosbach et al.
+(2021) and Zhang et al. (2021): the original's slow start without it is what makes some
+fine-tuning runs on small data sets fail. Both apply weight decay inside the update, as google-research/bert's
 `AdamWeightDecayOptimizer` and the LAMB paper do, and skip it (and, for LAMB, the
 layer-wise trust ratio) for LayerNorm and bias variables. Keras' own `AdamW` and
 `Lamb` differ: bias correction, decay outside the trust ratio, and a decay
@@ -121,6 +123,16 @@ class _DecoupledDecay(ClipsSummedGradients, keras.optimizers.Optimizer):
         self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(gradient))
         return m, v, self._decays[index]
 
+    def _bias_corrected(self, m, v, dtype):
+        """Adam's m / (1 - b1^t) and v / (1 - b2^t) for this update.
+
+        Updates happen once per accumulation window; count those, not micro-batches.
+        `iterations` already counts windows when accumulating (dividing it again gave
+        step 0, and 0/0 at the first update); this update is window `iterations + 1`.
+        """
+        step = ops.cast(self.iterations + 1, dtype)
+        return m / (1.0 - ops.power(self.beta_1, step)), v / (1.0 - ops.power(self.beta_2, step))
+
     def get_config(self):
         return {
             **super().get_config(),
@@ -137,17 +149,28 @@ class AdamWeightDecay(_DecoupledDecay):
     """google-research/bert's `AdamWeightDecayOptimizer`.
 
     m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  update = m / (sqrt(v) + eps) + wd * w;
-    w -= lr * update. No bias correction (BERT was trained without it, and the released
-    fine-tuning recipes depend on its slower start).
+    w -= lr * update. No bias correction by default (BERT was trained without it, and the
+    released fine-tuning recipes depend on its slower start). `bias_correction=True` is
+    Adam's: m and v divided by 1 - b1^t and 1 - b2^t, which is Loshchilov and Hutter's
+    AdamW (`torch.optim.AdamW`) with decay applied to the variables `exclude_from_decay` spares.
     """
+
+    def __init__(self, *args, bias_correction=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.bias_correction = bool(bias_correction)
 
     def update_step(self, gradient, variable, learning_rate):
         gradient = ops.cast(gradient, variable.dtype)
         m, v, decays = self._moments_update(gradient, variable)
+        if self.bias_correction:
+            m, v = self._bias_corrected(m, v, variable.dtype)
         update = m / (ops.sqrt(v) + self.epsilon)
         if decays:
             update = update + self.weight_decay_rate * variable
         self.assign_sub(variable, ops.cast(learning_rate, variable.dtype) * update)
+
+    def get_config(self):
+        return {**super().get_config(), "bias_correction": self.bias_correction}
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -162,12 +185,7 @@ class LAMB(_DecoupledDecay):
     def update_step(self, gradient, variable, learning_rate):
         gradient = ops.cast(gradient, variable.dtype)
         m, v, decays = self._moments_update(gradient, variable)
-        # Updates happen once per accumulation window; count those, not micro-batches.
-        # `iterations` already counts windows when accumulating (dividing it again gave
-        # step 0, and 0/0 at the first update); this update is window `iterations + 1`.
-        step = ops.cast(self.iterations + 1, variable.dtype)
-        m_hat = m / (1.0 - ops.power(self.beta_1, step))
-        v_hat = v / (1.0 - ops.power(self.beta_2, step))
+        m_hat, v_hat = self._bias_corrected(m, v, variable.dtype)
         update = m_hat / (ops.sqrt(v_hat) + self.epsilon)
         if decays:
             update = update + self.weight_decay_rate * variable
@@ -187,12 +205,14 @@ def create_optimizer(
     clipnorm=1.0,
     gradient_accumulation_steps=None,
     end_learning_rate=0.0,
+    bias_correction=False,
 ):
     """The BERT optimiser: warm-up + linear decay, decoupled decay, global-norm clipping.
 
     `num_train_steps`/`num_warmup_steps` count weight updates (with gradient
     accumulation, one update per `gradient_accumulation_steps` batches). `clipnorm`
     clips the global norm of all gradients together, as the original does.
+    `bias_correction`: AdamW with Adam's bias correction (LAMB always has it).
     """
     if optimizer not in ("adamw", "lamb"):
         raise ValueError(f"optimizer must be 'adamw' or 'lamb', got {optimizer!r}")
@@ -205,10 +225,12 @@ def create_optimizer(
         end_learning_rate=end_learning_rate,
         steps_per_update=gradient_accumulation_steps or 1,
     )
-    cls = AdamWeightDecay if optimizer == "adamw" else LAMB
-    return cls(
+    options = dict(
         learning_rate=schedule,
         weight_decay_rate=weight_decay,
         global_clipnorm=clipnorm or None,
         gradient_accumulation_steps=gradient_accumulation_steps,
     )
+    if optimizer == "lamb":
+        return LAMB(**options)
+    return AdamWeightDecay(**options, bias_correction=bias_correction)

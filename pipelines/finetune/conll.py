@@ -86,6 +86,8 @@ def feature_arguments(args):
         "--max-train-minutes": args.max_train_minutes is not None,
         "--strategy": args.strategy != "default",
         "a fractional --epochs": args.epochs != int(args.epochs),
+        "--bias-correction": args.bias_correction,
+        "--reinit-layers": args.reinit_layers != 0,
     }
     for flag, given in unused.items():
         if given:

@@ -106,6 +106,51 @@ def test_truncated_normal_initialisation():
     assert np.all(encoder.transformer_blocks[0].qkv_bias.numpy() == 0)
 
 
+def test_reinitialised_top_layers_follow_the_initializer_and_the_rest_the_checkpoint(minilm_dir):
+    """Zhang et al. (2021)'s re-initialisation of all-MiniLM-L6-v2's top 2 layers and pooler:
+    kernels drawn from N(0, initializer_range) truncated at 2 sigma (scipy's truncnorm),
+    biases 0, LayerNorm 1 and 0; the embeddings and the 4 layers below as in the safetensors file."""
+    from safetensors.numpy import load_file
+    from scipy import stats
+
+    checkpoint = load_file(str(minilm_dir / "model.safetensors"))
+    encoder = BertEncoder.from_checkpoint(minilm_dir)
+    before = [weight.copy() for weight in encoder.get_weights()]
+    keras.utils.set_random_seed(0)
+    encoder.reinitialize_top_layers(2)
+    stddev = encoder.config.initializer_range
+    assert stddev == 0.02
+    for block in [*encoder.transformer_blocks[4:], encoder.pooler.dense]:
+        for variable in block.weights:
+            value = variable.numpy()
+            if variable.path.endswith("kernel"):
+                flat = value.ravel()[:50_000]
+                fit = stats.kstest(flat, stats.truncnorm(-2, 2, scale=stddev).cdf)
+                assert fit.pvalue > 1e-3, (variable.path, fit)
+            else:
+                expected = 1.0 if variable.path.endswith("gamma") else 0.0
+                np.testing.assert_array_equal(value, expected, err_msg=variable.path)
+    changed = {
+        variable.path for block in [*encoder.transformer_blocks[4:], encoder.pooler] for variable in block.weights
+    }
+    for variable, old in zip(encoder.weights, before):
+        if variable.path in changed:  # the file's pooler bias is 0 already: the kernels tell
+            assert variable.path.endswith("bias") or not np.allclose(variable.numpy(), old), variable.path
+        else:
+            np.testing.assert_array_equal(variable.numpy(), old, err_msg=variable.path)
+    hf = {  # the file's names for a few of the weights kept
+        "embeddings.word_embeddings.weight": encoder.embeddings.word_embeddings,
+        "encoder.layer.3.output.LayerNorm.weight": encoder.transformer_blocks[3].output_layer_norm.gamma,
+        "encoder.layer.3.output.dense.bias": encoder.transformer_blocks[3].output_bias,
+        "encoder.layer.0.intermediate.dense.weight": encoder.transformer_blocks[0].intermediate_kernel,
+    }
+    for name, variable in hf.items():
+        expected = checkpoint[name].T if name.endswith("dense.weight") else checkpoint[name]
+        np.testing.assert_array_equal(variable.numpy(), expected, err_msg=name)
+    with pytest.raises(ValueError, match=r"^cannot re-initialise 7 layers \(--reinit-layers, reinit_layers\): "):
+        encoder.reinitialize_top_layers(7)
+
+
 def test_get_config_and_keras_file_round_trip(tmp_path):
     encoder = BertEncoder(ODD_TINY)
     inputs = random_inputs()

@@ -218,10 +218,12 @@ def test_another_command_line_or_changed_data_is_refused_naming_what_differs(tmp
         with pytest.raises(Killed):
             cli([*argv, "--output-dir", str(out)])
     capsys.readouterr()
-    assert cli([*argv, "--output-dir", str(out), "--learning-rate", "1e-3", "--seed", "3"]) == 2
+    stable = ["--bias-correction", "--reinit-layers", "1"]
+    assert cli([*argv, "--output-dir", str(out), "--learning-rate", "1e-3", "--seed", "3", *stable]) == 2
     err = capsys.readouterr().err
     assert f"--output-dir {out} (fine-tuning run) holds the unfinished run of other inputs or settings (" in err
-    assert "--learning-rate 2e-05 there, 0.001 now; --seed 0 there, 3 now)" in err
+    assert "(--bias-correction false there, true now; --learning-rate 2e-05 there, 0.001 now; " in err
+    assert "--reinit-layers 0 there, 1 now; --seed 0 there, 3 now)" in err
     with open(tmp_path / "train.tsv", "a", encoding="utf-8") as train:  # a line added to the data
         train.write(sst2_rows(21)[-1] + "\n")
     assert cli([*argv, "--output-dir", str(out)]) == 2

@@ -70,6 +70,9 @@ def test_dry_run_lists_the_papers_grids_and_bad_grids_are_one_line_errors(tmp_pa
     names = capsys.readouterr().out.splitlines()[:-1]
     rates = ("5e-05", "4e-05", "3e-05", "2e-05")
     assert [name.split()[0] for name in names] == [f"lr{rate}_bs32_ep3" for rate in rates]
+    assert cli([*base, "--bias-correction", "false,true", "--reinit-layers", "0,2", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "4 trials" and "bcTrue_reinit2 --bias-correction True --reinit-layers 2" in lines
     assert not (tmp_path / "search").exists()
     assert set(PRESETS) == set(search_report.PRESETS)  # the flag choices, named without TensorFlow
 
@@ -86,7 +89,11 @@ def test_dry_run_lists_the_papers_grids_and_bad_grids_are_one_line_errors(tmp_pa
         error = capsys.readouterr().err.strip()
         assert "\n" not in error and message in error, (flags, error)
         assert error.startswith("bert-keras finetune: error: ")
-    for flags, message in [(["--learning-rate", "5e-5,,3e-5"], "empty value"), (["--batch-size", "16,x"], "int")]:
+    for flags, message in [
+        (["--learning-rate", "5e-5,,3e-5"], "empty value"),
+        (["--batch-size", "16,x"], "int"),
+        (["--reinit-layers", "0,-1"], "expected a number of layers (0 or more)"),
+    ]:
         with pytest.raises(SystemExit):
             cli([*base, *flags, "--dry-run"])
         assert message in capsys.readouterr().err.splitlines()[-1]

@@ -103,6 +103,9 @@ def test_finetune_conll_feature_based_command(tiny_conll, tmp_path, capsys):
     for layers, message in (("=5", "out of range"), ("=,", "none given")):
         assert cli([*common, "--output-dir", str(tmp_path / layers[1:]), f"--feature-based{layers}"]) != 0
         assert message in capsys.readouterr().err
+    for flag in (["--bias-correction"], ["--reinit-layers", "1"]):  # the fine-tuning recipe's, not the BiLSTM's
+        assert cli([*common, "--output-dir", str(tmp_path / "stable"), "--feature-based=-1", *flag]) == 2
+        assert f"{flag[0]} is not for it" in capsys.readouterr().err
 
 
 class Killed(Exception):

@@ -42,6 +42,18 @@ def original_adamw_step(params, grads, ms, vs, lr, decays, wd=0.01, b1=0.9, b2=0
     return out
 
 
+def adam_decoupled_decay_step(params, grads, ms, vs, lr, decays, t, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
+    """Algorithm 2 of Loshchilov and Hutter (2019), AdamW: Kingma and Ba's bias-corrected
+    moments, the decay lr * wd * w of the weights before the step, BERT's exclusions."""
+    out = []
+    for p, g, m, v, decay in zip(params, grads, ms, vs, decays):
+        m[...] = b1 * m + (1 - b1) * g
+        v[...] = b2 * v + (1 - b2) * g * g
+        m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
+        out.append(p - lr * (m_hat / (np.sqrt(v_hat) + eps) + (wd * p if decay else 0.0)))
+    return out
+
+
 def lamb_step(params, grads, ms, vs, lr, decays, t, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
     """Algorithm 2 of You et al. (2019) with BERT's exclusions (no decay, no trust ratio)."""
     out = []
@@ -96,6 +108,39 @@ def test_adamw_matches_original_update_rule():
         params = original_adamw_step(params, clip_by_global_norm(grads, 1.0), ms, vs, lr, decays)
         for variable, expected in zip(variables, params):
             np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_bias_corrected_adamw_matches_the_paper_and_keras_adamw():
+    """`bias_correction=True`, with warm-up, decay and clipping: the paper's update, and
+    Keras' `AdamW` given the same schedule, exclusions and clipping (its epsilon enters
+    after the bias correction, so both take a negligible one there)."""
+    ours, keras_model = small_model(), small_model()
+    optimizer = create_optimizer(1e-2, num_train_steps=10, num_warmup_steps=2, bias_correction=True)
+    reference = keras.optimizers.AdamW(
+        learning_rate=WarmupLinearDecay(1e-2, decay_steps=10, warmup_steps=2),
+        weight_decay=0.01,
+        epsilon=1e-12,
+        global_clipnorm=1.0,
+    )
+    reference.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    tiny_epsilon = create_optimizer(1e-2, num_train_steps=10, num_warmup_steps=2, bias_correction=True)
+    tiny_epsilon.epsilon = 1e-12
+    tiny_model = small_model()
+    params = [v.numpy().copy() for v in ours.trainable_variables]
+    ms = [np.zeros_like(p) for p in params]
+    vs = [np.zeros_like(p) for p in params]
+    decays = [not ORIGINAL_NO_DECAY.search(v.path) for v in ours.trainable_variables]
+    rng = np.random.default_rng(4)
+    for step in range(5):
+        grads = [rng.normal(scale=3.0, size=p.shape).astype("float32") for p in params]
+        for opt, model in ((optimizer, ours), (reference, keras_model), (tiny_epsilon, tiny_model)):
+            opt.apply([keras.ops.convert_to_tensor(g) for g in grads], model.trainable_variables)
+        lr = original_lr(step, 1e-2, 10, 2)
+        params = adam_decoupled_decay_step(params, clip_by_global_norm(grads, 1.0), ms, vs, lr, decays, step + 1)
+        for variable, expected in zip(ours.trainable_variables, params):
+            np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-5, atol=1e-7)
+        for variable, expected in zip(tiny_model.trainable_variables, keras_model.trainable_variables):
+            np.testing.assert_allclose(variable.numpy(), expected.numpy(), rtol=1e-5, atol=1e-7)
 
 
 def test_lamb_matches_paper_with_exclusions():
@@ -155,6 +200,10 @@ def test_optimizer_serialises(cls):
     )
     restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
     assert type(restored) is cls
+    if cls is AdamWeightDecay:
+        assert restored.bias_correction is False
+        corrected = create_optimizer(3e-4, 100, 10, bias_correction=True)
+        assert keras.optimizers.deserialize(keras.optimizers.serialize(corrected)).bias_correction is True
     assert restored.weight_decay_rate == 0.02 and restored.global_clipnorm == 1.0
     schedule = restored.get_config()["learning_rate"]
     assert schedule["registered_name"] == "bert_keras>WarmupLinearDecay"
