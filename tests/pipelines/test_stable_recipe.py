@@ -68,9 +68,11 @@ def test_the_values_parse_one_at_a_time(capsys):
     parse = build_parser().parse_args
     assert parse(argv).bias_correction is False and parse(argv).reinit_layers == 0
     assert parse([*argv, "--bias-correction"]).bias_correction is True
+    # finetune's flags are search dimensions: a value given is a list of one (`ValueList`)
     for word, value in (("true", True), ("Off", False), ("1", True), ("no", False)):
-        assert parse([*argv, "--bias-correction", word]).bias_correction is value
-    assert parse([*argv, "--reinit-layers", "3"]).reinit_layers == 3
+        assert parse([*argv, "--bias-correction", word]).bias_correction == [value]
+    assert parse([*argv, "--reinit-layers", "3"]).reinit_layers == [3]
+    assert parse([*argv, "--reinit-layers", "0,3"]).reinit_layers == [0, 3]
     for flag, value, message in (
         ("--bias-correction", "maybe", "argument --bias-correction: expected true or false, got 'maybe'"),
         ("--reinit-layers", "-1", "argument --reinit-layers: expected a number of layers (0 or more), got '-1'"),
