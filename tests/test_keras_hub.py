@@ -86,7 +86,8 @@ def keras_hub_logits(folder):
 
 
 def test_a_keras_hub_classifier_loads_with_its_logits_and_tokenizer(preset):
-    model = BertClassifier.from_checkpoint(preset["classifier"])
+    with pytest.warns(UserWarning, match="lower-cases without stripping accents"):
+        model = BertClassifier.from_checkpoint(preset["classifier"])
     assert model.num_classes == 3 and model.preprocessor.tokenizer.lower_case
     assert model.preprocessor.packer.max_seq_length == 24  # preprocessor.json's sequence_length
     assert model.config.hidden_act == "gelu_tanh"

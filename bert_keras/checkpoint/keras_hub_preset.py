@@ -170,6 +170,12 @@ def _tokenizer(folder):
     tokenizer = read_json_object(folder / PRESET_TOKENIZER).get("config", {})
     preprocessor = read_json_object(folder / PRESET_PREPROCESSOR).get("config", {})
     lower_case = bool(tokenizer["lowercase"]) if "lowercase" in tokenizer else None
+    if lower_case:
+        warnings.warn(
+            f"{folder}: keras-hub's tokenizer lower-cases without stripping accents and bert-keras strips them, "
+            "as the original BERT does: a text with accents may split into other pieces than in keras-hub",
+            stacklevel=4,
+        )
     return TokenizerSettings(lower_case, saved_length(preprocessor, "sequence_length"))
 
 
