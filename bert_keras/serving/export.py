@@ -13,9 +13,9 @@ Signatures:
   (`text`, or e.g. `text_a` + `text_b`), returning the task's float32 outputs.
 - `serve_ids`: packed int32 `input_word_ids`, `input_mask`, `input_type_ids`.
 - `word_pieces`: the same string inputs as `serving_default`, answering the word pieces
-  the model reads of them (`serving_tasks.word_pieces_outputs`), for people and the page
-  of `bert-keras serve`; not for heads that read text otherwise (windows, fill-mask,
-  multiple choice).
+  the model reads of them (`ServingSignature.word_pieces`: with a `doc_stride`, each
+  window's; a fill-mask model's with each literal `[MASK]` the mask piece), for people and
+  the page of `bert-keras serve`; not for multiple choice.
 - more signatures on the same string inputs where the head has them
   (`ServingSignature.text_signatures`), e.g. a span reader's `span_candidates`.
 Outputs are float32 even for mixed-precision models, since REST JSON has no bfloat16.
@@ -32,7 +32,7 @@ from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 from bert_keras.checkpoint.text_files import read_labels, write_labels, write_vocab
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.serving.layout import EXTRA_DIR, WARMUP_PATH, serving_signatures
-from bert_keras.serving.serving_tasks import serving_signature, text_runner, word_pieces_outputs
+from bert_keras.serving.serving_tasks import serving_signature, text_runner
 from bert_keras.tasks.preprocessing import preprocessor_for
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
@@ -131,7 +131,7 @@ def _max_windows(model, doc_stride, max_windows):
 
 def _write_archive(path, signature, preprocessor, segments, micro_batches):
     """The SavedModel: `serving_default` on text, `serve_ids` on packed ids and, where
-    the signature packs text plainly, `word_pieces` on text, and the head's `text_signatures`."""
+    the signature serves them, `word_pieces` on text, and the head's `text_signatures`."""
     run_text = text_runner(signature, micro_batches)
 
     def serve_text(*texts):
@@ -160,7 +160,7 @@ def _write_archive(path, signature, preprocessor, segments, micro_batches):
     if signature.serves_word_pieces:
         archive.add_endpoint(
             WORD_PIECES_SIGNATURE,
-            lambda *texts: word_pieces_outputs(signature.preprocessor, list(texts)),
+            _on_texts(signature.word_pieces),
             input_signature=signature.text_inputs(segments),
         )
     archive.write_out(str(path), verbose=False)

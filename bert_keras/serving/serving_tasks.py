@@ -109,35 +109,6 @@ def _pad_tokens(tensor, length):
     return tf.pad(tensor, padding)
 
 
-def word_pieces_outputs(preprocessor, texts):
-    """What `preprocessor` packs from `texts` (one `[batch]` string tensor per segment),
-    for people to read: `word_pieces` `[batch, seq]` (the packed tokens, "" past each
-    row's end), `input_type_ids` (each piece's segment), `kept_bytes` `[batch, segments]`
-    (where in each segment's text the kept pieces end: the bytes after it were not read,
-    cut by truncation or by the tokenizer's byte bound) and `truncated_pieces` `[batch,
-    segments]` (the pieces truncation dropped)."""
-    tokenizer = preprocessor.tokenizer
-    tokenized = [tokenizer.tokenize_with_offsets(text) for text in texts]
-    packed = preprocessor.packer([ids for ids, _, _ in tokenized])
-    mask = packed["input_mask"] > 0
-    tokens = tf.where(mask, tf.gather(tf.constant(tokenizer.vocabulary), packed["input_word_ids"]), "")
-    kept_bytes, truncated = [], []
-    for segment, (ids, _, ends) in enumerate(tokenized):
-        # Segment i's pieces have type i, with its [SEP] (and the [CLS] before segment 0).
-        in_segment = tf.logical_and(mask, tf.equal(packed["input_type_ids"], segment))
-        kept = tf.reduce_sum(tf.cast(in_segment, tf.int64), axis=1) - (2 if segment == 0 else 1)
-        none = tf.size(ends.flat_values, out_type=tf.int64)  # the 0 appended below
-        last = tf.where(kept > 0, ends.row_starts() + kept - 1, none)
-        kept_bytes.append(tf.gather(tf.concat([ends.flat_values, [0]], 0), last))
-        truncated.append(ids.row_lengths() - kept)
-    return {
-        "word_pieces": tokens,
-        "input_type_ids": packed["input_type_ids"],
-        "kept_bytes": tf.stack(kept_bytes, axis=1),
-        "truncated_pieces": tf.stack(truncated, axis=1),
-    }
-
-
 class EncoderSignature(ServingSignature):
     """`pooled_output`, `sequence_output` and `input_mask`."""
 
@@ -154,11 +125,12 @@ class FillMaskSignature(ServingSignature):
     """Top-k fillers of each `[MASK]`: `mask_positions`, `top_ids`, `top_tokens`,
     `top_probabilities` (-1, "" and 0 where a row has fewer masks)."""
 
-    serves_word_pieces = False  # it reads a literal [MASK] as the mask, not as text
-
     def __init__(self, model, preprocessor, top_k=5):
         super().__init__(model, preprocessor)
         self.top_k = top_k
+
+    def tokenize(self, texts):
+        return [tokenize_masked(self.preprocessor.tokenizer, text) for text in texts]
 
     def from_text(self, texts, run):
         return fill_mask_outputs(run, self.preprocessor, texts, self.top_k)
@@ -175,29 +147,44 @@ MODEL_SIGNATURES = {
 
 
 def fill_mask_outputs(run, preprocessor, texts, top_k):
-    """Top-k fillers for each literal `[MASK]` in the text.
+    """Top-k fillers for each literal `[MASK]` in the text (`tokenize_masked`)."""
+    (text,) = texts
+    ids, _, _ = tokenize_masked(preprocessor.tokenizer, text)
+    return fill_mask_from_packed(run, preprocessor.tokenizer, preprocessor.packer([ids]), top_k)
+
+
+def tokenize_masked(tokenizer, text):
+    """`tokenizer.tokenize_with_offsets(text)` where each literal `[MASK]` is the mask piece.
 
     The tokenizer reads `[MASK]` as plain text, as the original does, so the text is
-    cut at each `[MASK]`, the pieces tokenized and the mask id put between them.
+    cut at each `[MASK]`, the parts tokenized and the mask id put between them; offsets
+    are bytes in `text`, the mask piece's those of its literal.
     """
-    (text,) = texts
-    tokenizer = preprocessor.tokenizer
-    parts = tf.strings.split(text, sep=tokenizer.mask_token)
-    part_ids = tokenizer(parts.flat_values)
-    mask = tf.fill([tf.size(parts.flat_values), 1], tf.constant(tokenizer.mask_id, part_ids.dtype))
-    with_mask = tf.concat([part_ids, tf.RaggedTensor.from_tensor(mask)], axis=1)
+    mask_token = tokenizer.mask_token
+    parts = tf.strings.split(text, sep=mask_token)
+    ids, starts, ends = tokenizer.tokenize_with_offsets(parts.flat_values)
+    # Where each part starts in its text: after the parts and masks before it.
+    spans = tf.cast(tf.strings.length(parts.flat_values), tf.int64) + len(mask_token.encode())
+    before = tf.cumsum(spans, exclusive=True)
+    part_starts = before - tf.gather(before, tf.gather(parts.row_starts(), parts.value_rowids()))
+    mask_starts = part_starts + spans - len(mask_token.encode())
+    count = tf.size(parts.flat_values)
+    mask_piece = [
+        tf.fill([count, 1], tf.constant(tokenizer.mask_id, ids.dtype)),
+        mask_starts[:, None],
+        mask_starts[:, None] + len(mask_token.encode()),
+    ]
     # Drop the mask after each text's last part.
     is_last = tf.equal(
         tf.range(tf.size(parts.flat_values, out_type=tf.int64)) + 1, tf.gather(parts.row_limits(), parts.value_rowids())
     )
-    keep = tf.logical_not(
-        tf.logical_and(
-            is_last[:, None], tf.equal(tf.ragged.range(with_mask.row_lengths()), with_mask.row_lengths()[:, None] - 1)
-        )
-    )
-    with_mask = tf.ragged.boolean_mask(with_mask, keep)
-    ids = parts.with_flat_values(with_mask).merge_dims(1, 2)
-    return fill_mask_from_packed(run, tokenizer, preprocessor.packer([ids]), top_k)
+    pieces = []
+    for values, mask in zip((ids, starts + part_starts[:, None], ends + part_starts[:, None]), mask_piece):
+        with_mask = tf.concat([values, tf.RaggedTensor.from_tensor(mask)], axis=1)
+        at_end = tf.equal(tf.ragged.range(with_mask.row_lengths()), with_mask.row_lengths()[:, None] - 1)
+        kept = tf.ragged.boolean_mask(with_mask, tf.logical_not(tf.logical_and(is_last[:, None], at_end)))
+        pieces.append(parts.with_flat_values(kept).merge_dims(1, 2))
+    return tuple(pieces)
 
 
 def fill_mask_from_packed(run, tokenizer, packed, top_k):

@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from bert_keras.models.encoder import INPUT_NAMES
-from bert_keras.tasks.windowing import preprocess_windows
+from bert_keras.tasks.windowing import pack_windows, preprocess_windows
 
 
 def as_float32(tensor):
@@ -33,8 +33,8 @@ class ServingSignature:
     """
 
     micro_batching = True
-    # The export adds a `word_pieces` signature of what `preprocessor` packs from the
-    # texts; False where the model reads them otherwise (windows, literal [MASK]s, choices).
+    # The export adds a `word_pieces` signature (`word_pieces`); False where the rows are
+    # not one packing of the texts (multiple choice).
     serves_word_pieces = True
 
     def __init__(self, model, preprocessor, label_table=None):
@@ -47,7 +47,6 @@ class ServingSignature:
         self.max_windows = getattr(model, "max_windows", None)
         if self.doc_stride is not None:
             self.micro_batching = False  # micro-batches cut `[batch, seq]` rows, not windows
-            self.serves_word_pieces = False
 
     def pack(self, texts):
         """Request texts (one `[batch]` string tensor per segment) -> packed model inputs,
@@ -71,6 +70,16 @@ class ServingSignature:
 
     def run(self, packed):
         return self.model(packed, training=False)
+
+    def tokenize(self, texts):
+        """Request texts -> (ids, starts, ends) of each segment, as `pack` reads them
+        (`BertTokenizer.tokenize_with_offsets`: byte offsets in the text)."""
+        return [self.preprocessor.tokenizer.tokenize_with_offsets(text) for text in texts]
+
+    def word_pieces(self, texts):
+        """What the model reads of `texts`, for people: `word_pieces_outputs` of `tokenize`,
+        in the windows `pack` makes with a `doc_stride`."""
+        return word_pieces_outputs(self.preprocessor, self.tokenize(texts), self.doc_stride, self.max_windows)
 
     def text_signatures(self, run):
         """More signatures on `serving_default`'s string inputs, for people and the page of
@@ -96,6 +105,45 @@ class ServingSignature:
 
     def from_ids(self, packed, run):
         return {key: as_float32(value) for key, value in run(packed).items()}
+
+
+def word_pieces_outputs(preprocessor, tokenized, doc_stride=None, max_windows=None):
+    """The packing of `tokenized` ((ids, starts, ends) ragged `[batch, (pieces)]` per
+    segment) for people to read: `word_pieces` `[batch, seq]` (the packed tokens, "" past
+    each row's end), `input_type_ids` (each piece's segment), `kept_bytes` `[batch,
+    segments]` (where in each segment's text the kept pieces end: the bytes after it were
+    not read, cut by truncation or by the tokenizer's byte bound) and `truncated_pieces`
+    `[batch, segments]` (the pieces truncation dropped). With a `doc_stride` the pieces
+    are the windows `pack_windows` makes, `[batch, windows, seq]` ("" in padding
+    windows); the windows hold the whole last segment."""
+    ids = [segment_ids for segment_ids, _, _ in tokenized]
+    if doc_stride is None:
+        packed = first = preprocessor.packer(ids)
+    else:
+        packed = pack_windows(preprocessor.packer, ids, doc_stride, max_windows).inputs
+        first = {name: tensor[:, 0] for name, tensor in packed.items()}
+    mask = packed["input_mask"] > 0
+    vocabulary = tf.constant(preprocessor.tokenizer.vocabulary)
+    tokens = tf.where(mask, tf.gather(vocabulary, packed["input_word_ids"]), "")
+    kept_bytes, truncated = [], []
+    for segment, (segment_ids, _, ends) in enumerate(tokenized):
+        if doc_stride is not None and segment == len(tokenized) - 1:
+            kept = segment_ids.row_lengths()
+        else:
+            # Segment i's pieces have type i, with its [SEP] (and the [CLS] before segment 0);
+            # a pair's first segment is the same in every window.
+            in_segment = tf.logical_and(first["input_mask"] > 0, tf.equal(first["input_type_ids"], segment))
+            kept = tf.reduce_sum(tf.cast(in_segment, tf.int64), axis=1) - (2 if segment == 0 else 1)
+        none = tf.size(ends.flat_values, out_type=tf.int64)  # the 0 appended below
+        last = tf.where(kept > 0, ends.row_starts() + kept - 1, none)
+        kept_bytes.append(tf.gather(tf.concat([ends.flat_values, [0]], 0), last))
+        truncated.append(segment_ids.row_lengths() - kept)
+    return {
+        "word_pieces": tokens,
+        "input_type_ids": packed["input_type_ids"],
+        "kept_bytes": tf.stack(kept_bytes, axis=1),
+        "truncated_pieces": tf.stack(truncated, axis=1),
+    }
 
 
 def label_table(labels, count, model):

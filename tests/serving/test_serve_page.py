@@ -19,25 +19,29 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from harness import SERVING_VOCAB
 
 import bert_keras_cli.serve
 from bert_keras import BertClassifier, BertConfig, BertEncoder, BertPreprocessor, BertPretrainer, BertTokenizer
 from bert_keras.serving import export
 from bert_keras.serving.batch.records import tagger_record
+from bert_keras.serving.serving_tasks import fill_mask_outputs
 from bert_keras.tasks.reranker import BertReranker
 from bert_keras.tasks.span_labeler import BertSpanLabeler
 from bert_keras.tasks.text_embedder import BertTextEmbedder
 from bert_keras.tasks.token_classifier import BertTokenClassifier
+from bert_keras.tasks.windowing import preprocess_windows
 from bert_keras_cli.cli import main as cli
 
-pytestmark = pytest.mark.slow  # seven exports, about 45 s of CPU
+pytestmark = pytest.mark.slow  # eight exports, about 50 s of CPU
 
 CHROMIUM = "/usr/bin/chromium"
 HOSTILE_LABEL = "<script>window.pwned=1</script><b>x</b>"
 HOSTILE_TEXT = '<img src=x onerror="window.pwned=2"><b>y</b> the quick fox'
 MAX_REQUEST_BYTES = 64 << 10
 MAX_SEQ_LENGTH = 16  # short, so a sentence of some words is cut
+DOC_STRIDE = 4  # the windowed model's
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 MULTI_LABELS = ["sports", "politics", "<i>art</i>", "science"]
 CONFIG = BertConfig(
@@ -50,13 +54,19 @@ CONFIG = BertConfig(
 )
 
 
+def tiny_preprocessor():
+    return BertPreprocessor(BertTokenizer(SERVING_VOCAB), seq_length=None, max_seq_length=MAX_SEQ_LENGTH)
+
+
 def tiny_exports(base):
-    """{model name: export base} of one tiny model of each head kind the page draws."""
-    preprocessor = BertPreprocessor(BertTokenizer(SERVING_VOCAB), seq_length=None, max_seq_length=MAX_SEQ_LENGTH)
+    """{model name: export base} of one tiny model of each head kind the page draws (the
+    regression head reads long texts in windows)."""
+    preprocessor = tiny_preprocessor()
     keras.utils.set_random_seed(3)
     models = {
         "classifier": (BertClassifier(BertEncoder(CONFIG), num_classes=3), [HOSTILE_LABEL, "pos", "neg"]),
         "multi-label": (BertClassifier(BertEncoder(CONFIG), num_classes=4, multi_label=True), MULTI_LABELS),
+        "regression": (BertClassifier(BertEncoder(CONFIG), num_classes=1, doc_stride=DOC_STRIDE), None),
         "tagger": (BertTokenClassifier(BertEncoder(CONFIG), num_classes=len(TAGS)), TAGS),
         "span": (BertSpanLabeler(BertEncoder(CONFIG)), None),
         "fill-mask": (BertPretrainer(BertEncoder(CONFIG)), None),
@@ -285,9 +295,45 @@ def test_fill_mask_top_words(page, server):
     for index, mask in enumerate(masks):
         tokens, probabilities = outputs["top_tokens"][0][index], outputs["top_probabilities"][0][index]
         assert shown_rows(mask) == [(token, f"{p:.3f}") for token, p in zip(tokens, probabilities)]
-    assert shown_pieces(page) == []
-    assert "reads each literal [MASK] as the mask piece" in page.text_content(".no-pieces")
+    # The pieces the model is run on (fill_mask_outputs' packing, each literal [MASK] the
+    # mask piece), read back through the vocabulary: those the signature answers and the page shows.
+    packed = {}
+
+    def record(inputs):
+        packed.update(inputs)
+        return {"mlm_logits": tf.zeros([1, 2, len(SERVING_VOCAB)])}
+
+    fill_mask_outputs(record, tiny_preprocessor(), [tf.constant([text])], top_k=1)
+    ids = packed["input_word_ids"][0].numpy()[packed["input_mask"][0].numpy() > 0]
+    expected = [SERVING_VOCAB[i] for i in ids]
+    pieces = rest_predict(server, "fill-mask", {"text": [text]}, "word_pieces")
+    assert [piece for piece in pieces["word_pieces"][0] if piece] == expected
+    assert [expected[position] for position in outputs["mask_positions"][0]] == ["[MASK]", "[MASK]"]
+    assert pieces["kept_bytes"] == [[len(text.encode())]] and pieces["truncated_pieces"] == [[0]]
+    assert shown_pieces(page) == [expected]
+    assert [span.text_content() for span in page.query_selector_all(".row-pieces .mask-piece")] == ["[MASK]"] * 2
+    assert page.query_selector(".no-pieces") is None and page.query_selector(".truncated") is None
     screenshot(page, "fill-mask")
+
+
+def test_windowed_regression_pieces_of_each_window(page, server):
+    open_model(page, server, "regression")
+    text = "the quick brown fox jumps , a b c the quick brown fox jumps , a b c"
+    compute(page, text=text)
+    # Each window's pieces, as preprocess_windows packs them for the model.
+    windows = preprocess_windows(tiny_preprocessor(), tf.constant([text]), DOC_STRIDE).inputs
+    expected = [
+        [SERVING_VOCAB[i] for i in ids[mask > 0]]
+        for ids, mask in zip(windows["input_word_ids"][0].numpy(), windows["input_mask"][0].numpy())
+    ]
+    assert len(expected) == 3
+    pieces = rest_predict(server, "regression", {"text": [text]}, "word_pieces")
+    assert [[piece for piece in window if piece] for window in pieces["word_pieces"][0]] == expected
+    assert pieces["kept_bytes"] == [[len(text.encode())]] and pieces["truncated_pieces"] == [[0]]
+    assert shown_pieces(page) == expected
+    assert page.text_content(".windows").startswith("3 windows: ")
+    assert page.query_selector(".truncated") is None, "windows read the whole text"
+    screenshot(page, "regression")
 
 
 def test_reranker_candidates_by_score(page, server):
