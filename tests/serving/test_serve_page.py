@@ -316,10 +316,12 @@ def test_fill_mask_top_words(page, server):
     screenshot(page, "fill-mask")
 
 
-def test_windowed_regression_pieces_of_each_window(page, server):
+def test_regression_score_and_the_pieces_of_each_window(page, server):
     open_model(page, server, "regression")
     text = "the quick brown fox jumps , a b c the quick brown fox jumps , a b c"
     compute(page, text=text)
+    (score,) = rest_predict(server, "regression", {"text": [text]})  # its one output, `score`
+    assert page.text_content("#result .score") == f"{score:.4f}"
     # Each window's pieces, as preprocess_windows packs them for the model.
     windows = preprocess_windows(tiny_preprocessor(), tf.constant([text]), DOC_STRIDE).inputs
     expected = [
