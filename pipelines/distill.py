@@ -16,7 +16,9 @@ same student on the labels alone, the baseline), on the teacher's training data:
   them, scored as it scores (retrieval, or correlations for scored pairs).
 
 Writes `best.keras`, `labels.txt` and `distill_results.json`: the dev metric, size and
-prediction speed of teacher and student.
+prediction speed of teacher and student; and, as `finetune` does, the student's per-class
+scores and worst errors at each evaluation (`logs/validation`, `evaluations/`) and the best
+epoch's dev predictions (`dev_predictions.tsv`; a tagger's `predictions.txt`).
 
 Example: `bert-keras distill --teacher runs/sst2/best.keras --student teacher:3
 --task sst-2 --data-dir ../shared/data/glue/SST-2 --output-dir runs/sst2-student`.
@@ -25,7 +27,17 @@ Example: `bert-keras distill --teacher runs/sst2/best.keras --student teacher:3
 from bert_keras_cli.arguments import CheckpointPath, add_training_arguments, training_options
 from bert_keras_cli.setup import resumable_run, set_up_training
 
-RUN_FILES = ("best.keras", "labels.txt", "distill_results.json", "eval_results.json", "logs", "checkpoints")
+RUN_FILES = (
+    "best.keras",
+    "labels.txt",
+    "distill_results.json",
+    "eval_results.json",
+    "logs",
+    "checkpoints",
+    "evaluations",
+    "dev_predictions.tsv",
+    "predictions.txt",
+)
 CONLL = "conll"
 
 

@@ -327,3 +327,119 @@ def markdown_table(markdown):
     parser = Cells()
     parser.feed(markdown_to_safe_html(markdown))
     return parser.rows
+
+
+def check_classifier_breakdown(out, labels, dev, logits, best_epoch, epochs, capsys):
+    """What a fine-tuned classifier's run (in `out`, of classes `labels`) shows beyond its
+    metric, against the kept model's `logits` of `dev` (examples: `texts`, label ids):
+    `dev_predictions.tsv` holds its answers; every evaluation wrote to TensorBoard (read
+    by TensorBoard's reader) a confusion matrix image, per-class precision, recall and F1,
+    and the most confident wrong examples, and the best epoch's counts, scores and rows
+    are those of the predictions file, counted here; `bert-keras plot` draws two more panels."""
+    import io
+    import json
+
+    import pytest
+    from PIL import Image
+
+    from bert_keras_cli.cli import main as cli
+    from bert_keras_cli.plot import COLUMNS, DPI, PANEL_INCHES, read_curves
+
+    header, *lines = (out / "dev_predictions.tsv").read_text(encoding="utf-8").splitlines()
+    assert header.split("\t") == ["dev_set", "guid", "text", "gold", "predicted", "confidence"]
+    rows = [line.split("\t") for line in lines]
+    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+    probabilities /= probabilities.sum(-1, keepdims=True)
+    assert [row[2] for row in rows] == dev.texts[0]
+    assert [row[3] for row in rows] == [labels[i] for i in dev.labels]
+    assert [row[4] for row in rows] == [labels[i] for i in logits.argmax(-1)]
+    np.testing.assert_allclose([float(row[5]) for row in rows], probabilities.max(-1), atol=2e-6)
+
+    counts = {(gold, predicted): 0 for gold in labels for predicted in labels}
+    for row in rows:
+        counts[row[3], row[4]] += 1
+    report = json.loads((out / "evaluations" / f"epoch-{best_epoch}.json").read_text())
+    assert report["labels"] == list(labels)
+    assert report["confusion"] == [[counts[gold, predicted] for predicted in labels] for gold in labels]
+
+    summaries = validation_summaries(out / "logs")
+    for epoch in range(epochs):
+        plugin, png = summaries["epoch_confusion_matrix"][epoch]
+        assert plugin == "images"
+        assert Image.open(io.BytesIO(png)).size[0] > 100
+        assert summaries["epoch_worst_errors"][epoch][0] == "text"
+    step = best_epoch - 1
+    for label in labels:
+        correct = counts[label, label]
+        gold = sum(counts[label, other] for other in labels)
+        guessed = sum(counts[other, label] for other in labels)
+        precision = correct / guessed if guessed else 0.0
+        recall = correct / gold if gold else 0.0
+        expected = {"precision": precision, "recall": recall}
+        expected["f1"] = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        for metric, value in expected.items():
+            assert summaries[f"epoch_{metric}/{label}"][step] == pytest.approx(value), (metric, label)
+            assert report["per_class"][label][metric] == pytest.approx(value)
+
+    wrong = [row for row in rows if row[3] != row[4]]
+    assert wrong, "a tiny model trained a few steps gets some of its dev examples wrong"
+    table = markdown_table(summaries["epoch_worst_errors"][step][1])
+    assert table[0] == ["text", "gold", "predicted", "confidence"]
+    # The 10 surest wrong rows with their confidences, surest first (a barely trained model's
+    # may tie to the file's 6 decimals, so the order is checked on the table's own numbers).
+    expected = {(" ".join(row[2].split()), row[3], row[4]): float(row[5]) for row in wrong}
+    shown = {tuple(cells[:3]): float(cells[3]) for cells in table[1:]}
+    assert len(shown) == min(10, len(expected)) and shown.keys() <= expected.keys()
+    np.testing.assert_allclose([expected[key] for key in shown], list(shown.values()), atol=6e-5)
+    assert all(value <= min(shown.values()) + 6e-5 for key, value in expected.items() if key not in shown)
+    confidences = [float(cells[3]) for cells in table[1:]]
+    assert confidences == sorted(confidences, reverse=True)
+
+    capsys.readouterr()
+    assert cli(["plot", str(out)]) == 0
+    assert f"with the per-class scores of epoch {best_epoch} and its confusion matrix" in capsys.readouterr().out
+    panels = len(read_curves(out).series) + 2
+    with Image.open(out / "training_curves.png") as image:
+        columns = min(COLUMNS, panels)
+        assert image.size == (
+            round(PANEL_INCHES[0] * columns * DPI),
+            round(PANEL_INCHES[1] * -(-panels // columns) * DPI),
+        )
+
+
+def check_tagger_breakdown(out, sentences, predicted, best_epoch):
+    """What a CoNLL-2003 tagger's run (in `out`) shows beyond its metric, against the kept
+    model's tags `predicted` of the dev `sentences`: each entity type's scores, in
+    TensorBoard (its own reader) and evaluations/, are conlleval's; the worst errors are
+    every sentence the predictions get wrong (fewer than 10 here), with its wrong words as
+    word/TAG, gold and predicted, surest first, as TensorBoard renders them."""
+    import json
+
+    import pytest
+
+    from bert_keras.datasets.conll import conlleval
+
+    step = best_epoch - 1
+    scores = conlleval([s.tags for s in sentences], predicted)
+    summaries = validation_summaries(out / "logs")
+    report = json.loads((out / "evaluations" / f"epoch-{best_epoch}.json").read_text())
+    assert list(scores["per_type"]) == report["labels"] and report["labels"]
+    for kind, expected in scores["per_type"].items():
+        assert report["per_class"][kind] == pytest.approx(expected)
+        for metric, value in expected.items():
+            assert summaries[f"epoch_{metric}/{kind}"][step] == pytest.approx(value)
+    assert "epoch_confusion_matrix" not in summaries
+    wrong = []
+    for sentence, tags in zip(sentences, predicted):
+        words = [i for i, (g, p) in enumerate(zip(sentence.tags, tags)) if g != p]
+        if words:
+            gold_words = " ".join(f"{sentence.words[i]}/{sentence.tags[i]}" for i in words)
+            wrong.append(
+                [" ".join(sentence.words), gold_words, " ".join(f"{sentence.words[i]}/{tags[i]}" for i in words)]
+            )
+    assert 0 < len(wrong) <= 10
+    header, *rows = markdown_table(summaries["epoch_worst_errors"][step][1])
+    assert header == ["text", "gold", "predicted", "confidence"]
+    assert sorted(cells[:3] for cells in rows) == sorted(wrong)
+    shown = [float(cells[3]) for cells in rows]
+    assert shown == sorted(shown, reverse=True) and all(0 < value <= 1 for value in shown)

@@ -240,11 +240,20 @@ def predict_tags_and_confidences(model, sentences, batch_size, contexts=None):
     predictions, confidences = [], []
     for packed, positions in dataset:
         probabilities = tf.nn.softmax(tf.cast(model.predict_on_batch(packed), tf.float32)).numpy()
-        labels, best = probabilities.argmax(axis=-1), probabilities.max(axis=-1)
         for row, row_positions in enumerate(positions.to_list()):
-            predictions.append([LABELS[labels[row, p]] if p >= 0 else "O" for p in row_positions])
-            confidences.append([float(best[row, p]) if p >= 0 else 0.0 for p in row_positions])
+            tags, best = word_tags(probabilities[row], row_positions)
+            predictions.append(tags)
+            confidences.append(best)
     return sentence_tags(predictions, contexts), sentence_tags(confidences, contexts)
+
+
+def word_tags(probabilities, positions):
+    """(tags, their probabilities) of an example's words from its pieces' tag
+    `probabilities` `[pieces, tags]`: each word's most probable tag at its first piece
+    (`positions`; -1, a word with no piece: "O" at probability 0)."""
+    labels, best = probabilities.argmax(axis=-1), probabilities.max(axis=-1)
+    tags = [LABELS[labels[p]] if p >= 0 else "O" for p in positions]
+    return tags, [float(best[p]) if p >= 0 else 0.0 for p in positions]
 
 
 def sentence_tags(predictions, contexts=None):
@@ -316,12 +325,12 @@ class ConllData(TaskData):
         return tagging_batches(self.train, batch_size, seed, self.train_contexts)
 
     def evaluate(self, model, batch_size):
-        predicted, self.confidences = predict_tags_and_confidences(model, self.dev, batch_size, self.dev_contexts)
-        return self.score(predicted)
+        return self.score(*predict_tags_and_confidences(model, self.dev, batch_size, self.dev_contexts))
 
-    def score(self, predicted):
-        """conlleval of tags `predicted` for the dev sentences, kept for `write_predictions`."""
-        self.predicted = predicted
+    def score(self, predicted, confidences):
+        """conlleval of tags `predicted` for the dev sentences; they and their
+        probabilities (`confidences`) are kept for `write_predictions` and `report`."""
+        self.predicted, self.confidences = predicted, confidences
         return conll_scores(self.dev, predicted)
 
     def write_predictions(self, output_dir):
@@ -334,7 +343,7 @@ class ConllData(TaskData):
         `word/TAG`, gold and predicted, a sentence's confidence its surest wrong tag's."""
         per_type = conlleval([s.tags for s in self.dev], self.predicted)["per_type"]
         texts, gold, predicted, confidence = [], [], [], []
-        for sentence, tags, probabilities in zip(self.dev, self.predicted, self.confidences or ()):
+        for sentence, tags, probabilities in zip(self.dev, self.predicted, self.confidences, strict=True):
             wrong = [i for i, (g, p) in enumerate(zip(sentence.tags, tags)) if g != p]
             texts.append(" ".join(sentence.words))
             gold.append(" ".join(f"{sentence.words[i]}/{sentence.tags[i]}" for i in wrong))

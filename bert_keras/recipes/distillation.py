@@ -46,7 +46,8 @@ def distill(
     `datasets.TaskData`: its training batches, dev metrics, main metric, loss and labels;
     `cache_teacher`: a classifier's, whose batches carry the teacher's logits computed
     once); `labels_only` trains the same student on the labels alone (the baseline).
-    Writes what `finetune` writes, `distill_results.json` (both models' dev metrics,
+    Writes what `finetune` writes (the student's evaluation reports and best epoch's
+    predictions as a fine-tuning run's), `distill_results.json` (both models' dev metrics,
     sizes and speeds, the run's `settings`) and `labels.txt` (the data's labels).
     `training_options` go to `finetune`. Returns a `DistillationRun`."""
     strategy = strategy or tf.distribute.get_strategy()
@@ -66,6 +67,8 @@ def distill(
         lambda model: data.evaluate(model.student, eval_batch_size),
         data.main_metric,
         output_dir=output_dir,
+        on_best=lambda metrics: data.write_predictions(output_dir),
+        report=data.report,
         saved_model=student,
         loss=data.loss,
         strategy=strategy,

@@ -1,9 +1,10 @@
 """The paper's feature-based NER run: `train_feature_tagger` trains a `BertFeatureTagger`'s
 BiLSTM and tag layer on the frozen encoder's features, computed once
 (`recipes/tagging_features.py`: kept beside the backups for a resumed run), for a number
-of epochs, scores the dev set with conlleval after each one from the cache too, and saves
-the whole tagger (encoder included) with the best epoch's weights as `best.keras`;
-killed, it resumes from its backups."""
+of epochs, scores the dev set with conlleval after each one from the cache too (reported
+as a fine-tuning run's evaluations are: per-type scores and worst errors in TensorBoard and
+`evaluations/`), and saves the whole tagger (encoder included) with the best epoch's
+weights as `best.keras`; killed, it resumes from its backups."""
 
 import json
 import math
@@ -11,31 +12,38 @@ import time
 from pathlib import Path
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from bert_keras.datasets.conll import LABELS, sentence_tags
+from bert_keras.datasets.conll import sentence_tags, word_tags
 from bert_keras.models.dtype import with_dtype
-from bert_keras.recipes.finetuning import BACKUP_STEPS, FinetuningRun
+from bert_keras.recipes.finetuning import BACKUP_STEPS, FinetuningRun, evaluation_callbacks
 from bert_keras.recipes.tagging_features import CACHE, stored_tagging_features
 from bert_keras.tasks.feature_batches import CachedBatches, batches_after
 from bert_keras.tasks.feature_tagger import CachedFeatureModel
 from bert_keras.tasks.token_classifier import IGNORE_LABEL
-from bert_keras.training.backup import StepBackup, fit_from_backup
+from bert_keras.training.backup import StepBackup, fit_from_backup, prune_logs
 from bert_keras.training.callbacks import EvaluateAndKeepBest, StopAfterSteps
 from bert_keras.training.progress import fit_progress
 
 
 def cached_word_tags(trainer, cache, batch_size=64):
-    """Tag names per word of the dev cache's examples: the argmax at each word's first piece."""
+    """(tags, their probabilities) per word of the dev cache's examples (`word_tags`)."""
     batches = CachedBatches(cache, batch_size, shuffle=False)
-    tags = [None] * len(cache.features)
-    predict = tf.function(lambda x: trainer(x, training=False), reduce_retracing=True)
+    tags, confidences = [None] * len(cache.features), [None] * len(cache.features)
+    predict = tf.function(
+        lambda x: tf.nn.softmax(tf.cast(trainer(x, training=False), tf.float32)), reduce_retracing=True
+    )
     for index in range(len(batches)):
-        labels = np.argmax(predict(batches.inputs(index)).numpy(), axis=-1)
+        probabilities = predict(batches.inputs(index)).numpy()
         for row, i in enumerate(batches.batches[index]):
-            tags[i] = [LABELS[labels[row, p]] if p >= 0 else "O" for p in cache.targets[i]]
-    return tags
+            tags[i], confidences[i] = word_tags(probabilities[row], cache.targets[i])
+    return tags, confidences
+
+
+def cached_score(trainer, data, cache, batch_size=64):
+    """`data.score` (a `ConllData`'s conlleval) of the tags `trainer` gives the dev cache's examples."""
+    tags, confidences = cached_word_tags(trainer, cache, batch_size)
+    return data.score(sentence_tags(tags, data.dev_contexts), sentence_tags(confidences, data.dev_contexts))
 
 
 def train_feature_tagger(
@@ -58,9 +66,9 @@ def train_feature_tagger(
     model's layers, is given), then `epochs` of Adam at `learning_rate` (gradients clipped
     to norm 1; `max_train_steps` steps in all if fewer, the last epoch cut short) with conlleval
     on the dev set after each. The best epoch's weights stay in `model`, saved whole as `output_dir/best.keras`,
-    with `eval_results.json` and the best epoch's `predictions.txt`. Backed up every
-    `backup_steps` steps and at epoch ends (`StepBackup`), a run called again resumes and
-    ends as an uninterrupted one would. Returns a `FinetuningRun`."""
+    with `eval_results.json`, the best epoch's `predictions.txt` and each epoch's report (`logs/validation`,
+    `evaluations/`). Backed up every `backup_steps` steps and at epoch ends (`StepBackup`), a run called again
+    resumes and ends as an uninterrupted one would. Returns a `FinetuningRun`."""
     output_dir = Path(output_dir)
     start = time.perf_counter()
     if cache is None:
@@ -74,9 +82,7 @@ def train_feature_tagger(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE_LABEL),
     )
     keeper = EvaluateAndKeepBest(
-        lambda trained: data.score(
-            sentence_tags(cached_word_tags(trained, cache.dev, eval_batch_size), data.dev_contexts)
-        ),
+        lambda trained: cached_score(trained, data, cache.dev, eval_batch_size),
         "f1",
         lambda metrics: data.write_predictions(output_dir),
     )
@@ -87,7 +93,7 @@ def train_feature_tagger(
     plan = dict(epochs=math.ceil(total / steps), steps_per_epoch=steps, steps=total, batch_size=batch_size)
     plan.update(learning_rate=learning_rate, seed=seed)
     backup = StepBackup(output_dir / CACHE.parent, save_freq=backup_steps, states={"keeper": keeper}, plan=plan)
-    history = _fit(trainer, backup, cache.train, plan, verbose)
+    history = _fit(trainer, backup, cache.train, plan, data, output_dir, verbose)
     seconds = round(time.perf_counter() - start, 1)
     keeper.history.append({"cache_seconds": cache_seconds, "train_seconds": seconds, "steps": total})
     keeper.history[-1]["main_metric"] = "f1"
@@ -100,14 +106,17 @@ def train_feature_tagger(
     return FinetuningRun(model, history, keeper.best, keeper.history)
 
 
-def _fit(trainer, backup, cache, plan, verbose):
-    """`fit_from_backup` of `trainer` on `batches_after` the steps `backup` restored."""
+def _fit(trainer, backup, cache, plan, data, output_dir, verbose):
+    """`fit_from_backup` of `trainer` on `batches_after` the steps `backup` restored (the
+    reports written after that backup dropped), each evaluation's report of `data` written
+    into `output_dir` (`evaluation_callbacks`)."""
     steps, epochs, batch_size, seed = plan["steps_per_epoch"], plan["epochs"], plan["batch_size"], plan["seed"]
     total = plan["steps"]
     trainer(CachedBatches(cache, batch_size, seed).inputs(0))  # built, for the backup to load into
     done = backup.restore(trainer)
     if done:
         print(f"resuming after step {done} of {total}")
+    prune_logs(output_dir / "logs", done, len(backup.states["keeper"].history))  # the reports after the backup
     verbose, progress = fit_progress(verbose)
     stop = [StopAfterSteps(total, steps)] if total < steps * epochs else []
     return fit_from_backup(
@@ -117,7 +126,7 @@ def _fit(trainer, backup, cache, plan, verbose):
         steps=total,
         epochs=epochs,
         steps_per_epoch=steps,
-        callbacks=lambda: [*progress, *stop, backup.states["keeper"]],
+        callbacks=lambda: [*progress, *stop, *evaluation_callbacks(backup.states["keeper"], data.report, output_dir)],
         shuffle=False,  # the batches shuffle themselves
         verbose=verbose,
     )

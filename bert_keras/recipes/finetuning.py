@@ -117,13 +117,20 @@ def finetune(
         batches = functools.partial(
             _replica_batches, model, build, preprocessed, strategy, fitted_batch, max_seq_length
         )
-        evaluation = [keeper, *([EvaluationSummaries(report, output_dir)] if report else [])]
+        evaluation = evaluation_callbacks(keeper, report, output_dir)
         history = _fit(model, batches, backup, [*stops, *evaluation], plan, epochs, output_dir, strategy, verbose)
         evaluations = _write_run(output_dir, keeper, budget, model, saved_model)
         backup.remove()
     best = keeper.best
     print(f"best {main_metric}: {best[main_metric]:.4f} (epoch {best['epoch']}); model in {output_dir / 'best.keras'}")
     return FinetuningRun(model, history, best, evaluations)
+
+
+def evaluation_callbacks(keeper, report, output_dir):
+    """`keeper` (the callback that evaluates, an `EvaluateAndKeepBest`) and, with `report`
+    (the last evaluation's `EvaluationReport`), the `EvaluationSummaries` it writes after
+    each evaluation into `output_dir`."""
+    return [keeper, *([EvaluationSummaries(report, output_dir)] if report else [])]
 
 
 def _compile(model, trained, strategy, steps, loss, jit_compile, recompute, bias_correction, reinit_layers, **schedule):

@@ -5,7 +5,7 @@ import json
 
 import pytest
 from conftest import DATA, require
-from harness import markdown_table, validation_summaries
+from harness import check_tagger_breakdown
 
 from bert_keras.datasets.conll import LABELS, conlleval, iob1_to_iob2, read_conll
 from bert_keras_cli.cli import main as cli
@@ -154,31 +154,7 @@ def test_finetune_conll_end_to_end_tiny(tmp_path, capsys, flags):
     assert {k: history[0][k] for k in ("precision", "recall", "f1", "accuracy")} == pytest.approx(
         {k: scores[k] for k in ("precision", "recall", "f1", "accuracy")}
     )
-    # Each entity type's scores, in TensorBoard (its own reader) and evaluations/, are conlleval's too.
-    summaries = validation_summaries(out / "logs")
-    report = json.loads((out / "evaluations" / "epoch-1.json").read_text())
-    assert list(scores["per_type"]) == report["labels"] and report["labels"]
-    for kind, expected in scores["per_type"].items():
-        assert report["per_class"][kind] == pytest.approx(expected)
-        for metric, value in expected.items():
-            assert summaries[f"epoch_{metric}/{kind}"] == {0: pytest.approx(value)}
-    assert "epoch_confusion_matrix" not in summaries
-    # The worst errors: every sentence the predictions get wrong (fewer than 10 here), with its
-    # wrong words as word/TAG, gold and predicted, surest first, as TensorBoard renders them.
-    wrong = []
-    for sentence, tags in zip(gold, predicted):
-        words = [i for i, (g, p) in enumerate(zip(sentence.tags, tags)) if g != p]
-        if words:
-            gold_words = " ".join(f"{sentence.words[i]}/{sentence.tags[i]}" for i in words)
-            wrong.append(
-                [" ".join(sentence.words), gold_words, " ".join(f"{sentence.words[i]}/{tags[i]}" for i in words)]
-            )
-    assert 0 < len(wrong) <= 10
-    header, *rows = markdown_table(summaries["epoch_worst_errors"][0][1])
-    assert header == ["text", "gold", "predicted", "confidence"]
-    assert sorted(cells[:3] for cells in rows) == sorted(wrong)
-    shown = [float(cells[3]) for cells in rows]
-    assert shown == sorted(shown, reverse=True) and all(0 < value <= 1 for value in shown)
+    check_tagger_breakdown(out, gold, predicted, best_epoch=1)
 
 
 def test_reader_numbers_documents_at_docstart_lines(tmp_path):

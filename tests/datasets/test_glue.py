@@ -1,20 +1,17 @@
 """GLUE readers on every row of the real files and on each task's layout, the official
 metrics on hand-computed cases, and a tiny end-to-end `bert-keras finetune glue` run."""
 
-import io
 import json
 
 import keras
 import numpy as np
 import pytest
 from conftest import DATA, require
-from harness import markdown_table, validation_summaries
-from PIL import Image
+from harness import check_classifier_breakdown
 
 from bert_keras.datasets.glue import TASKS, glue_metrics, read_split, write_submission
 from bert_keras.datasets.metrics import accuracy, average_ranks, f1, matthews_corrcoef, pearson, spearman
 from bert_keras_cli.cli import main as cli
-from bert_keras_cli.plot import COLUMNS, DPI, PANEL_INCHES, read_curves
 
 GLUE = DATA / "glue"
 
@@ -247,78 +244,13 @@ def test_finetune_glue_end_to_end_on_a_few_sst2_rows(tmp_path, capsys):
     assert best["accuracy"] == np.mean(predicted == np.array(dev.labels))
     assert best in history
     logits = model.predict(np.array(dev.texts[0], dtype=object), verbose=0)
-    check_classifier_breakdown(out, dev, logits, best["epoch"], epochs=2, capsys=capsys)
+    check_classifier_breakdown(out, TASKS["sst-2"].labels, dev, logits, best["epoch"], epochs=2, capsys=capsys)
     # The submission holds that model's test predictions, by index.
     test = read_split(data / "test.tsv", "sst-2", test=True)
     expected = model.predict(np.array(test.texts[0], dtype=object), verbose=0).argmax(-1)
     assert (out / "SST-2.tsv").read_text().splitlines() == ["index\tprediction"] + [
         f"{guid}\t{label}" for guid, label in zip(test.guids, expected)
     ]
-
-
-def check_classifier_breakdown(out, dev, logits, best_epoch, epochs, capsys):
-    """What a fine-tuned classifier's run shows beyond its metric, against the kept model's
-    dev `logits`: `dev_predictions.tsv` holds its answers; every evaluation wrote to
-    TensorBoard (read by TensorBoard's reader) a confusion matrix image, per-class
-    precision, recall and F1, and the most confident wrong examples, and the best
-    epoch's counts, scores and rows are those of the predictions file, counted here;
-    `bert-keras plot` draws two more panels."""
-    labels = TASKS["sst-2"].labels
-    header, *lines = (out / "dev_predictions.tsv").read_text(encoding="utf-8").splitlines()
-    assert header.split("\t") == ["dev_set", "guid", "text", "gold", "predicted", "confidence"]
-    rows = [line.split("\t") for line in lines]
-    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
-    probabilities /= probabilities.sum(-1, keepdims=True)
-    assert [row[2] for row in rows] == dev.texts[0]
-    assert [row[3] for row in rows] == [labels[i] for i in dev.labels]
-    assert [row[4] for row in rows] == [labels[i] for i in logits.argmax(-1)]
-    np.testing.assert_allclose([float(row[5]) for row in rows], probabilities.max(-1), atol=2e-6)
-
-    counts = {(gold, predicted): 0 for gold in labels for predicted in labels}
-    for row in rows:
-        counts[row[3], row[4]] += 1
-    report = json.loads((out / "evaluations" / f"epoch-{best_epoch}.json").read_text())
-    assert report["labels"] == list(labels)
-    assert report["confusion"] == [[counts[gold, predicted] for predicted in labels] for gold in labels]
-
-    summaries = validation_summaries(out / "logs")
-    for epoch in range(epochs):
-        plugin, png = summaries["epoch_confusion_matrix"][epoch]
-        assert plugin == "images"
-        assert Image.open(io.BytesIO(png)).size[0] > 100
-        assert summaries["epoch_worst_errors"][epoch][0] == "text"
-    step = best_epoch - 1
-    for label in labels:
-        correct = counts[label, label]
-        gold = sum(counts[label, other] for other in labels)
-        guessed = sum(counts[other, label] for other in labels)
-        precision = correct / guessed if guessed else 0.0
-        recall = correct / gold if gold else 0.0
-        expected = {"precision": precision, "recall": recall}
-        expected["f1"] = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        for metric, value in expected.items():
-            assert summaries[f"epoch_{metric}/{label}"][step] == pytest.approx(value), (metric, label)
-            assert report["per_class"][label][metric] == pytest.approx(value)
-
-    wrong = sorted((row for row in rows if row[3] != row[4]), key=lambda row: -float(row[5]))[:10]
-    assert wrong, "a tiny model trained 4 steps gets some of 12 dev examples wrong"
-    table = markdown_table(summaries["epoch_worst_errors"][step][1])
-    assert table[0] == ["text", "gold", "predicted", "confidence"]
-    assert [cells[:3] for cells in table[1:]] == [[" ".join(row[2].split()), row[3], row[4]] for row in wrong]
-    shown = [float(cells[3]) for cells in table[1:]]
-    assert shown == sorted(shown, reverse=True)
-    np.testing.assert_allclose(shown, [float(row[5]) for row in wrong], atol=6e-5)
-
-    capsys.readouterr()
-    assert cli(["plot", str(out)]) == 0
-    assert f"with the per-class scores of epoch {best_epoch} and its confusion matrix" in capsys.readouterr().out
-    panels = len(read_curves(out).series) + 2
-    with Image.open(out / "training_curves.png") as image:
-        columns = min(COLUMNS, panels)
-        assert image.size == (
-            round(PANEL_INCHES[0] * columns * DPI),
-            round(PANEL_INCHES[1] * -(-panels // columns) * DPI),
-        )
 
 
 def test_finetune_glue_reports_bad_input_clearly(tmp_path, capsys):

@@ -11,11 +11,12 @@ import json
 import keras
 import numpy as np
 import pytest
-from harness import TINY, tiny_preprocessor
+from harness import TINY, check_classifier_breakdown, tiny_preprocessor
 from hub_server import Repo, hub_server, use_hub
 
 from bert_keras import BertClassifier, BertEncoder, BertTextEmbedder, BertTokenClassifier
 from bert_keras.datasets import conll, retrieval
+from bert_keras.datasets.classification import tsv_data
 from bert_keras.datasets.metrics import accuracy
 from bert_keras_cli.cli import main
 
@@ -80,7 +81,7 @@ def distill(folder, output, *flags, teacher="teacher.keras", data=None):
 
 
 @pytest.mark.slow
-def test_distill_writes_a_smaller_classifier_and_both_metrics(run_files):
+def test_distill_writes_a_smaller_classifier_and_both_metrics(run_files, capsys):
     folder, teacher = run_files
     assert distill(folder, "run", "--student", "teacher:2", "--unlabeled", str(folder / "unlabeled.txt")) == 0
     student = keras.saving.load_model(folder / "run" / "best.keras")
@@ -94,6 +95,10 @@ def test_distill_writes_a_smaller_classifier_and_both_metrics(run_files):
     assert results["student"]["accuracy"] == accuracy(labels, student.predict(TEXTS, verbose=0).argmax(-1))
     assert results["student"]["parameters"] < results["teacher"]["parameters"]
     assert (folder / "run" / "labels.txt").read_text() == "bad\ngood\n"
+    # The student's evaluation reports and dev predictions, as finetune writes a classifier's.
+    dev = tsv_data(folder / "train.tsv", folder / "train.tsv", ["bad", "good"]).devs["train.tsv"]
+    logits = student.predict(TEXTS, verbose=0)
+    check_classifier_breakdown(folder / "run", ["bad", "good"], dev, logits, best_epoch=1, epochs=1, capsys=capsys)
 
 
 @pytest.mark.slow

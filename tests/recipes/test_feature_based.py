@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import DATA, require
+from harness import check_tagger_breakdown, validation_summaries
 
 from bert_keras import BertConfig, BertEncoder
 from bert_keras.datasets.conll import ConllData, conlleval, predict_tags, read_conll
@@ -100,6 +101,15 @@ def test_finetune_conll_feature_based_command(tiny_conll, tmp_path, capsys):
     assert isinstance(loaded, BertFeatureTagger) and loaded.hidden_states == [2, 1]
     best = json.loads((tmp_path / "run" / "best_metrics.json").read_text())
     assert best["f1"] == max(h["f1"] for h in history[:2])
+    # Each evaluation reported as finetune's are; the best epoch's per-type scores and worst
+    # errors are those of its predictions.txt.
+    assert sorted(path.name for path in (tmp_path / "run" / "evaluations").iterdir()) == [
+        "epoch-1.json",
+        "epoch-2.json",
+    ]
+    blocks = (tmp_path / "run" / "predictions.txt").read_text().split("\n\n")
+    predicted = [[line.split()[2] for line in block.splitlines()] for block in blocks if block.strip()]
+    check_tagger_breakdown(tmp_path / "run", read_conll(folder / "eng.testa"), predicted, best["epoch"])
     for layers, message in (("=5", "out of range"), ("=,", "none given")):
         assert cli([*common, "--output-dir", str(tmp_path / layers[1:]), f"--feature-based{layers}"]) != 0
         assert message in capsys.readouterr().err
@@ -157,7 +167,7 @@ def test_max_train_steps_stops_after_that_many_optimizer_steps(tiny_conll, tmp_p
 def test_a_killed_run_resumes_on_its_stored_features_as_if_it_had_not_stopped(tiny_conll, tmp_path, monkeypatch):
     """Killed after step 3 of 2 epochs of 2 (backed up after step 2), then run again: the
     features are read back, not computed, and the run ends with the uninterrupted one's
-    weights and dev F1; a kill while the cache is written leaves no cache."""
+    weights, dev F1 and reports; a kill while the cache is written leaves no cache."""
     folder, init = tiny_conll
     data = ConllData(folder, max_examples=16)
     whole, _ = train(init, data, tmp_path / "whole", max_train_steps=4)
@@ -185,6 +195,8 @@ def test_a_killed_run_resumes_on_its_stored_features_as_if_it_had_not_stopped(ti
     for got, want in zip(resumed.model.get_weights(), whole.model.get_weights()):
         np.testing.assert_allclose(got, want, atol=1e-6)
     assert not (tmp_path / "run" / "checkpoints").exists()
+    # Its reports too: each epoch's once, as the uninterrupted run's (TensorBoard's reader).
+    assert validation_summaries(tmp_path / "run" / "logs") == validation_summaries(tmp_path / "whole" / "logs")
 
 
 @pytest.mark.parametrize(
