@@ -11,7 +11,7 @@ import json
 import keras
 import numpy as np
 import pytest
-from harness import TINY, check_classifier_breakdown, tiny_preprocessor
+from harness import TINY, check_classifier_breakdown, check_tagger_breakdown, tiny_preprocessor
 from hub_server import Repo, hub_server, use_hub
 
 from bert_keras import BertClassifier, BertEncoder, BertTextEmbedder, BertTokenClassifier
@@ -134,11 +134,16 @@ def test_distill_a_tagger_on_conll(run_files):
     sentences = conll.read_conll(folder / "conll2003" / "eng.testa")
     teacher = keras.saving.load_model(folder / "tagger.keras")
     for name, model in (("teacher", teacher), ("student", student)):
-        expected = conll.conlleval([s.tags for s in sentences], conll.predict_tags(model, sentences, 8))
+        predicted = conll.predict_tags(model, sentences, 8)
+        expected = conll.conlleval([s.tags for s in sentences], predicted)
         assert {key: results[name][key] for key in ("precision", "recall", "f1", "accuracy")} == pytest.approx(
             {key: expected[key] for key in ("precision", "recall", "f1", "accuracy")}
         )
     assert (folder / "conll" / "labels.txt").read_text().split() == list(conll.LABELS)
+    # The student's reports and dev tags (the last `predicted`), as finetune conll writes them.
+    lines = (folder / "conll" / "predictions.txt").read_text().split()
+    assert lines[2::3] == [tag for tags in predicted for tag in tags]
+    check_tagger_breakdown(folder / "conll", sentences, predicted, best_epoch=1)
 
 
 @pytest.mark.slow
