@@ -16,7 +16,7 @@ from bert_keras.models.dtype import with_dtype
 from bert_keras.serving import export
 from bert_keras.serving.client import ServingClient
 from bert_keras.serving.ops import check_serving_ops
-from bert_keras.serving.serving_tasks import MIN_MICRO_BATCH
+from bert_keras.serving.serving_tasks import MIN_MICRO_BATCH, tokenize_masked
 from bert_keras.serving.tfserving.session import ServingError, SessionPredictor, make_request
 
 
@@ -393,6 +393,24 @@ def test_span_export_answer_is_the_best_span_of_the_context(tmp_path, base_vocab
         context = np.flatnonzero(packed["input_type_ids"][row].numpy())[:-1]  # without the last [SEP]
         best = max(start[row, s] + end[row, e] for s in context for e in context if 0 <= e - s < 30)
         np.testing.assert_allclose(out["score"][row], best, atol=1e-5)
+
+
+def test_masked_pieces_keep_their_place_in_the_text():
+    """`tokenize_masked` (a fill-mask model's reading, and the pieces its `word_pieces`
+    answers): each literal [MASK] is the mask piece, at the start, the end or side by
+    side, and every piece's byte offsets cut its own text out of the request's."""
+    tokenizer = BertTokenizer(SERVING_VOCAB)
+    texts = ["[MASK] quick [MASK][MASK] jumps 中文 [MASK]", "no mask , a b", "[MASK]", ""]
+    ids, starts, ends = tokenize_masked(tokenizer, tf.constant(texts))
+    for row, text in enumerate(texts):
+        pieces = [SERVING_VOCAB[i] for i in ids[row].numpy()]
+        if "[MASK]" not in text:
+            assert ids[row].numpy().tolist() == tokenizer(tf.constant([text]))[0].numpy().tolist()
+        assert pieces.count("[MASK]") == text.count("[MASK]")
+        read = [text.encode()[start:end].decode() for start, end in zip(starts[row].numpy(), ends[row].numpy())]
+        assert len(read) == len(pieces) and read.count("[MASK]") == text.count("[MASK]")
+        assert all(cut == piece.removeprefix("##") for cut, piece in zip(read, pieces) if piece != "[UNK]")
+    assert [SERVING_VOCAB[i] for i in ids[0].numpy()][:5] == ["[MASK]", "quick", "[MASK]", "[MASK]", "jump"]
 
 
 def test_fill_mask_export_on_reference_pretraining_model(tmp_path, base_vocab_preprocessor):

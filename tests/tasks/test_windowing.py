@@ -8,6 +8,7 @@ import tensorflow as tf
 from harness import VOCAB, tiny_encoder, tiny_preprocessor
 from run_squad_reference import run_squad_spans, truncated_pair_lengths
 
+from bert_keras.tasks.serving_signature import word_pieces_outputs
 from bert_keras.tasks.windowing import encode_windows, pack_windows, pool_windows, preprocess_windows
 
 LONG = "the quick brown fox jumps over the lazy dog , the cat was good , it is a bad film ."
@@ -60,6 +61,30 @@ def test_windows_as_run_squad_packs_them(pair):
                 max_seq_length - len(expected)
             )
         assert not mask[row, len(spans) :].any()  # padding windows
+
+
+def test_word_pieces_of_windows():
+    """What the `word_pieces` signature (the page of `bert-keras serve`) answers for a
+    windowed pair: each window's pieces and segments as `preprocess_windows` packs them,
+    the first text read up to where run_classifier's truncation cuts it, the document whole."""
+    max_seq_length, doc_stride = 12, 3
+    preprocessor = tiny_preprocessor(max_seq_length=max_seq_length)
+    tokenizer = preprocessor.tokenizer
+    questions = ["who did go home ?", "where ?", "a", "the cat jumps over the lazy dog"]
+    texts = (tf.constant(questions), tf.constant(TEXTS))
+    tokenized = [tokenizer.tokenize_with_offsets(text) for text in texts]
+    out = word_pieces_outputs(preprocessor, tokenized, doc_stride)
+    windows = preprocess_windows(preprocessor, texts, doc_stride).inputs
+    pieces = np.array(VOCAB, dtype=object)[windows["input_word_ids"].numpy()]
+    expected = np.where(windows["input_mask"].numpy() > 0, pieces, "").tolist()
+    assert [[[piece.decode() for piece in window] for window in row] for row in out["word_pieces"].numpy()] == expected
+    np.testing.assert_array_equal(out["input_type_ids"], windows["input_type_ids"])
+    for row, text in enumerate(TEXTS):
+        (_, _, question_ends), (_, _, document_ends) = [[part[row].numpy() for part in t] for t in tokenized]
+        kept, _ = truncated_pair_lengths(len(question_ends), len(document_ends), max_seq_length - 3)
+        assert out["kept_bytes"][row].numpy().tolist() == [question_ends[kept - 1], len(text.encode())]
+        assert out["truncated_pieces"][row].numpy().tolist() == [len(question_ends) - kept, 0]
+    assert out["truncated_pieces"][:, 0].numpy().any(), "a question must be cut for this test to mean something"
 
 
 def test_encoder_runs_on_each_window():
