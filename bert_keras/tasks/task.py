@@ -32,17 +32,26 @@ _PREPROCESS_FUNCTIONS = weakref.WeakKeyDictionary()
 
 
 def preprocess_function(task):
-    """`task.preprocess_samples` over a dataset element `(x,)` or `(x, y[, w])`, traced once."""
+    """`task.preprocess_samples` over a dataset element `(x,)` or `(x, y[, w])`, traced once.
+
+    A head that packs `x` alone (the base `preprocess_samples`) traces `pack_text` once per
+    structure of `x`, so fitting on `(x, y)` and predicting on `(x,)` share one trace."""
     function = _PREPROCESS_FUNCTIONS.get(task)
     if function is None:
         reference = weakref.ref(task)  # the function must not keep its model alive
+        packs_text_alone = type(task).preprocess_samples is BertTask.preprocess_samples
+        pack_text = tf.function(lambda x: reference().pack_text(x))
 
         @tf.function
         def function(*element):
-            if len(element) == 1:
-                return reference().preprocess_samples(element[0])
-            return reference().preprocess_samples(*keras.utils.unpack_x_y_sample_weight(element))
+            x, y, sample_weight = element[0], None, None
+            if len(element) > 1:
+                x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(element)
+            if packs_text_alone:
+                return keras.utils.pack_x_y_sample_weight(pack_text(x), y, sample_weight)
+            return reference().preprocess_samples(x, y, sample_weight)
 
+        function.pack_text = pack_text
         _PREPROCESS_FUNCTIONS[task] = function
     return function
 

@@ -224,7 +224,8 @@ def test_predict_past_max_windows_names_the_bound():
 
 
 def test_predict_on_raw_text_traces_the_preprocessing_once():
-    """Each `predict` on raw text builds a new dataset; its preprocessing is traced once."""
+    """Each `predict` on raw text builds a new dataset; its preprocessing is traced once,
+    and the tokenizer once for training on `(x, y)` and predicting on `x`."""
     from bert_keras.tasks.task import preprocess_function
 
     model = classifier()
@@ -232,3 +233,7 @@ def test_predict_on_raw_text_traces_the_preprocessing_once():
     second = model.predict(np.array(TEXTS), batch_size=2, verbose=0)
     np.testing.assert_array_equal(first, second)
     assert preprocess_function(model).experimental_get_tracing_count() == 1
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(np.array(TEXTS), np.zeros(len(TEXTS)), batch_size=2, epochs=1, verbose=0)
+    assert preprocess_function(model).experimental_get_tracing_count() == 2  # (x,) and (x, y)
+    assert preprocess_function(model).pack_text.experimental_get_tracing_count() == 1
