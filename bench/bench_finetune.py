@@ -20,12 +20,13 @@ import json
 import math
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
+
+from bench.measure import Report, add_json_argument, machine_line, timed  # noqa: E402
 
 # budget (min), seconds per step measured here (2 shared cores), steps per epoch, most
 # epochs, arguments.
@@ -101,7 +102,9 @@ def main(argv=None):
     parser.add_argument("--budget-minutes", type=float, help="override the task's budget")
     parser.add_argument("--max-epochs", type=float, help="override the task's most epochs")
     parser.add_argument("--output-dir", help="default: a temporary folder")
+    add_json_argument(parser)
     args = parser.parse_args(argv)
+    report = Report("bench_finetune", vars(args))
 
     from bert_keras_cli.cli import main as cli
 
@@ -126,18 +129,23 @@ def main(argv=None):
         "2",
     ]
     print("bert-keras " + " ".join(command))
-    start = time.perf_counter()
-    if cli(command) != 0:
+    status, wall = timed(cli, command)
+    if status != 0:
         return 1
-    wall = time.perf_counter() - start
     history = json.loads((output_dir / "eval_results.json").read_text())
     best = json.loads((output_dir / "best_metrics.json").read_text())
     print(
         f"\n{args.task}: budget {budget} min, training {history[-1]['train_seconds'] / 60:.1f} min "
-        f"(incl. per-epoch evaluation), whole run {wall / 60:.1f} min"
+        f"(incl. per-epoch evaluation), whole run {wall / 60:.1f} min; {machine_line(report.machine)}"
     )
     print("per epoch: " + json.dumps(history[:-1]))
     print("best: " + json.dumps(best))
+    report.add(f"{args.task}, whole run", "s", [wall], train_seconds=history[-1]["train_seconds"])
+    for metric, value in best.items():
+        if isinstance(value, (int, float)):
+            report.add(f"{args.task}, best {metric}", metric, [value])
+    if args.json:
+        report.write(args.json)
     return 0
 
 

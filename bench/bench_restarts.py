@@ -19,12 +19,11 @@ import gc
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.measure import Report, add_json_argument, machine_line
+from bench.measure import Report, add_json_argument, machine_line, timed
 
 GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
 TASKS = {"mrpc": "MRPC", "rte": "RTE"}
@@ -100,11 +99,9 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="bench_restarts_") as scratch:
         for seed in range(args.seeds):
             for name in args.settings:
-                start = time.perf_counter()
-                best = restart(data, seed, SETTINGS[name], args, Path(scratch) / f"{name}-{seed}")
-                seconds[name].append(time.perf_counter() - start)
+                best, took = timed(restart, data, seed, SETTINGS[name], args, Path(scratch) / f"{name}-{seed}")
+                seconds[name].append(took)
                 scores[name].append(best["accuracy"])
-                took = seconds[name][-1]
                 print(f"seed {seed} {name}: dev accuracy {best['accuracy']:.4f} ({took:.0f} s)", flush=True)
     print(f"\n{args.task}, {args.seeds} seeds; {machine_line(report.machine)}")
     print(f"{'setting':<16} {'mean':>7} {'sd':>7} {'min':>7} {'max':>7} {'failed':>7}")
