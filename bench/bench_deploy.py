@@ -21,9 +21,9 @@ not depend on the weights):
 3. The threads that worked: for each export, how many of the process's threads got over
    5% of the wall time of its batch-32 requests (from /proc/self/task/*/stat).
 4. Real text refused: the text-in LiteRT file `bert-keras export --format litert` writes is
-   run (its `tokenize` signature) on each kind of real text of `real_texts.py` (where
-   present); the share of rows it refuses is that of the LiteRT rows. The SavedModel takes
-   text and refuses none; the ONNX file and the LiteRT rows timed here take packed ids.
+   run (its `tokenize` signature) on each kind of real text of `real_texts.py`; the share
+   of rows it refuses is that of the LiteRT rows. The SavedModel takes text and refuses
+   none; the ONNX file and the LiteRT rows timed here take packed ids.
 
 Every export gets the same packed ids (the SavedModel's `serve_ids`, the others' id
 inputs); tokenization is outside the timing.
@@ -68,6 +68,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import real_texts  # noqa: E402
 from bench.measure import (  # noqa: E402
     Report,
     Stopwatch,
@@ -103,12 +104,6 @@ def memory_mb(field="VmRSS"):
     carries over exec from the parent)."""
     status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
     return int(status[field].split()[0]) / 1024
-
-
-def read_sst2_dev():
-    rows = (DATA / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]
-    texts, labels = zip(*(row.rsplit("\t", 1) for row in rows))
-    return list(texts), np.array([int(label) for label in labels])
 
 
 def load_model(model):
@@ -160,8 +155,6 @@ def export_peer(job):
 def refusals_peer(job):
     """`bert-keras export MODEL --format litert` (text in), then the share of each kind of real
     text its tokenizer refuses: {kind: [refused, rows]}."""
-    import real_texts
-
     from bert_keras.serving import deploy
     from bert_keras_cli.cli import main as cli
 
@@ -177,13 +170,8 @@ def refusals_peer(job):
 
 
 def refusals(model, folder):
-    """{kind: [refused, rows]} of the text-in LiteRT export on real text; None without
-    `real_texts.py` (bench/) or for BERT-base (random weights: no model file to export)."""
-    try:
-        import real_texts  # noqa: F401
-    except ImportError:
-        print("bench/real_texts.py is not here: no refusal figures", flush=True)
-        return None
+    """{kind: [refused, rows]} of the text-in LiteRT export on real text; None for BERT-base
+    (random weights: no model file to export)."""
     if model == "base":
         return None
     return run_peer(
@@ -534,7 +522,8 @@ def main(argv=None):
         if args.json:
             report.write(args.json)
         return 0
-    texts, labels = read_sst2_dev()
+    texts, labels = real_texts.sst2("dev")
+    labels = np.array(labels)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_deploy_") as scratch:
         scratch = Path(args.work_dir or scratch)

@@ -40,6 +40,7 @@ from bench.measure import (  # noqa: E402
     add_peer_argument,
     answer_peer,
     machine_line,
+    peak_rss_mb,
     run_peer,
     timed,
 )
@@ -221,7 +222,6 @@ def retrieval_table(model, questions, paragraphs, owners, train_pairs, steps, ou
 def search_peer(job, dim=384, queries=100):
     """Exact top-10 of `queries` random vectors among `job["size"]` random ones kept in a
     memory-mapped file: the seconds and the peak resident MB of this process."""
-    import resource
 
     from bert_keras.datasets import retrieval
 
@@ -233,7 +233,7 @@ def search_peer(job, dim=384, queries=100):
         documents.flush()
         documents = np.load(Path(folder) / "documents.npy", mmap_mode="r")
         _, seconds = timed(retrieval.top_k, rng.standard_normal((queries, dim), np.float32), documents, k=10)
-    return {"seconds": seconds, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"seconds": seconds, "peak_mb": peak_rss_mb()}
 
 
 def parse_args(argv):

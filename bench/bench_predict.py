@@ -61,6 +61,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(ROOT))  # last: PYTHONPATH picks the bert_keras measured
 
+from bench import real_texts  # noqa: E402
 from bench.measure import (  # noqa: E402
     Report,
     Stopwatch,
@@ -86,10 +87,7 @@ PEER = {"classification": "transformers pipeline", "ner": "transformers pipeline
 
 def sst2_sentences():
     """SST-2 dev then train sentences."""
-    lines = []
-    for split in ("dev", "train"):
-        rows = (DATA / "glue" / "SST-2" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()[1:]
-        lines += [row.split("\t")[0].strip() for row in rows]
+    lines = [sentence.strip() for split in ("dev", "train") for sentence in real_texts.sst2(split)[0]]
     return [line for line in lines if line]
 
 
@@ -107,8 +105,7 @@ def conll_sentences():
 
 
 def squad_questions():
-    data = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
-    return [" ".join(qa["question"].split()) for a in data for p in a["paragraphs"] for qa in p["qas"]]
+    return [" ".join(question.split()) for question in real_texts.squad_questions()]
 
 
 def write_lines(path, texts):

@@ -18,7 +18,7 @@ serve` under concurrent load (`load`), and where a served forward's time goes (`
    and one padded batch) against fixed 128 padding.
 3. Peak resident memory of a process serving the BERT-base export (batch 32, seq 128).
 4. With `--sst2-model` (a fine-tuned classifier, e.g. `best.keras` from
-   `python bench/bench_finetune.py sst2 --output-dir DIR`): SST-2 dev accuracy of its fp32
+   `python bench/bench_finetune.py budget sst2 --output-dir DIR`): SST-2 dev accuracy of its fp32
    and bfloat16 exports and the share of predictions that differ.
 
     pip install keras-hub torch transformers onnx onnxscript onnxruntime   # peers only
@@ -55,7 +55,6 @@ import functools
 import http.client
 import json
 import os
-import resource
 import socket
 import statistics
 import subprocess
@@ -72,6 +71,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import real_texts  # noqa: E402
 from bench.measure import (  # noqa: E402
     Report,
     Stopwatch,
@@ -81,6 +81,7 @@ from bench.measure import (  # noqa: E402
     interleaved,
     interleaved_peers,
     machine_line,
+    peak_rss_mb,
     run_peer,
     start_timing_peers,
     timed_calls,
@@ -330,9 +331,8 @@ def forward_table(script, names, config, seq, batch_sizes, rounds, calls, report
 
 def sst2_dev():
     """SST-2 dev sentences (UTF-8 bytes) and labels."""
-    rows = (SHARED / "data/glue/SST-2/dev.tsv").read_text(encoding="utf-8").splitlines()[1:]
-    sentences = np.array([row.split("\t")[0].encode() for row in rows], dtype=object)
-    return sentences, np.array([int(row.split("\t")[1]) for row in rows])
+    sentences, labels = real_texts.sst2("dev")
+    return np.array([sentence.encode() for sentence in sentences], dtype=object), np.array(labels)
 
 
 def probabilities(predictor, sentences, batch=32):
@@ -433,10 +433,10 @@ def bf16_sst2_accuracy(model_path, rounds):
 def peak_rss_peer(job):
     """This process's peak RSS (MiB) after loading an export and serving a batch of 32 x 128."""
     served_runner(job["path"])(make_inputs(job["config"], 32, 128))
-    return {"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"peak_mb": peak_rss_mb()}
 
 
-def peak_rss_mb(config):
+def serving_peak_rss_mb(config):
     """Peak RSS (MiB) of a fresh process that loads the BERT-base export and serves a batch."""
     job = {"peer": "peak_rss", "path": str(export_random_encoder(config)), "config": config}
     return run_peer(sys.executable, __file__, job, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})["peak_mb"]
@@ -837,7 +837,7 @@ def peers_tables(args, config, report):
     if args.sst2_model:
         bf16_sst2_accuracy(args.sst2_model, args.rounds)
     if "memory" not in args.skip:
-        peak = peak_rss_mb(config)
+        peak = serving_peak_rss_mb(config)
         report.add(f"peak RSS serving BERT-{args.preset}, batch 32 x 128", "MiB", [peak])
         print(f"\npeak RSS of a process serving the BERT-{args.preset} export (batch 32 x 128): {peak:.0f} MiB")
 

