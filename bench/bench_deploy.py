@@ -77,6 +77,7 @@ from bench.measure import (  # noqa: E402
     answer_peer,
     interleaved,
     machine_line,
+    resident_mb,
     run_peer,
     stop_above,
     summary,
@@ -97,13 +98,6 @@ VARIANTS = [
 BASELINE = ("savedmodel", "float32")
 # Our packed ids -> the peer's (int64) inputs.
 PEER_INPUTS = {"input_word_ids": "input_ids", "input_mask": "attention_mask", "input_type_ids": "token_type_ids"}
-
-
-def memory_mb(field="VmRSS"):
-    """This process's resident memory (VmRSS) or its peak (VmHWM; not ru_maxrss, which Linux
-    carries over exec from the parent)."""
-    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-    return int(status[field].split()[0]) / 1024
 
 
 def load_model(model):
@@ -149,7 +143,7 @@ def export_peer(job):
         else:
             deploy.export_onnx(model, preprocessor, path, labels, quantize=quantize)
         differences = deploy.check_export(format, path, model, preprocessor, labels)
-    return {"export_s": watch.seconds, "export_peak_mb": memory_mb("VmHWM"), "difference": differences}
+    return {"export_s": watch.seconds, "export_peak_mb": resident_mb(field="VmHWM"), "difference": differences}
 
 
 def refusals_peer(job):
@@ -241,20 +235,20 @@ def measure_peer(job):
         work = pickle.load(file)
     with open(job["paths"], "rb") as file:
         paths = pickle.load(file)
-    start_mb = memory_mb()
+    start_mb = resident_mb()
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer's ops the SavedModel holds)
 
     tf.config.threading.set_intra_op_parallelism_threads(THREADS)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    result = {"tensorflow_mb": memory_mb() - start_mb, "rows": {}}
+    result = {"tensorflow_mb": resident_mb() - start_mb, "rows": {}}
     runs = {}
     for name, path in paths.items():
-        before = memory_mb()
+        before = resident_mb()
         runs[name] = runner(name.split(" ")[0], path)
         for packed in work["batch32"][:1] + work["batch1"][:2]:  # warm-up (graph building, arenas)
             runs[name](packed)
-        row = result["rows"][name] = {"added_mb": memory_mb() - before}
+        row = result["rows"][name] = {"added_mb": resident_mb() - before}
         row["busy_threads"] = busy_threads(runs[name], work["batch32"][:1])
     assert tf.config.threading.get_intra_op_parallelism_threads() == THREADS
     for batch, requests in (("batch1", work["batch1"]), ("batch32", work["batch32"])):

@@ -82,6 +82,7 @@ from bench.measure import (  # noqa: E402
     interleaved_peers,
     machine_line,
     peak_rss_mb,
+    resident_mb,
     run_peer,
     start_timing_peers,
     timed_calls,
@@ -482,13 +483,6 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def rss_mb(pid):
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def start_server(model_base, code=ROOT):
     rest, grpc = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(code)}
@@ -578,7 +572,7 @@ def load(clients, run):
 
 
 def oversized(port, pid, size=50 << 20):
-    before = rss_mb(pid)
+    before = resident_mb(pid)
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
         watch = Stopwatch()
         sock.sendall(b"POST /v1/models/bert:predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % size)
@@ -602,7 +596,7 @@ def oversized(port, pid, size=50 << 20):
                 break
             reply += more
         seconds = watch.seconds
-    return reply.split(b"\r\n", 1)[0].decode(), seconds, sent, rss_mb(pid) - before
+    return reply.split(b"\r\n", 1)[0].decode(), seconds, sent, resident_mb(pid) - before
 
 
 def load_table(args, report):
@@ -631,7 +625,7 @@ def load_table(args, report):
                     p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] * 1e3 if latencies else 0
                     print(
                         f"| {protocol} | {clients} | {clients * args.requests} | {len(failures)} | "
-                        f"{len(latencies) / elapsed:.1f} | {p50:.0f} | {p99:.0f} | {rss_mb(process.pid):.0f} |",
+                        f"{len(latencies) / elapsed:.1f} | {p50:.0f} | {p99:.0f} | {resident_mb(process.pid):.0f} |",
                         flush=True,
                     )
                     if failures:
@@ -644,7 +638,7 @@ def load_table(args, report):
                         failed=len(failures),
                         requests_per_second=len(latencies) / elapsed,
                         p99_ms=p99,
-                        server_rss_mb=rss_mb(process.pid),
+                        server_rss_mb=resident_mb(process.pid),
                     )
             status, seconds, sent, grown = oversized(rest, process.pid)
             after, _ = rest_client(rest, 1, body)

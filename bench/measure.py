@@ -52,6 +52,15 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def resident_mb(pid="self", field="VmRSS"):
+    """A process's resident memory in MiB from /proc: VmRSS now, or VmHWM, its peak (which
+    `peak_rss_mb` is not in a process started by exec: Linux carries ru_maxrss over)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def machine():
     """The CPU, its cores and flags, and the load average now (`load_start`): the load at
     the end joins it when the report is written."""
@@ -370,11 +379,10 @@ def step_figures(timer, skip, **figures):
 def stop_above(limit_gb):
     """Ends this process, saying so on stderr, once its resident memory passes `limit_gb`
     (checked every 0.1 s): a run on a shared machine stays within its share."""
-    page = os.sysconf("SC_PAGE_SIZE")
 
     def watch():
         while True:
-            resident = int(Path("/proc/self/statm").read_text().split()[1]) * page / 2**30
+            resident = resident_mb() / 1024
             if resident > limit_gb:
                 print(f"stopped at {resident:.2f} GB, above {limit_gb} GB", file=sys.stderr, flush=True)
                 os._exit(3)

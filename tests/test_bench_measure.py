@@ -2,6 +2,7 @@
 the result schema, and a peer answering a job in another interpreter."""
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -136,3 +137,10 @@ def test_step_timer_times_every_step_of_fit_and_stops_at_its_budget():
     budget = measure.step_timer(budget_seconds=0)
     model.fit(x, y, batch_size=2, epochs=5, verbose=0, callbacks=[budget])
     assert len(budget.step_seconds) == 1  # past its budget after the first step: fit stopped there
+
+
+def test_resident_memory_is_the_kernels_and_its_peak_not_below_it():
+    statm_mb = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    assert abs(measure.resident_mb() - statm_mb) < 0.1 * statm_mb
+    assert measure.resident_mb(field="VmHWM") >= measure.resident_mb() > 0
+    assert measure.peak_rss_mb() >= measure.resident_mb(field="VmHWM") * 0.9
