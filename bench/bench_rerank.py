@@ -126,7 +126,7 @@ def main(argv=None):
 
 def rerank_table(reranker, queries, relevant, paragraphs, retrieved, retrieval_ms, ks, names, report):
     """A row of `names` metrics for each k of `ks`: the top k retrieved, then re-ranked."""
-    from bert_keras.tasks import retrieval
+    from bert_keras.datasets import retrieval
 
     # Each pair is scored once: the top k's scores are the smaller k's plus the ranks between.
     scores, rerank_seconds = np.zeros((len(queries), 0), np.float32), 0.0
