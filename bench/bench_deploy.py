@@ -21,9 +21,9 @@ not depend on the weights):
 3. The threads that worked: for each export, how many of the process's threads got over
    5% of the wall time of its batch-32 requests (from /proc/self/task/*/stat).
 4. Real text refused: the text-in LiteRT file `bert-keras export --format litert` writes is
-   run (its `tokenize` signature) on each kind of real text of `real_texts.py` (where
-   present); the share of rows it refuses is that of the LiteRT rows. The SavedModel takes
-   text and refuses none; the ONNX file and the LiteRT rows timed here take packed ids.
+   run (its `tokenize` signature) on each kind of real text of `real_texts.py`; the share
+   of rows it refuses is that of the LiteRT rows. The SavedModel takes text and refuses
+   none; the ONNX file and the LiteRT rows timed here take packed ids.
 
 Every export gets the same packed ids (the SavedModel's `serve_ids`, the others' id
 inputs); tokenization is outside the timing.
@@ -31,6 +31,27 @@ inputs); tokenization is outside the timing.
     nice -n 10 python bench/bench_deploy.py --sst2-model DIR/best.keras [--skip-base]
 
 Needs `pip install 'bert-keras[deploy]'` and ../shared/data.
+
+`--peer-onnx FILE` adds the ONNX Runtime peer to the BERT-base rows: Hugging Face's
+`BertForSequenceClassification` at BERT-base's size (random weights, 2 labels) exported to
+ONNX float32 by PyTorch's exporter, the route the issue's ONNX Runtime figure came from.
+`--make-peer-onnx FILE` writes it, run outside the project's environment, in one with torch
+and transformers (never a dependency of bert-keras):
+
+    python3 -m venv /work/sidevenv && /work/sidevenv/bin/pip install torch==2.13.0
+    /work/sidevenv/bin/pip install transformers onnx onnxscript
+    /work/sidevenv/bin/python bench/bench_deploy.py --make-peer-onnx /tmp/peer/bert_base.onnx
+
+`--int8-matmul` instead shows why there is no int8 SavedModel: TensorFlow's own CPU kernels
+for an int8 matmul, timed against float32 and bfloat16 at one of BERT-base's matmul shapes
+([`--matmul-rows`, 768] x [768, 3072]). A SavedModel (and so TF Serving) can only run
+TensorFlow's kernels. Keras' `model.quantize("int8")` makes `Dense`/`EinsumDense` quantize
+their inputs per row and run `tf.linalg.matmul(int8, int8, output_type=int32)`
+(`BatchMatMulV3`); TensorFlow 1's `QuantizedMatMul` (quint8) is the other int8 kernel
+TensorFlow still registers. Each is timed with 2 intra-op threads, interleaved (one call to
+each in turn, `--rounds` rounds, 30 by default here), as median and interquartile range.
+
+    nice -n 10 python bench/bench_deploy.py --int8-matmul [--matmul-rows 128] [--rounds 30]
 """
 
 import argparse
@@ -40,8 +61,6 @@ import pickle
 import shutil
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -49,14 +68,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import real_texts  # noqa: E402
 from bench.measure import (  # noqa: E402
     Report,
+    Stopwatch,
     add_json_argument,
     add_peer_argument,
     answer_peer,
     interleaved,
     machine_line,
+    resident_mb,
     run_peer,
+    stop_above,
     summary,
 )
 
@@ -75,19 +98,6 @@ VARIANTS = [
 BASELINE = ("savedmodel", "float32")
 # Our packed ids -> the peer's (int64) inputs.
 PEER_INPUTS = {"input_word_ids": "input_ids", "input_mask": "attention_mask", "input_type_ids": "token_type_ids"}
-
-
-def memory_mb(field="VmRSS"):
-    """This process's resident memory (VmRSS) or its peak (VmHWM; not ru_maxrss, which Linux
-    carries over exec from the parent)."""
-    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-    return int(status[field].split()[0]) / 1024
-
-
-def read_sst2_dev():
-    rows = (DATA / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]
-    texts, labels = zip(*(row.rsplit("\t", 1) for row in rows))
-    return list(texts), np.array([int(label) for label in labels])
 
 
 def load_model(model):
@@ -118,9 +128,9 @@ def export_peer(job):
     from bert_keras.serving import deploy
     from bert_keras.serving.export import export_for_serving, trained_inputs
 
-    stop_past(1024 * job["max_export_gb"])
+    stop_above(job["max_export_gb"])
     format, precision, path = job["format"], job["precision"], job["path"]
-    started = time.perf_counter()
+    watch = Stopwatch()
     model, preprocessor = load_model(job["model"])
     _, labels = trained_inputs(model)  # the label names `bert-keras export` serves
     quantize = None if precision == "float32" else precision
@@ -133,15 +143,12 @@ def export_peer(job):
         else:
             deploy.export_onnx(model, preprocessor, path, labels, quantize=quantize)
         differences = deploy.check_export(format, path, model, preprocessor, labels)
-    seconds = time.perf_counter() - started
-    return {"export_s": seconds, "export_peak_mb": memory_mb("VmHWM"), "difference": differences}
+    return {"export_s": watch.seconds, "export_peak_mb": resident_mb(field="VmHWM"), "difference": differences}
 
 
 def refusals_peer(job):
     """`bert-keras export MODEL --format litert` (text in), then the share of each kind of real
     text its tokenizer refuses: {kind: [refused, rows]}."""
-    import real_texts
-
     from bert_keras.serving import deploy
     from bert_keras_cli.cli import main as cli
 
@@ -157,30 +164,13 @@ def refusals_peer(job):
 
 
 def refusals(model, folder):
-    """{kind: [refused, rows]} of the text-in LiteRT export on real text; None without
-    `real_texts.py` (bench/) or for BERT-base (random weights: no model file to export)."""
-    try:
-        import real_texts  # noqa: F401
-    except ImportError:
-        print("bench/real_texts.py is not here: no refusal figures", flush=True)
-        return None
+    """{kind: [refused, rows]} of the text-in LiteRT export on real text; None for BERT-base
+    (random weights: no model file to export)."""
     if model == "base":
         return None
     return run_peer(
         sys.executable, __file__, {"peer": "refusals", "model": model, "path": str(Path(folder) / "text.tflite")}
     )
-
-
-def stop_past(limit_mb):
-    """Ends this process (exit 3) if its resident memory passes `limit_mb`: a shared machine."""
-
-    def watch():
-        while memory_mb() < limit_mb:
-            time.sleep(0.1)
-        print(f"stopped: resident memory passed {limit_mb:.0f} MB", file=sys.stderr, flush=True)
-        os._exit(3)
-
-    threading.Thread(target=watch, daemon=True).start()
 
 
 def runner(format, path):
@@ -231,10 +221,11 @@ def thread_cpu_seconds():
 
 def busy_threads(run, batches):
     """How many threads got over 5% of the wall time while `run` answered `batches`."""
-    before, started = thread_cpu_seconds(), time.perf_counter()
-    for packed in batches:
-        run(packed)
-    wall, after = time.perf_counter() - started, thread_cpu_seconds()
+    before = thread_cpu_seconds()
+    with Stopwatch() as watch:
+        for packed in batches:
+            run(packed)
+    wall, after = watch.seconds, thread_cpu_seconds()
     return sum(after[thread] - before.get(thread, 0.0) > 0.05 * wall for thread in after)
 
 
@@ -244,20 +235,20 @@ def measure_peer(job):
         work = pickle.load(file)
     with open(job["paths"], "rb") as file:
         paths = pickle.load(file)
-    start_mb = memory_mb()
+    start_mb = resident_mb()
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer's ops the SavedModel holds)
 
     tf.config.threading.set_intra_op_parallelism_threads(THREADS)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    result = {"tensorflow_mb": memory_mb() - start_mb, "rows": {}}
+    result = {"tensorflow_mb": resident_mb() - start_mb, "rows": {}}
     runs = {}
     for name, path in paths.items():
-        before = memory_mb()
+        before = resident_mb()
         runs[name] = runner(name.split(" ")[0], path)
         for packed in work["batch32"][:1] + work["batch1"][:2]:  # warm-up (graph building, arenas)
             runs[name](packed)
-        row = result["rows"][name] = {"added_mb": memory_mb() - before}
+        row = result["rows"][name] = {"added_mb": resident_mb() - before}
         row["busy_threads"] = busy_threads(runs[name], work["batch32"][:1])
     assert tf.config.threading.get_intra_op_parallelism_threads() == THREADS
     for batch, requests in (("batch1", work["batch1"]), ("batch32", work["batch32"])):
@@ -400,13 +391,96 @@ def add_to_report(report, rows):
             report.add(name, "ms", row[batch]["seconds"], scale=1000, ratio_to_baseline=ratio, **details)
 
 
+# --- --int8-matmul, --make-peer-onnx ---
+
+
+def int8_matmul_kernels(rows, inner, outer):
+    """{name: tf.function} of [rows, inner] x [inner, outer] matmuls."""
+    import tensorflow as tf
+
+    generator = np.random.default_rng(0)
+    a32 = tf.constant(generator.standard_normal((rows, inner), np.float32))
+    b32 = tf.constant(generator.standard_normal((inner, outer), np.float32))
+    b8 = tf.constant(generator.integers(-127, 128, (inner, outer), np.int8))
+    a16, b16 = tf.cast(a32, tf.bfloat16), tf.cast(b32, tf.bfloat16)
+    au = tf.bitcast(tf.constant(generator.integers(0, 256, (rows, inner), np.uint8)), tf.quint8)
+    bu = tf.bitcast(tf.constant(generator.integers(0, 256, (inner, outer), np.uint8)), tf.quint8)
+    zero, one = tf.constant(0.0), tf.constant(1.0)
+
+    def keras_int8():
+        # What Keras' int8 Dense runs on TensorFlow: per-row input scales, int8 x int8 -> int32, rescale.
+        scale = 127.0 / tf.reduce_max(tf.abs(a32), axis=-1, keepdims=True)
+        quantized = tf.cast(tf.clip_by_value(tf.round(a32 * scale), -127, 127), tf.int8)
+        return tf.cast(tf.linalg.matmul(quantized, b8, output_type=tf.int32), tf.float32) / scale
+
+    def quantized_matmul():
+        return tf.raw_ops.QuantizedMatMul(a=au, b=bu, min_a=zero, max_a=one, min_b=zero, max_b=one, Toutput=tf.qint32)[
+            0
+        ]
+
+    return {
+        "float32 MatMul": tf.function(lambda: tf.matmul(a32, b32)),
+        "bfloat16 MatMul": tf.function(lambda: tf.matmul(a16, b16)),
+        "int8 BatchMatMulV3 (Keras int8 Dense)": tf.function(keras_int8),
+        "quint8 QuantizedMatMul (TF1)": tf.function(quantized_matmul),
+    }
+
+
+def int8_matmul_table(args, report):
+    """TensorFlow's int8 CPU matmul kernels against float32 and bfloat16, interleaved."""
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(THREADS)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    report.settings.update(threads=THREADS, tensorflow=tf.__version__)
+    functions = int8_matmul_kernels(args.matmul_rows, 768, 3072)
+    times = interleaved({name: lambda f=function: f().numpy() for name, function in functions.items()}, args.rounds)
+    stats = {name: report.add(name, "ms", seconds, scale=1000) for name, seconds in times.items()}
+    baseline = stats["float32 MatMul"]["median"]
+    print(
+        f"[{args.matmul_rows}, 768] x [768, 3072], TensorFlow {tf.__version__}, {THREADS} threads, {args.rounds} rounds"
+    )
+    print(machine_line(report.machine))
+    print("| kernel | median ms (IQR) | x float32 |")
+    print("|---|---|---|")
+    for name, entry in stats.items():
+        (q1, q3), median = entry["spread"], entry["median"]
+        print(f"| {name} | {median:.1f} ({q1:.1f}-{q3:.1f}) | {median / baseline:.2f} |")
+
+
+def make_peer_onnx(output):
+    """Writes `--peer-onnx`'s file (in an environment with torch and transformers)."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, num_labels=2)  # BERT-base: 12 layers, hidden 768
+    model = BertForSequenceClassification(config).eval()
+    ids = torch.ones(1, 16, dtype=torch.int64)
+    axes = {0: "batch", 1: "sequence"}
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    torch.onnx.export(
+        model,
+        (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+        output,
+        input_names=["input_ids", "attention_mask", "token_type_ids"],
+        output_names=["logits"],
+        dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes, "logits": {0: "batch"}},
+        opset_version=17,
+        dynamo=False,
+    )
+    print(f"wrote {output} (transformers {__import__('transformers').__version__}, torch {torch.__version__})")
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sst2-model", help="a fine-tuned SST-2 classifier (.keras)")
     parser.add_argument("--skip-base", action="store_true", help="only the MiniLM classifier")
     parser.add_argument("--sentences", type=int, default=50, help="batch-1 sentences timed per round")
     parser.add_argument("--skip-accuracy", action="store_true", help="latency, size and memory only")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the requests")
+    parser.add_argument(
+        "--rounds", type=int, help="interleaved rounds over the requests (default 3; 30 with --int8-matmul)"
+    )
     parser.add_argument("--max-export-gb", type=float, default=9.5, help="stop an export process past this RSS")
     parser.add_argument(
         "--variants",
@@ -419,17 +493,31 @@ def parse_args(argv):
         help="BERT-base rows: also time Hugging Face's model exported to ONNX float32 (bench/make_peer_onnx.py)",
     )
     parser.add_argument("--work-dir", help="keep the exports here (default: a temporary folder); reused if there")
+    parser.add_argument("--int8-matmul", action="store_true", help="only time TensorFlow's int8 CPU matmul kernels")
+    parser.add_argument("--matmul-rows", type=int, default=128, help="tokens in --int8-matmul's batch")
+    parser.add_argument("--make-peer-onnx", metavar="FILE", help="only write --peer-onnx's file (needs torch)")
     add_json_argument(parser)
     add_peer_argument(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 30 if args.int8_matmul else 3
+    return args
 
 
 def main(argv=None):
     args = parse_args(argv)
     if args.peer:
         return answer_peer({"export": export_peer, "measure": measure_peer, "refusals": refusals_peer})
+    if args.make_peer_onnx:
+        return make_peer_onnx(args.make_peer_onnx)
     report = Report("bench_deploy", vars(args))
-    texts, labels = read_sst2_dev()
+    if args.int8_matmul:
+        int8_matmul_table(args, report)
+        if args.json:
+            report.write(args.json)
+        return 0
+    texts, labels = real_texts.sst2("dev")
+    labels = np.array(labels)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_deploy_") as scratch:
         scratch = Path(args.work_dir or scratch)

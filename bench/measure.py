@@ -1,8 +1,10 @@
-"""What every bench script shares: interleaved timing rounds, the machine and its load, peer
-runs in another Python, and the one result schema `--json PATH` writes.
+"""What every bench script shares: timers and interleaved timing rounds, the machine and its
+load, peer runs in another Python (training settings each in a process of its own, for their
+peak memory), and the one result schema `--json PATH` writes.
 
-Standard library only: a peer script imports this module in a side environment that may
-have nothing but its own packages.
+Standard library only at import: a peer script imports this module in a side environment
+that may have nothing but its own packages (Keras and TensorFlow are imported by the
+helpers that need them).
 
 The schema:
 
@@ -14,11 +16,13 @@ import argparse
 import json
 import os
 import random
+import resource
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -41,6 +45,20 @@ def cpu_fields():
 
 def load_average():
     return list(os.getloadavg())
+
+
+def peak_rss_mb():
+    """This process's peak resident memory in MiB (ru_maxrss: KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def resident_mb(pid="self", field="VmRSS"):
+    """A process's resident memory in MiB from /proc: VmRSS now, or VmHWM, its peak (which
+    `peak_rss_mb` is not in a process started by exec: Linux carries ru_maxrss over)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def machine():
@@ -76,6 +94,31 @@ def summary(samples, scale=1.0):
     return {"median": median, "spread": [q1, q3], "rounds": len(values)}
 
 
+class Stopwatch:
+    """Seconds since it was made; in a `with` block, the block's seconds once it has ended."""
+
+    def __init__(self):
+        self.started, self.ended = time.perf_counter(), None
+
+    def __enter__(self):
+        self.started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.ended = time.perf_counter()
+
+    @property
+    def seconds(self):
+        return (self.ended or time.perf_counter()) - self.started
+
+
+def timed(call, *args, **kwargs):
+    """(`call(*args, **kwargs)`'s answer, its seconds)."""
+    with Stopwatch() as watch:
+        answer = call(*args, **kwargs)
+    return answer, watch.seconds
+
+
 def interleaved(runs, rounds, inputs=(None,), warmup=1, shuffle_seed=None):
     """{name: [seconds of each call]}: each round calls every run on every input, the runs'
     order rotating by one per call (A B, B A, ...) so each sees the same moments of load,
@@ -95,9 +138,7 @@ def interleaved(runs, rounds, inputs=(None,), warmup=1, shuffle_seed=None):
             if shuffle_seed is not None:
                 shuffle(order)
             for name in order:
-                started = time.perf_counter()
-                call(runs[name], value)
-                times[name].append(time.perf_counter() - started)
+                times[name].append(timed(call, runs[name], value)[1])
             turn += 1
     return times
 
@@ -130,7 +171,7 @@ def run_command(command, timeout=None, **options):
     {"seconds", "peak_mb", "returncode", "stdout", "stderr"}. The peak is GNU time's (the
     command and the processes it waited for): a process forked from this one would count
     this one's memory in its own ru_maxrss, which exec keeps."""
-    started = time.perf_counter()
+    watch = Stopwatch()
     process = subprocess.Popen(
         ["/usr/bin/time", "-f", PEAK_MARK + "%M", *map(str, command)],
         stdout=subprocess.PIPE,
@@ -144,7 +185,7 @@ def run_command(command, timeout=None, **options):
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
-    seconds = time.perf_counter() - started
+    seconds = watch.seconds
     lines = stderr.splitlines()
     peaks = [int(line[len(PEAK_MARK) :]) for line in lines if line.startswith(PEAK_MARK)]
     return {
@@ -234,12 +275,7 @@ def answer_peer(handlers):
 
 def timed_calls(run, calls):
     """Seconds of each of `calls` calls of `run`."""
-    seconds = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        run()
-        seconds.append(time.perf_counter() - started)
-    return seconds
+    return [timed(run)[1] for _ in range(calls)]
 
 
 def timing_handlers(build):
@@ -295,3 +331,77 @@ def interleaved_peers(peers, job, rounds, settle_seconds=0.0):
             time.sleep(settle_seconds)
             times[name] += peers[name].ask({**job, "peer": "time"})["seconds"]
     return times
+
+
+def step_timer(budget_seconds=None):
+    """A Keras callback that keeps the wall time at the start of training and at the end of
+    every step (`.times`) and each step's own seconds, batch start to end (`.step_seconds`);
+    with `budget_seconds`, it stops training once that much time has passed."""
+    import keras
+
+    class StepTimer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.times, self.step_seconds, self.step = [], [], None
+
+        def on_train_begin(self, logs=None):
+            self.times.append(time.perf_counter())
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.step = Stopwatch()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.step_seconds.append(self.step.seconds)
+            self.times.append(time.perf_counter())
+            if budget_seconds is not None and self.times[-1] - self.times[0] > budget_seconds:
+                self.model.stop_training = True
+
+    return StepTimer()
+
+
+def tensor_memory():
+    """TensorFlow's CPU allocator: the GB its tensors held at most and hold now (after
+    training: the weights and optimizer state). Peak RSS minus the peak is the runtime,
+    Python and memory the allocator keeps after tensors are freed."""
+    import tensorflow as tf
+
+    info = tf.config.experimental.get_memory_info("CPU:0")
+    return {"tensor_peak_gb": info["peak"] / 2**30, "tensor_now_gb": info["current"] / 2**30}
+
+
+def step_figures(timer, skip, **figures):
+    """A training setting's answer: the seconds of each step after the first `skip` (which
+    trace and warm up), end to end, peak RSS and tensor memory in GB, and `figures`."""
+    steps = [b - a for a, b in zip(timer.times[skip:], timer.times[skip + 1 :])]
+    return {"step_seconds": steps, "peak_rss_gb": peak_rss_mb() / 1024, **tensor_memory(), **figures}
+
+
+def stop_above(limit_gb):
+    """Ends this process, saying so on stderr, once its resident memory passes `limit_gb`
+    (checked every 0.1 s): a run on a shared machine stays within its share."""
+
+    def watch():
+        while True:
+            resident = resident_mb() / 1024
+            if resident > limit_gb:
+                print(f"stopped at {resident:.2f} GB, above {limit_gb} GB", file=sys.stderr, flush=True)
+                os._exit(3)
+            time.sleep(0.1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def run_setting(script, job):
+    """Runs one training setting of `script` in a new Python process, for its own peak
+    memory (ru_maxrss is a process's high-water mark): `job` (the settings, as
+    `answer_setting` reads them) in, its `step_figures` out, or {"error": the last lines of
+    its output} when it fails (a kill for memory included)."""
+    try:
+        return run_peer(sys.executable, script, {**job, "peer": "setting"})
+    except RuntimeError as error:
+        return {"error": " | ".join(str(error).strip().splitlines()[-5:])}
+
+
+def answer_setting(train):
+    """The process `run_setting` starts: `train(the job as an argparse.Namespace)` answers."""
+    answer_peer({"setting": lambda job: train(argparse.Namespace(**job))})

@@ -11,6 +11,7 @@ Every function returns a list[str], the same on every run (sorted sources, a see
 * `by_kind()`: all of the above but the pairs, by name.
 * `chat_lines()`: short chat-like lines written for this (emoji with zero-width joiners,
   accents, typographic punctuation, CJK, Korean, Hebrew, Hindi).
+* `sst2(split)`: SST-2's movie-review sentences and their labels, from ../shared/data.
 """
 
 import json
@@ -68,6 +69,13 @@ def program_messages(languages=LANGUAGES, count=200, locales=LOCALES):
 
 def chat_lines():
     return list(CHAT_LINES)
+
+
+def sst2(split="dev"):
+    """(sentences, labels) of SST-2's `split` (dev or train)."""
+    rows = (DATA / "glue" / "SST-2" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    sentences, labels = zip(*(row.rsplit("\t", 1) for row in rows))
+    return list(sentences), [int(label) for label in labels]
 
 
 def by_kind():

@@ -2,7 +2,9 @@
 the result schema, and a peer answering a job in another interpreter."""
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,37 @@ def test_shuffled_rounds_call_every_run_once_a_round():
     rounds = [calls[start : start + 4] for start in range(0, 20, 4)]
     assert all(sorted(order) == list("ABCD") for order in rounds)
     assert len({tuple(order) for order in rounds}) > 1
+
+
+def test_timed_answers_the_call_and_its_seconds_on_the_wall_clock():
+    answer, seconds = measure.timed(lambda delay: time.sleep(delay) or "done", 0.05)
+    assert answer == "done" and 0.05 <= seconds < 5
+    with measure.Stopwatch() as watch:
+        time.sleep(0.02)
+    ended = watch.seconds
+    time.sleep(0.02)
+    assert 0.02 <= ended == watch.seconds < 5  # frozen when the block ended
+
+
+def test_step_timer_times_every_step_of_fit_and_stops_at_its_budget():
+    import keras
+    import numpy as np
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = np.zeros((8, 2), "float32"), np.zeros((8, 1), "float32")
+    timer = measure.step_timer()
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[timer])
+    assert len(timer.times) == 5 and timer.times == sorted(timer.times) and len(timer.step_seconds) == 4
+    figures = measure.step_figures(timer, 1, windows=3)
+    assert len(figures["step_seconds"]) == 3 and figures["peak_rss_gb"] > 0 and figures["windows"] == 3
+    budget = measure.step_timer(budget_seconds=0)
+    model.fit(x, y, batch_size=2, epochs=5, verbose=0, callbacks=[budget])
+    assert len(budget.step_seconds) == 1  # past its budget after the first step: fit stopped there
+
+
+def test_resident_memory_is_the_kernels_and_its_peak_not_below_it():
+    statm_mb = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    assert abs(measure.resident_mb() - statm_mb) < 0.1 * statm_mb
+    assert measure.resident_mb(field="VmHWM") >= measure.resident_mb() > 0
+    assert measure.peak_rss_mb() >= measure.resident_mb(field="VmHWM") * 0.9

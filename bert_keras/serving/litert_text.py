@@ -25,7 +25,7 @@ class, which changes the uncased text only where a mark the accent removal keeps
 follows another such mark of a higher class in one run of marks, e.g. two of the musical
 symbols' combining stems. Such rows are refused: `exact` is false. Every code point alone
 and in context equals the original (tests/serving/test_litert_text.py,
-bench/bench_litert_text.py --code-points).
+bench/bench_tokenizer.py litert --code-points).
 """
 
 import functools

@@ -14,7 +14,7 @@ module the wheel lacks on some platforms; this module needs only the generated c
 
 MediaPipe's tokenizer lowercases ASCII letters only and splits on its own punctuation
 rules (no accent stripping, no Unicode lowercasing, no CJK splitting), so it gives the
-original BERT tokenizer's ids on plain English text; bench/bench_mediapipe.py measures
+original BERT tokenizer's ids on plain English text; bench/bench_tokenizer.py mediapipe measures
 how often it differs on real text. Cased vocabularies are refused: the lowercasing
 cannot be turned off.
 """

@@ -13,7 +13,7 @@ ONNX Runtime folds the few ops on weights alone when it loads the file.
 
 Ids in, not text: onnxruntime-extensions' `BertTokenizer` op gives other ids than the
 original tokenizer on 0.6% of the reference texts and 23% of program messages in 10
-languages (`bench/bench_onnx_tokenizer.py`), tokenizes one text (or pair) a call
+languages (`bench/bench_tokenizer.py onnx`), tokenizes one text (or pair) a call
 rather than a batch, and has no way to say which rows it got wrong; a LiteRT-style refusal
 would need each differing character found and matched in the graph.
 """

@@ -114,7 +114,7 @@ def test_texts_without_words_and_an_empty_batch(single, vocab_index):
 
 def test_code_points_of_every_kind_in_context(single, vocab_index):
     """Every 97th code point: letters of every script, marks, symbols, unassigned and
-    private-use code points (bench/bench_litert_text.py --code-points runs them all)."""
+    private-use code points (bench/bench_tokenizer.py litert --code-points runs them all)."""
     assert_original(single, code_point_rows(97), vocab_index)
 
 
