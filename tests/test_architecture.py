@@ -278,3 +278,33 @@ def test_commands_install_as_bert_keras_cli(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "no pipelines"
+
+
+def module_names():
+    """Each module as docs/architecture.md names it: its path under bert_keras/ (`tasks/task.py`,
+    `compat.py`) or under pipelines/ (`finetune/glue.py`); package `__init__.py` files aside."""
+    return {
+        path.relative_to(ROOT / top).as_posix()
+        for top in ("bert_keras", "pipelines")
+        for path in (ROOT / top).rglob("*.py")
+        if path.name != "__init__.py"
+    }
+
+
+def test_the_architecture_page_names_every_module():
+    """The page draws the house as it is: every module is named, by its path from its tier's
+    folder, and every module path it names under a tier folder is one that exists."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"(?<![\w/.-])((?:\w+/)*\w+\.py)\b", page))
+    modules = module_names()
+    missing = sorted(modules - named)
+    folders = {name.split("/")[0] for name in modules if "/" in name}
+    places = (ROOT, ROOT / "bert_keras", ROOT / "pipelines", ROOT / "tests")
+    gone = sorted(
+        name
+        for name in named
+        if name.split("/")[0] in folders and not any((place / name).is_file() for place in places)
+    )
+    assert not missing and not gone, (
+        f"modules docs/architecture.md does not name: {missing}; names of no module: {gone}"
+    )
