@@ -24,18 +24,15 @@ from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.training.distribute import needs_static_shapes
 
 DEFAULT_BATCH_SIZE = 32
-# Each task's `preprocess_samples` as one `tf.function`, traced once per input structure:
-# `tf.data` traces a mapped Python function again for every new dataset, and tracing the
-# tokenizer took seconds on each `predict` call on raw text. Weak keys: a cache entry goes
-# with its model.
+# Each task's `preprocess_samples` as one `tf.function` (weak keys: an entry goes with its
+# model): `tf.data` traces a mapped Python function again for every new dataset.
 _PREPROCESS_FUNCTIONS = weakref.WeakKeyDictionary()
 
 
 def preprocess_function(task):
-    """`task.preprocess_samples` over a dataset element `(x,)` or `(x, y[, w])`, traced once.
-
-    A head that packs `x` alone (the base `preprocess_samples`) traces `pack_text` once per
-    structure of `x`, so fitting on `(x, y)` and predicting on `(x,)` share one trace."""
+    """`task.preprocess_samples` over a dataset element `(x,)` or `(x, y[, w])`, traced once
+    per structure; a head that packs `x` alone (the base `preprocess_samples`) traces
+    `pack_text` once per structure of `x`, shared by fitting on `(x, y)` and predicting on `(x,)`."""
     function = _PREPROCESS_FUNCTIONS.get(task)
     if function is None:
         reference = weakref.ref(task)  # the function must not keep its model alive
@@ -44,9 +41,7 @@ def preprocess_function(task):
 
         @tf.function
         def function(*element):
-            x, y, sample_weight = element[0], None, None
-            if len(element) > 1:
-                x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(element)
+            x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(element)
             if packs_text_alone:
                 return keras.utils.pack_x_y_sample_weight(pack_text(x), y, sample_weight)
             return reference().preprocess_samples(x, y, sample_weight)
