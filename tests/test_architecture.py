@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 import grimp
+import pytest
 from private_uses import private_uses
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,6 +164,7 @@ def test_the_library_imports_checkpoint_names_from_their_modules():
     assert not found, f"imports from the package, not its modules: {found}"
 
 
+@pytest.mark.slow
 def test_no_private_keras_or_tensorflow_outside_compat():
     """Every module of bert_keras and pipelines but compat.py, read as code (tests/private_uses.py):
     no private module import, no private attribute of Keras, TensorFlow or tf.text modules, and

@@ -18,6 +18,7 @@ from bert_keras import compat
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_check_passes_on_two_replicas():
     """docs/development.md's block, as written: two CPU devices, so that the clipping and
     keras#20585 checks also run on two replicas (the sum is clipped, not each replica's share;
@@ -104,6 +105,7 @@ def test_keras_20585_check_fails_when_the_patch_outlives_its_block(monkeypatch):
     assert not compat.keras_20585_patched()
 
 
+@pytest.mark.slow
 def test_keras_20585_still_bites_two_mirrored_replicas():
     """Unpatched Keras cannot build a model of token ids under `fit` on two mirrored replicas
     (the build averages the replicas' batches into floats): the workaround is needed beyond

@@ -146,12 +146,14 @@ def test_a_first_download_fetches_only_the_model_files_into_the_shared_cache_lay
     assert str(snapshot) == f"resolved {NAME}@main to commit {MAIN} ({snapshot.path})"
 
 
+@pytest.mark.slow
 def test_a_name_offline_embeds_as_the_folder(offline, folder_vectors):
     for name in (NAME, f"hf://{NAME}", f"{NAME}@main"):
         vectors = BertTextEmbedder.from_checkpoint(name).encode(TEXTS)
         np.testing.assert_allclose(vectors, folder_vectors, atol=TOLERANCE, err_msg=name)
 
 
+@pytest.mark.slow
 def test_embed_command_with_a_name_offline(offline, folder_vectors, tmp_path, capsys):
     lines = tmp_path / "lines.txt"
     lines.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
@@ -160,6 +162,7 @@ def test_embed_command_with_a_name_offline(offline, folder_vectors, tmp_path, ca
     np.testing.assert_allclose(np.load(tmp_path / "vectors.npy"), folder_vectors, atol=TOLERANCE)
 
 
+@pytest.mark.slow
 def test_predict_command_with_a_name_offline(offline, folder_vectors, tmp_path, capsys):
     lines = tmp_path / "lines.txt"
     lines.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
@@ -168,6 +171,7 @@ def test_predict_command_with_a_name_offline(offline, folder_vectors, tmp_path, 
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), folder_vectors, atol=TOLERANCE)
 
 
+@pytest.mark.slow
 def test_a_pinned_revision_gives_its_weights(online, folder_vectors):
     pinned = BertTextEmbedder.from_checkpoint(online["pinned"]).encode(TEXTS)
     assert np.abs(pinned - folder_vectors).max() > 1e-2  # the two commits' models differ
@@ -241,6 +245,7 @@ def test_a_finetune_run_records_the_resolved_snapshot(online, tmp_path):
     assert any(PINNED in line and line.startswith("init:") for line in differences), differences
 
 
+@pytest.mark.slow
 def test_a_local_folder_named_like_a_repo_wins(offline, tmp_path, monkeypatch, folder_vectors):
     monkeypatch.chdir(tmp_path)
     shutil.copytree(offline["pinned"], tmp_path / NAME)

@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # each test starts a Python that imports TensorFlow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = """

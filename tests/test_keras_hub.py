@@ -85,6 +85,7 @@ def keras_hub_logits(folder):
     return keras_hub.models.BertTextClassifier.from_preset(str(folder)).predict(TEXTS, verbose=0)
 
 
+@pytest.mark.slow
 def test_a_keras_hub_classifier_loads_with_its_logits_and_tokenizer(preset):
     with pytest.warns(UserWarning, match="lower-cases without stripping accents"):
         model = BertClassifier.from_checkpoint(preset["classifier"])
@@ -114,6 +115,7 @@ def test_predict_runs_a_keras_hub_preset_with_its_probabilities(preset, tmp_path
     np.testing.assert_allclose(scores, keras.ops.convert_to_numpy(keras.ops.softmax(preset["logits"])), atol=TOLERANCE)
 
 
+@pytest.mark.slow
 def test_a_keras_hub_text_embedder_in_and_out_keeps_its_pooling_and_vectors(preset, tmp_path):
     model = BertTextEmbedder.from_checkpoint(preset["embedder"])
     assert model.pooling == "max" and model.normalize
@@ -130,6 +132,7 @@ def pretrainer_logits(model, inputs):
     return keras.ops.convert_to_numpy(model(ours)["mlm_logits"])
 
 
+@pytest.mark.slow
 def test_a_keras_hub_masked_lm_is_a_pretrainer_with_its_logits_in_predict_and_back(preset, tmp_path):
     """keras-hub's head (exact GELU, LayerNorm epsilon 1e-5 on a tanh-GELU backbone) is kept,
     in a .keras file too: the encoder's settings would give other logits; `predict` fills masks with keras-hub's
@@ -169,6 +172,7 @@ def test_convert_keras_hub_to_hf_and_back_keeps_keras_hubs_logits(preset, tmp_pa
     np.testing.assert_allclose(keras_hub_logits(tmp_path / "back"), preset["logits"], atol=TOLERANCE)
 
 
+@pytest.mark.slow
 def test_a_bert_keras_classifier_runs_in_keras_hub_with_its_logits(tmp_path):
     """A model of our own (tanh GELU, as keras-hub computes), through its own tokenizer settings."""
     keras.utils.set_random_seed(1)

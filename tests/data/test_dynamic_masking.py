@@ -103,6 +103,7 @@ def gutenberg_batches(tokenizer, books):
     return stacked(take(dataset, 16)), tokenizer
 
 
+@pytest.mark.slow
 def test_masking_statistics(gutenberg_batches):
     batch, tokenizer = gutenberg_batches
     weights = batch["masked_lm_weights"] > 0
@@ -174,6 +175,7 @@ def recipe_and_graph(tokenizer, books, seeds=4, **settings):
 
 # Short targets are drawn per document, and a short document gives many more instances:
 # with short_seq_prob 0.1 the recipe's own count varies by ~8% between seeds on these books.
+@pytest.mark.slow
 @pytest.mark.parametrize("short_seq_prob, tolerance", [(0.0, 0.03), (0.1, 0.1)])
 def test_pairs_have_the_recipes_statistics(tokenizer, books, short_seq_prob, tolerance):
     """Instances per epoch, lengths and NotNext rate equal the recipe's (a coin at 50%, plus
@@ -256,6 +258,7 @@ def test_whole_word_masking_skips_words_that_do_not_fit_as_the_recipe():
 # ---------------------------------------------------------------- the pipeline
 
 
+@pytest.mark.slow
 def test_reproducible_resumable_and_new_every_epoch(tmp_path, tokenizer):
     def batches(seed=3, skip=0, parallel_calls=None, token_cache=None):
         dataset = dynamic_masking_dataset(
@@ -289,6 +292,7 @@ def test_reproducible_resumable_and_new_every_epoch(tmp_path, tokenizer):
     assert 0.35 < labels.mean() < 0.8  # the recipe gives 58% NotNext on sample_text
 
 
+@pytest.mark.slow
 def test_token_cache_holds_the_tokenized_documents_and_resumes(tmp_path, tokenizer, books):
     """A token file holds exactly what the graph reader makes of its text file, equal to
     the Python reader + tokenizer; finished files are kept, changed inputs or another
@@ -339,6 +343,7 @@ def test_no_python_in_the_pipeline(tokenizer):
     assert python_ops(numbers) == {"EagerPyFunc"}
 
 
+@pytest.mark.slow
 def test_workers_read_disjoint_files(tmp_path, tokenizer):
     """`pretrain --corpus` under MultiWorkerMirroredStrategy: each input pipeline reads its
     own files (every other one of 4), and together they read all."""
@@ -362,6 +367,7 @@ def test_workers_read_disjoint_files(tmp_path, tokenizer):
     assert seen == [{"apple", "castle"}, {"river", "garden"}]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cached", [False, True])
 def test_bad_input(tmp_path, tokenizer, cached):
     """Empty files and invalid UTF-8 are read as the Python reader reads them (bytes that

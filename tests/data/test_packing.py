@@ -147,6 +147,7 @@ def short_documents(path, count=200):
     return path
 
 
+@pytest.mark.slow
 def test_pack_dataset_keeps_every_instance_of_the_stream(tmp_path):
     from conftest import DATA
 

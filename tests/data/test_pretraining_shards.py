@@ -166,6 +166,7 @@ def two_books():
     return [require(GUTENBERG / "chesterton-brown.txt"), require(GUTENBERG / "austen-persuasion.txt")]
 
 
+@pytest.mark.slow
 def test_shards_are_the_recipe_on_their_documents_whatever_the_workers(tmp_path, tokenizer, two_books):
     files = sorted(map(str, two_books))
     one = shards.create_pretraining_data(
@@ -197,6 +198,7 @@ def cli(*args):
     ]
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_to_the_same_bytes(tmp_path, two_books):
     args = ["--input", *two_books, "--shard-size", "0.05", "--dupe-factor", "3"]
     subprocess.run(cli(*args, "--output", tmp_path / "straight" / "d"), cwd=ROOT, check=True, capture_output=True)

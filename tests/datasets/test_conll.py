@@ -91,6 +91,7 @@ def test_conlleval_on_hand_computed_cases():
         conlleval([["O", "O"]], [["O"]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags", [[], ["--doc-stride", "6", "--max-seq-length", "16", "--document-context"]], ids=["plain", "windows"]
 )

@@ -185,6 +185,7 @@ def test_submission_format(tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_finetune_glue_end_to_end_on_a_few_sst2_rows(tmp_path, capsys):
     from bert_keras import BertConfig, BertEncoder
     from bert_keras.tasks.classifier import BertClassifier

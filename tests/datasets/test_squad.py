@@ -27,6 +27,7 @@ def gold_logits(features):
     return starts, ends
 
 
+@pytest.mark.slow
 def test_gold_positions_recover_the_gold_answers_of_the_whole_dev_file(tokenizer):
     examples = read_squad(require(DATA / "squad" / "dev-v1.1.json"))
     assert len(examples) == 10570
@@ -163,6 +164,7 @@ def test_evaluate_by_hand():
     assert result == {"exact_match": 50.0, "f1": 50.0}
 
 
+@pytest.mark.slow
 def test_finetune_squad_end_to_end_tiny(tmp_path, capsys):
     import json
 

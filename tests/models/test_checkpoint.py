@@ -109,6 +109,7 @@ def test_missing_and_unreadable_checkpoints(tmp_path):
         BertEncoder.from_checkpoint(tmp_path)
 
 
+@pytest.mark.slow
 def test_convert_command_chain(tmp_path, minilm_dir):
     assert cli(["convert", str(minilm_dir), "--to", "tf1", str(tmp_path / "tf1")]) == 0
     assert cli(["convert", "--from", "tf1", str(tmp_path / "tf1"), "--to", "keras", str(tmp_path / "m.keras")]) == 0

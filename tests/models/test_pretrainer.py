@@ -73,6 +73,7 @@ def test_loss_and_metrics_match_the_original_definition(reference):
     np.testing.assert_allclose(result["next_sentence_accuracy"], nsp_accuracy, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_fit_on_a_fixed_batch_lowers_the_loss():
     config = BertConfig.preset("tiny", vocab_size=100)
     pretrainer = BertPretrainer(BertEncoder(config))

@@ -30,6 +30,7 @@ def encoder_gradients(recompute, eager):
     return [loss.numpy(), *(tf.convert_to_tensor(grad).numpy() for grad in grads)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("eager", [False, True])
 def test_recomputed_encoder_has_the_same_gradients(eager):
     expected = encoder_gradients(False, eager)
@@ -95,6 +96,7 @@ def gradient_step_peak_bytes(layers, batch, seq):
     return tf.config.experimental.get_memory_info("CPU:0")["peak"] - before
 
 
+@pytest.mark.slow
 def test_recomputed_blocks_hold_no_attention_sized_tensors_each():
     """Each more block adds its input and its weights' gradients, not its attention:
     a block recomputed only once its gradient arrives draws its dropout masks then."""

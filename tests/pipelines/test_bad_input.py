@@ -176,6 +176,7 @@ def test_pretrain_on_a_file_that_is_not_a_tfrecord(tmp_path, capsys):
     assert not (tmp_path / "run").exists()  # stopped before any work
 
 
+@pytest.mark.slow
 def test_pretrain_on_a_truncated_tfrecord_names_it_when_training_reaches_the_cut(tmp_path, capsys):
     raw = require(RECORDS).read_bytes()
     truncated = tmp_path / "truncated.tfrecord"
@@ -339,6 +340,7 @@ def test_fuzz_squad_reader(tmp_path, document, raw):
 # --- small data, bf16 -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_finetune_tsv_with_fewer_examples_than_one_batch(tmp_path, capsys, encoder_file):
     """4 examples with the default batch of 32 used to wait forever at "Epoch 1/2"."""
     rows = [("a good movie", "pos"), ("a bad movie", "neg"), ("great fun", "pos"), ("awful", "neg")]
@@ -350,6 +352,7 @@ def test_finetune_tsv_with_fewer_examples_than_one_batch(tmp_path, capsys, encod
     assert [entry["epoch"] for entry in history[:2]] == [1, 2]
 
 
+@pytest.mark.slow
 def test_finetune_stops_at_max_train_steps(tmp_path, capsys, encoder_file):
     """12 examples in batches of 4 are epochs of 3 steps: 7 steps are 3 epochs, the last
     of 1 step (equal epochs would run 9), and the logs end at step 7."""

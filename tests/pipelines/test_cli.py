@@ -67,6 +67,7 @@ def test_a_command_prints_no_tensorflow_start_up_lines(tmp_path):
     assert "learning 200 pieces" in out.stderr  # the command's own lines still show
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", [None, "0"])
 def test_tensorflow_start_up_lines_show_only_when_asked_for(tmp_path, level):
     """A command that loads TensorFlow (`plot` of a folder without logs: TensorFlow, then
@@ -86,6 +87,7 @@ def test_tensorflow_start_up_lines_show_only_when_asked_for(tmp_path, level):
         assert start_up, out.stderr
 
 
+@pytest.mark.slow
 def test_the_smoke_script_prints_no_tensorflow_start_up_lines():
     """serving/smoke.py is a program too: its start-up is as quiet as the commands'."""
     out = subprocess.run(
@@ -100,6 +102,7 @@ def test_the_smoke_script_prints_no_tensorflow_start_up_lines():
     assert out.stderr == "", out.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_is_one_line_with_the_resume_hint(tmp_path):
     command = [
         str(BIN / "bert-keras"),
@@ -135,6 +138,7 @@ def test_ctrl_c_is_one_line_with_the_resume_hint(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_finetune_refuses_a_run_folder_unless_overwrite(finetuned, tmp_path, capsys):
     out = copy_of(finetuned("tsv"), tmp_path)
     command = finetuned.command("tsv", out)

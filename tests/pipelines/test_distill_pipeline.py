@@ -20,6 +20,8 @@ from bert_keras.datasets.classification import tsv_data
 from bert_keras.datasets.metrics import accuracy
 from bert_keras_cli.cli import main
 
+pytestmark = pytest.mark.slow  # most tests here take over 3 CPU-seconds (docs/development.md)
+
 TEXTS = ["the film is good", "the film is bad", "a quick brown fox jumps", "the lazy dog", "it was good !", "bad"]
 LABELS = ["good", "bad", "good", "bad", "good", "bad"]
 # CoNLL-2003 lines (token POS chunk NER, IOB1 as the files are), words of the tiny vocabulary.

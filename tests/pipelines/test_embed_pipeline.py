@@ -85,6 +85,7 @@ def test_finetune_embedder_keeps_the_best_model_by_retrieval(embedder_run, minil
     np.testing.assert_allclose(folder.encode(texts), model.encode(texts), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_embed_writes_one_vector_per_line_in_order(embedder_run, tmp_path, capsys):
     lines = ["Where is the Eiffel Tower?", "", "a much longer line " * 20, "Ünïcödé text"]
     source = tmp_path / "lines.txt"
@@ -171,6 +172,7 @@ def test_finetune_embedder_names_the_bad_line(content, message, tmp_path, capsys
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_exported_embedder_serves_the_model_s_vectors(embedder_run, tmp_path, capsys):
     from bert_keras.serving.client import ServingClient
     from bert_keras.serving.tfserving.local_server import LocalModelServer

@@ -13,6 +13,8 @@ from trained_models import TEXTS
 from bert_keras.serving import deploy
 from bert_keras_cli.cli import main as cli
 
+pytestmark = pytest.mark.slow  # most tests here take over 3 CPU-seconds (docs/development.md)
+
 SUFFIX = {"litert": ".tflite", "onnx": ".onnx"}
 
 

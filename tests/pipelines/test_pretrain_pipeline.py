@@ -24,6 +24,8 @@ from bert_keras.data.tfrecords import pretraining_dataset
 from bert_keras.models.pretrainer import BertPretrainer
 from bert_keras.training.optimization import create_optimizer
 
+pytestmark = pytest.mark.slow  # most tests here take over 3 CPU-seconds (docs/development.md)
+
 SAMPLE = DATA / "pretraining" / "sample_text.txt"
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -210,6 +210,7 @@ def test_a_killed_run_resumes_as_if_it_had_not_stopped(kind, tmp_path, monkeypat
             assert entry[3] == pytest.approx(values[entry[:3]], rel=1e-4, abs=1e-5), entry
 
 
+@pytest.mark.slow
 def test_another_command_line_or_changed_data_is_refused_naming_what_differs(tmp_path, monkeypatch, capsys):
     argv = command("tsv", tmp_path)
     out = tmp_path / "run"

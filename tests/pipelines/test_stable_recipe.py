@@ -24,6 +24,7 @@ def files(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_the_flags_reach_the_run_of_every_task(files, monkeypatch):
     init = ["--init", str(files / "init.keras"), "--vocab", str(files / "vocab.txt")]
     train, pairs = str(files / "train.tsv"), str(files / "pairs.tsv")

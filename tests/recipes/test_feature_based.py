@@ -22,6 +22,8 @@ from bert_keras.tasks.feature_tagger import BertFeatureTagger
 from bert_keras.training.backup import StepBackup
 from bert_keras_cli.cli import main as cli
 
+pytestmark = pytest.mark.slow  # most tests here take over 3 CPU-seconds (docs/development.md)
+
 CONLL = DATA / "conll2003"
 
 

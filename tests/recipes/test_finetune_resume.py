@@ -15,6 +15,8 @@ from bert_keras.recipes.finetuning import finetune
 from bert_keras.training.backup import StepBackup
 from bert_keras.training.finetuning import length_grouped_batches
 
+pytestmark = pytest.mark.slow  # most tests here take over 3 CPU-seconds (docs/development.md)
+
 TEXTS = ["the film is good", "the film is bad", "a quick brown fox jumps", "the lazy dog", "it was good !", "bad"] * 2
 LABELS = np.array([1, 0, 1, 0, 1, 0] * 2, "int32")
 

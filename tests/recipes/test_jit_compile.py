@@ -59,6 +59,7 @@ HEADS = {  # each fine-tuning kind's head, and data for it
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(HEADS))
 def test_every_head_trains_under_xla_as_without(kind):
     weights = {}
@@ -81,6 +82,7 @@ def finetuned(model, data, **options):
     return run.model
 
 
+@pytest.mark.slow
 def test_finetune_leaves_xla_to_keras_off_on_cpu_and_with_windows(tmp_path):
     data = (np.array(TEXTS), LABELS)
     assert not tf.config.list_physical_devices("GPU")

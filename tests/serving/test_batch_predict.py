@@ -62,6 +62,7 @@ def classifier_keras(tmp_path_factory):
     return classifier_keras_file(tmp_path_factory.mktemp("keras"))
 
 
+@pytest.mark.slow
 def test_classifier_records_equal_model_predict(tmp_path, folders, classifier_keras):
     texts = write_text(tmp_path / "in.txt", TEXTS)
     for source in (folders["sequence_single"], classifier_keras):
@@ -80,6 +81,7 @@ def test_classifier_records_equal_model_predict(tmp_path, folders, classifier_ke
         np.testing.assert_allclose([r["probability"] for r in records], probabilities.max(-1), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_pair_classifier_reads_its_trained_segments(tmp_path):
     model = BertClassifier(
         tiny_encoder(), num_classes=2, preprocessor=tiny_preprocessor(), segments=("premise", "hypothesis")
@@ -93,6 +95,7 @@ def test_pair_classifier_reads_its_trained_segments(tmp_path):
     np.testing.assert_allclose(scores, expected, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_multi_label_and_regression_records(tmp_path, folders):
     texts = write_text(tmp_path / "in.txt", TEXTS)
     multi = load_model(folders["sequence_multi"])
@@ -110,6 +113,7 @@ def test_multi_label_and_regression_records(tmp_path, folders):
     np.testing.assert_allclose([float(line.split("\t")[1]) for line in lines[1:]], expected, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_reranker_reads_named_columns_and_ids(tmp_path, folders):
     rows = [(f"q{i}", query, document) for i, (query, document) in enumerate(PAIRS)]
     table = write_tsv(tmp_path / "pairs.tsv", ("key", "question", "passage"), rows)
@@ -139,6 +143,7 @@ def embedder_folder(tmp_path_factory):
     return tiny_embedder_folder(tmp_path_factory.mktemp("embedder") / "st")
 
 
+@pytest.mark.slow
 def test_embedder_vectors_as_jsonl_and_npy(tmp_path, embedder_folder):
     folder = embedder_folder
     model = load_model(folder)
@@ -156,6 +161,7 @@ def test_embedder_vectors_as_jsonl_and_npy(tmp_path, embedder_folder):
     np.testing.assert_allclose(jsonl, expected, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_a_run_killed_between_a_chunk_s_vectors_and_records_resumes_to_the_same_shards(
     tmp_path, embedder_folder, monkeypatch
 ):
@@ -242,6 +248,7 @@ def test_span_answers_are_in_the_context(tmp_path, folders):
         assert row["context"][record["start"] : record["end"]] == record["answer"]
 
 
+@pytest.mark.slow
 def test_multiple_choice_records_equal_model_predict(tmp_path, folders):
     rows = [
         {"question": "the dog", "choices": ["a fox", "the city", "berlin"]},
@@ -268,6 +275,7 @@ def test_multiple_choice_records_equal_model_predict(tmp_path, folders):
     assert cut == expected and sum(expected) > 0
 
 
+@pytest.mark.slow
 def test_fill_mask_top_k_equal_the_model_s_mlm_logits(tmp_path):
     folder = hf_folder(tmp_path, "masked_lm")
     source = write_text(tmp_path / "in.txt", ["the [MASK] brown fox", "no mask here"])
@@ -285,6 +293,7 @@ def test_fill_mask_top_k_equal_the_model_s_mlm_logits(tmp_path):
     np.testing.assert_allclose(records[0]["masks"][0]["probabilities"], probabilities[best], atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_a_saved_model_export_answers_as_its_keras_model(tmp_path, classifier_keras):
     texts = write_text(tmp_path / "in.txt", TEXTS)
     model = load_model(classifier_keras)
@@ -300,6 +309,7 @@ def test_a_saved_model_export_answers_as_its_keras_model(tmp_path, classifier_ke
     np.testing.assert_allclose(*scores, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_bfloat16_records_are_the_model_s_in_bfloat16(tmp_path, classifier_keras):
     texts = write_text(tmp_path / "in.txt", TEXTS)
     out = tmp_path / "bf16.jsonl"
@@ -338,6 +348,7 @@ def test_many_files_globs_and_parquet(tmp_path, classifier_keras):
     assert [r["id"] for r in records] == expected_ids
 
 
+@pytest.mark.slow
 def test_parquet_output_holds_the_jsonl_records(tmp_path, classifier_keras, embedder_folder):
     parquet = pytest.importorskip("pyarrow.parquet")
     texts = write_text(tmp_path / "in.txt", TEXTS)
@@ -362,6 +373,7 @@ def test_long_texts_are_counted_not_silently_cut(tmp_path, classifier_keras):
     assert summary["truncated"] == 1 and summary["notice"].startswith("truncation: 1 of 2 rows")
 
 
+@pytest.mark.slow
 def test_doc_stride_reads_long_texts_in_windows(tmp_path, classifier_keras):
     long_texts = ["the quick brown fox jumps over a lazy dog " * 12, "a dog"]
     texts = write_text(tmp_path / "in.txt", long_texts)
@@ -407,6 +419,7 @@ def with_head_negated(path):
     return model
 
 
+@pytest.mark.slow
 def test_a_run_resumed_after_its_model_or_input_changed_is_refused_naming_it(tmp_path, classifier_keras, capsys):
     """The issue's case: stopped after 2 of 6 chunks, the model file replaced by the
     retrained model: the same command refuses in one line naming the model file, never
@@ -440,6 +453,7 @@ def test_a_run_resumed_after_its_model_or_input_changed_is_refused_naming_it(tmp
     assert cli(argv) == 2 and f"{out} exists (a finished run); pass --overwrite" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_run_killed_after_its_output_was_renamed_into_place_is_finished(tmp_path, classifier_keras, monkeypatch):
     """A kill between OUT's rename and the parts' removal: the next run neither resumes
     from the parts nor writes OUT again; it says OUT is finished and clears the parts."""
@@ -463,6 +477,7 @@ def run_cli(*args):
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_sigkill_and_resume_give_each_row_once(tmp_path, classifier_keras):
     lines = [f"{TEXTS[i % len(TEXTS)]} {'fox ' * (i % 3)}".strip() for i in range(30)]
     source = write_text(tmp_path / "in.txt", lines)
@@ -532,6 +547,7 @@ def test_a_truncated_parquet_is_one_line_error(tmp_path, classifier_keras, capsy
     assert error.startswith(f"bert-keras predict: error: {cut}: not a readable .parquet file: ") and "\n" not in error
 
 
+@pytest.mark.slow
 def test_on_error_skip_writes_error_records(tmp_path, classifier_keras):
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"text": "the fox"}\n{"body": "x"}\nnot json\n{"text": "bad \xff"}\n{"text": "a dog"}\n')

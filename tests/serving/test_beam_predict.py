@@ -73,6 +73,7 @@ def assert_records_close(actual, expected):
                 assert actual[key][field] == value, (key, field)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["classifier", "embedder", "export"])
 def test_keyed_handler_in_a_pipeline_gives_predict_s_records(tmp_path, request, texts_file, kind):
     model = request.getfixturevalue("export") if kind == "export" else request.getfixturevalue("models")[kind]
@@ -108,6 +109,7 @@ def test_handler_takes_texts_dicts_and_rows(tmp_path, models, texts_file):
         handler.run_inference([{"body": "x"}], predictor)
 
 
+@pytest.mark.slow
 def test_runner_command_writes_the_local_records(tmp_path, models, capsys):
     """Two files, named columns and ids, a bad row skipped: the local run's records."""
     rows = [f"t{i}\t{text}" for i, text in enumerate(TEXTS)]
@@ -186,6 +188,7 @@ def workspace(tmp_path, monkeypatch, models):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_docs_beam_command(workspace):
     """The page's command: the DirectRunner in two worker processes."""
     command = shlex.split(doc_block("test_docs_beam_command"))
@@ -196,6 +199,7 @@ def test_docs_beam_command(workspace):
     assert_records_close({record["id"]: record for record in records}, expected)
 
 
+@pytest.mark.slow
 def test_docs_beam_pipeline(workspace):
     exec(doc_block("test_docs_beam_pipeline"), {})
     texts = ["the printer is on fire", "thanks , it works now"]

@@ -188,6 +188,7 @@ def assert_close_to_keras(actual, expected, input_mask):
         np.testing.assert_allclose(got, value, atol=1e-5, rtol=0, err_msg=key)
 
 
+@pytest.mark.slow
 @needs_gcc
 def test_raw_text_signature_equals_keras(served):
     """Every output (texts, tags, answers, tokens) as the TF1 loader with all tf.text ops
@@ -254,6 +255,7 @@ def test_export_needing_a_newer_op_fails_to_load(served):
         CApiPredictor(path, serving_release="2.9")
 
 
+@pytest.mark.slow
 @needs_gcc
 def test_tf_hub_style_pair_equals_keras(tmp_path):
     """Both SavedModels of the TF Hub pair, as TF Serving's loader runs them."""
@@ -298,6 +300,7 @@ def tiny_encoder_file(folder):
     return [str(folder / "encoder.keras"), "--vocab", str(folder / "vocab.txt")]
 
 
+@pytest.mark.slow
 def test_export_whose_loader_cannot_be_built_is_written_with_the_check_skipped(tmp_path):
     """A compiler that fails (not a missing one) and an empty build cache: the export is
     still written and loads; the C++ loader check is one `skipped` line with the reason."""
@@ -336,6 +339,7 @@ def test_export_whose_loader_cannot_be_built_is_written_with_the_check_skipped(t
     assert not any((tmp_path / "cache").rglob("c_api_predict"))
 
 
+@pytest.mark.slow
 @needs_gcc
 def test_a_loader_that_runs_and_disagrees_fails_the_export(monkeypatch, tmp_path):
     """The check built and ran: answers that differ from the session loader's fail the command."""

@@ -64,6 +64,7 @@ def test_float32_exports_equal_keras(name, format, tmp_path):
     assert differences and max(differences.values()) <= deploy.TOLERANCE, differences
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("format", "quantize"), [("litert", "int8"), ("litert", "float16"), ("onnx", "int8")])
 def test_quantized_exports_run_and_shrink(format, quantize, tmp_path):
     """Quantized exports of a model whose matrices are big enough to quantize: smaller
@@ -137,6 +138,7 @@ def test_fill_mask_is_savedmodel_only(format, tmp_path):
         export(BertPretrainer(tiny_encoder()), tiny_preprocessor(), tmp_path / "m")
 
 
+@pytest.mark.slow
 def test_litert_refuses_rather_than_answers_what_it_cannot_tokenize(tmp_path):
     model = BertClassifier(tiny_encoder(), num_classes=2)
     deploy.export_litert(model, tiny_preprocessor(), tmp_path / "m.tflite")

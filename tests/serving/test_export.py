@@ -49,6 +49,7 @@ def tiny_export(tmp_path_factory):
     return encoder, preprocessor, path
 
 
+@pytest.mark.slow
 def test_raw_text_through_tf_serving_loader_matches_hugging_face(minilm_exports):
     """Strings -> exported graph (TF1 loader, PredictRequest protos) == HF PyTorch outputs."""
     _, _, single, pair = minilm_exports
@@ -75,6 +76,7 @@ def test_raw_text_through_tf_serving_loader_matches_hugging_face(minilm_exports)
         predictor.close()
 
 
+@pytest.mark.slow
 def test_layout_warmup_and_serve_ids(minilm_exports, minilm_dir):
     encoder, preprocessor, single, _ = minilm_exports
     assert single.name == "1"
@@ -92,6 +94,7 @@ def test_layout_warmup_and_serve_ids(minilm_exports, minilm_dir):
     assert by_ids["pooled_output"].dtype == np.float32
 
 
+@pytest.mark.slow
 def test_op_gate(tiny_export):
     _, _, path = tiny_export
     found = check_serving_ops(path, "2.12")
@@ -100,6 +103,7 @@ def test_op_gate(tiny_export):
         check_serving_ops(path, "2.9")
 
 
+@pytest.mark.slow
 def test_saved_model_cli_show_and_run(tiny_export, tmp_path):
     _, _, path = tiny_export
     cli = (
@@ -141,6 +145,7 @@ def test_saved_model_cli_show_and_run(tiny_export, tmp_path):
     np.testing.assert_allclose(pooled, expected, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_bad_text_gives_valid_outputs(tiny_export):
     encoder, preprocessor, path = tiny_export
     predictor = SessionPredictor(path)
@@ -158,6 +163,7 @@ def test_bad_text_gives_valid_outputs(tiny_export):
     assert empty["pooled_output"].shape == (0, 16)
 
 
+@pytest.mark.slow
 def test_micro_batches_equal_one_padded_batch(tiny_export):
     """Length-sorted micro-batches give the in-Python model's outputs on the whole padded
     batch, in request order; padding positions of per-token outputs are zero."""
@@ -296,6 +302,7 @@ def softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
+@pytest.mark.slow
 def test_classifier_export_probabilities_and_labels(tmp_path, base_vocab_preprocessor):
     from bert_keras.tasks.classifier import BertClassifier
 
@@ -312,6 +319,7 @@ def test_classifier_export_probabilities_and_labels(tmp_path, base_vocab_preproc
     assert export.served_labels(path) == ["neg", "neutral", "pos"]
 
 
+@pytest.mark.slow
 def test_tagger_export_tags_words_of_the_original_tokenizer(tmp_path, base_vocab_preprocessor):
     from bert_keras.tasks.token_classifier import BertTokenClassifier
 
@@ -333,6 +341,7 @@ def test_tagger_export_tags_words_of_the_original_tokenizer(tmp_path, base_vocab
         np.testing.assert_allclose(out["tag_probabilities"][row, : len(first_pieces)], probabilities.max(-1), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_span_export_answer_is_the_best_span_of_the_context(tmp_path, base_vocab_preprocessor):
     from bert_keras.tasks.span_labeler import BertSpanLabeler
 
@@ -413,6 +422,7 @@ def test_masked_pieces_keep_their_place_in_the_text():
     assert [SERVING_VOCAB[i] for i in ids[0].numpy()][:5] == ["[MASK]", "quick", "[MASK]", "[MASK]", "jump"]
 
 
+@pytest.mark.slow
 def test_fill_mask_export_on_reference_pretraining_model(tmp_path, base_vocab_preprocessor):
     from bert_keras.models.pretrainer import BertPretrainer
 
@@ -509,6 +519,7 @@ def test_real_tensorflow_model_server(tiny_export, tmp_path):
         server.wait(timeout=30)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bfloat16", "mixed_bfloat16"])
 def test_low_precision_exports_answer_float32(tmp_path, base_vocab_preprocessor, dtype):
     from bert_keras.tasks.classifier import BertClassifier
@@ -567,6 +578,7 @@ def test_fused_layer_norm_becomes_one_onednn_kernel():
     assert "_MklLayerNorm" in ops and "FusedBatchNormV3" not in ops, sorted(ops)
 
 
+@pytest.mark.slow
 def test_cli_export_compute_dtype(tiny_export, tmp_path):
     """`bert-keras export --compute-dtype bfloat16` serves bfloat16 weights, float32 outputs near fp32."""
     from bert_keras_cli.cli import main

@@ -28,6 +28,8 @@ from bert_keras.serving.ops import check_serving_ops
 from bert_keras.serving.tfserving.session import SessionPredictor
 from bert_keras_cli.cli import main as cli
 
+pytestmark = pytest.mark.slow  # most tests here take over 3 CPU-seconds (docs/development.md)
+
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = Path(__file__).resolve().parent / "hub_tutorial_runs.py"
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -83,6 +83,7 @@ def assert_original(single, texts, vocab_index):
         assert row == [tokenizer.cls_id, *want, tokenizer.sep_id], text
 
 
+@pytest.mark.slow
 def test_reference_files_give_the_original_ids(single):
     tokenizer, runtime = single
     name = "uncased" if tokenizer.lower_case else "cased"
@@ -127,6 +128,7 @@ def test_invalid_utf8_is_dropped_as_the_original_drops_it(single, vocab_index):
         assert row == [tokenizer.cls_id, *original_ids(text, vocab_index, tokenizer.lower_case), tokenizer.sep_id]
 
 
+@pytest.mark.slow
 def test_text_pairs_give_the_original_ids_truncated_longest_first(tmp_path_factory, vocabulary, vocab_index):
     """Pairs (a reranker's query and passage), with the original run_classifier's pair
     truncation: pop from the longer segment, ties from the second."""
@@ -159,6 +161,7 @@ def test_marks_nfd_would_reorder_are_refused_alone(single, vocab_index):
             runtime(text=np.array(texts, dtype=object))
 
 
+@pytest.mark.slow
 def test_reranker_takes_query_and_passage_as_text(tmp_path):
     """A cross-encoder's LiteRT file reads (query, passage) text pairs and scores them as
     the Keras model does (the export's self-check runs pairs with accents, CJK, Greek)."""

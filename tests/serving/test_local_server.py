@@ -379,6 +379,7 @@ def assert_rows_match(rows, expected):
         assert row["label_ids"] == reference["label_ids"]
 
 
+@pytest.mark.slow
 def test_path_regex(served):  # HttpRestApiHandlerTest.kPathRegex: only /v1/... is handled
     server, _ = served
     for path in ("/statuspage", "/index"):
@@ -736,6 +737,7 @@ def mutate(body, data):
     return bytes(raw)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
@@ -975,6 +977,7 @@ def test_rest_error_replies_are_json_strings(served):  # MakeJsonFromStatus: the
     assert status == 400 and "does not have named input: t\"e'xt" in reply["error"]
 
 
+@pytest.mark.slow
 def test_model_config_errors(tmp_path, served):
     from bert_keras.serving.tfserving.local_server import LocalModelServer
 

@@ -34,6 +34,7 @@ def keras_outputs(model, output, texts=TEXTS):
     return outputs[output].numpy()
 
 
+@pytest.mark.slow
 def test_classifier_answers_our_labels_and_keras_scores(tmp_path):
     labels = ["négatif", "neutral", "positive"]
     model = BertClassifier(tiny_encoder(), num_classes=3, labels=labels)
@@ -48,6 +49,7 @@ def test_classifier_answers_our_labels_and_keras_scores(tmp_path):
         assert all(info.compress_type == zipfile.ZIP_STORED for info in files.infolist())
 
 
+@pytest.mark.slow
 def test_embedder_answers_keras_embeddings(tmp_path):
     model = BertTextEmbedder(tiny_encoder(), preprocessor=tiny_preprocessor())
     path = tmp_path / "embedder.tflite"
@@ -58,6 +60,7 @@ def test_embedder_answers_keras_embeddings(tmp_path):
     np.testing.assert_allclose(embeddings, keras_outputs(model, "embeddings"), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_export_checked_names_the_labels_of_an_unlabelled_classifier(tmp_path):
     model = BertClassifier(tiny_encoder(), num_classes=2)
     difference, names = mediapipe_metadata.export_checked(model, tiny_preprocessor(), tmp_path / "m.tflite")
@@ -83,6 +86,7 @@ def test_tokenizer_probe_answers_mediapipe_ids(tmp_path):
     assert probed[-1, 0, 1] == tokenizer.unk_id  # "É", not lowercased by MediaPipe: not in the vocabulary
 
 
+@pytest.mark.slow
 def test_metadata_is_what_mediapipe_reads(tmp_path):
     """The schema's own reader finds the tokenizer, the input roles and the label file."""
     from mediapipe.tasks.metadata import metadata_schema_py_generated as schema
@@ -158,6 +162,7 @@ def test_bad_labels_are_refused_naming_the_file(tmp_path, labels, problem):
     assert not path.exists()
 
 
+@pytest.mark.slow
 def test_cli_exports_for_mediapipe_with_labels(tmp_path, capsys):
     from pathlib import Path
 
@@ -177,6 +182,7 @@ def test_cli_exports_for_mediapipe_with_labels(tmp_path, capsys):
     assert "--mediapipe is an option of --format litert" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_int8_export_runs_in_mediapipe(tmp_path):
     """LiteRT's dynamic-range int8 file (matrices big enough to quantize) runs in MediaPipe,
     close to float32 and smaller."""

@@ -13,6 +13,8 @@ from bert_keras.serving.batch import PredictOptions, load_model, predict_files
 from bert_keras.serving.batch.predictor import BatchPredictor
 from bert_keras_cli.cli import main as cli
 
+pytestmark = pytest.mark.slow  # most tests here take over 3 CPU-seconds (docs/development.md)
+
 QUERIES = ["what is the capital", "a dog", "berlin city"]
 PASSAGES = [
     "paris is the capital of france",

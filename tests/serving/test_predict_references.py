@@ -42,6 +42,7 @@ def test_classifier_scores_equal_the_text_classification_pipeline(tmp_path):
             assert record["scores"][label] == pytest.approx(score, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_tagger_entities_equal_the_token_classification_pipeline(tmp_path):
     lines = source("ner").read_text(encoding="utf-8").splitlines()
     cases = REFERENCES["ner"]

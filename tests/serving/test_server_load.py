@@ -49,6 +49,7 @@ def post(port, body, connection=None):
     return reply.status, json.loads(reply.read())
 
 
+@pytest.mark.slow
 def test_256_concurrent_connections_are_all_answered(server):
     """Each client opens its connection at the same moment and sends 2 requests on it."""
     clients, start = 256, threading.Barrier(256)

@@ -68,6 +68,7 @@ PAIRS = {
 }
 
 
+@pytest.mark.slow
 def test_pair_model_records_exports_and_serves_its_text_inputs(mrpc_run, tmp_path, capsys):
     from bert_keras.serving.tfserving.local_server import LocalModelServer
 
@@ -139,6 +140,7 @@ def test_pair_model_records_exports_and_serves_its_text_inputs(mrpc_run, tmp_pat
         server.stop()
 
 
+@pytest.mark.slow
 def test_segments_that_contradict_the_training_are_warned_about(mrpc_run, tmp_path, capsys):
     from bert_keras_cli.cli import warning_line
 
@@ -161,6 +163,7 @@ def test_models_saved_before_the_record_export_as_before(tmp_path):
     assert set(export.describe_signatures(path)["serving_default"]["inputs"]) == {"text"}
 
 
+@pytest.mark.slow
 def test_fit_records_the_segments_and_the_config_keeps_them():
     from bert_keras import BertClassifier, BertPreprocessor, BertTokenizer
 

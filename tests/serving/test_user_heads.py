@@ -70,6 +70,7 @@ def read_jsonl(path):
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+@pytest.mark.slow
 def test_a_subclass_s_file_and_export_give_its_base_s_records(tmp_path):
     mine = MyClassifier(tiny_encoder(), num_classes=3, labels=LABELS, preprocessor=tiny_preprocessor())
     base = BertClassifier.from_config(mine.get_config())
@@ -96,6 +97,7 @@ def test_a_subclass_s_file_and_export_give_its_base_s_records(tmp_path):
     assert SavedModelPredictor(export).kind == "classifier"
 
 
+@pytest.mark.slow
 def test_an_unknown_recorded_kind_is_refused_naming_the_export(tmp_path):
     model = BertClassifier(tiny_encoder(), num_classes=2, preprocessor=tiny_preprocessor())
     export = export_for_serving(model, serving_preprocessor(model), tmp_path / "export", warmup_texts=None)
@@ -104,6 +106,7 @@ def test_an_unknown_recorded_kind_is_refused_naming_the_export(tmp_path):
         SavedModelPredictor(tmp_path / "export")
 
 
+@pytest.mark.slow
 def test_mediapipe_exports_a_subclass_as_its_base(tmp_path):
     classifier = MyClassifier(tiny_encoder(), num_classes=3, labels=LABELS)
     difference, names = mediapipe_metadata.export_checked(classifier, tiny_preprocessor(), tmp_path / "c.tflite")

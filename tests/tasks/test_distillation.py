@@ -106,6 +106,7 @@ def test_evenly_spaced_layers_are_distilberts():
         evenly_spaced_layers(6, 7)
 
 
+@pytest.mark.slow
 def test_teacher_k_student_copies_layers_head_and_everything_served():
     teacher = tiny_teacher(num_classes=3, labels=["a", "b", "c"], segments=("text",))
     teacher.trainable = False  # a frozen teacher still gives a trainable student
@@ -173,6 +174,7 @@ def test_distillation_brings_the_student_to_the_teacher_and_leaves_the_teacher()
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_cached_teacher_outputs_give_the_on_the_fly_loss():
     teacher = tiny_teacher(num_classes=2)
     distiller = BertDistiller(teacher, student_of(teacher, "teacher:2"), alpha=0.7, temperature=3.0)
@@ -193,6 +195,7 @@ def test_cached_teacher_outputs_give_the_on_the_fly_loss():
     np.testing.assert_allclose(regularized, on_the_fly + 0.5 * np.sum(np.square(kernel.numpy())), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_hidden_state_and_attention_losses_train_the_projections():
     teacher = tiny_teacher(num_classes=2)
     student = student_of(teacher, "tiny")  # width 128 against the teacher's 16: projected

@@ -51,6 +51,7 @@ def test_layer_mix_combines_as_named(combine):
     np.testing.assert_allclose(combined, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("combine", ["concat", "sum", "weighted"])
 def test_training_moves_the_head_and_never_the_encoder(combine):
     tagger = BertFeatureTagger(
@@ -109,6 +110,7 @@ def test_bad_layers_are_a_clear_error(layers, message):
         BertFeatureTagger(tiny_encoder(), 9, layers=layers)
 
 
+@pytest.mark.slow
 def test_exported_tagger_tags_each_word_at_its_first_piece(tmp_path):
     tagger = BertFeatureTagger(
         tiny_encoder(), 3, layers=[-1, "embeddings"], lstm_units=4, preprocessor=tiny_preprocessor()

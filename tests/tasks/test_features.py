@@ -34,6 +34,7 @@ def test_last_four_layers_and_mean_pooling_match_the_reference(minilm_dir, refer
     np.testing.assert_allclose(outputs["sentence_features"], mean, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_extract_features_writes_the_original_json_lines(minilm_dir, reference, tmp_path, capsys):
     texts = json.loads(require(REFERENCE / "minilm_l6_encoder_inputs.json").read_text())
     source = tmp_path / "input.txt"

@@ -85,6 +85,7 @@ def test_classifier_losses_are_the_documented_ones(preprocessor):
     )
 
 
+@pytest.mark.slow
 def test_classifier_fits_raw_strings_and_pairs(preprocessor):
     model = BertClassifier(encoder(), num_classes=2, preprocessor=preprocessor)
     model.compile(optimizer=keras.optimizers.Adam(1e-3))
@@ -111,6 +112,7 @@ class PremiseHypothesisClassifier(BertClassifier):
     text_input_names = ("premise", "hypothesis")
 
 
+@pytest.mark.slow
 def test_declared_text_inputs_name_fit_inputs_and_the_export(preprocessor, tmp_path):
     """One declaration (`text_input_names`) names both what `fit` records and what an
     export of a model never fit on raw text serves."""
@@ -165,6 +167,7 @@ def test_token_classifier_truncation_drops_labels_of_cut_words(vocab):
     assert model.word_start_positions(words)[1].to_list() == [[1, 2, -1]]
 
 
+@pytest.mark.slow
 def test_token_classifier_loss_averages_over_labelled_positions_only(preprocessor):
     model = BertTokenClassifier(encoder(), num_classes=4, preprocessor=preprocessor)
     model.compile()
@@ -181,6 +184,7 @@ def test_token_classifier_loss_averages_over_labelled_positions_only(preprocesso
     assert np.isfinite(history.history["loss"][0])
 
 
+@pytest.mark.slow
 def test_span_labeler_masks_padding_and_uses_the_mean_of_both_losses(preprocessor):
     model = BertSpanLabeler(encoder(), preprocessor=preprocessor)
     question, context = ["who wrote it?"], ["it was written by someone"]
@@ -202,6 +206,7 @@ def test_span_labeler_masks_padding_and_uses_the_mean_of_both_losses(preprocesso
     np.testing.assert_allclose(raw["start_logits"], a["start_logits"].numpy(), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_multiple_choice_scores_each_pair_like_a_single_choice(preprocessor):
     model = BertMultipleChoice(encoder(), preprocessor=preprocessor)
     context = np.array(["she opened the door", "he sat"])
@@ -270,6 +275,7 @@ def test_keras_file_round_trip(make, preprocessor, tmp_path):
     assert (loaded.preprocessor is None) == (model.preprocessor is None)
 
 
+@pytest.mark.slow
 def test_from_checkpoint_on_real_weights_builds_the_preprocessor(minilm_dir):
     model = BertClassifier.from_checkpoint(minilm_dir, num_classes=2, seq_length=None)
     assert model.encoder.config.hidden_size == 384

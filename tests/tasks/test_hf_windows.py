@@ -54,6 +54,7 @@ def test_windows_are_the_overflowing_windows_of_transformers_tokenizer(doc_strid
         assert ours == theirs, name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc_stride", DOC_STRIDES)
 def test_each_piece_gets_the_pytorch_logits_of_its_max_context_window(doc_stride):
     model = tagger(doc_stride)

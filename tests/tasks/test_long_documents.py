@@ -45,6 +45,7 @@ def window_logits(model, texts):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["mean", "max"])
 @pytest.mark.parametrize("pair", [False, True])
 def test_pooling_of_window_logits(pooling, pair):
@@ -134,6 +135,7 @@ def test_windows_are_configuration(tmp_path):
             classifier(**{"doc_stride": None, **bad})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pair", [False, True])
 def test_served_documents_equal_predict(tmp_path, pair):
     model = classifier(window_pooling="max")
@@ -165,6 +167,7 @@ def test_served_documents_equal_predict(tmp_path, pair):
     predictor.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
 def test_embedder_averages_window_vectors_weighted_by_tokens(pooling):
     embedder = BertTextEmbedder(
@@ -216,6 +219,7 @@ def test_fit_without_windows_says_what_truncation_cuts(monkeypatch):
         assert expected.startswith("truncation: 2 of 5 training examples are longer than 16 tokens")
 
 
+@pytest.mark.slow
 def test_predict_past_max_windows_names_the_bound():
     model = classifier(max_windows=3)
     assert len(model.predict(np.array(SHORT), verbose=0)) == len(SHORT)  # within the bound
@@ -223,6 +227,7 @@ def test_predict_past_max_windows_names_the_bound():
         model.predict(np.array(TEXTS), batch_size=2, verbose=0)
 
 
+@pytest.mark.slow
 def test_predict_on_raw_text_traces_the_preprocessing_once():
     """Each `predict` on raw text builds a new dataset; its preprocessing is traced once,
     and the tokenizer once for training on `(x, y)` and predicting on `x`."""

@@ -29,6 +29,7 @@ def columns(pairs):
     return [q for q, _ in pairs], [d for _, d in pairs]
 
 
+@pytest.mark.slow
 def test_scores_and_ranking_are_cross_encoders(reranker):
     assert reranker.activation == "sigmoid" and reranker.preprocessor.packer.max_seq_length == 24
     scores = reranker.predict(columns(PAIRS), verbose=0)
@@ -70,6 +71,7 @@ def test_unknown_activation_is_named(tmp_path):
         BertReranker.from_checkpoint(folder)
 
 
+@pytest.mark.slow
 def test_save_checkpoint_writes_a_cross_encoder_folder_that_reads_back(tmp_path, reranker):
     reranker.save_checkpoint(tmp_path / "saved")
     config = json.loads((tmp_path / "saved/config.json").read_text())
@@ -114,6 +116,7 @@ def test_fit_raises_the_positive_above_the_negatives(reranker, listwise):
     assert reranker.segments == ("query", "document")
 
 
+@pytest.mark.slow
 def test_fit_traces_the_step_once_whatever_the_padded_lengths(reranker, monkeypatch):
     """Lists `[B, C, L]` padded to each batch's longest pair must not trace a train step
     per length: a graph per shape would grow memory with every new length."""
@@ -134,6 +137,7 @@ def test_fit_traces_the_step_once_whatever_the_padded_lengths(reranker, monkeypa
     assert all(x["input_word_ids"].shape[-1] is None for x in traced)
 
 
+@pytest.mark.slow
 def test_exported_reranker_serves_query_and_document(tmp_path, reranker):
     from bert_keras.serving.export import export_for_serving
 
@@ -144,6 +148,7 @@ def test_exported_reranker_serves_query_and_document(tmp_path, reranker):
     np.testing.assert_allclose(outputs["scores"], TASK_REFERENCES["cross_encoder/scores"], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_keras_file_round_trip(tmp_path, reranker):
     reranker.save(tmp_path / "reranker.keras")
     again = BertReranker.from_checkpoint(tmp_path / "reranker.keras")

@@ -50,6 +50,7 @@ def taggers(tokenizer, doc_stride, seq_length=None, num_classes=5):
     return plain, windowed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seq_length", [None, SEQ])
 def test_a_text_of_one_window_gets_exactly_the_outputs_without_windows(tokenizer, seq_length):
     plain, windowed = taggers(tokenizer, doc_stride=4, seq_length=seq_length)
@@ -88,6 +89,7 @@ def run_squad_document_logits(model, tokenizer, words, doc_stride):
     return np.array(rows), spans
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc_stride", [3, 20])  # overlapping windows; windows end to end
 def test_each_piece_of_a_long_text_is_tagged_from_its_max_context_window(tokenizer, doc_stride):
     plain, windowed = taggers(tokenizer, doc_stride=doc_stride)
@@ -127,6 +129,7 @@ def test_tag_gives_one_tag_per_word_of_any_length(tokenizer):
     assert min(positions.to_list()[0]) == -1
 
 
+@pytest.mark.slow
 def test_training_labels_each_word_in_its_max_context_window_only(tokenizer):
     _, windowed = taggers(tokenizer, doc_stride=4, num_classes=3)
     windowed.compile()

@@ -223,6 +223,7 @@ def test_pytorch_pickles_only_get_a_conversion_command(tmp_path):
         BertClassifier.from_checkpoint(folder)
 
 
+@pytest.mark.slow
 def test_exported_classifier_serves_the_checkpoint_labels(tmp_path):
     from bert_keras.serving.export import export_for_serving
 
@@ -261,6 +262,7 @@ def docs_block(containing):
     return block
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block, fixture", [("BertClassifier", "sequence_single"), ("BertReranker", "cross_encoder")])
 def test_docs_snippets_run(tmp_path, monkeypatch, block, fixture):
     """docs/checkpoints.md's examples, on the fixture folders under the names they use."""

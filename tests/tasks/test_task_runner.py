@@ -17,6 +17,8 @@ from bert_keras import (
 from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
 from bert_keras.tasks.multiple_choice import pack_choices
 
+pytestmark = pytest.mark.slow  # most tests here take over 3 CPU-seconds (docs/development.md)
+
 TEXTS = ["the quick brown fox jumps over the lazy dog", "a good film", "", "who did go home ?", "中文 , paris !"]
 
 

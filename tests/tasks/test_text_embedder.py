@@ -57,6 +57,7 @@ def test_minilm_folder_settings_are_read(minilm):
     assert minilm.preprocessor.tokenizer.lower_case
 
 
+@pytest.mark.slow
 def test_minilm_vectors_equal_sentence_transformers(minilm, st_reference):
     texts, mrpc = reference_texts(require(DATA))
     vectors = minilm.encode(texts, batch_size=16)
@@ -89,6 +90,7 @@ def test_pooling_matches_sentence_transformers_on_the_encoder_reference(minilm_d
     np.testing.assert_allclose(embedder.predict(inputs, verbose=0), expected, atol=2e-4, rtol=0)
 
 
+@pytest.mark.slow
 def test_save_checkpoint_writes_a_folder_that_reads_back(minilm, minilm_dir, tmp_path, st_reference):
     minilm.save_checkpoint(tmp_path / "st")
     modules = json.loads((tmp_path / "st" / "modules.json").read_text())
@@ -206,6 +208,7 @@ def test_retrieval_metrics_equal_sentence_transformers(st_reference):
 # --- the task: fit, predict, save, export --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_embedder_fits_pairs_predicts_saves_and_exports(tmp_path):
     embedder = BertTextEmbedder(tiny_encoder(), preprocessor=tiny_preprocessor())
     anchors = ["the quick fox", "who did go home", "the lazy dog", "a cat was good"]
@@ -227,6 +230,7 @@ def test_embedder_fits_pairs_predicts_saves_and_exports(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_fit_with_in_batch_negatives_learns_to_retrieve():
     """On pairs whose words overlap, a random tiny encoder learns to rank each anchor's
     positive first among the batch; the loss falls."""
@@ -254,6 +258,7 @@ def test_fit_with_in_batch_negatives_learns_to_retrieve():
     assert recall_at_1() > before + 0.3
 
 
+@pytest.mark.slow
 def test_cosent_fits_scored_pairs():
     embedder = BertTextEmbedder(tiny_encoder(), preprocessor=tiny_preprocessor())
     a = ["the quick fox", "the lazy dog", "a good film", "a bad film"] * 2

@@ -56,6 +56,7 @@ def gradients(model, inputs, labels):
     return loss.numpy(), arrays(grads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["max", "mean"])
 def test_micro_batched_gradients_equal_the_whole_batch(pooling):
     inputs, labels = windows(), tf.constant([0, 2, 1, 0])
@@ -71,6 +72,7 @@ def test_micro_batched_gradients_equal_the_whole_batch(pooling):
         assert any(np.abs(grad).max() > 0 for grad in grads[:-2])  # the encoder is trained
 
 
+@pytest.mark.slow
 def test_a_fitted_step_updates_the_weights_as_the_whole_batch():
     inputs, labels = windows(), np.array([0, 2, 1, 0])
     updated = []

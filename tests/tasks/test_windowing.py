@@ -87,6 +87,7 @@ def test_word_pieces_of_windows():
     assert out["truncated_pieces"][:, 0].numpy().any(), "a question must be cut for this test to mean something"
 
 
+@pytest.mark.slow
 def test_encoder_runs_on_each_window():
     encoder = tiny_encoder()
     windows = preprocess_windows(tiny_preprocessor(max_seq_length=10), tf.constant(TEXTS), doc_stride=4)

@@ -74,6 +74,7 @@ def test_pair_layout_matches_original_run_classifier():
     np.testing.assert_array_equal(packed["input_type_ids"], [[0, 0, 0, 0, 0, 1, 1, 1]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "truncation, rule",
     [("longest_first", original_truncate), ("round_robin", round_robin_truncate), ("waterfall", waterfall_truncate)],

@@ -103,6 +103,7 @@ def test_words_group_pieces(uncased):
     assert uncased.words_from_pieces(ids[:1], starts).merge_dims(1, 2).to_list() == starts.to_list()
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     texts=st.lists(
@@ -118,6 +119,7 @@ def test_random_unicode_matches_original_algorithm(texts, uncased, cased, vocab_
         assert ids == [original_ids(text, vocab_index, tokenizer.lower_case) for text in texts]
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.lists(st.binary(max_size=60), min_size=1, max_size=8))
 def test_random_bytes_never_crash(data, uncased):

@@ -133,6 +133,7 @@ def original_counts(files, lower_case=True):
     return counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lower_case", [True, False])
 def test_counts_are_the_graphs_on_real_unicode_text(tmp_path, lower_case):
     """SQuAD's contexts and questions (names, places and quotes in many scripts) and CoNLL-2003."""
@@ -147,6 +148,7 @@ def test_counts_are_the_graphs_on_real_unicode_text(tmp_path, lower_case):
     assert count_words([str(path) for path in files], lower_case, part_bytes=1_000_000) == expected
 
 
+@pytest.mark.slow
 def test_counts_are_the_same_whatever_the_parts_workers_or_runner(tmp_path):
     from bert_keras.text import vocab_beam  # apache-beam is a dev dependency: CI runs this
 
@@ -179,6 +181,7 @@ def test_pruned_counts_keep_their_guarantee():
         assert any(count < exact[word] for word, count in pruned.items())  # counts did come short
 
 
+@pytest.mark.slow
 def test_the_command_runs_without_tensorflow(tmp_path):
     """`bert-keras vocab` counts (in forked workers too) and learns without importing TensorFlow,
     and leaves `import bert_keras` whole for what follows in the process."""

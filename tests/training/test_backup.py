@@ -93,6 +93,7 @@ def killed_at(monkeypatch, write=None, before=None):
     return writes
 
 
+@pytest.mark.slow
 def test_a_backup_killed_at_any_write_restores_the_newest_or_previous_step(tmp_path, monkeypatch):
     weights = {}
     train(tmp_path / "two_steps", 2, weights)

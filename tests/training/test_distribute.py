@@ -540,6 +540,7 @@ def fully_defined(spec):
     return all(leaf.shape.is_fully_defined() for leaf in tf.nest.flatten(spec))
 
 
+@pytest.mark.slow
 def test_training_datasets_have_fully_defined_shapes(tmp_path):
     """What a TPU needs: every batch of every training dataset has one static shape."""
     from distribute_runs import tiny_config
@@ -596,6 +597,7 @@ def test_training_datasets_have_fully_defined_shapes(tmp_path):
         next(iter(split))
 
 
+@pytest.mark.slow
 def test_xla_train_steps_run_with_tokenization_in_tf_data(tmp_path):
     """jit_compile=True train steps (as on TPUs). Raw text is tokenized in tf.data: string
     ops have no XLA kernels (inside the step, TensorFlow 2.21 aborts the process)."""
@@ -637,6 +639,7 @@ def mixed_precision():
     keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.mark.slow
 def test_mixed_bfloat16_pretraining(tmp_path, mixed_precision):
     import h5py
 
@@ -667,6 +670,7 @@ def test_mixed_bfloat16_pretraining(tmp_path, mixed_precision):
     assert {tensor.dtype for tensor in tf.nest.flatten(outputs) if tensor.dtype.is_floating} == {tf.float32}
 
 
+@pytest.mark.slow
 def test_mixed_float16_uses_loss_scaling(tmp_path, mixed_precision):
     import keras
 
@@ -681,6 +685,7 @@ def test_mixed_float16_uses_loss_scaling(tmp_path, mixed_precision):
     assert max_difference(model.get_weights(), before) > 0
 
 
+@pytest.mark.slow
 def test_multi_worker_with_an_empty_shard_stops_both_workers_clearly(tmp_path, capsys):
     """Issue 23: `create-pretraining-data --num-shards 2` on 3 documents leaves shard 1
     empty (it says so now); two `pretrain --strategy multi_worker` workers on those

@@ -287,6 +287,7 @@ def test_clipping_norm_is_the_dense_gradient_norm(batch_size):
         np.testing.assert_allclose(momentum / 0.1, gradient / norm, rtol=2e-5, atol=1e-9, err_msg=variable.path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("learning_rate, key", [(1e-3, "losses_lr1e3"), (1e-4, "losses_lr1e4")])
 def test_thirty_steps_follow_the_original_pretraining_trajectory(learning_rate, key):
     """google-research/bert's run_pretraining.py + AdamWeightDecayOptimizer from the same
