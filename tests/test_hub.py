@@ -312,6 +312,7 @@ def test_convert_reads_a_name(offline, capsys, tmp_path, minilm_dir):
         np.testing.assert_array_equal(written[name], value, err_msg=name)
 
 
+@pytest.mark.slow
 def test_the_hub_name_snippet_runs(offline, folder_vectors):
     namespace = {}
     exec(block_run_by("tests/test_hub.py::" + "test_the_hub_name_snippet_runs").text, namespace)

@@ -95,6 +95,7 @@ def test_a_keras_hub_classifier_loads_with_its_logits_and_tokenizer(preset):
     np.testing.assert_allclose(model.predict(TEXTS, verbose=0), preset["logits"], atol=TOLERANCE)
 
 
+@pytest.mark.slow
 def test_a_preset_on_the_hugging_face_hub_loads_by_its_name(preset, tmp_path, monkeypatch):
     """keras-hub presets on the Hub (the keras/ organisation's) are Keras files, not
     safetensors: every file of the preset is fetched, and the name gives keras-hub's logits offline."""

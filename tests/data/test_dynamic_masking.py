@@ -120,6 +120,7 @@ def test_masking_statistics(gutenberg_batches):
     assert not np.isin(labels, [tokenizer.cls_id, tokenizer.sep_id, 0]).any()
 
 
+@pytest.mark.slow
 def test_layout(gutenberg_batches):
     batch, tokenizer = gutenberg_batches
     for i in range(len(batch["input_mask"])):

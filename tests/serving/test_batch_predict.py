@@ -222,6 +222,7 @@ def test_an_embedder_folder_with_modules_it_cannot_run_is_an_error(tmp_path, emb
         predict_files(folder, [tmp_path / "texts.txt"], tmp_path / "out.jsonl")
 
 
+@pytest.mark.slow
 def test_tagger_words_entities_and_offsets(tmp_path, folders):
     texts = ["john lives in paris , france", "berlin", "  the  dog "]
     source = write_text(tmp_path / "in.csv", ["text"] + [f'"{text}"' for text in texts])

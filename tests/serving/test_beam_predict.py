@@ -93,6 +93,7 @@ def test_keyed_handler_in_a_pipeline_gives_predict_s_records(tmp_path, request, 
     assert_records_close({record["id"]: record for record in records}, expected)
 
 
+@pytest.mark.slow
 def test_handler_takes_texts_dicts_and_rows(tmp_path, models, texts_file):
     expected = local_records(models["classifier"], texts_file, tmp_path / "local.jsonl")
     handler = BertModelHandler(models["classifier"], PredictOptions(batch_size=4))

@@ -204,6 +204,7 @@ def test_raw_text_signature_equals_keras(served):
         assert_close_to_keras(out, KINDS[kind][3](model, packed), packed["input_mask"])
 
 
+@pytest.mark.slow
 @needs_gcc
 def test_ids_signature_equals_keras(served):
     kind, model, packer, session, predictor = served

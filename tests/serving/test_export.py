@@ -184,6 +184,7 @@ def test_micro_batches_equal_one_padded_batch(tiny_export):
     assert (out["sequence_output"][shortest][:, lengths[shortest].max() :] == 0).all()
 
 
+@pytest.mark.slow
 def test_bfloat16_stays_close_to_float32_on_real_weights(minilm_exports):
     """The bfloat16 export's model: bfloat16 matmuls on a float32 residual stream keep
     pooled outputs within 1e-2 of float32 (the export path itself: test below)."""

@@ -98,6 +98,7 @@ def test_reference_files_give_the_original_ids(single):
     assert not mismatches, f"{len(mismatches)} of {len(lines)} differ, e.g. {mismatches[:3]}"
 
 
+@pytest.mark.slow
 def test_real_multilingual_text_and_hard_cases(single, vocab_index):
     require(real_texts.LOCALES / "ja" / "LC_MESSAGES")
     texts = real_texts.chat_lines() + real_texts.program_messages(count=8) + real_texts.typographic_messages(40)

@@ -258,6 +258,7 @@ def test_commands_refuse_a_vocab_that_is_not_the_checkpoint_s(command, vocabular
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.keras"))
 
 
+@pytest.mark.slow
 def test_export_refuses_a_vocab_that_is_not_the_model_s(mrpc_run, vocabularies, tmp_path, capsys):
     assert cli(["export", str(mrpc_run), "--out", str(tmp_path / "x"), "--vocab", str(vocabularies["swapped"])]) == 2
     err = capsys.readouterr().err

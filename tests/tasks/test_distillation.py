@@ -75,6 +75,7 @@ def test_augmentation_replaces_words_by_their_nearest_in_the_teachers_embeddings
         augmented_texts(teacher, (["the film"],), copies=0)
 
 
+@pytest.mark.slow
 def test_teacher_labelled_adds_unlabelled_text_and_copies_with_the_teachers_classes():
     from bert_keras.datasets.classification import Examples
 

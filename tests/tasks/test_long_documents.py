@@ -68,6 +68,7 @@ def test_texts_that_fit_one_window_answer_as_without_windows(pooling):
         np.testing.assert_allclose(model(model.pack_text(x)), plain(plain.preprocessor(x)), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_max_pooling_loss_is_per_document():
     model = classifier(window_pooling="max", dropout=0.0)
     model.compile()

@@ -162,6 +162,7 @@ def test_training_labels_each_word_in_its_max_context_window_only(tokenizer):
     np.testing.assert_array_equal(reached, max_context)
 
 
+@pytest.mark.slow
 def test_config_round_trip_and_checks(tokenizer, tmp_path):
     _, windowed = taggers(tokenizer, doc_stride=6)
     config = windowed.get_config()
