@@ -36,13 +36,13 @@ def preprocess_function(task):
     function = _PREPROCESS_FUNCTIONS.get(task)
     if function is None:
         reference = weakref.ref(task)  # the function must not keep its model alive
-        packs_text_alone = type(task).preprocess_samples is BertTask.preprocess_samples
-        pack_text = tf.function(lambda x: reference().pack_text(x))
+        own_packing = type(task).preprocess_samples is not BertTask.preprocess_samples
+        pack_text = None if own_packing else tf.function(lambda x: reference().pack_text(x))
 
         @tf.function
         def function(*element):
             x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(element)
-            if packs_text_alone:
+            if pack_text is not None:
                 return keras.utils.pack_x_y_sample_weight(pack_text(x), y, sample_weight)
             return reference().preprocess_samples(x, y, sample_weight)
 
