@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras.compat import (
+    BuildsBeforeTracing,
     ClipsSummedGradients,
     RestoresCompile,
     TensorBoard,
@@ -39,6 +40,7 @@ def check():
     _check_tensorboard()
     _check_raw_inputs()
     _check_restores_compile()
+    _check_builds_before_tracing()
     _check_keras_20585_workaround()
     _check_saved_object()
     _check_dataset_graph()
@@ -210,6 +212,35 @@ def _check_restores_compile():
     assert isinstance(optimizer, keras.optimizers.Adam) and abs(float(optimizer.learning_rate) - 0.25) < 1e-7, (
         f"RestoresCompile: the loaded model's optimizer is {optimizer!r}, not the saved Adam(0.25): "
         "Keras' compile_from_config changed"
+    )
+
+
+class _TracedModel(BuildsBeforeTracing, keras.Model):
+    """A model with a compiled metric that counts how often Keras traces its train step."""
+
+    def __init__(self):
+        super().__init__(name="traced_model")
+        self.dense = keras.layers.Dense(2)
+        self.traces = 0
+
+    def call(self, inputs):
+        return self.dense(inputs)
+
+    def train_step(self, data):
+        self.traces += 1
+        return super().train_step(data)
+
+
+def _check_builds_before_tracing():
+    """`fit` on a dataset traces the train step once, the optimizer's and the metric's
+    variables made before it (Keras' own lazy build traces it twice)."""
+    model = _TracedModel()
+    model.compile(optimizer=keras.optimizers.Adam(), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    data = tf.data.Dataset.from_tensor_slices((np.ones((4, 3), "float32"), np.array([0, 1, 0, 1]))).batch(2)
+    model.fit(data, epochs=1, verbose=0)
+    assert model.traces == 1, (
+        f"BuildsBeforeTracing: Keras traced the train step {model.traces} times: "
+        "Trainer._symbolic_build or TensorFlowTrainer._distribute_strategy changed"
     )
 
 

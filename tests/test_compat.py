@@ -80,6 +80,13 @@ def test_compile_check_fails_when_loading_skips_compile(monkeypatch):
         compat_check._check_restores_compile()
 
 
+def test_build_check_fails_without_the_hook(monkeypatch):
+    """Keras' own lazy build, the hook taken away: the step is traced twice."""
+    monkeypatch.delattr(compat.BuildsBeforeTracing, "fit")
+    with pytest.raises(AssertionError, match="BuildsBeforeTracing: Keras traced the train step 2 times"):
+        compat_check._check_builds_before_tracing()
+
+
 def test_keras_20585_check_fails_when_the_workaround_patches_nothing(monkeypatch):
     monkeypatch.setattr(compat_check, "keras_20585_workaround", lambda strategy: contextlib.nullcontext())
     with pytest.raises(AssertionError, match="is not the patched one inside the block"):

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from bert_keras.checkpoint.weights import HEAD_NAMES, POOLER_NAMES, set_original_weights
-from bert_keras.compat import WorksAroundKeras20585
+from bert_keras.compat import BuildsBeforeTracing, WorksAroundKeras20585
 from bert_keras.config import BertConfig
 from bert_keras.layers import BertEmbeddings, BertPooler, TransformerEncoderBlock
 from bert_keras.layers.attention_mask import attention_bias, packed_position_ids
@@ -17,7 +17,7 @@ PACKING_INPUT = "packed_sequence_ids"
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
-class BertEncoder(WorksAroundKeras20585, keras.Model):
+class BertEncoder(BuildsBeforeTracing, WorksAroundKeras20585, keras.Model):
     """Bidirectional Transformer encoder with the TF Hub BERT interface.
 
     Takes a dict of int `input_word_ids`, `input_mask`, `input_type_ids` [batch, seq]

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from bert_keras.checkpoint.reader import read_checkpoint
 from bert_keras.checkpoint.weights import POOLER_NAMES, set_original_weights
-from bert_keras.compat import WorksAroundKeras20585
+from bert_keras.compat import BuildsBeforeTracing, WorksAroundKeras20585
 from bert_keras.layers import BertMaskedLMHead, BertNextSentenceHead
 from bert_keras.models.encoder import INPUT_NAMES, PACKING_INPUT, BertEncoder
 from bert_keras.models.saving import load_checkpoint
@@ -16,7 +16,7 @@ LABEL_NAMES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "nex
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
-class BertPretrainer(WorksAroundKeras20585, keras.Model):
+class BertPretrainer(BuildsBeforeTracing, WorksAroundKeras20585, keras.Model):
     """A `BertEncoder` with the masked-LM and next-sentence-prediction heads.
 
     Call on the feature dict of `bert_keras.data.tfrecords` (`input_word_ids`,

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from bert_keras.checkpoint.reader import read_checkpoint
 from bert_keras.checkpoint.text_files import TokenizerSettings
-from bert_keras.compat import RestoresCompile, WorksAroundKeras20585
+from bert_keras.compat import BuildsBeforeTracing, RestoresCompile, WorksAroundKeras20585
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
 from bert_keras.models.saving import save_checkpoint
 from bert_keras.tasks.head_loading import load_head, with_arguments
@@ -73,7 +73,7 @@ def default_optimizer(learning_rate=5e-5):
     return AdamWeightDecay(learning_rate=learning_rate, weight_decay_rate=0.01, global_clipnorm=1.0)
 
 
-class BertTask(RestoresCompile, WorksAroundKeras20585, keras.Model):
+class BertTask(RestoresCompile, BuildsBeforeTracing, WorksAroundKeras20585, keras.Model):
     """Base of the heads: holds `encoder` (a `BertEncoder`) and optional `preprocessor`
     (a `BertPreprocessor`) used by `fit`/`evaluate`/`predict` on raw text.
 
