@@ -216,30 +216,35 @@ def _check_restores_compile():
 
 
 class _TracedModel(BuildsBeforeTracing, keras.Model):
-    """A model with a compiled metric that counts how often Keras traces its train step."""
+    """A model with a compiled metric that counts how often Keras traces its steps."""
 
     def __init__(self):
         super().__init__(name="traced_model")
         self.dense = keras.layers.Dense(2)
-        self.traces = 0
+        self.traces = {"train": 0, "test": 0}
 
     def call(self, inputs):
         return self.dense(inputs)
 
     def train_step(self, data):
-        self.traces += 1
+        self.traces["train"] += 1
         return super().train_step(data)
+
+    def test_step(self, data):
+        self.traces["test"] += 1
+        return super().test_step(data)
 
 
 def _check_builds_before_tracing():
-    """`fit` on a dataset traces the train step once, the optimizer's and the metric's
-    variables made before it (Keras' own lazy build traces it twice)."""
+    """`evaluate`, then `fit`, on a dataset trace each step once, the optimizer's and the
+    metric's variables made before them (Keras' own lazy build traces each twice)."""
     model = _TracedModel()
     model.compile(optimizer=keras.optimizers.Adam(), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     data = tf.data.Dataset.from_tensor_slices((np.ones((4, 3), "float32"), np.array([0, 1, 0, 1]))).batch(2)
+    model.evaluate(data, verbose=0)
     model.fit(data, epochs=1, verbose=0)
-    assert model.traces == 1, (
-        f"BuildsBeforeTracing: Keras traced the train step {model.traces} times: "
+    assert model.traces == {"train": 1, "test": 1}, (
+        f"BuildsBeforeTracing: Keras traced the steps {model.traces} times: "
         "Trainer._symbolic_build or TensorFlowTrainer._distribute_strategy changed"
     )
 
