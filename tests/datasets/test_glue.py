@@ -291,6 +291,8 @@ def test_finetune_glue_end_to_end_on_a_few_sst2_rows(tmp_path, capsys):
     assert best["accuracy"] == np.mean(predicted == np.array(dev.labels))
     assert best in history
     logits = model.predict(np.array(dev.texts[0], dtype=object), verbose=0)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(np.array(dev.labels), logits)
+    assert best["loss"] == pytest.approx(float(loss), rel=1e-5)
     check_classifier_breakdown(out, TASKS["sst-2"].labels, dev, logits, best["epoch"], epochs=2, capsys=capsys)
     # The submission holds that model's test predictions, by index.
     test = read_split(data / "test.tsv", "sst-2", test=True)
