@@ -107,6 +107,7 @@ def search(
     study_obj = _join_study(open_storage(study, output_dir), identity, trials, wait_seconds or grace_period)
     worker = f"{socket.gethostname()}:{os.getpid()}"
     beat = max(1.0, grace_period / 4)
+    discard = None if discard_after is None else (discard_after, discard_keep)
     while True:
         _retry_stale_trials(study_obj, grace_period)
         states = _latest(study_obj).values()
@@ -115,7 +116,6 @@ def search(
             if "trial" not in trial.user_attrs:  # another worker took the last waiting trial first
                 study_obj.tell(trial, state=optuna.trial.TrialState.FAIL)
                 continue
-            discard = None if discard_after is None else (discard_after, discard_keep)
             _run(study_obj, trial, run_trial, output_dir, discard, worker, beat)
         elif any(trial.state == optuna.trial.TrialState.RUNNING for trial in states):
             time.sleep(beat)  # another worker's trial: wait for it, or take it over if its worker died
