@@ -333,7 +333,7 @@ def check_classifier_breakdown(out, labels, dev, logits, best_epoch, epochs, cap
     """What a fine-tuned classifier's run (in `out`, of classes `labels`) shows beyond its
     metric, against the kept model's `logits` of `dev` (examples: `texts`, label ids):
     `dev_predictions.tsv` holds its answers; every evaluation wrote to TensorBoard (read
-    by TensorBoard's reader) a confusion matrix image, per-class precision, recall and F1,
+    by TensorBoard's reader) its dev loss, a confusion matrix image, per-class precision, recall and F1,
     and the most confident wrong examples, and the best epoch's counts, scores and rows
     are those of the predictions file, counted here; `bert-keras plot` draws two more panels."""
     import io
@@ -363,6 +363,11 @@ def check_classifier_breakdown(out, labels, dev, logits, best_epoch, epochs, cap
     assert report["confusion"] == [[counts[gold, predicted] for predicted in labels] for gold in labels]
 
     summaries = validation_summaries(out / "logs")
+    # The dev loss (the training loss on dev), as Keras writes the logs' `val_loss`.
+    log_probabilities = logits - logits.max(-1, keepdims=True)
+    log_probabilities -= np.log(np.exp(log_probabilities).sum(-1, keepdims=True))
+    loss = -log_probabilities[np.arange(len(dev.labels)), dev.labels].mean()
+    assert summaries["epoch_loss"][best_epoch - 1] == pytest.approx(loss, rel=1e-5)
     for epoch in range(epochs):
         plugin, png = summaries["epoch_confusion_matrix"][epoch]
         assert plugin == "images"

@@ -55,11 +55,23 @@ def predictions_from(outputs, regression):
     return outputs[:, 0] if regression else np.argmax(outputs, axis=-1)
 
 
+def mean_loss(outputs, labels, regression):
+    """The training loss of a classifier's `outputs` averaged over `labels`: softmax
+    cross-entropy of the logits, or mean squared error of the scores (`regression`); a
+    continuous measure beside the metrics, which tie where predictions agree."""
+    outputs = tf.cast(outputs, tf.float32)
+    if regression:
+        return float(tf.reduce_mean(tf.square(outputs[:, 0] - tf.constant(labels, tf.float32))))
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(tf.constant(labels, tf.int32), outputs)
+    return float(tf.reduce_mean(losses))
+
+
 @dataclasses.dataclass
 class ClassificationData(TaskData):
     """`train` and `devs` ({file name: `Examples`}) of `labels` (class names; None: a
-    regression), scored by `score(labels, predictions) -> {metric: value}` on each dev
-    set (prefixed by its name where there are several, MNLI's `matched_accuracy`, ...)."""
+    regression), scored by `score(labels, predictions) -> {metric: value}` and the mean
+    `loss` on each dev set (prefixed by its name where there are several, MNLI's
+    `matched_accuracy`, `matched_loss`, ...)."""
 
     train: Examples
     devs: dict
@@ -116,7 +128,11 @@ class ClassificationData(TaskData):
             self.outputs[name] = model.predict(text_columns(examples.texts), batch_size=batch_size, verbose=0)
             predicted = predictions_from(self.outputs[name], self.regression)
             prefix = "" if len(self.devs) == 1 else Path(name).stem.replace("dev_", "") + "_"
-            metrics.update({prefix + k: v for k, v in self.score(examples.labels, predicted).items()})
+            scores = {
+                **self.score(examples.labels, predicted),
+                "loss": mean_loss(self.outputs[name], examples.labels, self.regression),
+            }
+            metrics.update({prefix + k: v for k, v in scores.items()})
         return metrics
 
     def dev_predictions(self, name):

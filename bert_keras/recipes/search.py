@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import threading
 import time
 from pathlib import Path
@@ -27,11 +26,13 @@ from bert_keras.recipes.search_report import SHORT_NAMES, best_record, plot_sear
 STUDY_NAME = "search"
 # A trial is discarded only against at least this many other trials evaluated at the same point.
 MIN_PEERS = 2
+# The share of the trials at the discard point that go on: those not below their median.
+DISCARD_KEEP = 0.5
 STATUS = {"COMPLETE": "complete", "FAIL": "failed", "PRUNED": "discarded"}
 
 
 class TrialDiscarded(optuna.TrialPruned):
-    """A trial stopped early: below the median of its peers at the same point of training."""
+    """A trial stopped early: outside the best share of the trials at the same point of training."""
 
 
 def grid(dimensions, restarts=None, seed=0):
@@ -76,6 +77,7 @@ def search(
     study=None,
     identity=None,
     discard_after=None,
+    discard_keep=DISCARD_KEEP,
     keep_models=False,
     grace_period=300,
     wait_seconds=None,
@@ -89,10 +91,12 @@ def search(
     `run_identity.job_identity`) is what the trials share: a study of other trials or
     identity is refused naming what differs. A trial that raises is recorded as failed and
     the search goes on; `discard_after` F stops a trial whose dev metric at fraction F of
-    its steps is below the median of the other trials' there (once `MIN_PEERS` have got
-    there). Writes `search.jsonl`, `best.keras` (the other trials' models deleted unless
+    its steps (ties broken by the dev loss) is outside the best share `discard_keep` of the
+    trials there (`_reporter`; 0.5: below their median), once `MIN_PEERS` others have got
+    there. Writes `search.jsonl`, `best.keras` (the other trials' models deleted unless
     `keep_models`), `search.png`. Returns the records (dicts) of the finished trials;
     the search is over when every trial has one."""
+    check_discard(discard_after, discard_keep)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     names = [trial_name(params) for params in trials]
@@ -103,6 +107,7 @@ def search(
     study_obj = _join_study(open_storage(study, output_dir), identity, trials, wait_seconds or grace_period)
     worker = f"{socket.gethostname()}:{os.getpid()}"
     beat = max(1.0, grace_period / 4)
+    discard = None if discard_after is None else (discard_after, discard_keep)
     while True:
         _retry_stale_trials(study_obj, grace_period)
         states = _latest(study_obj).values()
@@ -111,7 +116,7 @@ def search(
             if "trial" not in trial.user_attrs:  # another worker took the last waiting trial first
                 study_obj.tell(trial, state=optuna.trial.TrialState.FAIL)
                 continue
-            _run(study_obj, trial, run_trial, output_dir, discard_after, worker, beat)
+            _run(study_obj, trial, run_trial, output_dir, discard, worker, beat)
         elif any(trial.state == optuna.trial.TrialState.RUNNING for trial in states):
             time.sleep(beat)  # another worker's trial: wait for it, or take it over if its worker died
         else:
@@ -120,6 +125,15 @@ def search(
     _keep_best(records, output_dir, keep_models)
     plot_search(records, output_dir / "search.png")
     return records
+
+
+def check_discard(discard_after, discard_keep):
+    """A ValueError naming the flag unless `discard_after` (None: no discarding) and
+    `discard_keep` are between 0 and 1."""
+    if discard_after is not None and not 0 < discard_after < 1:
+        raise ValueError(f"--discard-after must be a fraction between 0 and 1, got {discard_after}")
+    if not 0 < discard_keep < 1:
+        raise ValueError(f"--discard-keep must be a share between 0 and 1, got {discard_keep}")
 
 
 def _join_study(storage, identity, trials, wait_seconds):
@@ -185,8 +199,9 @@ def _retry_stale_trials(study, grace_period):
         study.enqueue_trial(params, user_attrs={"trial": name, "params": params, "retry_of": trial.number})
 
 
-def _run(study, trial, run_trial, output_dir, discard_after, worker, beat):
-    """One trial: run, heartbeat kept, and told as complete, failed or discarded with its record."""
+def _run(study, trial, run_trial, output_dir, discard, worker, beat):
+    """One trial: run, heartbeat kept, and told as complete, failed or discarded (`discard`:
+    None or (fraction, keep), `_reporter`'s) with its record."""
     name = trial.user_attrs["trial"]
     params = trial.user_attrs["params"]
     trial_dir = output_dir / "trials" / name
@@ -195,7 +210,7 @@ def _run(study, trial, run_trial, output_dir, discard_after, worker, beat):
     heartbeat = threading.Thread(target=_beat, args=(trial, stop, beat), daemon=True)
     heartbeat.start()
     start = time.monotonic()
-    interim = None if discard_after is None else (discard_after, _reporter(study, trial, name, discard_after))
+    interim = None if discard is None else (discard[0], _reporter(study, trial, name, *discard))
     state, error, result = optuna.trial.TrialState.COMPLETE, None, {}
     try:
         run_trial(params, trial_dir, interim)
@@ -226,28 +241,49 @@ def _beat(trial, stop, interval):
         stop.wait(interval)
 
 
-def _reporter(study, trial, name, fraction):
+def _reporter(study, trial, name, fraction, keep):
     """`report(metrics, main_metric, step)` for a trial's interim evaluation: the value
     stored as the trial's intermediate value at `fraction` (in percent, so that trials of
-    other lengths meet), and TrialDiscarded raised when it is below the median of at least
-    `MIN_PEERS` other trials' values there."""
+    other lengths meet), and TrialDiscarded raised when the trial is outside the best share
+    `keep` of the n trials there, itself and discarded ones included, once `MIN_PEERS` others
+    have got there: when b of them are strictly better (a higher value, or the same and a
+    lower dev loss where both have one), and b / n >= keep. With keep 0.5 and distinct values
+    that is below their median (of 3 the lowest goes, of 4 the lowest two)."""
     point = round(100 * fraction)
 
     def report(metrics, main_metric, step):
-        value = metrics[main_metric]
+        own = (metrics[main_metric], _dev_loss(metrics, main_metric))
         trial.set_user_attr("interim", {"step": step, **metrics})
-        trial.report(value, point)
+        trial.report(own[0], point)
         peers = [
-            other.intermediate_values[point]
+            (other.intermediate_values[point], _dev_loss(other.user_attrs.get("interim", {}), main_metric))
             for other_name, other in _latest(study).items()
             if other_name != name and point in other.intermediate_values
         ]
-        median = statistics.median(peers) if len(peers) >= MIN_PEERS else None
-        if median is not None and value < median:
-            print(f"trial {name} discarded at step {step}: {main_metric} {value:.4f} < median {median:.4f}")
-            raise TrialDiscarded()
+        better = sum(_better(peer, own) for peer in peers)
+        if len(peers) < MIN_PEERS or better / (len(peers) + 1) < keep:
+            return
+        loss = "" if own[1] is None else f" (loss {own[1]:.4f})"
+        print(
+            f"trial {name} discarded at step {step}: {main_metric} {own[0]:.4f}{loss} ranks {better + 1} of "
+            f"{len(peers) + 1}: below the best {keep:.0%}"
+        )
+        raise TrialDiscarded()
 
     return report
+
+
+def _better(first, second):
+    """Whether `first` (value, loss or None) beats `second`: a higher value, or the same and a lower loss."""
+    if first[0] != second[0]:
+        return first[0] > second[0]
+    return first[1] is not None and second[1] is not None and first[1] < second[1]
+
+
+def _dev_loss(metrics, main_metric):
+    """The dev loss beside `main_metric` in `metrics` (MNLI's `matched_loss` beside
+    `matched_accuracy`, else `loss`), or None: a task whose evaluation has none."""
+    return metrics.get(main_metric.split("_")[0] + "_loss", metrics.get("loss"))
 
 
 def read_trial(trial_dir):

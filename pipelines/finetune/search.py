@@ -11,7 +11,16 @@ from pathlib import Path
 from bert_keras_cli.arguments import ValueList
 
 # The flags of a search; a trial's command line is the search's without them.
-SEARCH_FLAGS = ("search", "restarts", "dry_run", "study", "keep_models", "discard_after", "grace_period")
+SEARCH_FLAGS = (
+    "search",
+    "restarts",
+    "dry_run",
+    "study",
+    "keep_models",
+    "discard_after",
+    "discard_keep",
+    "grace_period",
+)
 PRESETS = ("devlin", "devlin-glue")  # recipes.search_report.PRESETS: parsing imports no TensorFlow
 
 
@@ -37,8 +46,16 @@ def add_search_arguments(parser):
         "--discard-after",
         type=float,
         metavar="F",
-        help="evaluate each trial after fraction F of its steps and stop it there when below the median of the "
-        "other trials evaluated there (at least 2 of them; Dodge et al. 2020)",
+        help="evaluate each trial after fraction F of its steps and stop it there when outside the best share "
+        "--discard-keep of the trials evaluated there, itself included (once 2 others have got there; ties in the "
+        "dev metric go to the lower dev loss; Dodge et al. 2020)",
+    )
+    group.add_argument(
+        "--discard-keep",
+        type=float,
+        metavar="K",
+        help="with --discard-after, the share of the trials at that point kept running (default 0.5: those not "
+        "below the median); a trial stops when at least a share K of them is better than it",
     )
     group.add_argument(
         "--grace-period",
@@ -64,7 +81,7 @@ def dimensions(args):
         grid = {**grid, **GRIDS[args.search]}
     if grid or args.restarts is not None:
         return grid
-    for name in ("dry_run", "study", "keep_models", "discard_after"):
+    for name in ("dry_run", "study", "keep_models", "discard_after", "discard_keep"):
         if getattr(args, name) not in (None, False):
             raise ValueError(f"{_flag(name)} is for a search: give a comma list, --search or --restarts")
     return None
@@ -72,6 +89,15 @@ def dimensions(args):
 
 def _flag(name):
     return f"--{name.replace('_', '-')}"
+
+
+def _discard_keep(args, searching):
+    """--discard-keep, its default where not given, once both discard flags are checked."""
+    if args.discard_keep is not None and args.discard_after is None:
+        raise ValueError("--discard-keep is the share --discard-after keeps: give --discard-after too")
+    keep = searching.DISCARD_KEEP if args.discard_keep is None else args.discard_keep
+    searching.check_discard(args.discard_after, keep)
+    return keep
 
 
 def run_search(args, grid, run_in_output_dir):
@@ -89,8 +115,7 @@ def run_search(args, grid, run_in_output_dir):
     trials = searching.grid(grid, args.restarts, args.seed)
     if args.overwrite:
         raise ValueError("--overwrite does not start a search over: remove its --output-dir (and --study) instead")
-    if args.discard_after is not None and not 0 < args.discard_after < 1:
-        raise ValueError(f"--discard-after must be a fraction between 0 and 1, got {args.discard_after}")
+    keep = _discard_keep(args, searching)
     if args.dry_run:
         for params in trials:
             print(trial_name(params), " ".join(f"{_flag(k)} {v}" for k, v in params.items()))
@@ -101,6 +126,7 @@ def run_search(args, grid, run_in_output_dir):
     identity = command_identity(shared)
     del identity["settings"]["output_dir"]  # the workers of one study may write to their own folders
     identity["settings"]["discard_after"] = args.discard_after
+    identity["settings"]["discard_keep"] = None if args.discard_after is None else keep
 
     def run_trial(params, trial_dir, interim):
         trial = argparse.Namespace(**{**base, **params, "output_dir": str(trial_dir), "interim_evaluation": interim})
@@ -114,6 +140,7 @@ def run_search(args, grid, run_in_output_dir):
         study=args.study,
         identity=identity,
         discard_after=args.discard_after,
+        discard_keep=keep,
         keep_models=args.keep_models,
         grace_period=args.grace_period,
     )

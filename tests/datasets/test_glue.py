@@ -159,6 +159,52 @@ def test_metrics_on_hand_computed_cases():
         accuracy([1, 0], [1])
 
 
+@pytest.mark.slow  # two tiny models' predictions: 10 s
+def test_dev_evaluation_reports_each_dev_sets_mean_loss_as_keras_computes_it(tmp_path):
+    """Beside the official metrics, the mean loss of each dev set: MNLI's two (prefixed like
+    their metrics) the softmax cross-entropy of the logits, STS-B's the squared error of
+    the scores, as Keras' own losses compute them on the same outputs."""
+    from fixture_models import CONFIG, FIXTURE_VOCAB, tiny_classifier
+
+    from bert_keras import BertClassifier, BertEncoder, BertPreprocessor, BertTokenizer
+    from bert_keras.datasets.glue import glue_data
+
+    sentences = ["the quick brown foxes jump", "a lazy dog!", "the dog", "unknown words, b", "fox"]
+    for task, names, labels in [
+        ("mnli", ("dev_matched.tsv", "dev_mismatched.tsv"), ("contradiction", "entailment", "neutral")),
+        ("sts-b", ("dev.tsv",), ("0.5", "4.2", "3.0")),
+    ]:
+        header, row = LAYOUTS[task][:2]
+        fields = row.split("\t")
+        first, second = TASKS[task].text_columns
+        folder = tmp_path / task
+        folder.mkdir()
+        for offset, name in enumerate(("train.tsv", *names)):
+            lines = []
+            for i, sentence in enumerate(sentences):
+                fields[first], fields[second] = sentence, sentences[(i + offset + 1) % len(sentences)]
+                fields[-1] = labels[(i + offset) % len(labels)]
+                lines.append("\t".join(fields))
+            (folder / name).write_text("\n".join([header, *lines]) + "\n")
+        data = glue_data(folder, task)
+        if task == "mnli":
+            model, loss = tiny_classifier(), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        else:
+            preprocessor = BertPreprocessor(BertTokenizer(FIXTURE_VOCAB), seq_length=12)
+            model, loss = BertClassifier(BertEncoder(CONFIG), num_classes=1, preprocessor=preprocessor), None
+        metrics = data.evaluate(model, batch_size=2)
+        for name in names:
+            dev, outputs = data.devs[name], data.outputs[name]
+            prefix = "" if len(names) == 1 else name[4:-4] + "_"
+            if loss is None:
+                expected = keras.losses.MeanSquaredError()(np.array(dev.labels)[:, None], outputs)
+            else:
+                expected = loss(np.array(dev.labels), outputs)
+            assert metrics[prefix + "loss"] == pytest.approx(float(expected), rel=1e-5), (task, name)
+        expected_names = {"matched_accuracy", "matched_loss", "mismatched_accuracy", "mismatched_loss"}
+        assert set(metrics) == (expected_names if task == "mnli" else {"pearson", "spearman", "loss"})
+
+
 def test_metrics_agree_with_scipy_on_random_data():
     stats = pytest.importorskip("scipy.stats")
     rng = np.random.default_rng(0)
@@ -245,6 +291,8 @@ def test_finetune_glue_end_to_end_on_a_few_sst2_rows(tmp_path, capsys):
     assert best["accuracy"] == np.mean(predicted == np.array(dev.labels))
     assert best in history
     logits = model.predict(np.array(dev.texts[0], dtype=object), verbose=0)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(np.array(dev.labels), logits)
+    assert best["loss"] == pytest.approx(float(loss), rel=1e-5)
     check_classifier_breakdown(out, TASKS["sst-2"].labels, dev, logits, best["epoch"], epochs=2, capsys=capsys)
     # The submission holds that model's test predictions, by index.
     test = read_split(data / "test.tsv", "sst-2", test=True)

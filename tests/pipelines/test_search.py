@@ -81,6 +81,16 @@ def test_dry_run_lists_the_papers_grids_and_bad_grids_are_one_line_errors(tmp_pa
         (["--learning-rate", "1e-5,2e-5", "--restarts", "0"], "restarts must be at least 1, got 0"),
         (["--seed", "1,2", "--restarts", "2"], "seeds given both as a list and as restarts"),
         (["--learning-rate", "1e-5,2e-5", "--discard-after", "1.5"], "--discard-after must be a fraction"),
+        (
+            ["--learning-rate", "1e-5,2e-5", "--discard-after", "0.3", "--discard-keep", "1"],
+            "--discard-keep must be a share between 0 and 1, got 1.0",
+        ),
+        (
+            ["--learning-rate", "1e-5,2e-5", "--discard-after", "0.3", "--discard-keep", "0"],
+            "--discard-keep must be a share between 0 and 1, got 0.0",
+        ),
+        (["--learning-rate", "1e-5,2e-5", "--discard-keep", "0.3"], "give --discard-after too"),
+        (["--discard-keep", "0.3"], "--discard-keep is for a search"),
         (["--keep-models"], "--keep-models is for a search"),
         (["--learning-rate", "1e-5,2e-5", "--overwrite"], "--overwrite does not start a search over"),
         (["--learning-rate", "1e-5,2e-5", "--study", "sqlite:////no/such/folder/x.db"], "cannot open it"),
@@ -92,6 +102,7 @@ def test_dry_run_lists_the_papers_grids_and_bad_grids_are_one_line_errors(tmp_pa
     for flags, message in [
         (["--learning-rate", "5e-5,,3e-5"], "empty value"),
         (["--batch-size", "16,x"], "int"),
+        (["--learning-rate", "1e-5,2e-5", "--discard-after", "0.3", "--discard-keep", "half"], "invalid float value"),
         (["--reinit-layers", "0,-1"], "expected a number of layers (0 or more)"),
     ]:
         with pytest.raises(SystemExit):
@@ -175,10 +186,11 @@ def test_a_killed_workers_trial_is_resumed_by_the_next(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_discard_after_stops_trials_below_the_median_of_their_peers(tmp_path, capsys):
+def test_discard_after_stops_trials_below_the_median_of_the_trials_there(tmp_path, capsys):
     """--discard-after 0.5 on three trials run one after the other: the first two (too few
-    peers) run to the end; the third, whose nDCG@10 halfway is below the median of theirs
-    there (it learns at a tenth of their rate), is stopped, recorded as discarded, its folder gone."""
+    peers) run to the end; the third, whose nDCG@10 halfway is below the median of the three
+    there (it learns at a tenth of their rate; the embedder's evaluation has no dev loss), is
+    stopped, recorded as discarded, its folder gone. The folder refuses another --discard-keep."""
     output = tmp_path / "search"
     argv = [*embedder_command(tmp_path), "--output-dir", str(output), "--epochs", "2", "--discard-after", "0.5"]
     assert cli([*argv, "--learning-rate", "3e-4,1e-4,1e-5"]) == 0
@@ -187,10 +199,14 @@ def test_discard_after_stops_trials_below_the_median_of_their_peers(tmp_path, ca
     interim = []
     for record in found:
         value = record["interim"]["ndcg@10"]
-        assert record["interim"]["step"] == 3
-        discarded = len(interim) >= 2 and value < statistics.median(interim)
+        assert record["interim"]["step"] == 3 and "loss" not in record["interim"]
+        interim.append(value)
+        discarded = len(interim) > 2 and value < statistics.median(interim)
         assert record["status"] == ("discarded" if discarded else "complete"), (record, interim)
         assert (output / "trials" / record["trial"]).exists() == (not discarded)
-        interim.append(value)
     assert [record["status"] for record in found] == ["complete", "complete", "discarded"]
-    assert "discarded at step 3" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"discarded at step 3: ndcg@10 {interim[2]:.4f} ranks 3 of 3: below the best 50%" in out
+
+    assert cli([*argv, "--learning-rate", "3e-4,1e-4,1e-5", "--discard-keep", "0.3"]) == 2
+    assert "--discard-keep 0.5 there, 0.3 now" in capsys.readouterr().err
