@@ -115,10 +115,14 @@ def command(kind, folder):
     return [*COMMANDS[kind](folder), *tiny_encoder_file(folder), *COMMON]
 
 
+def tensorboard_callbacks():
+    """The TensorBoard callbacks alive in this process."""
+    return [callback for callback in gc.get_objects() if isinstance(callback, keras.callbacks.TensorBoard)]
+
+
 def tensorboard_writers():
     """The summary writers of the TensorBoard callbacks alive in this process."""
-    callbacks = [callback for callback in gc.get_objects() if isinstance(callback, keras.callbacks.TensorBoard)]
-    return [writer for callback in callbacks for writer in callback._writers.values()]
+    return [writer for callback in tensorboard_callbacks() for writer in callback._writers.values()]
 
 
 def kill_after(step):
@@ -130,6 +134,10 @@ def kill_after(step):
     def on_train_batch_end(self, batch, logs=None):
         original(self, batch, logs)
         if int(self.model.optimizer.iterations.numpy()) == step:
+            for callback in tensorboard_callbacks():
+                # A killed process leaves no default summary writer behind; this one goes on to other tests.
+                while callback._prev_summary_state:
+                    callback._pop_writer()
             for writer in tensorboard_writers():
                 writer.close()
             raise Killed(f"killed after step {step}")
