@@ -4,8 +4,9 @@ The package's folders are its tiers, each importing only from those below it
 (checked by import-linter, see pyproject.toml and docs/architecture.md), from the bottom:
 `compat` (private Keras/TensorFlow hooks), `files` and `run_identity`, `config`, `hub`
 (Hub names), `checkpoint` (formats), `layers`, `text`, `models`, `training`, `tasks` and
-`data`, `datasets`, `serving` and `recipes`; the `bert-keras` commands live in `pipelines/`. Importing it sets no environment variable and registers only its
-own layers, models and heads with Keras (for `.keras` loading).
+`data`, `datasets`, `serving` and `recipes`; the `bert-keras` commands live in `pipelines/`.
+Importing it sets no environment variable and registers only its own layers, models and
+heads with Keras (for `.keras` loading).
 """
 
 import keras
