@@ -36,6 +36,12 @@ The hooks and the private symbols each relies on:
   metrics and loss before Keras traces the step, as Keras does itself under a strategy: calls
   `Trainer._symbolic_build` (with a dataset's element spec as the batch) where
   `TensorFlowTrainer._distribute_strategy` is None.
+- `write_archive`: `ExportArchive.write_out` with each endpoint traced once, not twice:
+  `tf.saved_model.save` traces a `tf.function` again inside its save context, whose variable
+  policy is part of the function cache's key (tensorflow/tensorflow#56370), after Keras traced
+  it outside that context. Replaces each endpoint given an input signature (the names in
+  `ExportArchive._endpoint_signatures`) on `ExportArchive._tf_trackable` by its concrete
+  function, which `save` writes as it is.
 - `saved_object`: a bare SavedModel object: `tf.__internal__.tracking.AutoTrackable`.
 - `dataset_graph`: the graph of a `tf.data.Dataset`, for tests: `Dataset._as_serialized_graph`.
 - `onednn_enabled`: whether TensorFlow runs oneDNN kernels, for tests:
@@ -322,6 +328,14 @@ def _reduce_scalars_over_workers(keras_reduce, multi_worker):
 
     reduce_per_replica.works_around_keras_20585 = True
     return reduce_per_replica
+
+
+def write_archive(archive, path):
+    """`archive.write_out(path)`, quietly, each endpoint that has an input signature traced
+    once: saved as its concrete function (loading gives a callable of the same arguments)."""
+    for name in archive._endpoint_signatures:
+        setattr(archive._tf_trackable, name, getattr(archive._tf_trackable, name).get_concrete_function())
+    archive.write_out(str(path), verbose=False)
 
 
 def saved_object():

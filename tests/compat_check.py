@@ -29,6 +29,7 @@ from bert_keras.compat import (
     onednn_enabled,
     saved_object,
     variable_index,
+    write_archive,
 )
 
 
@@ -42,6 +43,7 @@ def check():
     _check_restores_compile()
     _check_builds_before_tracing()
     _check_keras_20585_workaround()
+    _check_write_archive()
     _check_saved_object()
     _check_dataset_graph()
     _check_onednn_enabled()
@@ -320,6 +322,29 @@ def _fit_integer_inputs(strategy):
             f"keras_20585_workaround: fit on {strategy.num_replicas_in_sync} replicas failed to build a model "
             f"of integer inputs: {error}"
         ) from error
+
+
+def _check_write_archive():
+    """An endpoint is traced once by the export and the loaded SavedModel answers as the layer:
+    its signature and its attribute (Keras' `write_out` alone traces it twice)."""
+    layer = keras.layers.Dense(2, kernel_initializer="ones")
+    layer.build((None, 3))
+    traces = []
+
+    def serve(x):
+        traces.append(x)
+        return {"y": layer(x)}
+
+    archive = keras.export.ExportArchive()
+    archive.add_endpoint("serve", serve, input_signature=[tf.TensorSpec([None, 3], tf.float32)])
+    with tempfile.TemporaryDirectory() as folder:
+        write_archive(archive, folder)
+        loaded = tf.saved_model.load(folder)
+        x = tf.constant([[1.0, 2.0, 3.0]])
+        answers = [loaded.signatures["serve"](x=x)["y"].numpy(), loaded.serve(x)["y"].numpy()]
+    assert len(traces) == 1, f"write_archive: the endpoint was traced {len(traces)} times: ExportArchive changed"
+    for answer in answers:
+        np.testing.assert_array_equal(answer, [[6.0, 6.0]])
 
 
 def _check_saved_object():

@@ -74,6 +74,13 @@ def test_raw_inputs_check_fails_when_keras_converts_them(monkeypatch, hook):
         compat_check._check_raw_inputs()
 
 
+def test_write_archive_check_fails_with_keras_own_write_out(monkeypatch):
+    """TensorFlow 2.21 still traces an endpoint again when it saves it (tensorflow/tensorflow#56370)."""
+    monkeypatch.setattr(compat_check, "write_archive", lambda archive, path: archive.write_out(path, verbose=False))
+    with pytest.raises(AssertionError, match="traced 2 times"):
+        compat_check._check_write_archive()
+
+
 def test_compile_check_fails_when_loading_skips_compile(monkeypatch):
     monkeypatch.delattr(compat.RestoresCompile, "compile_from_config")
     with pytest.warns(UserWarning, match="compile"), pytest.raises(AssertionError, match="RestoresCompile"):

@@ -30,6 +30,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bert_keras.compat import write_archive
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.serving.litert_text import LiteRTPacker
 from bert_keras.serving.onnx_export import OnnxPredictor, export_onnx
@@ -147,7 +148,7 @@ def litert_flatbuffer(functions, quantize, name):
     for key, (function, specs) in functions.items():
         archive.add_endpoint(key, function, input_signature=specs)
     with tempfile.TemporaryDirectory() as saved:
-        archive.write_out(saved, verbose=False)
+        write_archive(archive, saved)
         del archive  # its traced graphs; the converter reads the files
         converter = tf.lite.TFLiteConverter.from_saved_model(saved, signature_keys=list(functions))
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]

@@ -30,6 +30,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
 from bert_keras.checkpoint.text_files import read_labels, write_labels, write_vocab
+from bert_keras.compat import write_archive
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.serving.layout import EXTRA_DIR, WARMUP_PATH, serving_signatures
 from bert_keras.serving.serving_tasks import serving_signature, text_runner
@@ -163,7 +164,7 @@ def _write_archive(path, signature, preprocessor, segments, micro_batches):
             _on_texts(signature.word_pieces),
             input_signature=signature.text_inputs(segments),
         )
-    archive.write_out(str(path), verbose=False)
+    write_archive(archive, path)
 
 
 def _on_texts(answer):
