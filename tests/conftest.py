@@ -78,3 +78,26 @@ def finetuned(tmp_path_factory):
     folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "trained_models"
     folder.mkdir(exist_ok=True)
     return TrainedModels(folder)
+
+
+@pytest.fixture(scope="session")
+def classifier_keras(finetuned):
+    """The fixture classifier (harness.classifier_keras_file) as a `.keras` task file, made
+    once a session. Read-only."""
+    from harness import classifier_keras_file
+
+    return finetuned.artefact("classifier_keras", classifier_keras_file) / "classifier.keras"
+
+
+@pytest.fixture(scope="session")
+def classifier_export(finetuned, classifier_keras):
+    """`classifier_keras` as a SavedModel export without warm-up requests, made once a
+    session. Read-only."""
+    from bert_keras.serving.batch import load_model
+    from bert_keras.serving.export import export_for_serving, serving_preprocessor
+
+    def export(folder):
+        model = load_model(classifier_keras)
+        export_for_serving(model, serving_preprocessor(model), folder / "base", warmup_texts=None)
+
+    return finetuned.artefact("classifier_export", export) / "base"

@@ -131,6 +131,19 @@ class TrainedModels:
                 done.touch()
         return out
 
+    def artefact(self, name, build):
+        """The folder `name`, filled by `build(folder)` by the first worker that asks for it:
+        a file several modules make alike (a `.keras` file, an export), made once."""
+        out = self.folder / name
+        done = Path(f"{out}.done")
+        with FileLock(f"{out}.lock"):
+            if not done.exists():
+                shutil.rmtree(out, ignore_errors=True)
+                out.mkdir()
+                build(out)
+                done.touch()
+        return out
+
 
 def copy_of(run, tmp_path):
     """A copy of a shared run folder, for a test that changes its files."""

@@ -165,26 +165,41 @@ def test_max_train_steps_stops_after_that_many_optimizer_steps(tiny_conll, tmp_p
     assert [e["epoch"] for e in run.evaluations[:-1]] == [1, 2]
 
 
+def folder_copied_after(step, folder, copy):
+    """`StepBackup.on_train_batch_end` that, after optimizer step `step`, copies `folder` to
+    `copy`: the files a run killed there leaves, while the run goes on."""
+    original = StepBackup.on_train_batch_end
+
+    def on_train_batch_end(self, batch, logs=None):
+        original(self, batch, logs)
+        if int(self.model.optimizer.iterations.numpy()) == step:
+            shutil.copytree(folder, copy)
+
+    return on_train_batch_end
+
+
 @pytest.mark.slow
 def test_a_killed_run_resumes_on_its_stored_features_as_if_it_had_not_stopped(tiny_conll, tmp_path, monkeypatch):
     """Killed after step 3 of 2 epochs of 2 (backed up after step 2), then run again: the
     features are read back, not computed, and the run ends with the uninterrupted one's
-    weights, dev F1 and reports; a kill while the cache is written leaves no cache."""
+    weights, dev F1 and reports. The killed run is the uninterrupted one's folder as it was
+    after step 3, resumed in the same place once that run is moved aside."""
     folder, init = tiny_conll
     data = ConllData(folder, max_examples=16)
-    whole, _ = train(init, data, tmp_path / "whole", max_train_steps=4)
+    run = tmp_path / "run"
     with monkeypatch.context() as patch:
-        patch.setattr(StepBackup, "on_train_batch_end", killed_after(3))
-        with pytest.raises(Killed):
-            train(init, data, tmp_path / "run", max_train_steps=4)
-    assert (tmp_path / "run" / CACHE).exists()
+        patch.setattr(StepBackup, "on_train_batch_end", folder_copied_after(3, run, tmp_path / "killed"))
+        whole, _ = train(init, data, run, max_train_steps=4)
+    run.rename(tmp_path / "whole")
+    (tmp_path / "killed").rename(run)
+    assert (run / CACHE).exists() and (run / CACHE.parent / "state.json").exists()
     keras.utils.set_random_seed(0)
     model = tagger(init, layers=[-1, -2], combine="weighted")
     rows = count_encoded_rows(model)
     resumed = train_feature_tagger(
         model,
         data,
-        output_dir=tmp_path / "run",
+        output_dir=run,
         epochs=2,
         batch_size=4,
         eval_batch_size=8,

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from doc_blocks import block_run_by
-from harness import classifier_keras_file, hf_folder, tiny_embedder_folder, tiny_encoder, tiny_preprocessor
+from harness import hf_folder, tiny_embedder_folder, tiny_encoder, tiny_preprocessor
 
 from bert_keras import BertClassifier, BertTextEmbedder, BertTokenClassifier
 from bert_keras.models.dtype import with_dtype
 from bert_keras.serving.batch import PredictOptions, load_model, predict_files, writers
-from bert_keras.serving.export import export_for_serving, serving_preprocessor
+from bert_keras.serving.export import serving_preprocessor
 from bert_keras.tasks.task import with_windows
 from bert_keras.tasks.windowing import truncated_pieces
 from bert_keras_cli.cli import main as cli
@@ -54,12 +54,6 @@ def folders(tmp_path_factory):
     base = tmp_path_factory.mktemp("models")
     names = ("sequence_single", "sequence_multi", "sequence_regression", "cross_encoder", "token")
     return {name: hf_folder(base, name) for name in (*names, "question_answering", "multiple_choice")}
-
-
-@pytest.fixture(scope="module")
-def classifier_keras(tmp_path_factory):
-    """The fixture classifier as a `.keras` task file."""
-    return classifier_keras_file(tmp_path_factory.mktemp("keras"))
 
 
 @pytest.mark.slow
@@ -295,14 +289,12 @@ def test_fill_mask_top_k_equal_the_model_s_mlm_logits(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_saved_model_export_answers_as_its_keras_model(tmp_path, classifier_keras):
+def test_a_saved_model_export_answers_as_its_keras_model(tmp_path, classifier_keras, classifier_export):
     texts = write_text(tmp_path / "in.txt", TEXTS)
-    model = load_model(classifier_keras)
-    export_for_serving(model, serving_preprocessor(model), tmp_path / "base", warmup_texts=None)
     summary = predict_files(
-        str(tmp_path / "base"), [str(texts)], tmp_path / "export.jsonl", PredictOptions(all_scores=True)
+        str(classifier_export), [str(texts)], tmp_path / "export.jsonl", PredictOptions(all_scores=True)
     )
-    predict_files(model, [str(texts)], tmp_path / "keras.jsonl", PredictOptions(all_scores=True))
+    predict_files(load_model(classifier_keras), [str(texts)], tmp_path / "keras.jsonl", PredictOptions(all_scores=True))
     exported, expected = read_jsonl(tmp_path / "export.jsonl"), read_jsonl(tmp_path / "keras.jsonl")
     assert "cannot count" in summary["notice"]
     assert [r["label"] for r in exported] == [r["label"] for r in expected]
@@ -311,7 +303,7 @@ def test_a_saved_model_export_answers_as_its_keras_model(tmp_path, classifier_ke
 
 
 @pytest.mark.slow
-def test_bfloat16_records_are_the_model_s_in_bfloat16(tmp_path, classifier_keras):
+def test_bfloat16_records_are_the_model_s_in_bfloat16(tmp_path, classifier_keras, classifier_export):
     texts = write_text(tmp_path / "in.txt", TEXTS)
     out = tmp_path / "bf16.jsonl"
     predict_files(str(classifier_keras), [str(texts)], out, PredictOptions(all_scores=True, compute_dtype="bfloat16"))
@@ -321,10 +313,9 @@ def test_bfloat16_records_are_the_model_s_in_bfloat16(tmp_path, classifier_keras
     records = read_jsonl(out)
     scores = np.array([[r["scores"][label] for label in model.labels] for r in records])
     np.testing.assert_allclose(scores, probabilities, atol=1e-5, rtol=0)
-    export_for_serving(model, serving_preprocessor(model), tmp_path / "base", warmup_texts=None)
     with pytest.raises(ValueError, match="dtype were fixed when it was exported"):
         predict_files(
-            str(tmp_path / "base"), [str(texts)], tmp_path / "e.jsonl", PredictOptions(compute_dtype="bfloat16")
+            str(classifier_export), [str(texts)], tmp_path / "e.jsonl", PredictOptions(compute_dtype="bfloat16")
         )
 
 

@@ -17,30 +17,22 @@ import numpy as np
 import pytest
 from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
 from doc_blocks import block_run_by
-from harness import classifier_keras_file, tiny_embedder_folder
+from harness import tiny_embedder_folder
 
-from bert_keras.serving.batch import PredictOptions, load_model, predict_files
+from bert_keras.serving.batch import PredictOptions, predict_files
 from bert_keras.serving.batch.beam import BertModelHandler
 from bert_keras.serving.batch.readers import Row
-from bert_keras.serving.export import export_for_serving, serving_preprocessor
 from bert_keras_cli.cli import main as cli
 
 TEXTS = ["the quick brown fox", "", "a dog in paris , france", "berlin is a city in europe", "the fox", "a cat"]
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    base = tmp_path_factory.mktemp("beam_models")
-    return {"classifier": classifier_keras_file(base), "embedder": tiny_embedder_folder(base / "st")}
-
-
-@pytest.fixture(scope="module")
-def export(tmp_path_factory, models):
-    """The classifier as a SavedModel export."""
-    base = tmp_path_factory.mktemp("beam_export") / "base"
-    model = load_model(models["classifier"])
-    export_for_serving(model, serving_preprocessor(model), base, warmup_texts=None)
-    return base
+def models(tmp_path_factory, classifier_keras):
+    return {
+        "classifier": classifier_keras,
+        "embedder": tiny_embedder_folder(tmp_path_factory.mktemp("beam_models") / "st"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +67,8 @@ def assert_records_close(actual, expected):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["classifier", "embedder", "export"])
-def test_keyed_handler_in_a_pipeline_gives_predict_s_records(tmp_path, request, texts_file, kind):
-    model = request.getfixturevalue("export") if kind == "export" else request.getfixturevalue("models")[kind]
+def test_keyed_handler_in_a_pipeline_gives_predict_s_records(tmp_path, request, models, texts_file, kind):
+    model = request.getfixturevalue("classifier_export") if kind == "export" else models[kind]
     expected = local_records(model, texts_file, tmp_path / "local.jsonl", all_scores=True, batch_size=2)
     handler = BertModelHandler(str(model), PredictOptions(batch_size=2, all_scores=True))
     prefix = str(tmp_path / "beam")

@@ -61,17 +61,24 @@ def reference(model_path, ids, rows):
     return ranking
 
 
+@pytest.fixture(scope="module")
+def expected_ranking(reranker, pairs):
+    """`reference` of the reranker on the pairs, computed once."""
+    _, ids, rows = pairs
+    return reference(reranker, ids, rows)
+
+
 def assert_ranking(records, expected):
     assert [(r["query"], r["rank"], r["id"]) for r in records] == [e[:3] for e in expected]
     np.testing.assert_allclose([r["score"] for r in records], [e[3] for e in expected], atol=1e-5, rtol=0)
 
 
-def test_top_k_per_query_equals_the_model_s_scores_sorted(tmp_path, reranker, pairs, capsys):
-    files, ids, rows = pairs
+def test_top_k_per_query_equals_the_model_s_scores_sorted(tmp_path, reranker, pairs, expected_ranking, capsys):
+    files, _, rows = pairs
     out = tmp_path / "top.jsonl"
     summary = predict_files(str(reranker), files, out, PredictOptions(batch_size=3), top_k_per_query=K, chunk_size=4)
     assert (summary["rows"], summary["records"]) == (len(rows), K * len(QUERIES))
-    assert_ranking(read_jsonl(out), reference(reranker, ids, rows))
+    assert_ranking(read_jsonl(out), expected_ranking)
     assert (
         cli(
             ["predict", str(reranker), "--input", *map(str, files), "--output", str(tmp_path / "top.tsv")]
@@ -86,9 +93,9 @@ def test_top_k_per_query_equals_the_model_s_scores_sorted(tmp_path, reranker, pa
     assert said == f"wrote {K * len(QUERIES)} records to {tmp_path / 'top.tsv'} ({best})"
 
 
-def test_top_k_per_query_resumes_a_stopped_run(tmp_path, reranker, pairs):
+def test_top_k_per_query_resumes_a_stopped_run(tmp_path, reranker, pairs, expected_ranking):
     """A run stopped after 3 chunks, run again: the ranking of an uninterrupted run."""
-    files, ids, rows = pairs
+    files = pairs[0]
     predictor = BatchPredictor(load_model(reranker), batch_size=4)
     answer, calls = predictor.predict_rows, []
 
@@ -105,11 +112,11 @@ def test_top_k_per_query_resumes_a_stopped_run(tmp_path, reranker, pairs):
     assert not out.exists() and len(list((tmp_path / "top.jsonl.parts").glob("part-*"))) == 3
     predictor.predict_rows = answer
     predict_files(predictor, files, out, top_k_per_query=K, chunk_size=2)
-    assert_ranking(read_jsonl(out), reference(reranker, ids, rows))
+    assert_ranking(read_jsonl(out), expected_ranking)
 
 
-def test_top_k_per_query_on_beam_and_its_errors(tmp_path, reranker, pairs, capsys):
-    files, ids, rows = pairs
+def test_top_k_per_query_on_beam_and_its_errors(tmp_path, reranker, pairs, expected_ranking, capsys):
+    files = pairs[0]
     bad = tmp_path / "bad.tsv"
     bad.write_bytes(b"query\tdocument\na dog\t\xff\n")
     argv = ["predict", str(reranker), "--input", *map(str, files), str(bad), "--top-k-per-query", str(K)]
@@ -118,10 +125,10 @@ def test_top_k_per_query_on_beam_and_its_errors(tmp_path, reranker, pairs, capsy
     assert cli([*argv, "--output", str(tmp_path / "beam.jsonl"), "--runner", "DirectRunner"]) == 0
     local = read_jsonl(tmp_path / "local.jsonl")
     assert local[-1] == {"id": f"{bad}:2", "error": f"{bad}:2: not UTF-8 text: byte 0xff at column 7"}
-    assert_ranking(local[:-1], reference(reranker, ids, rows))
+    assert_ranking(local[:-1], expected_ranking)
     beam = read_jsonl(*sorted(tmp_path.glob("beam-*-of-*.jsonl")))
     by_rank = sorted(beam, key=lambda r: (QUERIES.index(r["query"]), r["rank"]) if "rank" in r else (9, 0))
-    assert_ranking(by_rank[:-1], reference(reranker, ids, rows))
+    assert_ranking(by_rank[:-1], expected_ranking)
     assert by_rank[-1] == local[-1]
     capsys.readouterr()
     classifier = hf_folder(tmp_path, "sequence_single")

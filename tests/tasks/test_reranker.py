@@ -22,7 +22,15 @@ PAIRS = [
 
 @pytest.fixture
 def reranker(tmp_path):
+    """A reranker of its own, for a test that trains it."""
     return BertReranker.from_checkpoint(hf_folder(tmp_path, "cross_encoder"))
+
+
+@pytest.fixture(scope="module")
+def stored_reranker(tmp_path_factory):
+    """The fixture folder's reranker, loaded once: tests that only read it share its loaded
+    weights and its traced `predict`. Read-only."""
+    return BertReranker.from_checkpoint(hf_folder(tmp_path_factory.mktemp("reranker"), "cross_encoder"))
 
 
 def columns(pairs):
@@ -30,12 +38,14 @@ def columns(pairs):
 
 
 @pytest.mark.slow
-def test_scores_and_ranking_are_cross_encoders(reranker):
-    assert reranker.activation == "sigmoid" and reranker.preprocessor.packer.max_seq_length == 24
-    scores = reranker.predict(columns(PAIRS), verbose=0)
+def test_scores_and_ranking_are_cross_encoders(stored_reranker):
+    assert stored_reranker.activation == "sigmoid" and stored_reranker.preprocessor.packer.max_seq_length == 24
+    scores = stored_reranker.predict(columns(PAIRS), verbose=0)
     np.testing.assert_allclose(scores, TASK_REFERENCES["cross_encoder/scores"], rtol=1e-5)
-    np.testing.assert_allclose(reranker.predict(PAIRS, verbose=0), scores)  # a list of pairs, as CrossEncoder takes
-    hits = reranker.rank(PAIRS[1][0], [d for _, d in PAIRS], top_k=3, return_documents=True)
+    np.testing.assert_allclose(
+        stored_reranker.predict(PAIRS, verbose=0), scores
+    )  # a list of pairs, as CrossEncoder takes
+    hits = stored_reranker.rank(PAIRS[1][0], [d for _, d in PAIRS], top_k=3, return_documents=True)
     assert [hit["corpus_id"] for hit in hits] == TASK_REFERENCES["cross_encoder/rank_ids"].tolist()
     np.testing.assert_allclose([hit["score"] for hit in hits], TASK_REFERENCES["cross_encoder/rank_scores"], rtol=1e-5)
     assert hits[0]["text"] == PAIRS[hits[0]["corpus_id"]][1]
@@ -72,14 +82,14 @@ def test_unknown_activation_is_named(tmp_path):
 
 
 @pytest.mark.slow
-def test_save_checkpoint_writes_a_cross_encoder_folder_that_reads_back(tmp_path, reranker):
-    reranker.save_checkpoint(tmp_path / "saved")
+def test_save_checkpoint_writes_a_cross_encoder_folder_that_reads_back(tmp_path, stored_reranker):
+    stored_reranker.save_checkpoint(tmp_path / "saved")
     config = json.loads((tmp_path / "saved/config.json").read_text())
     assert config["architectures"] == ["BertForSequenceClassification"]
     assert config["sentence_transformers"]["activation_fn"] == "torch.nn.modules.activation.Sigmoid"
     assert json.loads((tmp_path / "saved/tokenizer_config.json").read_text())["model_max_length"] == 24
     again = BertReranker.from_checkpoint(tmp_path / "saved")
-    np.testing.assert_array_equal(again.predict(PAIRS, verbose=0), reranker.predict(PAIRS, verbose=0))
+    np.testing.assert_array_equal(again.predict(PAIRS, verbose=0), stored_reranker.predict(PAIRS, verbose=0))
 
 
 def test_losses_match_their_definitions():
@@ -138,10 +148,10 @@ def test_fit_traces_the_step_once_whatever_the_padded_lengths(reranker, monkeypa
 
 
 @pytest.mark.slow
-def test_exported_reranker_serves_query_and_document(tmp_path, reranker):
+def test_exported_reranker_serves_query_and_document(tmp_path, stored_reranker):
     from bert_keras.serving.export import export_for_serving
 
-    export_for_serving(reranker, reranker.preprocessor, tmp_path / "export", version=1)
+    export_for_serving(stored_reranker, stored_reranker.preprocessor, tmp_path / "export", version=1)
     served = tf.saved_model.load(str(tmp_path / "export" / "1"))
     query, document = columns(PAIRS)
     outputs = served.signatures["serving_default"](query=tf.constant(query), document=tf.constant(document))
@@ -149,11 +159,11 @@ def test_exported_reranker_serves_query_and_document(tmp_path, reranker):
 
 
 @pytest.mark.slow
-def test_keras_file_round_trip(tmp_path, reranker):
-    reranker.save(tmp_path / "reranker.keras")
+def test_keras_file_round_trip(tmp_path, stored_reranker):
+    stored_reranker.save(tmp_path / "reranker.keras")
     again = BertReranker.from_checkpoint(tmp_path / "reranker.keras")
     assert again.activation == "sigmoid"
-    np.testing.assert_array_equal(again.predict(PAIRS, verbose=0), reranker.predict(PAIRS, verbose=0))
+    np.testing.assert_array_equal(again.predict(PAIRS, verbose=0), stored_reranker.predict(PAIRS, verbose=0))
 
 
 def write_tsv(path, header, rows):
