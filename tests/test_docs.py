@@ -10,7 +10,9 @@ TensorFlow reads at import), with the sizes in `PYTHON_TINY` shrunk. A block tha
 checked of it is checked.
 """
 
+import contextlib
 import glob
+import io
 import json
 import os
 import re
@@ -311,19 +313,24 @@ def test_docker_command_points_at_files_that_exist():
     assert 'base_path: "/models/bert"' in (ROOT / "serving" / "models.config").read_text()
 
 
+def run_script(script, argv, monkeypatch):
+    """`python SCRIPT ARGV` as its user runs it: as `__main__`, its folder first on the path;
+    in this process, which has TensorFlow imported already, instead of an interpreter a
+    script. Its exit code (it must exit)."""
+    monkeypatch.setattr(sys, "path", [str(Path(script).resolve().parent), str(ROOT), *sys.path])
+    monkeypatch.setattr(sys, "argv", [str(script), *argv])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(script), run_name="__main__")
+    return exit_.value.code
+
+
 def test_benchmark_scripts_start(tmp_path, monkeypatch, capsys):
-    """Each bench script the docs name answers `--help` as `python bench/X.py --help` runs it:
-    as `__main__`, its folder first on the path; in this process, which has TensorFlow
-    imported already, instead of an interpreter a script."""
+    """Each bench script the docs name answers `--help` as `python bench/X.py --help` runs it."""
     scripts = {c.split()[1] for c in commands_of("not run") if c.startswith(".venv/bin/python bench/")}
     assert len(scripts) > 10
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", [str(ROOT / "bench"), str(ROOT), *sys.path])
     for script in sorted(scripts):
-        monkeypatch.setattr(sys, "argv", [str(ROOT / script), "--help"])
-        with pytest.raises(SystemExit) as exit_:
-            runpy.run_path(str(ROOT / script), run_name="__main__")
-        assert exit_.value.code in (0, None), script
+        assert run_script(ROOT / script, ["--help"], monkeypatch) in (0, None), script
         assert "usage:" in capsys.readouterr().out, script
 
 
@@ -402,15 +409,16 @@ class DocsWalk:
         run_python(step, self.workspace, self.monkeypatch)
 
     def strategy(self, step):
-        flags = " ".join(shlex.quote(f) for f in tiny_flags(step))
+        """A `--strategy` command into a folder of its own; multi_worker in a process of its
+        own (TensorFlow reads TF_CONFIG once), as a cluster of one worker (this host)."""
         if "--strategy multi_worker" in step:
-            # The command on a cluster of one worker (this host).
+            flags = " ".join(shlex.quote(f) for f in tiny_flags(step))
             config = {"cluster": {"worker": [f"127.0.0.1:{free_port()}"]}, "task": {"type": "worker", "index": 0}}
             run_shell(
                 f"{step} {flags} --output runs/multi_worker", self.workspace, env={"TF_CONFIG": json.dumps(config)}
             )
         else:
-            run_shell(f"{step} {flags} --output runs/{len(self.ran)}", self.workspace)
+            run_cli(f"{step} --output runs/{len(self.ran)}", self.workspace, self.monkeypatch)
 
     def serving(self, step):
         """`bert-keras serve` started on free ports, and the clients of the pages sent there."""
@@ -436,11 +444,13 @@ class DocsWalk:
             out = run_shell(step.replace("8501", str(self.ports[1])), self.workspace)
             assert json.loads(out)["predictions"][0]["labels"] in ("negative", "positive")
         else:
-            out = run_shell(
-                f"{step} --grpc-port {self.ports[0]} --rest-port {self.ports[1]} --requests 4 --concurrency 1",
-                self.workspace,
-            )
-            assert " 0 failed" in out, out
+            script, *argv = shlex.split(step)[1:]
+            argv += ["--grpc-port", str(self.ports[0]), "--rest-port", str(self.ports[1])]
+            argv += ["--requests", "4", "--concurrency", "1"]
+            self.monkeypatch.chdir(self.workspace)
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                assert run_script(script, argv, self.monkeypatch) in (0, None)
+            assert " 0 failed" in out.getvalue(), out.getvalue()
 
     def close(self):
         if self.server is not None:

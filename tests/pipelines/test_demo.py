@@ -1,14 +1,18 @@
 """`bert-keras demo`: the whole life cycle on Python's own documentation, on a small budget."""
 
+import contextlib
+import io
 import json
 import re
 import urllib.request
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from bert_keras.data.tfrecords import parse_example
+from bert_keras.serving import export
 from bert_keras.serving.tfserving.local_server import LocalModelServer
 from bert_keras.serving.tfserving.session import SessionPredictor
 from bert_keras_cli.cli import main as cli
@@ -29,21 +33,41 @@ ORIGINAL_FEATURES = {
 }
 
 
+class Killed(BaseException):
+    """Stands for SIGKILL: the process stops at once, whatever it was doing."""
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
+    """The demo killed during its export (the first SavedModel written, not yet checked) and
+    run again: its folder `out`, what both runs `printed`, what the second printed
+    (`resumed`), the fine-tuned model's modification time after the first (`finetuned_at`)
+    and the exports the first left (`left_behind`)."""
     out = tmp_path_factory.mktemp("demo")
-    import contextlib
-    import io
+    export_for_serving = export.export_for_serving
 
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
+    def killed_once_written(*args, **kwargs):
+        export_for_serving(*args, **kwargs)
+        raise Killed
+
+    first, second = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(first):
+        patch.setattr(export, "export_for_serving", killed_once_written)
+        with pytest.raises(Killed):
+            cli(["demo", "--output-dir", str(out), *SMALL])
+    finetuned_at = (out / "finetune" / "best.keras").stat().st_mtime_ns
+    left_behind = sorted(path.name for path in (out / "serving").iterdir())
+    with contextlib.redirect_stdout(second):
         assert cli(["demo", "--output-dir", str(out), *SMALL]) == 0
-    return out, buffer.getvalue()
+    printed = first.getvalue() + second.getvalue()
+    return SimpleNamespace(
+        out=out, printed=printed, resumed=second.getvalue(), finetuned_at=finetuned_at, left_behind=left_behind
+    )
 
 
 @pytest.mark.slow
 def test_demo_writes_every_artefact(demo_run):
-    out, printed = demo_run
+    out, printed = demo_run.out, demo_run.printed
     for number in range(1, 9):
         assert f"[{number}/8]" in printed
     # Pre-training was evaluated on held-out text at every checkpoint, kept out of training.
@@ -111,7 +135,7 @@ def test_demo_writes_every_artefact(demo_run):
 
 @pytest.mark.slow
 def test_demo_answers_are_valid_served_predictions(demo_run):
-    out, printed = demo_run
+    out, printed = demo_run.out, demo_run.printed
     fill_mask = SessionPredictor(out / "serving" / "fill_mask" / "1")
     answers = fill_mask.predict_texts(text=list(FILL_MASK_REQUESTS))
     fill_mask.close()
@@ -147,15 +171,14 @@ def test_demo_answers_are_valid_served_predictions(demo_run):
 
 
 @pytest.mark.slow
-def test_demo_run_again_resumes_instead_of_redoing(demo_run, capsys):
-    out, _ = demo_run
-    (out / ".done" / "export").unlink()  # as if the first run had stopped during the export
-    stamp = (out / "finetune" / "best.keras").stat().st_mtime_ns
-    assert cli(["demo", "--output-dir", str(out), *SMALL]) == 0
-    printed = capsys.readouterr().out
-    assert printed.count("done by an earlier run") == 6
-    assert "$ bert-keras export" in printed and "$ bert-keras pretrain" not in printed
-    assert (out / "finetune" / "best.keras").stat().st_mtime_ns == stamp
+def test_demo_run_again_resumes_instead_of_redoing(demo_run):
+    """The run after the kill skips the six stages done and redoes the export, both models."""
+    resumed = demo_run.resumed
+    assert demo_run.left_behind == ["fill_mask"]  # the kill left an export unchecked
+    assert resumed.count("done by an earlier run") == 6
+    assert resumed.count("$ bert-keras export") == 2 and "$ bert-keras pretrain" not in resumed
+    assert (demo_run.out / "finetune" / "best.keras").stat().st_mtime_ns == demo_run.finetuned_at
+    assert (demo_run.out / ".done" / "export").exists()
 
 
 @pytest.mark.slow
@@ -167,7 +190,7 @@ def test_demo_classifier_exports_to_litert_and_onnx(demo_run, tmp_path, capsys, 
 
     from bert_keras.serving import deploy
 
-    out, _ = demo_run
+    out = demo_run.out
     model = keras.saving.load_model(out / "finetune" / "best.keras")
     path = tmp_path / f"demo.{format}"
     assert cli(["export", str(out / "finetune" / "best.keras"), "--format", format, "--out", str(path)]) == 0

@@ -114,9 +114,10 @@ def test_dry_run_lists_the_papers_grids_and_bad_grids_are_one_line_errors(tmp_pa
 def test_two_workers_run_every_trial_once_and_keep_the_best(tmp_path, capsys):
     """Two processes started together on one folder: four trials (two of batch 0, which
     fail) each run once, by either; best.keras is the trial of the best nDCG@10; the same
-    command again only reports; another grid in that folder is refused, naming what differs."""
+    command again only reports; another grid in that folder is refused, naming what differs.
+    --grace-period 20: a worker waiting on the other's trial looks again every 5 s, not 75."""
     output = tmp_path / "search"
-    argv = [*embedder_command(tmp_path), "--output-dir", str(output), "--epochs", "1"]
+    argv = [*embedder_command(tmp_path), "--output-dir", str(output), "--epochs", "1", "--grace-period", "20"]
     grid = ["--learning-rate", "1e-3,1e-4", "--batch-size", "4,0"]
     workers = [worker([*argv, *grid]) for _ in range(2)]
     outputs = [process.communicate(timeout=600)[0] for process in workers]
