@@ -106,13 +106,15 @@ def test_distill_writes_a_smaller_classifier_and_both_metrics(run_files, capsys)
 @pytest.mark.slow
 def test_labels_only_and_cached_teacher(run_files):
     folder, _ = run_files
-    assert distill(folder, "baseline", "--labels-only", "--student", "teacher:1") == 0
-    assert json.loads((folder / "baseline" / "distill_results.json").read_text())["alpha"] == 0.0
-    assert distill(folder, "cached", "--cache-teacher", "--student", "teacher:1") == 0
+    assert distill(folder, "labels-then-cached", "--labels-only", "--student", "teacher:1") == 0
+    assert json.loads((folder / "labels-then-cached" / "distill_results.json").read_text())["alpha"] == 0.0
     # --overwrite replaces the run: the old run's files go first (a stale epoch's logs with them).
-    (folder / "cached" / "logs" / "stale").mkdir()
-    assert distill(folder, "cached", "--cache-teacher", "--student", "teacher:1", "--overwrite") == 0
-    assert not (folder / "cached" / "logs" / "stale").exists() and (folder / "cached" / "best.keras").exists()
+    (folder / "labels-then-cached" / "logs" / "stale").mkdir()
+    flags = ["--cache-teacher", "--student", "teacher:1", "--overwrite"]
+    assert distill(folder, "labels-then-cached", *flags) == 0
+    cached = folder / "labels-then-cached"
+    assert json.loads((cached / "distill_results.json").read_text())["alpha"] > 0.0
+    assert not (cached / "logs" / "stale").exists() and (cached / "best.keras").exists()
 
 
 @pytest.mark.slow
