@@ -186,25 +186,22 @@ def test_shards_are_the_recipe_on_their_documents_whatever_the_workers(tmp_path,
         assert records(tmp_path / "w1" / shard.output) == expected_records(documents, tokenizer, SMALL, shard.index)
 
 
-def cli(*args):
-    return [
-        sys.executable,
-        "-m",
-        "bert_keras_cli.cli",
-        "create-pretraining-data",
-        "--vocab",
-        str(VOCAB_FILE),
-        *map(str, args),
-    ]
+def cli_arguments(*args):
+    return ["create-pretraining-data", "--vocab", str(VOCAB_FILE), *map(str, args)]
 
 
 @pytest.mark.slow
-def test_a_killed_run_resumes_to_the_same_bytes(tmp_path, two_books):
+def test_a_killed_run_resumes_to_the_same_bytes(tmp_path, two_books, capsys):
+    """Killed (SIGKILL, in a process of its own) after its first shard, the run made again
+    skips the finished shards and ends with the bytes of an uninterrupted run; the other
+    runs are the CLI in this process."""
+    from bert_keras_cli.cli import main
+
     args = ["--input", *two_books, "--shard-size", "0.05", "--dupe-factor", "3"]
-    subprocess.run(cli(*args, "--output", tmp_path / "straight" / "d"), cwd=ROOT, check=True, capture_output=True)
+    assert main(cli_arguments(*args, "--output", tmp_path / "straight" / "d")) == 0
     manifest = tmp_path / "killed" / "d.manifest.json"
     process = subprocess.Popen(
-        cli(*args, "--output", tmp_path / "killed" / "d"),
+        [sys.executable, "-m", "bert_keras_cli.cli", *cli_arguments(*args, "--output", tmp_path / "killed" / "d")],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -218,16 +215,13 @@ def test_a_killed_run_resumes_to_the_same_bytes(tmp_path, two_books):
     process.wait()
     state = json.loads(manifest.read_text())
     assert 0 < len(state["shards"]) < len(state["plan"]) and state["status"] == "incomplete"
-    rerun = subprocess.run(
-        cli(*args, "--output", tmp_path / "killed" / "d"), cwd=ROOT, check=True, capture_output=True, text=True
-    )
-    assert f"{len(state['shards'])} already done" in rerun.stderr
+    capsys.readouterr()
+    assert main(cli_arguments(*args, "--output", tmp_path / "killed" / "d")) == 0
+    assert f"{len(state['shards'])} already done" in capsys.readouterr().err
     killed = output_bytes(tmp_path / "killed")
     assert killed == output_bytes(tmp_path / "straight")  # no .partial file left either
-    changed = subprocess.run(
-        cli(*args, "--seed", "1", "--output", tmp_path / "killed" / "d"), cwd=ROOT, capture_output=True, text=True
-    )
-    assert changed.returncode == 2 and "made with other settings (they differ in recipe)" in changed.stderr
+    assert main(cli_arguments(*args, "--seed", "1", "--output", tmp_path / "killed" / "d")) == 2
+    assert "made with other settings (they differ in recipe)" in capsys.readouterr().err
 
 
 def test_beam_direct_runner_writes_the_local_runners_bytes(tmp_path, tokenizer, two_books):

@@ -106,22 +106,15 @@ def test_distill_writes_a_smaller_classifier_and_both_metrics(run_files, capsys)
 @pytest.mark.slow
 def test_labels_only_and_cached_teacher(run_files):
     folder, _ = run_files
-    assert distill(folder, "baseline", "--labels-only", "--student", "teacher:1") == 0
-    assert json.loads((folder / "baseline" / "distill_results.json").read_text())["alpha"] == 0.0
-    assert distill(folder, "cached", "--cache-teacher", "--student", "teacher:1") == 0
+    assert distill(folder, "labels-then-cached", "--labels-only", "--student", "teacher:1") == 0
+    assert json.loads((folder / "labels-then-cached" / "distill_results.json").read_text())["alpha"] == 0.0
     # --overwrite replaces the run: the old run's files go first (a stale epoch's logs with them).
-    (folder / "cached" / "logs" / "stale").mkdir()
-    assert distill(folder, "cached", "--cache-teacher", "--student", "teacher:1", "--overwrite") == 0
-    assert not (folder / "cached" / "logs" / "stale").exists() and (folder / "cached" / "best.keras").exists()
-
-
-@pytest.mark.slow
-def test_augmented_copies_join_the_training_set(run_files):
-    folder, _ = run_files
-    assert distill(folder, "augmented", "--augment", "2", "--student", "teacher:1") == 0
-    results = json.loads((folder / "augmented" / "distill_results.json").read_text())
-    assert results["training_set"] == 6 + 2 * 6 and results["augment"] == 2
-    assert results["augment_probability"] == 0.4 and results["unlabeled_files"] == []
+    (folder / "labels-then-cached" / "logs" / "stale").mkdir()
+    flags = ["--cache-teacher", "--student", "teacher:1", "--overwrite"]
+    assert distill(folder, "labels-then-cached", *flags) == 0
+    cached = folder / "labels-then-cached"
+    assert json.loads((cached / "distill_results.json").read_text())["alpha"] > 0.0
+    assert not (cached / "logs" / "stale").exists() and (cached / "best.keras").exists()
 
 
 @pytest.mark.slow
@@ -207,9 +200,10 @@ def test_bad_input_is_one_line(run_files, capsys):
 
 
 @pytest.mark.slow
-def test_a_teacher_named_on_the_hub(run_files, tmp_path, monkeypatch, capsys):
+def test_a_teacher_named_on_the_hub_and_augmented_copies(run_files, tmp_path, monkeypatch, capsys):
     """`--teacher ORG/NAME` downloads the fine-tuned Hugging Face folder, and the run's
-    run.json records the repo and the commit it resolved to, as printed."""
+    run.json records the repo and the commit it resolved to, as printed; `--augment 2`'s
+    copies of the training set join it."""
     folder, teacher = run_files
     files = {path.name: path.read_bytes() for path in (folder / "teacher-hf").iterdir()}
     commit = "3" * 40
@@ -217,12 +211,15 @@ def test_a_teacher_named_on_the_hub(run_files, tmp_path, monkeypatch, capsys):
         use_hub(monkeypatch, tmp_path / "home", server.url)
         data = ["--train", str(folder / "train.tsv"), "--dev", str(folder / "train.tsv"), "--verbose", "0"]
         flags = ["--student", "teacher:1", "--max-train-steps", "1", "--batch-size", "6", "--epochs", "1"]
+        flags += ["--augment", "2"]
         flags += ["--output-dir", str(tmp_path / "run")]
         assert main(["distill", "--teacher", "acme/tiny-sst", *flags, *data]) == 0
     assert f"resolved acme/tiny-sst@main to commit {commit}" in capsys.readouterr().out
     results = json.loads((tmp_path / "run" / "distill_results.json").read_text())
     labels = [["bad", "good"].index(label) for label in LABELS]
     assert results["teacher"]["accuracy"] == accuracy(labels, teacher.predict(TEXTS, verbose=0).argmax(-1))
+    assert results["training_set"] == 6 + 2 * 6 and results["augment"] == 2
+    assert results["augment_probability"] == 0.4 and results["unlabeled_files"] == []
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["teacher"]["repo_id"] == "acme/tiny-sst" and record["teacher"]["commit"] == commit
     assert record["command"][:4] == ["bert-keras", "distill", "--teacher", "acme/tiny-sst"]
