@@ -86,9 +86,9 @@ def test_float32_exports_equal_keras(name, format, float32_exports):
 
 @pytest.fixture(scope="module")
 def quantizable(tmp_path_factory):
-    """`export(format)`: a model whose matrices are big enough to quantize, and its float32
-    export in `format` (ids in, so that the tokenizer's tables do not weigh in the sizes),
-    converted once a module for the quantized exports to compare with."""
+    """(model, `export(format, quantize=None)`): a model whose matrices are big enough to
+    quantize, and the path of its export (ids in, so that the tokenizer's tables do not
+    weigh in the sizes), converted once a module: the quantized cases share the float32 one."""
     encoder = BertEncoder(dataclasses.replace(TINY, hidden_size=64, intermediate_size=256))
     model = BertClassifier(encoder, num_classes=2, segments=("text_a", "text_b"))
     folder = tmp_path_factory.mktemp("quantizable")
