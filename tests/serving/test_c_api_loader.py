@@ -12,8 +12,6 @@ import dataclasses
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +39,6 @@ from bert_keras.serving.tfserving.c_api_loader import CApiError, CApiPredictor, 
 from bert_keras.serving.tfserving.session import ServingError, SessionPredictor, make_request
 from bert_keras.tasks.multiple_choice import pack_choices
 
-ROOT = Path(__file__).resolve().parents[2]
 needs_gcc = pytest.mark.skipif(
     shutil.which("gcc") is None, reason="gcc is not on PATH: the C-API loader cannot be compiled"
 )
@@ -302,35 +299,26 @@ def tiny_encoder_file(folder):
 
 
 @pytest.mark.slow
-def test_export_whose_loader_cannot_be_built_is_written_with_the_check_skipped(tmp_path):
+def test_export_whose_loader_cannot_be_built_is_written_with_the_check_skipped(tmp_path, monkeypatch, capsys):
     """A compiler that fails (not a missing one) and an empty build cache: the export is
     still written and loads; the C++ loader check is one `skipped` line with the reason."""
+    from bert_keras_cli.cli import main
+
     (tmp_path / "bin").mkdir()
     gcc = tmp_path / "bin" / "gcc"
     gcc.write_text("#!/bin/sh\necho 'gcc: fatal error: cannot execute cc1: No such file or directory' >&2\nexit 1\n")
     gcc.chmod(0o755)
     (tmp_path / "cache").mkdir()  # $XDG_CACHE_HOME: c_api_loader.build caches under it, empty here
-    env = {
-        **os.environ,
-        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
-        "XDG_CACHE_HOME": str(tmp_path / "cache"),
-        "PYTHONPATH": str(ROOT),
-    }
-    out = subprocess.run(
-        [str(Path(sys.executable).parent / "bert-keras"), "export", *tiny_encoder_file(tmp_path), "--out", "m"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    skipped = [line for line in out.stdout.splitlines() if "C++ loader check" in line]
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert main(["export", *tiny_encoder_file(tmp_path), "--out", str(tmp_path / "m")]) == 0
+    out = capsys.readouterr()
+    skipped = [line for line in out.out.splitlines() if "C++ loader check" in line]
     assert skipped == [
         "  C++ loader check skipped: compiling c_api_predict.c failed: "
         "gcc: fatal error: cannot execute cc1: No such file or directory"
-    ], out.stdout
-    assert "Traceback" not in out.stderr
+    ], out.out
+    assert "Traceback" not in out.err
     predictor = SessionPredictor(tmp_path / "m" / "1")
     try:
         outputs = predictor.predict(make_request("bert", "serving_default", {"text": ["the quick brown fox"]}))

@@ -48,38 +48,71 @@ def heads():
     }
 
 
+SUFFIX = {"litert": ".tflite", "onnx": ".onnx"}
+
+
+@pytest.fixture(scope="module")
+def float32_exports(tmp_path_factory):
+    """`export(name, format)`: (model, whether LiteRT should take its text, path, whether the
+    export took text) of a head's float32 export, converted once a module (the classifier's
+    LiteRT file is also read by the refusal check)."""
+    exports = {}
+
+    def export(name, format):
+        if (name, format) not in exports:
+            model, text = heads()[name]()
+            path = tmp_path_factory.mktemp(f"{name}-{format}") / f"model{SUFFIX[format]}"
+            if format == "litert":
+                took = deploy.export_litert(model, tiny_preprocessor(), path)
+            else:
+                took = deploy.export_onnx(model, tiny_preprocessor(), path)
+            exports[name, format] = model, text, path, took
+        return exports[name, format]
+
+    return export
+
+
 @pytest.mark.slow  # 18 conversions, ~5 s each
 @pytest.mark.parametrize("name", sorted(heads()))
 @pytest.mark.parametrize("format", deploy.FORMATS)
-def test_float32_exports_equal_keras(name, format, tmp_path):
-    model, text = heads()[name]()
-    preprocessor = tiny_preprocessor()
-    path = tmp_path / f"model.{'tflite' if format == 'litert' else 'onnx'}"
+def test_float32_exports_equal_keras(name, format, float32_exports):
+    model, text, path, took = float32_exports(name, format)
     if format == "litert":
-        assert deploy.export_litert(model, preprocessor, path) == text
-    else:
-        deploy.export_onnx(model, preprocessor, path)
+        assert took == text
     assert path.with_suffix(".vocab.txt").read_text(encoding="utf-8").splitlines() == VOCAB
-    differences = deploy.check_export(format, path, model, preprocessor, texts=TEXTS)
+    differences = deploy.check_export(format, path, model, tiny_preprocessor(), texts=TEXTS)
     assert differences and max(differences.values()) <= deploy.TOLERANCE, differences
+
+
+@pytest.fixture(scope="module")
+def quantizable(tmp_path_factory):
+    """(model, `export(format, quantize=None)`): a model whose matrices are big enough to
+    quantize, and the path of its export (ids in, so that the tokenizer's tables do not
+    weigh in the sizes), converted once a module: the quantized cases share the float32 one."""
+    encoder = BertEncoder(dataclasses.replace(TINY, hidden_size=64, intermediate_size=256))
+    model = BertClassifier(encoder, num_classes=2, segments=("text_a", "text_b"))
+    folder = tmp_path_factory.mktemp("quantizable")
+
+    def export(format, quantize=None):
+        path = folder / f"{quantize or 'float32'}{SUFFIX[format]}"
+        if not path.exists():
+            convert = functools.partial(deploy.export_litert, text=False) if format == "litert" else deploy.export_onnx
+            convert(model, tiny_preprocessor(), path, quantize=quantize)
+        return path
+
+    return model, export
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("format", "quantize"), [("litert", "int8"), ("litert", "float16"), ("onnx", "int8")])
-def test_quantized_exports_run_and_shrink(format, quantize, tmp_path):
-    """Quantized exports of a model whose matrices are big enough to quantize: smaller
-    files, outputs close to float32 (the accuracy cost on SST-2 is in bench_deploy.py). Ids
-    in, so that the tokenizer's tables do not weigh in the sizes."""
-    encoder = BertEncoder(dataclasses.replace(TINY, hidden_size=64, intermediate_size=256))
-    model = BertClassifier(encoder, num_classes=2, segments=("text_a", "text_b"))
-    preprocessor = tiny_preprocessor()
-    export = functools.partial(deploy.export_litert, text=False) if format == "litert" else deploy.export_onnx
-    suffix = ".tflite" if format == "litert" else ".onnx"
-    export(model, preprocessor, tmp_path / f"float32{suffix}")
-    export(model, preprocessor, tmp_path / f"{quantize}{suffix}", quantize=quantize)
-    float_size = (tmp_path / f"float32{suffix}").stat().st_size
-    assert (tmp_path / f"{quantize}{suffix}").stat().st_size < (0.6 if quantize == "float16" else 0.5) * float_size
-    differences = deploy.check_export(format, tmp_path / f"{quantize}{suffix}", model, preprocessor, texts=TEXTS)
+def test_quantized_exports_run_and_shrink(format, quantize, quantizable):
+    """Quantized exports: smaller files, outputs close to float32 (the accuracy cost on
+    SST-2 is in bench_deploy.py)."""
+    model, export = quantizable
+    float_size = export(format).stat().st_size
+    path = export(format, quantize)
+    assert path.stat().st_size < (0.6 if quantize == "float16" else 0.5) * float_size
+    differences = deploy.check_export(format, path, model, tiny_preprocessor(), texts=TEXTS)
     assert 0 < differences["probabilities"] < 0.05, differences
 
 
@@ -95,17 +128,24 @@ def sst2(split, rows):
 INT8_AGREEMENT = {"litert": (0.99, 0.995, 0.97), "onnx": (0.975, 0.985, 0.92)}  # least, mean cosine; class
 
 
-@pytest.mark.slow  # two int8 conversions of a real 6-layer model, ~40 s each
-@pytest.mark.parametrize("format", deploy.FORMATS)
-def test_int8_exports_of_a_real_model_agree_with_float_on_real_text(format, minilm_dir, tmp_path):
-    """all-MiniLM-L6-v2's int8 export embeds SST-2 sentences as its Keras model does (cosine),
-    and classifies them alike: nearest of the two sentiment centroids of 200 training sentences."""
+@pytest.fixture(scope="module")
+def minilm_sst2(minilm_dir):
+    """all-MiniLM-L6-v2's Keras model, 128 SST-2 dev sentences, its float32 embeddings of
+    them and the two sentiment centroids of its embeddings of 200 training sentences."""
     model = BertTextEmbedder.from_checkpoint(minilm_dir, max_seq_length=128)
     texts, _ = sst2("dev", 128)
     training, labels = sst2("train", 200)
     trained = model.predict(training, verbose=0)
     centroids = np.stack([trained[labels == label].mean(0) for label in (0, 1)])
-    expected = model.predict(texts, verbose=0)
+    return model, texts, model.predict(texts, verbose=0), centroids
+
+
+@pytest.mark.slow  # two int8 conversions of a real 6-layer model, ~40 s each
+@pytest.mark.parametrize("format", deploy.FORMATS)
+def test_int8_exports_of_a_real_model_agree_with_float_on_real_text(format, minilm_sst2, tmp_path):
+    """all-MiniLM-L6-v2's int8 export embeds SST-2 sentences as its Keras model does (cosine),
+    and classifies them alike: nearest of the two sentiment centroids of 200 training sentences."""
+    model, texts, expected, centroids = minilm_sst2
     path = tmp_path / f"int8.{'tflite' if format == 'litert' else 'onnx'}"
     export = deploy.export_litert if format == "litert" else deploy.export_onnx
     export(model, model.preprocessor, path, quantize="int8")
@@ -139,10 +179,9 @@ def test_fill_mask_is_savedmodel_only(format, tmp_path):
 
 
 @pytest.mark.slow
-def test_litert_refuses_rather_than_answers_what_it_cannot_tokenize(tmp_path):
-    model = BertClassifier(tiny_encoder(), num_classes=2)
-    deploy.export_litert(model, tiny_preprocessor(), tmp_path / "m.tflite")
-    runtime = deploy.predictor("litert", tmp_path / "m.tflite")
+def test_litert_refuses_rather_than_answers_what_it_cannot_tokenize(float32_exports):
+    *_, path, _ = float32_exports("classifier", "litert")
+    runtime = deploy.predictor("litert", path)
     texts = np.array(["the dog", deploy.REFUSED_TEXT], dtype=object)
     raw = runtime.interpreter.get_signature_runner("serving_default")(text=texts)
     assert raw[deploy.EXACTNESS_OUTPUT].tolist() == [True, False]

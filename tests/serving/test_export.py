@@ -103,42 +103,40 @@ def test_op_gate(tiny_export):
         check_serving_ops(path, "2.9")
 
 
+# TensorFlow's `saved_model_cli`, once for each command line given as a JSON argument, in
+# one Python: its absl flags are cleared between commands, and each command's output
+# follows a `==> command` line.
+SAVED_MODEL_CLI = """
+import json, sys, tensorflow_text
+from absl import flags
+from tensorflow.python.tools import saved_model_cli
+for argv in json.loads(sys.argv[1]):
+    print("==>", argv[0], flush=True)
+    sys.argv = ["saved_model_cli", *argv]
+    try:
+        saved_model_cli.main()
+    except SystemExit as exit:
+        if exit.code:
+            raise
+    flags.FLAGS.unparse_flags()
+"""
+
+
 @pytest.mark.slow
 def test_saved_model_cli_show_and_run(tiny_export, tmp_path):
     _, _, path = tiny_export
-    cli = (
-        "import sys, tensorflow_text; from tensorflow.python.tools import saved_model_cli; "
-        "sys.argv = ['saved_model_cli'] + sys.argv[1:]; saved_model_cli.main()"
+    commands = [
+        ["show", "--dir", str(path), "--all"],
+        ["run", "--dir", str(path), "--tag_set", "serve", "--signature_def", "serving_default"]
+        + ["--input_exprs", "text=['the quick fox!']", "--outdir", str(tmp_path), "--overwrite"],
+    ]
+    cli = subprocess.run(
+        [sys.executable, "-c", SAVED_MODEL_CLI, json.dumps(commands)], capture_output=True, text=True, timeout=120
     )
-    show = subprocess.run(
-        [sys.executable, "-c", cli, "show", "--dir", str(path), "--all"], capture_output=True, text=True, timeout=120
-    )
-    assert show.returncode == 0, show.stderr
-    assert "signature_def['serving_default']" in show.stdout
-    assert "inputs['text'] tensor_info" in show.stdout
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            cli,
-            "run",
-            "--dir",
-            str(path),
-            "--tag_set",
-            "serve",
-            "--signature_def",
-            "serving_default",
-            "--input_exprs",
-            "text=['the quick fox!']",
-            "--outdir",
-            str(tmp_path),
-            "--overwrite",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr
+    assert cli.returncode == 0, cli.stderr
+    show = cli.stdout.split("==> run")[0]
+    assert "signature_def['serving_default']" in show
+    assert "inputs['text'] tensor_info" in show
     pooled = np.load(tmp_path / "pooled_output.npy")
     encoder, preprocessor, _ = tiny_export
     expected = encoder(preprocessor(tf.constant(["the quick fox!"])))["pooled_output"]

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 from conftest import DATA, REFERENCE, require
-from harness import TINY, tiny_encoder, tiny_preprocessor
+from harness import TINY
 from original_tokenizer import original_ids
 
 from bench import real_texts
@@ -129,17 +129,35 @@ def test_invalid_utf8_is_dropped_as_the_original_drops_it(single, vocab_index):
         assert row == [tokenizer.cls_id, *original_ids(text, vocab_index, tokenizer.lower_case), tokenizer.sep_id]
 
 
+@pytest.fixture(scope="module")
+def reranker_export(tmp_path_factory, vocabulary):
+    """(model, tokenizer, runtime, whether it takes text, differences from Keras) of a
+    cross-encoder on the uncased vocabulary, pairs packed to 48, exported by
+    `export_checked` (its self-check runs pairs with accents, CJK, Greek); the uncased
+    text-pair file of the pair tokenization test too."""
+    tokenizer = BertTokenizer(vocabulary, lower_case=True)
+    config = dataclasses.replace(TINY, vocab_size=len(vocabulary), max_position_embeddings=48)
+    model = BertReranker(BertEncoder(config))
+    path = tmp_path_factory.mktemp("reranker") / "reranker.tflite"
+    preprocessor = BertPreprocessor(tokenizer, seq_length=None, max_seq_length=48)
+    text, differences = deploy.export_checked("litert", model, preprocessor, path)
+    return model, tokenizer, deploy.predictor("litert", path), text, differences
+
+
 @pytest.mark.slow
-def test_text_pairs_give_the_original_ids_truncated_longest_first(tmp_path_factory, vocabulary, vocab_index):
+def test_text_pairs_give_the_original_ids_truncated_longest_first(
+    tmp_path_factory, vocabulary, vocab_index, reranker_export
+):
     """Pairs (a reranker's query and passage), with the original run_classifier's pair
     truncation: pop from the longer segment, ties from the second."""
-    for lower_case in (True, False):
-        tokenizer, runtime = export(tmp_path_factory, vocabulary, lower_case, ("text_a", "text_b"), 48)
+    model, *uncased, _, _ = reranker_export
+    cased = export(tmp_path_factory, vocabulary, False, ("text_a", "text_b"), 48)
+    for (tokenizer, runtime), segments in ((uncased, model.segments), (cased, ("text_a", "text_b"))):
         pairs = real_texts.squad_pairs()[:12] + list(zip(real_texts.chat_lines(), HARD_TEXTS * 3))
-        rows, exact = tokenize(runtime, text_a=[a for a, _ in pairs], text_b=[b for _, b in pairs])
+        rows, exact = tokenize(runtime, **dict(zip(segments, zip(*pairs))))
         assert exact.all()
         for (first, second), row in zip(pairs, rows):
-            first, second = (original_ids(text, vocab_index, lower_case) for text in (first, second))
+            first, second = (original_ids(text, vocab_index, tokenizer.lower_case) for text in (first, second))
             while len(first) + len(second) > 48 - 3:
                 (first if len(first) > len(second) else second).pop()
             assert row == [tokenizer.cls_id, *first, tokenizer.sep_id, *second, tokenizer.sep_id]
@@ -163,13 +181,11 @@ def test_marks_nfd_would_reorder_are_refused_alone(single, vocab_index):
 
 
 @pytest.mark.slow
-def test_reranker_takes_query_and_passage_as_text(tmp_path):
+def test_reranker_takes_query_and_passage_as_text(reranker_export):
     """A cross-encoder's LiteRT file reads (query, passage) text pairs and scores them as
-    the Keras model does (the export's self-check runs pairs with accents, CJK, Greek)."""
-    model = BertReranker(tiny_encoder())
-    text, differences = deploy.export_checked("litert", model, tiny_preprocessor(), tmp_path / "reranker.tflite")
+    the Keras model does."""
+    model, _, runtime, text, differences = reranker_export
     assert text and 0 <= max(differences.values()) <= deploy.TOLERANCE, differences
-    runtime = deploy.predictor("litert", tmp_path / "reranker.tflite")
     assert runtime.signatures["serving_default"]["inputs"] == sorted(model.segments)
     queries = np.array(["où est la gare ?", "東京"], dtype=object)
     outputs = runtime(**dict(zip(model.segments, [queries, queries[::-1]])))
