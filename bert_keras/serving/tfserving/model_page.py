@@ -72,11 +72,23 @@ def declared_inputs(meta_graph, name):
     the names sorted where the object graph does not say)."""
     graph = meta_graph.object_graph_def
     for child in graph.nodes[0].children if graph.nodes else ():
-        node = graph.nodes[child.node_id]
-        if child.local_name == name and node.WhichOneof("kind") == "function" and node.function.concrete_functions:
-            arguments = graph.concrete_functions[node.function.concrete_functions[0]].canonicalized_input_signature
-            return [value.tensor_spec_value.name for value in arguments.tuple_value.values[0].tuple_value.values]
+        if child.local_name == name:
+            traced = _traced_function(graph.nodes[child.node_id])
+            if traced is not None:
+                arguments = graph.concrete_functions[traced].canonicalized_input_signature
+                return [value.tensor_spec_value.name for value in arguments.tuple_value.values[0].tuple_value.values]
     return sorted(meta_graph.signature_def[name].inputs)
+
+
+def _traced_function(node):
+    """The name of the traced function an object graph node saves: a `tf.function`'s first
+    trace, or a concrete function saved as it is (as `bert_keras` exports save them)."""
+    kind = node.WhichOneof("kind")
+    if kind == "function" and node.function.concrete_functions:
+        return node.function.concrete_functions[0]
+    if kind == "bare_concrete_function":
+        return node.bare_concrete_function.concrete_function_name
+    return None
 
 
 def _json(status, value):
