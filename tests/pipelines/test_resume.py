@@ -115,14 +115,20 @@ def command(kind, folder):
     return [*COMMANDS[kind](folder), *tiny_encoder_file(folder), *COMMON]
 
 
-def tensorboard_callbacks():
-    """The TensorBoard callbacks alive in this process."""
-    return [callback for callback in gc.get_objects() if isinstance(callback, keras.callbacks.TensorBoard)]
+def tensorboard_callbacks(model):
+    """The TensorBoard callbacks of `model`'s running `fit`. Not those of earlier tests: a test
+    that raised out of `fit` leaves its callback's writer pushed below this run's, and popping
+    that one first would leave this run's to pop onto no writer."""
+    return [
+        callback
+        for callback in gc.get_objects()
+        if isinstance(callback, keras.callbacks.TensorBoard) and callback.model is model
+    ]
 
 
-def tensorboard_writers():
-    """The summary writers of the TensorBoard callbacks alive in this process."""
-    return [writer for callback in tensorboard_callbacks() for writer in callback._writers.values()]
+def tensorboard_writers(model):
+    """The summary writers of `model`'s running TensorBoard callbacks."""
+    return [writer for callback in tensorboard_callbacks(model) for writer in callback._writers.values()]
 
 
 def kill_after(step):
@@ -134,11 +140,11 @@ def kill_after(step):
     def on_train_batch_end(self, batch, logs=None):
         original(self, batch, logs)
         if int(self.model.optimizer.iterations.numpy()) == step:
-            for callback in tensorboard_callbacks():
+            for callback in tensorboard_callbacks(self.model):
                 # A killed process leaves no default summary writer behind; this one goes on to other tests.
                 while callback._prev_summary_state:
                     callback._pop_writer()
-            for writer in tensorboard_writers():
+            for writer in tensorboard_writers(self.model):
                 writer.close()
             raise Killed(f"killed after step {step}")
 
@@ -154,7 +160,7 @@ def copy_after(step, folder, copy):
     def on_train_batch_end(self, batch, logs=None):
         original(self, batch, logs)
         if int(self.model.optimizer.iterations.numpy()) == step:
-            for writer in tensorboard_writers():
+            for writer in tensorboard_writers(self.model):
                 writer.flush()
             shutil.copytree(folder, copy)
 
