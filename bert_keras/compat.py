@@ -44,6 +44,9 @@ The hooks and the private symbols each relies on:
   function, which `save` writes as it is.
 - `saved_object`: a bare SavedModel object: `tf.__internal__.tracking.AutoTrackable`.
 - `dataset_graph`: the graph of a `tf.data.Dataset`, for tests: `Dataset._as_serialized_graph`.
+- `fast_wordpiece_model`: the flatbuffer `tf_text.FastWordpieceTokenizer` builds from a vocabulary,
+  built once and passed as its `model_buffer`: tf.text's builder
+  `tensorflow_text.core.pybinds.pywrap_fast_wordpiece_tokenizer_model_builder`.
 - `onednn_enabled`: whether TensorFlow runs oneDNN kernels, for tests:
   `tensorflow.python.util._pywrap_util_port.IsMklEnabled`.
 
@@ -347,6 +350,17 @@ def saved_object():
 def dataset_graph(dataset):
     """The `tf.compat.v1.GraphDef` that runs `dataset` (its ops and functions)."""
     return tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+
+
+def fast_wordpiece_model(
+    vocabulary, max_bytes_per_word, suffix_indicator, unknown_token, no_pretokenization, detokenize
+):
+    """The model `tf_text.FastWordpieceTokenizer(vocab=vocabulary, ...)` builds, as bytes."""
+    from tensorflow_text.core.pybinds import pywrap_fast_wordpiece_tokenizer_model_builder as builder
+
+    return builder.build_fast_wordpiece_model(
+        vocabulary, max_bytes_per_word, suffix_indicator, unknown_token, no_pretokenization, detokenize
+    )
 
 
 def onednn_enabled():

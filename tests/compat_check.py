@@ -15,6 +15,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from bert_keras.compat import (
     BuildsBeforeTracing,
@@ -23,6 +24,7 @@ from bert_keras.compat import (
     TensorBoard,
     accept_raw_inputs,
     dataset_graph,
+    fast_wordpiece_model,
     keep_input_dtype,
     keras_20585_unfixed,
     keras_20585_workaround,
@@ -46,6 +48,7 @@ def check():
     _check_write_archive()
     _check_saved_object()
     _check_dataset_graph()
+    _check_fast_wordpiece_model()
     _check_onednn_enabled()
 
 
@@ -370,3 +373,22 @@ def _check_onednn_enabled():
         assert onednn_enabled() == (switch == "1"), f"onednn_enabled() disagrees with TF_ENABLE_ONEDNN_OPTS={switch}"
     else:
         assert isinstance(onednn_enabled(), bool)
+
+
+def _check_fast_wordpiece_model():
+    vocab = ["[UNK]", "un", "##aff", "##able", "aff", ",", "é", "##s"]
+    text = tf.constant(["unaffable, affs", "éaff unknownword", "unaffableunaffable"])
+    for options in [(10, False, False), (100, True, True)]:
+        max_bytes, no_pretokenization, detokenize = options
+        kept = tf_text.FastWordpieceTokenizer(
+            vocab,
+            max_bytes_per_word=max_bytes,
+            no_pretokenization=no_pretokenization,
+            support_detokenization=detokenize,
+        )
+        built = fast_wordpiece_model(vocab, max_bytes, "##", "[UNK]", no_pretokenization, detokenize)
+        ours = tf_text.FastWordpieceTokenizer(model_buffer=built)
+        kept_ids, ours_ids = kept.tokenize(text), ours.tokenize(text)
+        assert kept_ids.to_list() == ours_ids.to_list(), f"fast_wordpiece_model{options}: {ours_ids} != {kept_ids}"
+        if detokenize:
+            assert ours.detokenize(ours_ids).numpy().tolist() == kept.detokenize(kept_ids).numpy().tolist()

@@ -36,6 +36,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_keras.text.packer import _waterfall_lengths, balanced_lengths
+from bert_keras.text.tokenizer import fast_wordpiece_tokenizer
 from bert_keras.text.words import ASCII_PUNCTUATION_RANGES, CJK_RANGES
 
 CODE_POINTS = 0x110000
@@ -194,19 +195,19 @@ class LiteRTTokenizer:
         self.bytes = tf_text.ByteSplitter()
         # A byte vocabulary: ids 1..255 are bytes that start a word, 257..511 bytes that continue it.
         byte_tokens = [bytes([byte]) for byte in range(1, 256)]
-        self.words = tf_text.FastWordpieceTokenizer(
-            vocab=[b"[NUL]", *byte_tokens, b"##[NUL]", *[b"##" + token for token in byte_tokens]],
-            suffix_indicator="##",
-            unknown_token="[NUL]",
+        self.words = fast_wordpiece_tokenizer(
+            [b"[NUL]", *byte_tokens, b"##[NUL]", *[b"##" + token for token in byte_tokens]],
+            100,
+            "[NUL]",
+            tf.int64,
             no_pretokenization=True,
-            support_detokenization=True,
+            detokenize=True,
         )
-        self.wordpiece = tf_text.FastWordpieceTokenizer(
-            vocab=tokenizer.vocabulary,
-            suffix_indicator="##",
-            max_bytes_per_word=4 * tokenizer.max_chars_per_word,  # longer words are found by characters
-            token_out_type=tf.int32,
-            unknown_token=tokenizer.unk_token,
+        self.wordpiece = fast_wordpiece_tokenizer(
+            tokenizer.vocabulary,
+            4 * tokenizer.max_chars_per_word,  # longer words are found by characters
+            tokenizer.unk_token,
+            tf.int32,
             no_pretokenization=True,
         )
 
