@@ -9,6 +9,13 @@ import pytest
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# An xdist worker's TensorFlow thread pools get its share of the cores, not all of them:
+# two workers on 2 cores ran tests/tasks/test_heads.py and three other modules in 157 s
+# with a thread each, 176-195 s with TensorFlow's default (docs/development.md).
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = str(max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", _share)
+    os.environ.setdefault("TF_NUM_INTEROP_THREADS", _share)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 DATA = SHARED / "data"
