@@ -35,8 +35,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bert_keras.text.fast_wordpiece import fast_wordpiece_tokenizer
 from bert_keras.text.packer import _waterfall_lengths, balanced_lengths
-from bert_keras.text.tokenizer import fast_wordpiece_tokenizer
 from bert_keras.text.words import ASCII_PUNCTUATION_RANGES, CJK_RANGES
 
 CODE_POINTS = 0x110000

@@ -37,17 +37,16 @@ separator, which keeps the final-sigma context) so that every piece maps back
 to the bytes of the input characters it came from.
 """
 
-import functools
 import os
 
 import keras
-import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_keras.checkpoint.text_files import vocab_tokens
-from bert_keras.compat import accept_raw_inputs, fast_wordpiece_model
+from bert_keras.compat import accept_raw_inputs
 from bert_keras.files import decode_text
+from bert_keras.text.fast_wordpiece import fast_wordpiece_tokenizer
 
 # Ops outside core TensorFlow that a graph using this tokenizer contains.
 NON_CORE_OPS = ("FastWordpieceTokenizeWithOffsets", "NormalizeUTF8")
@@ -78,26 +77,6 @@ def load_vocabulary(vocabulary):
             f"strings, got {type(vocabulary).__name__} of length {len(vocabulary)}."
         )
     return vocabulary
-
-
-def fast_wordpiece_tokenizer(
-    vocabulary, max_bytes_per_word, unknown_token, token_out_type, no_pretokenization=False, detokenize=False
-):
-    """`tf_text.FastWordpieceTokenizer` with "##" suffixes, its model built once per process for
-    each vocabulary and options: tf.text builds it on every construction (0.1 s for 30,522
-    tokens) and copies it through a Python list of its bytes, and every loaded model or
-    export constructs tokenizers."""
-    model = _fast_wordpiece_model(tuple(vocabulary), max_bytes_per_word, unknown_token, no_pretokenization, detokenize)
-    # A constant of the current graph (eager, or the function being traced), as tf.text makes it.
-    return tf_text.FastWordpieceTokenizer(token_out_type=token_out_type, model_buffer=tf.constant(model))
-
-
-@functools.lru_cache(maxsize=16)
-def _fast_wordpiece_model(vocabulary, max_bytes_per_word, unknown_token, no_pretokenization, detokenize):
-    model = fast_wordpiece_model(
-        list(vocabulary), max_bytes_per_word, "##", unknown_token, no_pretokenization, detokenize
-    )
-    return np.frombuffer(model, np.uint8)
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
