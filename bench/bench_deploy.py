@@ -126,7 +126,8 @@ def base_preprocessor():
 def export_peer(job):
     """Writes one export as `bert-keras export` does (with its self-check), in a process of its own."""
     from bert_keras.serving import deploy
-    from bert_keras.serving.export import export_for_serving, trained_inputs
+    from bert_keras.serving.export import export_for_serving
+    from bert_keras.serving.serving_tasks import trained_inputs
 
     stop_above(job["max_export_gb"])
     format, precision, path = job["format"], job["precision"], job["path"]

@@ -197,11 +197,12 @@ def run_savedmodel(args, model, preprocessor):
 def run_portable(args, model, preprocessor):
     from pathlib import Path
 
-    from bert_keras.serving import deploy, export, portable
+    from bert_keras.serving import deploy, portable
+    from bert_keras.serving.serving_tasks import trained_inputs
 
     if args.mediapipe:
         return run_mediapipe(args, model, preprocessor)
-    segments, labels = export.trained_inputs(model, args.segments and tuple(args.segments), args.labels)
+    segments, labels = trained_inputs(model, args.segments and tuple(args.segments), args.labels)
     try:
         text, differences = deploy.export_checked(
             args.format, model, preprocessor, args.out, labels, segments, args.quantize

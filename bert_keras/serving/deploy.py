@@ -41,7 +41,7 @@ from bert_keras.serving.portable import (
     require,
     write_vocab_beside,
 )
-from bert_keras.serving.serving_tasks import serving_signature
+from bert_keras.serving.serving_tasks import serving_signature, trained_inputs
 from bert_keras.tasks.serving_signature import ServingSignature
 
 FORMATS = ("litert", "onnx")
@@ -117,7 +117,7 @@ def litert_functions(model, preprocessor, labels=None, segments=None, text=True)
     (text -> packed ids + `tokenized_exactly`). Ids in: `serving_default` on the ids."""
     refuse_windows(model, "LiteRT")
     signature = serving_signature(model, preprocessor, labels)
-    segments = tuple(segments or getattr(model, "segments", None) or signature.segments)
+    segments = tuple(segments or signature.segments)
     if not (text and takes_text(signature)):
         return {"serving_default": ids_function(signature)}, False
     serve_text, specs, packer = text_function(signature, preprocessor, segments)
@@ -131,7 +131,9 @@ def litert_functions(model, preprocessor, labels=None, segments=None, text=True)
 
 def export_litert(model, preprocessor, path, labels=None, segments=None, quantize=None, text=True):
     """Writes `path` (.tflite) and `<stem>.vocab.txt` beside it; returns whether it takes
-    text (where the model allows it, unless `text=False`)."""
+    text (where the model allows it, unless `text=False`). `labels` and `segments` default
+    to the model's own, as the SavedModel export's do."""
+    segments, labels = trained_inputs(model, segments, labels)
     functions, text = litert_functions(model, preprocessor, labels, segments, text)
     flatbuffer = litert_flatbuffer(functions, quantize, type(model).__name__)
     path = Path(path)
@@ -206,8 +208,9 @@ def check_export(format, path, model, preprocessor, labels=None, segments=None, 
     """Loads the export in its runtime, runs `texts` (as text where it takes text, else
     packed) and returns {output: largest difference from Keras}. LiteRT text exports are
     also checked to refuse a text they cannot tokenize exactly."""
+    segments, labels = trained_inputs(model, segments, labels)
     signature = serving_signature(model, preprocessor, labels)
-    segments = tuple(segments or getattr(model, "segments", None) or signature.segments)
+    segments = tuple(segments or signature.segments)
     runtime = predictor(format, path)
     texts = [tf.constant(list(texts))] * len(segments)
     if format == "litert" and "tokenize" in runtime.signatures:

@@ -21,7 +21,6 @@ Signatures:
 Outputs are float32 even for mixed-precision models, since REST JSON has no bfloat16.
 """
 
-import warnings
 from pathlib import Path
 
 import keras
@@ -33,7 +32,7 @@ from bert_keras.checkpoint.text_files import read_labels, write_labels, write_vo
 from bert_keras.compat import write_archive
 from bert_keras.models.dtype import warn_if_slow_bfloat16, with_dtype
 from bert_keras.serving.layout import EXTRA_DIR, WARMUP_PATH, serving_signatures
-from bert_keras.serving.serving_tasks import serving_signature, text_runner
+from bert_keras.serving.serving_tasks import serving_signature, text_runner, trained_inputs
 from bert_keras.tasks.preprocessing import preprocessor_for
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.text.tokenizer import BertTokenizer
@@ -183,22 +182,6 @@ def _write_assets(path, preprocessor, labels, head_kind):
         write_labels(labels, extra / LABELS_FILE)
     if head_kind is not None:
         (extra / HEAD_KIND_FILE).write_text(f"{head_kind}\n", encoding="utf-8")
-
-
-def trained_inputs(model, segments=None, labels=None):
-    """The text inputs and labels to serve: those the model was trained with (recorded
-    by `BertTask`), unless given; a given value that contradicts them is warned about,
-    since the export would then answer inputs the model never saw."""
-    trained_segments, trained_labels = getattr(model, "segments", None), getattr(model, "labels", None)
-    if segments is not None and trained_segments is not None and tuple(segments) != tuple(trained_segments):
-        what = "a different number of text inputs" if len(segments) != len(trained_segments) else "other input names"
-        warnings.warn(
-            f"serving text inputs {list(segments)}: {what} than the model was trained on ({list(trained_segments)})",
-            stacklevel=3,
-        )
-    if labels is not None and trained_labels is not None and list(labels) != list(trained_labels):
-        warnings.warn(f"serving labels {list(labels)} differ from the model's own {trained_labels}", stacklevel=3)
-    return (segments if segments is not None else trained_segments, labels if labels is not None else trained_labels)
 
 
 def bounded_preprocessor(preprocessor, doc_stride=None, max_windows=None):

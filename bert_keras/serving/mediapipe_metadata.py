@@ -29,8 +29,7 @@ import tensorflow as tf
 
 from bert_keras.models.encoder import INPUT_NAMES
 from bert_keras.serving import deploy, portable
-from bert_keras.serving.export import trained_inputs
-from bert_keras.serving.serving_tasks import serving_signature
+from bert_keras.serving.serving_tasks import serving_signature, trained_inputs
 from bert_keras.text.preprocessor import BertPreprocessor
 
 METADATA_NAME = "TFLITE_METADATA"

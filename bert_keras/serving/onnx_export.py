@@ -27,17 +27,18 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras.serving.portable import check_quantize, ids_function, refuse_windows, require, write_vocab_beside
-from bert_keras.serving.serving_tasks import serving_signature
+from bert_keras.serving.serving_tasks import serving_signature, trained_inputs
 
 ONNX_OPSET = 17
 
 
 def export_onnx(model, preprocessor, path, labels=None, quantize=None):
     """Writes `path` (.onnx, inputs `input_word_ids`, `input_mask`, `input_type_ids`) and
-    `<stem>.vocab.txt` beside it."""
+    `<stem>.vocab.txt` beside it. `labels` default to the model's own."""
     check_quantize("onnx", quantize)
     refuse_windows(model, "ONNX")
     require("tf2onnx", "the ONNX export")
+    labels = trained_inputs(model, labels=labels)[1]
     proto = convert(serving_signature(model, preprocessor, labels), model)
     path = Path(path)
     if quantize is None:

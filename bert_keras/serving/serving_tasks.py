@@ -12,6 +12,8 @@ length-sorted micro-batches (`length_sorted`): a request's texts differ in lengt
 padding them all to the longest wastes most of the work on the short ones.
 """
 
+import warnings
+
 import tensorflow as tf
 
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
@@ -34,6 +36,23 @@ def serving_signature(model, preprocessor, labels=None, top_k=5):
     if not hasattr(model, "serving_signature"):
         raise TypeError(f"no serving outputs defined for {type(model).__name__}")
     return model.serving_signature(preprocessor, labels=labels)
+
+
+def trained_inputs(model, segments=None, labels=None):
+    """The text inputs and labels to serve: those the model was trained with (recorded
+    by `BertTask`), unless given; a given value that contradicts them is warned about,
+    since the export would then answer inputs the model never saw (once: an export that
+    checks itself resolves them again)."""
+    trained_segments, trained_labels = getattr(model, "segments", None), getattr(model, "labels", None)
+    if segments is not None and trained_segments is not None and tuple(segments) != tuple(trained_segments):
+        what = "a different number of text inputs" if len(segments) != len(trained_segments) else "other input names"
+        warnings.warn(
+            f"serving text inputs {list(segments)}: {what} than the model was trained on ({list(trained_segments)})",
+            stacklevel=1,
+        )
+    if labels is not None and trained_labels is not None and list(labels) != list(trained_labels):
+        warnings.warn(f"serving labels {list(labels)} differ from the model's own {trained_labels}", stacklevel=1)
+    return (segments if segments is not None else trained_segments, labels if labels is not None else trained_labels)
 
 
 def text_runner(signature, micro_batches=4):

@@ -16,8 +16,8 @@ import tensorflow as tf
 
 from bert_keras.models.encoder import BertEncoder
 from bert_keras.serving.batch.records import head_kind, records
-from bert_keras.serving.export import BYTES_PER_TOKEN, bounded_preprocessor, serving_preprocessor, trained_inputs
-from bert_keras.serving.serving_tasks import serving_signature
+from bert_keras.serving.export import BYTES_PER_TOKEN, bounded_preprocessor, serving_preprocessor
+from bert_keras.serving.serving_tasks import serving_signature, trained_inputs
 from bert_keras.tasks.checkpoint_models import load_model as load_checkpoint_model
 from bert_keras.tasks.serving_signature import ServingSignature
 from bert_keras.tasks.task import with_windows
