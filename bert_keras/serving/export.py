@@ -21,6 +21,7 @@ Signatures:
 Outputs are float32 even for mixed-precision models, since REST JSON has no bfloat16.
 """
 
+import copy
 from pathlib import Path
 
 import keras
@@ -131,7 +132,11 @@ def _max_windows(model, doc_stride, max_windows):
 
 def _write_archive(path, signature, preprocessor, segments, micro_batches):
     """The SavedModel: `serving_default` on text, `serve_ids` on packed ids and, where
-    the signature serves them, `word_pieces` on text, and the head's `text_signatures`."""
+    the signature serves them, `word_pieces` on text, and the head's `text_signatures`.
+    The model is one function the endpoints call: traced once, not once per call site
+    (`serving_default`'s micro-batches call it twice, `serve_ids` once)."""
+    signature = copy.copy(signature)
+    signature.run = tf.function(signature.run, reduce_retracing=True)
     run_text = text_runner(signature, micro_batches)
 
     def serve_text(*texts):

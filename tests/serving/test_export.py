@@ -302,14 +302,22 @@ def softmax(x):
 
 
 @pytest.mark.slow
-def test_classifier_export_probabilities_and_labels(tmp_path, base_vocab_preprocessor):
+def test_classifier_export_probabilities_and_labels(tmp_path, base_vocab_preprocessor, monkeypatch):
+    """Also: the export traces the model once, its endpoints (`serving_default` on two
+    micro-batch slices, `serve_ids`) calling one function."""
     from bert_keras.tasks.classifier import BertClassifier
 
     model = BertClassifier(small_encoder(), num_classes=3)
+    traces, call = [], BertEncoder.call
+    monkeypatch.setattr(
+        BertEncoder, "call", lambda self, *args, **kwargs: traces.append(1) or call(self, *args, **kwargs)
+    )
     texts = ["a gripping, funny film", "dull"], ["it was fine", ""]
     path = export.export_for_serving(
         model, base_vocab_preprocessor, tmp_path, segments=("text_a", "text_b"), labels=["neg", "neutral", "pos"]
     )
+    assert len(traces) == 1
+    monkeypatch.undo()
     out = SessionPredictor(path).predict_texts(text_a=texts[0], text_b=texts[1])
     logits = model(base_vocab_preprocessor(tuple(tf.constant(t) for t in texts))).numpy()
     np.testing.assert_allclose(out["probabilities"], softmax(logits), atol=1e-5)
