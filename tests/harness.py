@@ -67,6 +67,9 @@ TINY = BertConfig(
     intermediate_size=32,
     max_position_embeddings=64,
 )
+# TINY of one layer, for tests of what sits above the encoder (heads, windows): each
+# layer's trace costs CPU-seconds.
+ONE_LAYER_TINY = BertConfig.from_dict({**TINY.to_dict(), "num_hidden_layers": 1})
 # An encoder config of odd sizes (vocabulary 99, feed-forward 37, 24 positions), for tests
 # on random ids that a swapped dimension would fail.
 ODD_TINY = BertConfig(
@@ -126,9 +129,9 @@ SERVING_RELEASE = "2.12"  # the op gate the exports must pass, as in test_export
 TOLERANCE = 1e-5  # export vs Keras model, float32
 
 
-def tiny_encoder(seed=0):
+def tiny_encoder(seed=0, config=TINY):
     keras.utils.set_random_seed(seed)
-    return BertEncoder(TINY)
+    return BertEncoder(config)
 
 
 def tiny_preprocessor(seq_length=None, max_seq_length=32):
