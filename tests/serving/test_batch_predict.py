@@ -549,7 +549,6 @@ def test_a_truncated_parquet_is_one_line_error(tmp_path, classifier_keras, capsy
     assert error.startswith(f"bert-keras predict: error: {cut}: not a readable .parquet file: ") and "\n" not in error
 
 
-@pytest.mark.slow
 def test_on_error_skip_writes_error_records(tmp_path, classifier_keras, classifier_predictor):
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"text": "the fox"}\n{"body": "x"}\nnot json\n{"text": "bad \xff"}\n{"text": "a dog"}\n')
