@@ -13,7 +13,7 @@ from harness import ONE_LAYER_TINY, TOLERANCE, run_task_test, tiny_encoder, tiny
 
 from bert_keras import BertClassifier, BertTextEmbedder
 from bert_keras.serving.export import describe_signatures
-from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
+from bert_keras.serving.tfserving.session import ServingError
 from bert_keras.tasks.windowing import preprocess_windows, truncation_notice
 
 LONG = "the quick brown fox jumps over the lazy dog , the cat was good , it is a bad film ."
@@ -147,6 +147,14 @@ def test_served_documents_equal_predict(tmp_path, pair):
     def check(model, out):
         np.testing.assert_allclose(out["logits"], model.predict(x, verbose=0), atol=TOLERANCE)
 
+    def check_bound(predictor):
+        longer = {name: [" ".join(texts[-2:])] for name, texts in request.items()}
+        with pytest.raises(ServingError, match=f"(?s)INVALID_ARGUMENT.*max_windows={most} "):
+            predictor.predict_texts(**longer)
+        huge = {name: [texts[-2] * 100] for name, texts in request.items()}
+        with pytest.raises(ServingError, match="(?s)INVALID_ARGUMENT.*bytes max_windows"):
+            predictor.predict_texts(**huge)
+
     texts = tuple(tf.constant(column) for column in x) if pair else tf.constant(x)
     most = int(tf.reduce_max(preprocess_windows(model.preprocessor, texts, 6).starts.row_lengths()))
     path = run_task_test(
@@ -157,16 +165,9 @@ def test_served_documents_equal_predict(tmp_path, pair):
         check,
         fit_data=None if pair else (x, np.array([0, 1, 2, 1, 0])),
         export_kwargs={"max_windows": most},
+        check_served=check_bound,
     )
     assert describe_signatures(path)["serve_ids"]["inputs"]["input_word_ids"] == ["int32", [-1, -1, -1]]
-    predictor = SessionPredictor(path, replay_warmup=False)
-    longer = {name: [" ".join(texts[-2:])] for name, texts in request.items()}
-    with pytest.raises(ServingError, match=f"(?s)INVALID_ARGUMENT.*max_windows={most} "):
-        predictor.predict_texts(**longer)
-    huge = {name: [texts[-2] * 100] for name, texts in request.items()}
-    with pytest.raises(ServingError, match="(?s)INVALID_ARGUMENT.*bytes max_windows"):
-        predictor.predict_texts(**huge)
-    predictor.close()
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from bert_keras import (
     BertSpanLabeler,
     BertTokenClassifier,
 )
-from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
+from bert_keras.serving.tfserving.session import ServingError
 from bert_keras.tasks.multiple_choice import pack_choices
 
 pytestmark = pytest.mark.slow  # most tests here take over 3 CPU-seconds (docs/development.md)
@@ -124,6 +124,14 @@ def test_multiple_choice(tmp_path):
         np.testing.assert_allclose(out["probabilities"], softmax(scores), atol=TOLERANCE)
         assert out["choice"].tolist() == scores.argmax(-1).tolist()
 
+    def check_shapes(predictor):
+        with pytest.raises(ServingError, match="INVALID_ARGUMENT.*choices must have rank 2"):
+            predictor.predict_texts(question=["a"], choices=["a", "b"])
+        with pytest.raises(ServingError, match="INVALID_ARGUMENT"):  # 2 questions, 1 row of choices
+            predictor.predict_texts(question=["a", "b"], choices=[["a", "b"]])
+        empty = predictor.predict_texts(question=np.array([], dtype=bytes), choices=np.zeros((0, 3), dtype=bytes))
+        assert empty["scores"].shape == (0, 3) and empty["choice"].shape == (0,)
+
     path = run_task_test(
         model,
         tmp_path,
@@ -131,19 +139,13 @@ def test_multiple_choice(tmp_path):
         {"question": questions, "choices": choices},
         check,
         fit_data=((questions, choices), np.array([0, 2])),
+        check_served=check_shapes,
     )
     from bert_keras.serving.export import describe_signatures
 
     inputs = describe_signatures(path)["serving_default"]["inputs"]
     assert inputs == {"question": ["string", [-1]], "choices": ["string", [-1, -1]]}
     assert describe_signatures(path)["serve_ids"]["inputs"]["input_word_ids"] == ["int32", [-1, -1, -1]]
-    predictor = SessionPredictor(path, replay_warmup=False)
-    with pytest.raises(ServingError, match="INVALID_ARGUMENT.*choices must have rank 2"):
-        predictor.predict_texts(question=["a"], choices=["a", "b"])
-    with pytest.raises(ServingError, match="INVALID_ARGUMENT"):  # 2 questions, 1 row of choices
-        predictor.predict_texts(question=["a", "b"], choices=[["a", "b"]])
-    empty = predictor.predict_texts(question=np.array([], dtype=bytes), choices=np.zeros((0, 3), dtype=bytes))
-    assert empty["scores"].shape == (0, 3) and empty["choice"].shape == (0,)
 
 
 @pytest.mark.parametrize("combine, pooling", [("concat", "mean"), ("stack", "cls")])
