@@ -67,6 +67,9 @@ TINY = BertConfig(
     intermediate_size=32,
     max_position_embeddings=64,
 )
+# TINY of one layer, for tests of what sits above the encoder (heads, windows): each
+# layer's trace costs CPU-seconds.
+ONE_LAYER_TINY = BertConfig.from_dict({**TINY.to_dict(), "num_hidden_layers": 1})
 # An encoder config of odd sizes (vocabulary 99, feed-forward 37, 24 positions), for tests
 # on random ids that a swapped dimension would fail.
 ODD_TINY = BertConfig(
@@ -126,9 +129,9 @@ SERVING_RELEASE = "2.12"  # the op gate the exports must pass, as in test_export
 TOLERANCE = 1e-5  # export vs Keras model, float32
 
 
-def tiny_encoder(seed=0):
+def tiny_encoder(seed=0, config=TINY):
     keras.utils.set_random_seed(seed)
-    return BertEncoder(TINY)
+    return BertEncoder(config)
 
 
 def tiny_preprocessor(seq_length=None, max_seq_length=32):
@@ -188,10 +191,10 @@ def assert_outputs_close(actual, expected, atol=TOLERANCE):
         np.testing.assert_allclose(a, e, atol=atol, rtol=0)
 
 
-def run_serialization_test(model, inputs, tmp_path):
+def run_serialization_test(model, inputs, tmp_path, predicted=None):
     """`.keras` round trip: same class and config, identical weights, identical
-    predictions on `inputs` (raw text when the model has a preprocessor). Returns the
-    loaded model."""
+    predictions on `inputs` (raw text when the model has a preprocessor) to `predicted`,
+    `model.predict(inputs)` when the caller has it already. Returns the loaded model."""
     path = tmp_path / f"{type(model).__name__}.keras"
     model.save(path)
     loaded = keras.saving.load_model(path)
@@ -201,11 +204,15 @@ def run_serialization_test(model, inputs, tmp_path):
     for saved, restored in zip(model.weights, loaded.weights):
         assert saved.path == restored.path
         np.testing.assert_array_equal(saved.numpy(), restored.numpy())
-    assert_outputs_close(loaded.predict(inputs, verbose=0), model.predict(inputs, verbose=0), atol=0)
+    if predicted is None:
+        predicted = model.predict(inputs, verbose=0)
+    assert_outputs_close(loaded.predict(inputs, verbose=0), predicted, atol=0)
     return loaded
 
 
-def run_task_test(model, tmp_path, predict_x, request, check_export, fit_data=None, export_kwargs=None):
+def run_task_test(
+    model, tmp_path, predict_x, request, check_export, fit_data=None, export_kwargs=None, check_served=None
+):
     """Everything a head must do, in order:
 
     1. `fit_data` = (x, y) raw: one epoch lowers nothing to NaN and changes the weights;
@@ -213,7 +220,9 @@ def run_task_test(model, tmp_path, predict_x, request, check_export, fit_data=No
     3. the `.keras` round trip (`run_serialization_test`);
     4. `export_for_serving` passes the op gate, loads in the TF1 session loader (which
        replays the warm-up requests), and `check_export(model, outputs)` holds for the
-       answer to the raw-text `request` (a dict of input name -> strings).
+       answer to the raw-text `request` (a dict of input name -> strings); then
+       `check_served(predictor)`, when given, runs a test's own checks on that loaded
+       export (a second load costs CPU-seconds).
     Returns the export path."""
     if fit_data is not None:
         x, y = fit_data
@@ -225,12 +234,14 @@ def run_task_test(model, tmp_path, predict_x, request, check_export, fit_data=No
     predicted = model.predict(predict_x, verbose=0)
     packed = model.preprocess_samples(_as_tensors(predict_x))
     assert_outputs_close(predicted, model(packed, training=False))
-    run_serialization_test(model, predict_x, tmp_path)
+    run_serialization_test(model, predict_x, tmp_path, predicted)
     path = export.export_for_serving(model, model.preprocessor, tmp_path / "export", **(export_kwargs or {}))
     check_serving_ops(path, SERVING_RELEASE)
     predictor = SessionPredictor(path)
     assert len(predictor.warmup_responses) == 2, "the warm-up requests were not replayed"
     check_export(model, predictor.predict_texts(**request))
+    if check_served is not None:
+        check_served(predictor)
     predictor.close()
     return path
 

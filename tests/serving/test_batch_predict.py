@@ -21,6 +21,7 @@ from harness import hf_folder, tiny_embedder_folder, tiny_encoder, tiny_preproce
 from bert_keras import BertClassifier, BertTextEmbedder, BertTokenClassifier
 from bert_keras.models.dtype import with_dtype
 from bert_keras.serving.batch import PredictOptions, load_model, predict_files, writers
+from bert_keras.serving.batch.runner import predictor_for
 from bert_keras.serving.export import serving_preprocessor
 from bert_keras.tasks.task import with_windows
 from bert_keras.tasks.windowing import truncated_pieces
@@ -319,7 +320,14 @@ def test_bfloat16_records_are_the_model_s_in_bfloat16(tmp_path, classifier_keras
         )
 
 
-def test_many_files_globs_and_parquet(tmp_path, classifier_keras):
+@pytest.fixture(scope="module")
+def classifier_predictor(classifier_keras):
+    """The predictor `predict_files` builds for `classifier_keras`, built once: tests of how
+    rows are read share its traced functions (a path builds and traces them each run)."""
+    return predictor_for(str(classifier_keras))
+
+
+def test_many_files_globs_and_parquet(tmp_path, classifier_predictor):
     first = write_text(tmp_path / "a1.txt", TEXTS[:2])
     write_text(tmp_path / "a2.txt", TEXTS[2:])
     inputs = [str(tmp_path / "a*.txt")]
@@ -331,7 +339,7 @@ def test_many_files_globs_and_parquet(tmp_path, classifier_keras):
         inputs.append(str(tmp_path / "b.parquet"))
     except ImportError:
         pass
-    predict_files(str(classifier_keras), inputs, tmp_path / "out.jsonl")
+    predict_files(classifier_predictor, inputs, tmp_path / "out.jsonl")
     records = read_jsonl(tmp_path / "out.jsonl")
     expected_ids = [f"{first}:1", f"{first}:2"] + [f"{tmp_path / 'a2.txt'}:{i}" for i in (1, 2, 3)]
     if len(inputs) == 2:
@@ -379,9 +387,9 @@ def test_doc_stride_reads_long_texts_in_windows(tmp_path, classifier_keras):
     np.testing.assert_allclose([list(r["scores"].values()) for r in records], expected, atol=1e-5, rtol=0)
 
 
-def test_a_10_mb_line_is_read_and_counted(tmp_path, classifier_keras):
+def test_a_10_mb_line_is_read_and_counted(tmp_path, classifier_predictor):
     texts = write_text(tmp_path / "in.txt", ["the quick brown fox " * (1 << 19), "a dog"])
-    summary = predict_files(str(classifier_keras), [str(texts)], tmp_path / "out.jsonl")
+    summary = predict_files(classifier_predictor, [str(texts)], tmp_path / "out.jsonl")
     records = read_jsonl(tmp_path / "out.jsonl")
     assert len(records) == 2 and records[0]["truncated_pieces"] > 0 and "truncated_pieces" not in records[1]
     assert summary["truncated"] == 1
@@ -470,7 +478,9 @@ def run_cli(*args):
 
 
 @pytest.mark.slow
-def test_sigkill_and_resume_give_each_row_once(tmp_path, classifier_keras):
+def test_sigkill_and_resume_give_each_row_once(tmp_path, classifier_keras, capsys):
+    """The run is killed in a process of its own; the same command resumes it (in this
+    process: a second TensorFlow import costs 5 CPU-seconds and tests nothing more)."""
     lines = [f"{TEXTS[i % len(TEXTS)]} {'fox ' * (i % 3)}".strip() for i in range(30)]
     source = write_text(tmp_path / "in.txt", lines)
     out = tmp_path / "out.jsonl"
@@ -488,9 +498,9 @@ def test_sigkill_and_resume_give_each_row_once(tmp_path, classifier_keras):
     assert 1 <= len(parts) < 15
     with pytest.raises(ValueError, match=r"other inputs or settings \(chunk_size: 2 there, 3 now\): run the same"):
         predict_files(str(classifier_keras), [str(source)], out, chunk_size=3)
-    resumed = run_cli(*args, "--batch-size", "1")
-    assert resumed.wait() == 0, resumed.stderr.read()
-    assert "resuming after" in resumed.stderr.read()
+    capsys.readouterr()
+    assert cli([*args, "--batch-size", "1"]) == 0
+    assert "resuming after" in capsys.readouterr().err
     whole = tmp_path / "whole.jsonl"
     predict_files(str(classifier_keras), [str(source)], whole, chunk_size=2)
     got, expected = read_jsonl(out), read_jsonl(whole)
@@ -539,11 +549,10 @@ def test_a_truncated_parquet_is_one_line_error(tmp_path, classifier_keras, capsy
     assert error.startswith(f"bert-keras predict: error: {cut}: not a readable .parquet file: ") and "\n" not in error
 
 
-@pytest.mark.slow
-def test_on_error_skip_writes_error_records(tmp_path, classifier_keras):
+def test_on_error_skip_writes_error_records(tmp_path, classifier_keras, classifier_predictor):
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"text": "the fox"}\n{"body": "x"}\nnot json\n{"text": "bad \xff"}\n{"text": "a dog"}\n')
-    summary = predict_files(str(classifier_keras), [str(bad)], tmp_path / "out.jsonl", on_error="skip")
+    summary = predict_files(classifier_predictor, [str(bad)], tmp_path / "out.jsonl", on_error="skip")
     records = read_jsonl(tmp_path / "out.jsonl")
     assert summary["errors"] == 3 and len(records) == 5
     assert [("error" in r) for r in records] == [False, True, True, True, False]
@@ -552,7 +561,7 @@ def test_on_error_skip_writes_error_records(tmp_path, classifier_keras):
     assert records[3]["error"] == f"{bad}:4: not UTF-8 text: byte 0xff at column 15"
     table = tmp_path / "bad.tsv"
     table.write_bytes(b"text\nthe fox\n\xff bad\na dog\n\nlast\tfield\n")
-    predict_files(str(classifier_keras), [str(table)], tmp_path / "table.jsonl", on_error="skip")
+    predict_files(classifier_predictor, [str(table)], tmp_path / "table.jsonl", on_error="skip")
     rows = read_jsonl(tmp_path / "table.jsonl")
     assert [(r["id"], r.get("error")) for r in rows] == [
         (f"{table}:2", None),

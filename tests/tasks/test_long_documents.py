@@ -9,11 +9,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from harness import TOLERANCE, run_task_test, tiny_encoder, tiny_preprocessor
+from harness import ONE_LAYER_TINY, TOLERANCE, run_task_test, tiny_encoder, tiny_preprocessor
 
 from bert_keras import BertClassifier, BertTextEmbedder
 from bert_keras.serving.export import describe_signatures
-from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
+from bert_keras.serving.tfserving.session import ServingError
 from bert_keras.tasks.windowing import preprocess_windows, truncation_notice
 
 LONG = "the quick brown fox jumps over the lazy dog , the cat was good , it is a bad film ."
@@ -24,7 +24,7 @@ QUESTIONS = ["who did go home ?", "where ?", "a", "the cat", "is it good ?"]
 
 def classifier(doc_stride=6, window_pooling="mean", num_classes=3, max_seq_length=16, **kwargs):
     return BertClassifier(
-        tiny_encoder(),
+        tiny_encoder(config=ONE_LAYER_TINY),
         num_classes=num_classes,
         preprocessor=tiny_preprocessor(max_seq_length=max_seq_length),
         doc_stride=doc_stride,
@@ -101,7 +101,7 @@ def test_max_pooling_learns_evidence_in_one_window():
     accuracy = {}
     for doc_stride in (None, 6):
         model = BertClassifier(
-            tiny_encoder(),
+            tiny_encoder(config=ONE_LAYER_TINY),
             num_classes=2,
             dropout=0.0,
             preprocessor=tiny_preprocessor(seq_length=8, max_seq_length=8),
@@ -109,7 +109,8 @@ def test_max_pooling_learns_evidence_in_one_window():
             window_pooling="max",
         )
         model.compile(optimizer=keras.optimizers.Adam(3e-3))
-        model.fit(model.preprocessed_dataset(x, y, batch_size=16).cache(), epochs=40, verbose=0)
+        # windows reach 1.0 by epoch 15 (0.5 at 10), truncation stays near 0.5 through 40
+        model.fit(model.preprocessed_dataset(x, y, batch_size=16).cache(), epochs=25, verbose=0)
         accuracy[doc_stride] = model.evaluate(test_x, test_y, verbose=0)[1]
     assert accuracy[6] >= 0.95
     assert accuracy[None] <= 0.7
@@ -146,6 +147,14 @@ def test_served_documents_equal_predict(tmp_path, pair):
     def check(model, out):
         np.testing.assert_allclose(out["logits"], model.predict(x, verbose=0), atol=TOLERANCE)
 
+    def check_bound(predictor):
+        longer = {name: [" ".join(texts[-2:])] for name, texts in request.items()}
+        with pytest.raises(ServingError, match=f"(?s)INVALID_ARGUMENT.*max_windows={most} "):
+            predictor.predict_texts(**longer)
+        huge = {name: [texts[-2] * 100] for name, texts in request.items()}
+        with pytest.raises(ServingError, match="(?s)INVALID_ARGUMENT.*bytes max_windows"):
+            predictor.predict_texts(**huge)
+
     texts = tuple(tf.constant(column) for column in x) if pair else tf.constant(x)
     most = int(tf.reduce_max(preprocess_windows(model.preprocessor, texts, 6).starts.row_lengths()))
     path = run_task_test(
@@ -156,23 +165,19 @@ def test_served_documents_equal_predict(tmp_path, pair):
         check,
         fit_data=None if pair else (x, np.array([0, 1, 2, 1, 0])),
         export_kwargs={"max_windows": most},
+        check_served=check_bound,
     )
     assert describe_signatures(path)["serve_ids"]["inputs"]["input_word_ids"] == ["int32", [-1, -1, -1]]
-    predictor = SessionPredictor(path, replay_warmup=False)
-    longer = {name: [" ".join(texts[-2:])] for name, texts in request.items()}
-    with pytest.raises(ServingError, match=f"(?s)INVALID_ARGUMENT.*max_windows={most} "):
-        predictor.predict_texts(**longer)
-    huge = {name: [texts[-2] * 100] for name, texts in request.items()}
-    with pytest.raises(ServingError, match="(?s)INVALID_ARGUMENT.*bytes max_windows"):
-        predictor.predict_texts(**huge)
-    predictor.close()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
 def test_embedder_averages_window_vectors_weighted_by_tokens(pooling):
     embedder = BertTextEmbedder(
-        tiny_encoder(), pooling=pooling, preprocessor=tiny_preprocessor(max_seq_length=16), doc_stride=6
+        tiny_encoder(config=ONE_LAYER_TINY),
+        pooling=pooling,
+        preprocessor=tiny_preprocessor(max_seq_length=16),
+        doc_stride=6,
     )
     plain = BertTextEmbedder(embedder.encoder, pooling=pooling, normalize=False, preprocessor=embedder.preprocessor)
     windows = preprocess_windows(embedder.preprocessor, tf.constant(TEXTS), 6)

@@ -13,7 +13,7 @@ from harness import run_task_test
 from run_squad_reference import check_is_max_context, run_squad_spans
 
 from bert_keras import BertConfig, BertEncoder, BertPreprocessor, BertTokenizer
-from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
+from bert_keras.serving.tfserving.session import ServingError
 from bert_keras.tasks.token_classifier import IGNORE_LABEL, BertTokenClassifier, document_logits
 
 TINY = BertConfig(
@@ -200,12 +200,12 @@ def test_served_documents_are_tagged_as_predict_tags_them(tokenizer, tmp_path):
                 out["tag_probabilities"][row, : len(row_positions)], probabilities.max(-1), atol=1e-5
             )
 
+    def check_bound(predictor):
+        with pytest.raises(ServingError, match=f"(?s)INVALID_ARGUMENT.*max_windows={most}"):
+            predictor.predict_texts(text=[texts[0] + " more words"])
+
     labels = tf.ragged.constant([[i % 5 for i in range(len(row))] for row in words.to_list()])
-    path = run_task_test(model, tmp_path, words, {"text": texts}, check, (words, labels), {"max_windows": most})
-    predictor = SessionPredictor(path, replay_warmup=False)
-    with pytest.raises(ServingError, match=f"(?s)INVALID_ARGUMENT.*max_windows={most}"):
-        predictor.predict_texts(text=[texts[0] + " more words"])
-    predictor.close()
+    run_task_test(model, tmp_path, words, {"text": texts}, check, (words, labels), {"max_windows": most}, check_bound)
 
 
 def softmax(x):

@@ -5,7 +5,14 @@ session loader equal to the Keras model within 1e-5, behind the TF Serving op ga
 import numpy as np
 import pytest
 import tensorflow as tf
-from harness import TOLERANCE, assert_outputs_close, run_task_test, tiny_encoder, tiny_preprocessor
+from harness import (
+    ONE_LAYER_TINY,
+    TOLERANCE,
+    assert_outputs_close,
+    run_task_test,
+    tiny_encoder,
+    tiny_preprocessor,
+)
 
 from bert_keras import (
     BertClassifier,
@@ -14,7 +21,7 @@ from bert_keras import (
     BertSpanLabeler,
     BertTokenClassifier,
 )
-from bert_keras.serving.tfserving.session import ServingError, SessionPredictor
+from bert_keras.serving.tfserving.session import ServingError
 from bert_keras.tasks.multiple_choice import pack_choices
 
 pytestmark = pytest.mark.slow  # most tests here take over 3 CPU-seconds (docs/development.md)
@@ -28,7 +35,7 @@ def softmax(x):
 
 
 def test_classifier(tmp_path):
-    model = BertClassifier(tiny_encoder(), num_classes=3, preprocessor=tiny_preprocessor())
+    model = BertClassifier(tiny_encoder(config=ONE_LAYER_TINY), num_classes=3, preprocessor=tiny_preprocessor())
     labels = ["neg", "neutral", "pos"]
 
     def check(model, out):
@@ -50,7 +57,7 @@ def test_classifier(tmp_path):
 
 
 def test_token_classifier(tmp_path):
-    model = BertTokenClassifier(tiny_encoder(), num_classes=3, preprocessor=tiny_preprocessor())
+    model = BertTokenClassifier(tiny_encoder(config=ONE_LAYER_TINY), num_classes=3, preprocessor=tiny_preprocessor())
     words = tf.ragged.constant([text.split() for text in TEXTS[:2]] + [["john"]])
     tags = tf.ragged.constant([[0, 1, 2, 0, 0, 0, 0, 0, 2], [0, 0, 1], [1]])
     texts = ["the quick brown fox jumps", "john lives in paris ."]
@@ -77,7 +84,7 @@ def test_token_classifier(tmp_path):
 
 
 def test_span_labeler(tmp_path):
-    model = BertSpanLabeler(tiny_encoder(), preprocessor=tiny_preprocessor())
+    model = BertSpanLabeler(tiny_encoder(config=ONE_LAYER_TINY), preprocessor=tiny_preprocessor())
     questions, contexts = ["who lives in paris ?", "where did john go ?"], ["john lives in paris .", "john did go home"]
     targets = {"start_logits": np.array([5, 8]), "end_logits": np.array([5, 9])}
 
@@ -106,7 +113,7 @@ def test_span_labeler(tmp_path):
 def test_multiple_choice(tmp_path):
     """Request layout: `question` [batch] + `choices` [batch, num_choices] strings; one
     score per choice and the chosen index out."""
-    model = BertMultipleChoice(tiny_encoder(), preprocessor=tiny_preprocessor())
+    model = BertMultipleChoice(tiny_encoder(config=ONE_LAYER_TINY), preprocessor=tiny_preprocessor())
     questions = np.array(["the quick brown fox", "who did go home ?"])
     choices = np.array([["jumps over the dog", "is lazy", "a cat"], ["john", "the fox", "paris"]])
 
@@ -117,6 +124,14 @@ def test_multiple_choice(tmp_path):
         np.testing.assert_allclose(out["probabilities"], softmax(scores), atol=TOLERANCE)
         assert out["choice"].tolist() == scores.argmax(-1).tolist()
 
+    def check_shapes(predictor):
+        with pytest.raises(ServingError, match="INVALID_ARGUMENT.*choices must have rank 2"):
+            predictor.predict_texts(question=["a"], choices=["a", "b"])
+        with pytest.raises(ServingError, match="INVALID_ARGUMENT"):  # 2 questions, 1 row of choices
+            predictor.predict_texts(question=["a", "b"], choices=[["a", "b"]])
+        empty = predictor.predict_texts(question=np.array([], dtype=bytes), choices=np.zeros((0, 3), dtype=bytes))
+        assert empty["scores"].shape == (0, 3) and empty["choice"].shape == (0,)
+
     path = run_task_test(
         model,
         tmp_path,
@@ -124,24 +139,19 @@ def test_multiple_choice(tmp_path):
         {"question": questions, "choices": choices},
         check,
         fit_data=((questions, choices), np.array([0, 2])),
+        check_served=check_shapes,
     )
     from bert_keras.serving.export import describe_signatures
 
     inputs = describe_signatures(path)["serving_default"]["inputs"]
     assert inputs == {"question": ["string", [-1]], "choices": ["string", [-1, -1]]}
     assert describe_signatures(path)["serve_ids"]["inputs"]["input_word_ids"] == ["int32", [-1, -1, -1]]
-    predictor = SessionPredictor(path, replay_warmup=False)
-    with pytest.raises(ServingError, match="INVALID_ARGUMENT.*choices must have rank 2"):
-        predictor.predict_texts(question=["a"], choices=["a", "b"])
-    with pytest.raises(ServingError, match="INVALID_ARGUMENT"):  # 2 questions, 1 row of choices
-        predictor.predict_texts(question=["a", "b"], choices=[["a", "b"]])
-    empty = predictor.predict_texts(question=np.array([], dtype=bytes), choices=np.zeros((0, 3), dtype=bytes))
-    assert empty["scores"].shape == (0, 3) and empty["choice"].shape == (0,)
 
 
 @pytest.mark.parametrize("combine, pooling", [("concat", "mean"), ("stack", "cls")])
 def test_feature_extractor(tmp_path, combine, pooling):
-    """Strings in; the chosen layers' token features and the sentence vectors out."""
+    """Strings in; the chosen layers' token features and the sentence vectors out (two
+    layers: the other heads read one)."""
     model = BertFeatureExtractor(
         tiny_encoder(), layers=(-1, 0), combine=combine, pooling=pooling, preprocessor=tiny_preprocessor()
     )

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from harness import TINY, tiny_preprocessor
+from harness import ONE_LAYER_TINY, TINY, tiny_preprocessor
 
 from bert_keras.config import BertConfig
 from bert_keras.models.encoder import BertEncoder
@@ -17,7 +17,9 @@ from bert_keras.tasks.windowing import encode_windows, preprocess_windows
 
 LONG = "the quick brown fox jumps over the lazy dog , the cat was good , it is a bad film ."
 TEXTS = [LONG + " " + LONG, "a dog", LONG, "the cat"]  # 13, 1, 6 and 1 windows of 10 pieces
-NO_DROPOUT = BertConfig.from_dict({**TINY.to_dict(), "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})
+NO_DROPOUT = BertConfig.from_dict(
+    {**ONE_LAYER_TINY.to_dict(), "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+)
 
 
 def windows():
