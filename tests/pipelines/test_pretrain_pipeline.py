@@ -73,9 +73,9 @@ def pretrain_command(output):
         "--batch-size",
         "4",
         "--steps",
-        "60",
+        "30",
         "--checkpoint-every",
-        "10",
+        "5",
         "--warmup-steps",
         "5",
         "--learning-rate",
@@ -124,16 +124,16 @@ def test_sigkill_and_resume(tmp_path, capfd):
     process.wait()
     done = completed(output)
     assert 2 <= done < 6, "the run should have been killed mid-training"
-    assert optimizer_iterations(output) >= done * 10  # optimizer state is in the checkpoint
+    assert optimizer_iterations(output) >= done * 5  # optimizer state is in the checkpoint
 
     capfd.readouterr()
     run_in_process(output, {})  # the run again, as it was started
     log = "".join(capfd.readouterr())
     first_epoch = int(re.search(r"Epoch (\d+)/6", log).group(1))
     assert first_epoch == done + 1, log[-2000:]  # continues from the checkpoint
-    assert f"resuming after step {done * 10} of 60" in log
+    assert f"resuming after step {done * 5} of 30" in log
     assert completed(output) == 6
-    assert optimizer_iterations(output) == 60  # exactly the planned steps, none repeated
+    assert optimizer_iterations(output) == 30  # exactly the planned steps, none repeated
     assert (output / "final" / "encoder_hf" / "model.safetensors").exists()
     assert (output / "final" / "encoder_tf1" / "bert_model.ckpt.index").exists()
     restored = BertEncoder.from_checkpoint(output / "final" / "encoder.keras")
