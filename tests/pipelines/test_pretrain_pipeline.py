@@ -219,7 +219,7 @@ def test_held_out_evaluation_at_every_checkpoint_and_no_nsp(tmp_path, no_nsp):
     assert again["masked_lm_loss"] == result["masked_lm_loss"]  # masked once: the same batches
     # Each evaluation's fill-mask table (TensorBoard's reader and renderer) lists the masked
     # words of the first held-out instances and, at the last one, the final model's top words.
-    samples = next(iter(inputs.held_out(4, 1, tf.distribute.InputContext())))
+    samples = next(iter(batches))
     vocabulary = BertTokenizer(str(VOCAB_FILE)).vocabulary
     weights = samples["masked_lm_weights"].numpy()
     slots = [(row, slot) for row in range(len(weights)) for slot in np.flatnonzero(weights[row] > 0)]
