@@ -31,7 +31,7 @@ def embedder_run(tmp_path_factory, minilm_dir):
     """`finetune embedder` from all-MiniLM-L6-v2 for 2 steps of 8 pairs."""
     base = tmp_path_factory.mktemp("embedder")
     train = write_pairs(base / "train.tsv", squad_pairs(16))
-    dev = write_pairs(base / "dev.tsv", squad_pairs(24, offset=1000))
+    dev = write_pairs(base / "dev.tsv", squad_pairs(16, offset=1000))
     out = base / "run"
     assert (
         cli(
@@ -53,7 +53,7 @@ def embedder_run(tmp_path_factory, minilm_dir):
                 "--verbose",
                 "0",
                 "--max-seq-length",
-                "96",
+                "64",
                 "--learning-rate",
                 "1e-5",
             ]
@@ -77,15 +77,15 @@ def test_finetune_embedder_keeps_the_best_model_by_retrieval(embedder_run, best_
     history = json.loads((embedder_run / "eval_results.json").read_text())
     assert {"recall@1", "recall@10", "mrr@10", "ndcg@10"} <= set(history[0])
     model = best_model
-    assert isinstance(model, BertTextEmbedder) and model.preprocessor.packer.max_seq_length == 96
+    assert isinstance(model, BertTextEmbedder) and model.preprocessor.packer.max_seq_length == 64
     # The recorded metric is the model's: recomputed from the saved model and the dev file.
-    dev = squad_pairs(24, offset=1000)
+    dev = squad_pairs(16, offset=1000)
     queries, documents, relevant = retrieval.retrieval_set([q for q, _ in dev], [p for _, p in dev])
     metrics = retrieval.evaluate_retrieval(model.encode(queries), model.encode(documents), relevant)
     assert metrics["ndcg@10"] == pytest.approx(history[0]["ndcg@10"], abs=1e-6)
     # It trained, and the sentence-transformers folder holds the same model.
     texts = queries[:4]
-    start = BertTextEmbedder.from_checkpoint(minilm_dir, max_seq_length=96)
+    start = BertTextEmbedder.from_checkpoint(minilm_dir, max_seq_length=64)
     assert np.abs(model.encode(texts) - start.encode(texts)).max() > 1e-4
     folder = BertTextEmbedder.from_checkpoint(embedder_run / "sentence-transformers")
     np.testing.assert_allclose(folder.encode(texts), model.encode(texts), atol=1e-6)
