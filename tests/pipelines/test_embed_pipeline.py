@@ -28,10 +28,10 @@ def write_pairs(path, rows, header=("anchor", "positive")):
 
 @pytest.fixture(scope="module")
 def embedder_run(tmp_path_factory, minilm_dir):
-    """`finetune embedder` from all-MiniLM-L6-v2 for 4 steps of 8 pairs."""
+    """`finetune embedder` from all-MiniLM-L6-v2 for 2 steps of 8 pairs."""
     base = tmp_path_factory.mktemp("embedder")
-    train = write_pairs(base / "train.tsv", squad_pairs(32))
-    dev = write_pairs(base / "dev.tsv", squad_pairs(24, offset=1000))
+    train = write_pairs(base / "train.tsv", squad_pairs(16))
+    dev = write_pairs(base / "dev.tsv", squad_pairs(16, offset=1000))
     out = base / "run"
     assert (
         cli(
@@ -49,11 +49,11 @@ def embedder_run(tmp_path_factory, minilm_dir):
                 "--batch-size",
                 "8",
                 "--max-train-steps",
-                "4",
+                "2",
                 "--verbose",
                 "0",
                 "--max-seq-length",
-                "96",
+                "64",
                 "--learning-rate",
                 "1e-5",
             ]
@@ -63,30 +63,36 @@ def embedder_run(tmp_path_factory, minilm_dir):
     return out
 
 
+@pytest.fixture(scope="module")
+def best_model(embedder_run):
+    """The run's best.keras, loaded once for the module's tests (which only encode with it)."""
+    return keras.saving.load_model(embedder_run / "best.keras")
+
+
 @pytest.mark.slow
-def test_finetune_embedder_keeps_the_best_model_by_retrieval(embedder_run, minilm_dir):
+def test_finetune_embedder_keeps_the_best_model_by_retrieval(embedder_run, best_model, minilm_dir):
     from bert_keras import BertTextEmbedder
     from bert_keras.datasets import retrieval
 
     history = json.loads((embedder_run / "eval_results.json").read_text())
     assert {"recall@1", "recall@10", "mrr@10", "ndcg@10"} <= set(history[0])
-    model = keras.saving.load_model(embedder_run / "best.keras")
-    assert isinstance(model, BertTextEmbedder) and model.preprocessor.packer.max_seq_length == 96
+    model = best_model
+    assert isinstance(model, BertTextEmbedder) and model.preprocessor.packer.max_seq_length == 64
     # The recorded metric is the model's: recomputed from the saved model and the dev file.
-    dev = squad_pairs(24, offset=1000)
+    dev = squad_pairs(16, offset=1000)
     queries, documents, relevant = retrieval.retrieval_set([q for q, _ in dev], [p for _, p in dev])
     metrics = retrieval.evaluate_retrieval(model.encode(queries), model.encode(documents), relevant)
     assert metrics["ndcg@10"] == pytest.approx(history[0]["ndcg@10"], abs=1e-6)
     # It trained, and the sentence-transformers folder holds the same model.
     texts = queries[:4]
-    start = BertTextEmbedder.from_checkpoint(minilm_dir, max_seq_length=96)
+    start = BertTextEmbedder.from_checkpoint(minilm_dir, max_seq_length=64)
     assert np.abs(model.encode(texts) - start.encode(texts)).max() > 1e-4
     folder = BertTextEmbedder.from_checkpoint(embedder_run / "sentence-transformers")
     np.testing.assert_allclose(folder.encode(texts), model.encode(texts), atol=1e-6)
 
 
 @pytest.mark.slow
-def test_embed_writes_one_vector_per_line_in_order(embedder_run, tmp_path, capsys):
+def test_embed_writes_one_vector_per_line_in_order(embedder_run, best_model, tmp_path, capsys):
     lines = ["Where is the Eiffel Tower?", "", "a much longer line " * 20, "Ünïcödé text"]
     source = tmp_path / "lines.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -108,7 +114,7 @@ def test_embed_writes_one_vector_per_line_in_order(embedder_run, tmp_path, capsy
         == 0
     )
     vectors = np.load(tmp_path / "v.npy")
-    expected = keras.saving.load_model(model_path).encode(lines, batch_size=1)
+    expected = best_model.encode(lines, batch_size=1)
     assert vectors.shape == (4, 384)
     np.testing.assert_allclose(vectors, expected, atol=1e-5)
     assert cli(["embed", "--init", str(model_path), "--input", str(source), "--output", str(tmp_path / "v.jsonl")]) == 0
@@ -173,12 +179,12 @@ def test_finetune_embedder_names_the_bad_line(content, message, tmp_path, capsys
 
 
 @pytest.mark.slow
-def test_exported_embedder_serves_the_model_s_vectors(embedder_run, tmp_path, capsys):
+def test_exported_embedder_serves_the_model_s_vectors(embedder_run, best_model, tmp_path, capsys):
     from bert_keras.serving.client import ServingClient
     from bert_keras.serving.tfserving.local_server import LocalModelServer
     from bert_keras.serving.tfserving.session import SessionPredictor
 
-    model = keras.saving.load_model(embedder_run / "best.keras")
+    model = best_model
     texts = ["Which team won Super Bowl 50?", "The Broncos defeated the Panthers."]
     expected = model.encode(texts)
     assert cli(["export", str(embedder_run / "best.keras"), "--out", str(tmp_path / "embed")]) == 0

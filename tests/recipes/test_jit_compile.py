@@ -67,7 +67,11 @@ def test_every_head_trains_under_xla_as_without(kind):
         keras.utils.set_random_seed(0)
         model, data = HEADS[kind]()
         start = model.get_weights()
-        model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=jit_compile)
+        # Without XLA is run eagerly: no graph to trace and optimize. Adam's epsilon 1e-5, not
+        # 1e-7: a gradient zero in exact arithmetic (the span head's bias, under a softmax over
+        # positions) would otherwise take a step of float noise over float noise, up to 1e-4.
+        optimizer = keras.optimizers.Adam(1e-2, epsilon=1e-5)
+        model.compile(optimizer=optimizer, jit_compile=jit_compile, run_eagerly=not jit_compile)
         assert model.jit_compile is jit_compile
         model.fit(*data, batch_size=6, epochs=1, shuffle=False, verbose=0)  # one step: one shape to compile
         weights[jit_compile] = model.get_weights()
