@@ -81,7 +81,6 @@ def test_augmentation_replaces_words_by_their_nearest_in_the_teachers_embeddings
         augmented_texts(teacher, (["the film"],), copies=0)
 
 
-@pytest.mark.slow
 def test_teacher_labelled_adds_unlabelled_text_and_copies_with_the_teachers_classes():
     from bert_keras.datasets.classification import Examples
 
@@ -181,7 +180,6 @@ def test_distillation_brings_the_student_to_the_teacher_and_leaves_the_teacher()
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.slow
 def test_cached_teacher_outputs_give_the_on_the_fly_loss():
     teacher = tiny_teacher(num_classes=2)
     distiller = BertDistiller(teacher, student_of(teacher, "teacher:2"), alpha=0.7, temperature=3.0)
