@@ -9,7 +9,7 @@ import re
 import tensorflow as tf
 
 from bert_keras.data.documents import ABBREVIATIONS, HEADING_ENDS, HEADING_WORDS, LINE_ENDS
-from bert_keras.text.tokenizer import _ragged_cond
+from bert_keras.text.word_piece_graph import ragged_cond
 
 _ABBREVIATIONS = "|".join(re.escape(abbreviation) for abbreviation in ABBREVIATIONS)
 # Python's str.splitlines line breaks, and its whitespace (str.split, str.strip, \s), for RE2.
@@ -54,7 +54,7 @@ def file_documents(raw, format="auto"):
         return _line_documents(text)
     if format == "prose":
         return _prose_documents(text)
-    return _ragged_cond(_is_prose(text), lambda: (_prose_documents(text),), lambda: (_line_documents(text),))[0]
+    return ragged_cond(_is_prose(text), lambda: (_prose_documents(text),), lambda: (_line_documents(text),))[0]
 
 
 def tokenized_documents(raw, tokenizer, format="auto"):

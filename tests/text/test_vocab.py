@@ -13,8 +13,9 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from conftest import REFERENCE, SHARED
 
-from bert_keras.text.tokenizer import _REMOVED_PATTERN, BertTokenizer
+from bert_keras.text.tokenizer import BertTokenizer
 from bert_keras.text.vocab import build_vocabulary, corpus_parts, count_words, read_part, reserved_tokens
+from bert_keras.text.word_piece_graph import _REMOVED_PATTERN
 from bert_keras.text.words import split_words
 
 SAMPLE_TEXT = SHARED / "data" / "pretraining" / "sample_text.txt"
