@@ -18,7 +18,7 @@ from bert_keras.compat import BuildsBeforeTracing, RestoresCompile, WorksAroundK
 from bert_keras.models.encoder import INPUT_NAMES, BertEncoder
 from bert_keras.models.saving import save_checkpoint
 from bert_keras.tasks.head_loading import load_head, with_arguments
-from bert_keras.tasks.preprocessing import holds_strings, is_packed, segments_to_tensors, to_tensors
+from bert_keras.tasks.preprocessing import holds_strings, is_packed, one_pass, segments_to_tensors, to_tensors
 from bert_keras.tasks.windowing import preprocess_windows, truncation_notice
 from bert_keras.text.preprocessor import BertPreprocessor
 from bert_keras.training.distribute import needs_static_shapes
@@ -244,14 +244,14 @@ class BertTask(RestoresCompile, BuildsBeforeTracing, WorksAroundKeras20585, kera
             x = self.preprocessed_dataset(x, y, sample_weight, batch_size)
             y = sample_weight = batch_size = None
         with self._window_bound_errors():
-            return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
+            return super().evaluate(**one_pass(x, kwargs), y=y, batch_size=batch_size, sample_weight=sample_weight)
 
     def predict(self, x, batch_size=None, **kwargs):
         if self._raw(x):
             x = self.preprocessed_dataset(x, batch_size=batch_size)
             batch_size = None
         with self._window_bound_errors():
-            return super().predict(x, batch_size=batch_size, **kwargs)
+            return super().predict(**one_pass(x, kwargs), batch_size=batch_size)
 
     @contextlib.contextmanager
     def _window_bound_errors(self):
