@@ -108,6 +108,7 @@ def test_classifier_fits_raw_strings_and_pairs(preprocessor):
         model.predict(texts[:3], verbose=0)
 
 
+@pytest.mark.slow
 def test_evaluate_and_predict_start_one_iterator(preprocessor, monkeypatch):
     """Keras starts the next epoch's iterator as a pass over a dataset of known length ends,
     and `evaluate` and `predict` never read it (`tasks.preprocessing.one_pass`). When Keras

@@ -77,6 +77,7 @@ def test_reference_file_in_tf_data_batches_and_scalars(uncased):
     assert uncased(tf.constant([[lines[-1]["text"]]])).to_list() == [lines[-1]["ids"]]
 
 
+@pytest.mark.slow
 def test_tokenizers_of_one_vocabulary_trace_their_graph_once(vocabulary):
     """Each tf.data pipeline, predict function and export traced the tokenizer's graph
     again (0.23 CPU-s); tokenizers of one vocabulary and settings share one trace."""
