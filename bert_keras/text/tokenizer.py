@@ -125,7 +125,7 @@ class BertTokenizer(keras.layers.Layer):
                 raise ValueError(f"{name}={token!r} is not in the vocabulary.")
 
         self._word_piece_graph = word_piece_graph(
-            self.vocabulary, self.lower_case, self.max_chars_per_word, self.max_input_bytes, self.unk_token
+            self.vocabulary, self.lower_case, self.max_chars_per_word, self.max_input_bytes, self.unk_token, self.unk_id
         )
 
     @property

@@ -18,20 +18,19 @@ _REMOVED_PATTERN = r"\x{FFFD}|[^\p{L}\p{M}\p{N}\p{P}\p{S}\p{Z}\t\n\r\x{2063}]"
 _MAX_BYTES_PER_CHAR = 4
 
 
-def word_piece_graph(vocabulary, lower_case, max_chars_per_word, max_input_bytes, unk_token):
+def word_piece_graph(vocabulary, lower_case, max_chars_per_word, max_input_bytes, unk_token, unk_id):
     """The process's `WordPieceGraph` for these settings; a new one when not made eagerly
     (its constants would belong to that graph)."""
+    settings = (lower_case, max_chars_per_word, max_input_bytes, unk_token, unk_id)
     with tf.init_scope():
         if tf.executing_eagerly():
-            return _shared_word_piece_graph(
-                tuple(vocabulary), lower_case, max_chars_per_word, max_input_bytes, unk_token
-            )
-    return WordPieceGraph(vocabulary, lower_case, max_chars_per_word, max_input_bytes, unk_token)
+            return _shared_word_piece_graph(tuple(vocabulary), *settings)
+    return WordPieceGraph(vocabulary, *settings)
 
 
 @functools.lru_cache(maxsize=16)
-def _shared_word_piece_graph(vocabulary, lower_case, max_chars_per_word, max_input_bytes, unk_token):
-    return WordPieceGraph(vocabulary, lower_case, max_chars_per_word, max_input_bytes, unk_token)
+def _shared_word_piece_graph(vocabulary, *settings):
+    return WordPieceGraph(vocabulary, *settings)
 
 
 class WordPieceGraph:
@@ -40,12 +39,12 @@ class WordPieceGraph:
     `tf.data` pipeline, predict function and export of every model that holds a tokenizer
     traced it again; in those it is now one call of this function."""
 
-    def __init__(self, vocabulary, lower_case, max_chars_per_word, max_input_bytes, unk_token):
+    def __init__(self, vocabulary, lower_case, max_chars_per_word, max_input_bytes, unk_token, unk_id):
         vocabulary = list(vocabulary)
         self.lower_case = lower_case
         self.max_chars_per_word = max_chars_per_word
         self.max_input_bytes = max_input_bytes
-        self.unk_id = len(vocabulary) - 1 - vocabulary[::-1].index(unk_token)  # the last duplicate, as the original
+        self.unk_id = unk_id
         # In ASCII text a character is a byte, so FastWordpiece's byte limit is
         # the original's character limit. Other text gets a limit large enough
         # for any word of `max_chars_per_word` characters, then long words are
