@@ -1,65 +1,61 @@
 """Every use of a private Keras, TensorFlow or tf.text symbol, in one place.
 
-The rest of bert_keras uses public APIs only (tests/test_architecture.py reads every other
-module for private imports, attributes and overrides: tests/private_uses.py). Each hook
-relies on internals a minor release may change without notice, so tests/compat_check.py
-runs each one on the installed versions and raises if one no longer takes effect
-(tests/test_compat.py runs it; docs/development.md says what to do when it fails).
-Importing this module changes nothing in Keras or TensorFlow: the hooks are mixins,
-functions, and one patch that is active only inside a `with` block.
+The rest of bert_keras uses public APIs only (tests/test_architecture.py reads every other module for private
+imports, attributes and overrides: tests/private_uses.py). Each hook relies on internals a minor release may
+change without notice, so tests/compat_check.py runs each one on the installed versions and raises if one no
+longer takes effect (tests/test_compat.py runs it; docs/development.md says what to do when it fails). Importing
+this module changes nothing in Keras or TensorFlow: the hooks are mixins, functions, and two patches, each
+active only inside a `with` block.
 
 The hooks and the private symbols each relies on:
-- `ClipsSummedGradients`: optimizer mixin, global-norm clipping of the gradient summed
-  over replicas: overrides `Optimizer._clip_gradients` and `Optimizer._all_reduce_sum_gradients`
-  and calls Keras' own through `super()` (the latter returns `(gradient, variable)` pairs).
-- `variable_index`: a variable's slot in the optimizer's per-variable lists:
-  `Optimizer._get_variable_index`.
-- `TensorBoard`: epoch metrics and each epoch's last step written whatever the batch-level
-  summary condition: overrides `TensorBoard._log_epoch_metrics`, writes with
-  `TensorBoard._train_writer`, and names and numbers the step as Keras' own batch summaries
-  (`batch_<metric>`); batches are counted on from the optimizer's steps, so a resumed
-  `fit` goes on numbering where the run stopped: sets `TensorBoard._global_train_batch`;
-  each step's summaries are flushed when its batch ends (with `TensorBoard._train_writer`).
-- `accept_raw_inputs` / `keep_input_dtype`: a layer's call gets its inputs as given:
-  sets `Layer._convert_input_args` and `Layer._allow_non_tensor_positional_args`.
-- `RestoresCompile`: `.keras` loading compiles a model whose `compile` is overridden:
-  Keras calls `Model.compile_from_config` only for models that do not override `compile`.
-- `keras_20585_workaround` (and `WorksAroundKeras20585`, the models' mixin that enters it):
-  keras-team/keras#20585, `fit` under more than one replica:
-  replaces, inside its block, `TensorFlowTrainer._maybe_symbolic_build` and the module
-  function `reduce_per_replica` of `keras.src.backend.tensorflow.trainer` (which the
-  train and test functions look up when they are traced); calls that module's
-  `_collective_all_reduce_multi_worker`, reads `TensorFlowTrainer._distribute_strategy`,
-  and iterates Keras' `TFEpochIterator` as its own `_maybe_symbolic_build` does
-  (`(_, _, steps)` triples, `next(steps)` a distributed batch).
-- `BuildsBeforeTracing`: model mixin, `fit` and `evaluate` build the optimizer, the compiled
-  metrics and loss before Keras traces the step, as Keras does itself under a strategy: calls
-  `Trainer._symbolic_build` (with a dataset's element spec as the batch) where
-  `TensorFlowTrainer._distribute_strategy` is None.
-- `write_archive`: `ExportArchive.write_out` with each endpoint traced once, not twice:
-  `tf.saved_model.save` traces a `tf.function` again inside its save context, whose variable
-  policy is part of the function cache's key (tensorflow/tensorflow#56370), after Keras traced
-  it outside that context. Replaces each endpoint given an input signature (the names in
-  `ExportArchive._endpoint_signatures`) on `ExportArchive._tf_trackable` by its concrete
-  function, which `save` writes as it is.
+- `ClipsSummedGradients`: optimizer mixin, global-norm clipping of the gradient summed over replicas: overrides
+  `Optimizer._clip_gradients` and `Optimizer._all_reduce_sum_gradients` and calls Keras' own through `super()`
+  (the latter returns `(gradient, variable)` pairs).
+- `variable_index`: a variable's slot in the optimizer's per-variable lists: `Optimizer._get_variable_index`.
+- `TensorBoard`: epoch metrics and each epoch's last step written whatever the batch-level summary condition:
+  overrides `TensorBoard._log_epoch_metrics`, writes with `TensorBoard._train_writer`, and names and numbers the
+  step as Keras' own batch summaries (`batch_<metric>`); batches are counted on from the optimizer's steps, so a
+  resumed `fit` goes on numbering where the run stopped: sets `TensorBoard._global_train_batch`; each step's
+  summaries are flushed when its batch ends (with `TensorBoard._train_writer`).
+- `accept_raw_inputs` / `keep_input_dtype`: a layer's call gets its inputs as given: sets
+  `Layer._convert_input_args` and `Layer._allow_non_tensor_positional_args`.
+- `RestoresCompile`: `.keras` loading compiles a model whose `compile` is overridden: Keras calls
+  `Model.compile_from_config` only for models that do not override `compile`.
+- `keras_20585_workaround` (and `WorksAroundKeras20585`, the models' mixin that enters it): keras-team/keras#20585,
+  `fit` under more than one replica: replaces, inside its block, `TensorFlowTrainer._maybe_symbolic_build` and the
+  module function `reduce_per_replica` of `keras.src.backend.tensorflow.trainer` (which the train and test
+  functions look up when they are traced); calls that module's `_collective_all_reduce_multi_worker`, reads
+  `TensorFlowTrainer._distribute_strategy`, and iterates Keras' `TFEpochIterator` as its own
+  `_maybe_symbolic_build` does (`(_, _, steps)` triples, `next(steps)` a distributed batch).
+- `BuildsBeforeTracing`: model mixin, `fit` and `evaluate` build the optimizer, the compiled metrics and loss
+  before Keras traces the step, as Keras does itself under a strategy: calls `Trainer._symbolic_build` (with a
+  dataset's element spec as the batch) where `TensorFlowTrainer._distribute_strategy` is None.
+- `write_archive`: `ExportArchive.write_out` with each endpoint traced once, not twice: `tf.saved_model.save`
+  traces a `tf.function` again inside its save context, whose variable policy is part of the function cache's
+  key (tensorflow/tensorflow#56370), after Keras traced it outside that context. Replaces each endpoint given an
+  input signature (the names in `ExportArchive._endpoint_signatures`) on `ExportArchive._tf_trackable` by its
+  concrete function, which `save` writes as it is.
 - `saved_object`: a bare SavedModel object: `tf.__internal__.tracking.AutoTrackable`.
 - `dataset_graph`: the graph of a `tf.data.Dataset`, for tests: `Dataset._as_serialized_graph`.
-- `fast_wordpiece_model`: the flatbuffer `tf_text.FastWordpieceTokenizer` builds from a vocabulary,
-  built once and passed as its `model_buffer`: tf.text's builder
+- `fast_wordpiece_model`: the flatbuffer `tf_text.FastWordpieceTokenizer` builds from a vocabulary, built once
+  and passed as its `model_buffer`: tf.text's builder
   `tensorflow_text.core.pybinds.pywrap_fast_wordpiece_tokenizer_model_builder`.
 - `onednn_enabled`: whether TensorFlow runs oneDNN kernels, for tests:
   `tensorflow.python.util._pywrap_util_port.IsMklEnabled`.
+- `draws_deferred`: inside its block, the TensorFlow backend's `Variable._initialize_with_initializer` makes
+  zeros of a seeded `keras.src.initializers.random_initializers.RandomInitializer`, and
+  `Variable._direct_assign` (where `assign` writes) records the variables a load writes.
 
-Outside this module, one private layout: bert_keras/serving/tfserving/c_api_loader.py
-compiles `c_api_predict.c` against the TensorFlow wheel's C headers (`tf.sysconfig`) and
-`libtensorflow_cc.so.2` (where the wheel keeps the C API), loads tf.text's op libraries from
-`tensorflow_text/python/ops/_*.so`, and parses the protos of `tensorflow.core`; when that
-build fails, `bert-keras export` reports its C++ loader check as skipped.
-"""
+Outside this module, one private layout: bert_keras/serving/tfserving/c_api_loader.py compiles `c_api_predict.c`
+against the TensorFlow wheel's C headers (`tf.sysconfig`) and `libtensorflow_cc.so.2` (where the wheel keeps the
+C API), loads tf.text's op libraries from `tensorflow_text/python/ops/_*.so`, and parses the protos of
+`tensorflow.core`; when that build fails, `bert-keras export` reports its C++ loader check as skipped."""
 
 import contextlib
+import threading
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 # The first Keras release with the upstream fix of keras-team/keras#20585 (None: not
@@ -275,15 +271,9 @@ def _keras_trainer():
     """Keras' TensorFlow trainer module, or a clear error where a patched name is gone."""
     from keras.src.backend.tensorflow import trainer
 
-    missing = [
-        name
-        for name, owner in (
-            ("_maybe_symbolic_build", trainer.TensorFlowTrainer),
-            ("reduce_per_replica", trainer),
-            ("_collective_all_reduce_multi_worker", trainer),
-        )
-        if not hasattr(owner, name)
-    ]
+    owners = {"_maybe_symbolic_build": trainer.TensorFlowTrainer, "reduce_per_replica": trainer}
+    owners["_collective_all_reduce_multi_worker"] = trainer
+    missing = [name for name, owner in owners.items() if not hasattr(owner, name)]
     if missing:
         raise RuntimeError(
             f"Keras {keras.version()} no longer has {missing}: bert_keras.compat cannot work around "
@@ -368,3 +358,40 @@ def onednn_enabled():
     from tensorflow.python.util import _pywrap_util_port
 
     return bool(_pywrap_util_port.IsMklEnabled())
+
+
+@contextlib.contextmanager
+def draws_deferred():
+    """A block in which a model built to be loaded draws none of the random values the load overwrites (BERT-base:
+    110M, 2.7 of its load's 4.5 CPU-seconds). A variable of an integer-seeded random initializer (Keras seeds each as
+    it is made: every call draws the same) starts as zeros; on leaving, one nothing assigned and still zero is drawn,
+    as it would have been. Nested blocks are one; a block left by an exception draws nothing."""
+    from keras.src.backend.tensorflow.core import Variable
+    from keras.src.initializers.random_initializers import RandomInitializer
+
+    keras_initialize, keras_assign = Variable._initialize_with_initializer, Variable._direct_assign
+    if getattr(keras_initialize, "defers_draws", False):
+        yield
+        return
+    owner, pending, assigned = threading.get_ident(), [], set()
+
+    def initialize(variable, initializer):
+        seeded = isinstance(initializer, RandomInitializer) and isinstance(initializer.seed, int)
+        if seeded and threading.get_ident() == owner:
+            pending.append((variable, initializer))
+            initializer = keras.initializers.Zeros()
+        keras_initialize(variable, initializer)
+
+    def direct_assign(variable, value):
+        assigned.add(id(variable))
+        keras_assign(variable, value)
+
+    initialize.defers_draws = True
+    Variable._initialize_with_initializer, Variable._direct_assign = initialize, direct_assign
+    try:
+        yield
+    finally:
+        Variable._initialize_with_initializer, Variable._direct_assign = keras_initialize, keras_assign
+    for variable, initializer in pending:
+        if id(variable) not in assigned and not np.any(keras.ops.convert_to_numpy(variable.value)):
+            variable.assign(initializer(variable.shape, dtype=variable.dtype))

@@ -24,6 +24,7 @@ from bert_keras.compat import (
     TensorBoard,
     accept_raw_inputs,
     dataset_graph,
+    draws_deferred,
     fast_wordpiece_model,
     keep_input_dtype,
     keras_20585_unfixed,
@@ -50,6 +51,7 @@ def check():
     _check_dataset_graph()
     _check_fast_wordpiece_model()
     _check_onednn_enabled()
+    _check_draws_deferred()
 
 
 @functools.cache
@@ -392,3 +394,32 @@ def _check_fast_wordpiece_model():
         assert kept_ids.to_list() == ours_ids.to_list(), f"fast_wordpiece_model{options}: {ours_ids} != {kept_ids}"
         if detokenize:
             assert ours.detokenize(ours_ids).numpy().tolist() == kept.detokenize(kept_ids).numpy().tolist()
+
+
+def _check_draws_deferred():
+    """Inside the block a seeded random kernel is not drawn; after it, the kernels no load
+    wrote hold what they would have held, and the written ones what was written, zeros
+    included."""
+    layers = [
+        keras.layers.Dense(3, kernel_initializer=keras.initializers.TruncatedNormal(seed=seed)) for seed in range(4)
+    ]
+    twins = [
+        keras.layers.Dense(3, kernel_initializer=keras.initializers.TruncatedNormal(seed=seed)) for seed in range(4)
+    ]
+    written = np.arange(6, dtype="float32").reshape(2, 3)
+    for twin in twins:
+        twin.build((None, 2))
+    with draws_deferred():
+        for layer in layers:
+            layer.build((None, 2))
+        drawn = [bool(np.any(layer.kernel.numpy())) for layer in layers]
+        layers[1].kernel.assign(written)
+        layers[2].kernel.assign(np.zeros((2, 3), "float32"))
+        layers[3].set_weights([written, np.zeros(3, "float32")])
+    assert not any(drawn), f"draws_deferred: kernels were drawn inside the block ({drawn})"
+    kernels = [layer.kernel.numpy() for layer in layers]
+    assert np.array_equal(kernels[0], twins[0].kernel.numpy()), "draws_deferred: an unwritten kernel is not its draw"
+    assert np.array_equal(kernels[1], written) and np.array_equal(kernels[3], written), (
+        "draws_deferred: a written kernel was drawn over"
+    )
+    assert not np.any(kernels[2]), "draws_deferred: a kernel written with zeros was drawn over"

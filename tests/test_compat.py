@@ -94,6 +94,24 @@ def test_build_check_fails_without_the_hook(monkeypatch):
         compat_check._check_builds_before_tracing()
 
 
+def test_draws_deferred_check_fails_when_nothing_is_deferred(monkeypatch):
+    monkeypatch.setattr(compat_check, "draws_deferred", contextlib.nullcontext)
+    with pytest.raises(AssertionError, match="kernels were drawn inside the block"):
+        compat_check._check_draws_deferred()
+
+
+def test_draws_deferred_check_fails_when_writes_are_not_seen(monkeypatch):
+    """A Keras whose `assign` no longer goes through `_direct_assign` would have zeros that a
+    load wrote drawn over."""
+    from keras.src.backend.tensorflow.core import Variable
+
+    keras_assign = Variable._direct_assign
+    monkeypatch.setattr(Variable, "assign", lambda variable, value: keras_assign(variable, value))
+    monkeypatch.setattr(Variable, "_direct_assign", lambda variable, value: None)
+    with pytest.raises(AssertionError, match="a kernel written with zeros was drawn over"):
+        compat_check._check_draws_deferred()
+
+
 def test_keras_20585_check_fails_when_the_workaround_patches_nothing(monkeypatch):
     monkeypatch.setattr(compat_check, "keras_20585_workaround", lambda strategy: contextlib.nullcontext())
     with pytest.raises(AssertionError, match="is not the patched one inside the block"):

@@ -2,6 +2,8 @@
 
 import warnings
 
+from bert_keras.compat import draws_deferred
+
 # /proc/cpuinfo flags of x86 CPUs with bfloat16 matmul units (AVX512-BF16, AMX).
 BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -46,6 +48,7 @@ def with_dtype(model, dtype=None):
             return [rewrite(value) for value in config]
         return config
 
-    clone = type(model).from_config(rewrite(model.get_config()))
-    clone.set_weights(model.get_weights())
+    with draws_deferred():
+        clone = type(model).from_config(rewrite(model.get_config()))
+        clone.set_weights(model.get_weights())
     return clone

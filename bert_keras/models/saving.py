@@ -15,6 +15,7 @@ import keras
 
 from bert_keras.checkpoint.reader import read_checkpoint, write
 from bert_keras.checkpoint.weights import get_original_weights
+from bert_keras.compat import draws_deferred
 
 
 def load_keras_file(path, cls=keras.Model):
@@ -34,7 +35,8 @@ def load_keras_file(path, cls=keras.Model):
         raise ValueError(f"{path}: not a Keras 3 .keras file (no config.json inside, only {names[:5]})")
     if corrupt:
         raise ValueError(f"{path}: corrupt: {corrupt} inside fails its CRC check")
-    model = keras.saving.load_model(path)
+    with draws_deferred():  # the load writes every variable
+        model = keras.saving.load_model(path)
     if not isinstance(model, cls):
         wanted = " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
         raise ValueError(f"{path} holds a {type(model).__name__}, not a {wanted}")
@@ -54,7 +56,8 @@ def load_checkpoint(cls, path, format=None, config=None, keras_classes=(), revis
     if found.format == "keras":
         return load_keras_file(found.path, (*keras_classes, cls) if keras_classes else cls)
     source = f"{found.format} checkpoint {found.path}"
-    model = cls.from_original_weights(found.weights, config or found.config, source, **kwargs)
+    with draws_deferred():  # a part the checkpoint lacks is drawn as it would have been
+        model = cls.from_original_weights(found.weights, config or found.config, source, **kwargs)
     model.vocab_path = found.vocab_path
     return model
 

@@ -6,6 +6,7 @@ vocabulary and tokenizer settings."""
 import warnings
 
 from bert_keras.checkpoint.weights import set_original_weights
+from bert_keras.compat import draws_deferred
 from bert_keras.models.encoder import BertEncoder
 from bert_keras.models.saving import load_checkpoint
 from bert_keras.tasks.preprocessing import preprocessor_for
@@ -32,9 +33,11 @@ def load_head(cls, found, encoder_config=None, new_head=False, preprocessor_argu
                 "pass new_head=True to start a new head instead"
             )
     preprocessor = checkpoint_preprocessor(encoder, found, **(preprocessor_arguments or {}))
-    model = cls(encoder, preprocessor=preprocessor, **{**(arguments or {}), **kwargs})
-    if arguments is not None:
-        set_original_weights(model.head_weight_map(), found.head_weights, ignore=".", source=f"checkpoint {found.path}")
+    with draws_deferred():  # a new head is drawn after the block, as it would have been
+        model = cls(encoder, preprocessor=preprocessor, **{**(arguments or {}), **kwargs})
+        if arguments is not None:
+            source = f"checkpoint {found.path}"
+            set_original_weights(model.head_weight_map(), found.head_weights, ignore=".", source=source)
     return model
 
 
@@ -99,8 +102,9 @@ def with_arguments(model, arguments):
     that change no weight (its windows)."""
     if all(model.get_config().get(name) == value for name, value in arguments.items()):
         return model
-    copy = type(model).from_config({**model.get_config(), **arguments})
-    copy.set_weights(model.get_weights())
+    with draws_deferred():
+        copy = type(model).from_config({**model.get_config(), **arguments})
+        copy.set_weights(model.get_weights())
     if model.compiled:
         copy.compile_from_config(model.get_compile_config())
     return copy
@@ -108,7 +112,8 @@ def with_arguments(model, arguments):
 
 def with_config(encoder, config):
     """A copy of `encoder` with another config of the same shapes (e.g. dropout)."""
-    copy = BertEncoder(config)
-    copy.set_weights(encoder.get_weights())
+    with draws_deferred():
+        copy = BertEncoder(config)
+        copy.set_weights(encoder.get_weights())
     copy.vocab_path = encoder.vocab_path
     return copy

@@ -2,10 +2,12 @@
 with their heads and labels, against the logits transformers computed for the same
 folders (tests/fixtures/tasks, written by tests/fixtures/make_task_references.py)."""
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -24,7 +26,9 @@ from bert_keras import (
     checkpoint,
 )
 from bert_keras.checkpoint.tf1 import TF1_PREFIX
+from bert_keras.models import saving
 from bert_keras.models.saving import save_checkpoint
+from bert_keras.tasks import head_loading
 from bert_keras_cli.cli import main as cli
 
 HEADS = {
@@ -210,6 +214,38 @@ def test_a_head_of_another_kind_is_not_taken(tmp_path):
         BertClassifier.from_checkpoint(hf_folder(tmp_path, "sequence_single"), num_classes=5)
     fresh = BertClassifier.from_checkpoint(hf_folder(tmp_path, "sequence_single"), num_classes=5, new_head=True)
     assert fresh.num_classes == 5 and fresh.labels is None
+
+
+def test_loads_draw_only_what_the_checkpoint_lacks(tmp_path, monkeypatch):
+    """Loads build their models in `compat.draws_deferred` blocks: what the checkpoint lacks (a
+    token-classification folder's pooler, a new head) is drawn after the load, and holds the
+    values a load that drew every variable first gives from the same seed; a tensor the
+    checkpoint holds as zeros stays zeros."""
+    token = hf_folder(tmp_path, "token")
+    encoder = BertEncoder.from_checkpoint(token)
+    encoder.embeddings.token_type_embeddings.assign(np.zeros(encoder.embeddings.token_type_embeddings.shape))
+    save_checkpoint(encoder, tmp_path / "zero_types", "hf")
+
+    def loads():
+        keras.utils.set_random_seed(7)
+        with pytest.warns(UserWarning, match="starting them from new initial values"):
+            pooled = BertEncoder.from_checkpoint(token)
+        with pytest.warns(UserWarning, match="holds a BertForTokenClassification head, not a BertClassifier"):
+            classifier = BertClassifier.from_checkpoint(token, num_classes=3)
+        return pooled, classifier, BertEncoder.from_checkpoint(tmp_path / "zero_types")
+
+    deferred = loads()
+    for module in (saving, head_loading):
+        monkeypatch.setattr(module, "draws_deferred", contextlib.nullcontext)
+    drawn_first = loads()
+    for ours, theirs in zip(deferred, drawn_first):
+        assert [w.path for w in ours.weights] == [w.path for w in theirs.weights]
+        for mine, reference in zip(ours.get_weights(), theirs.get_weights()):
+            np.testing.assert_array_equal(mine, reference)
+    pooled, classifier, zero_types = deferred
+    assert np.abs(pooled.pooler.get_weights()[0]).max() > 0.01  # drawn, not left at zero
+    assert np.abs(classifier.get_weights()[-2]).max() > 0.01
+    assert not np.any(zero_types.embeddings.token_type_embeddings.numpy())
 
 
 def test_pytorch_pickles_only_get_a_conversion_command(tmp_path):
