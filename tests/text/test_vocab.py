@@ -54,7 +54,6 @@ def test_split_words_is_the_original_basic_tokenizer(name, lower_case):
         assert split_words(line["text"], lower_case) == " ".join(line["tokens"]).replace(" ##", "").split()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("lower_case", [True, False])
 def test_split_words_is_the_tokenizer_graph_on_every_code_point(lower_case):
     """Every code point of the BMP and every 7th of planes 1 and 2 (CJK, historic scripts,
@@ -66,14 +65,21 @@ def test_split_words_is_the_tokenizer_graph_on_every_code_point(lower_case):
     code_points += list(range(0x10000, 0x30000, 7))
     lines = [f"a{chr(code)}b \u03a3{chr(code)} {chr(code) * 2}\u00c9" for code in code_points]
     rows = tf_split_words(tf.constant(lines), lower_case).to_list()
-    got = split_words("\n".join(lines), lower_case)
-    assert len(got) > 3 * len(lines)
-    if got != [word.decode("utf-8") for row in rows for word in row]:
-        differ = [
-            chr(code)
-            for code, line, row in zip(code_points, lines, rows)
-            if split_words(line, lower_case) != [word.decode("utf-8") for word in row]
-        ]
+    differ, words = [], 0
+    # Texts of 256 lines: a text of all of them, with 80,000 distinct characters in its
+    # regular expressions' classes, takes 12 s where these take 0.5 s in all.
+    for start in range(0, len(lines), 256):
+        group, group_rows = lines[start : start + 256], rows[start : start + 256]
+        got = split_words("\n".join(group), lower_case)
+        words += len(got)
+        if got != [word.decode("utf-8") for row in group_rows for word in row]:
+            differ += [
+                chr(code)
+                for code, line, row in zip(code_points[start:], group, group_rows)
+                if split_words(line, lower_case) != [word.decode("utf-8") for word in row]
+            ]
+    assert words > 3 * len(lines)
+    if differ:
         excused = set()  # letters the graph's lower-casing leaves as they are
         if lower_case:
             lowered = tf.strings.lower(differ, encoding="utf-8").numpy()
