@@ -280,7 +280,8 @@ def tagger_outputs(run, preprocessor, texts, label_table, windows=None):
     words = tokenizer.words_from_pieces(ids, ids.with_flat_values(tf.range(tf.size(ids.flat_values, tf.int64))))
     first, last = _word_edge(words, first=True), _word_edge(words, first=False)
     word_first = first.with_flat_values(tf.gather(tf.ragged.range(ids.row_lengths()).flat_values, first.flat_values))
-    in_window = word_first < tf.cast(kept_pieces, word_first.dtype)[:, None]
+    kept = tf.gather(tf.cast(kept_pieces, word_first.dtype), word_first.value_rowids())
+    in_window = word_first.with_flat_values(word_first.flat_values < kept)  # not ragged broadcasting: a smaller graph
     word_first = tf.ragged.boolean_mask(word_first, in_window)
     word_start = tf.gather(starts.flat_values, tf.boolean_mask(first.flat_values, in_window.flat_values))
     word_end = tf.gather(ends.flat_values, tf.boolean_mask(last.flat_values, in_window.flat_values))
