@@ -42,9 +42,8 @@ The hooks and the private symbols each relies on:
   `tensorflow_text.core.pybinds.pywrap_fast_wordpiece_tokenizer_model_builder`.
 - `onednn_enabled`: whether TensorFlow runs oneDNN kernels, for tests:
   `tensorflow.python.util._pywrap_util_port.IsMklEnabled`.
-- `draws_deferred`: inside its block, the TensorFlow backend's `Variable._initialize_with_initializer` makes
-  zeros of a seeded `keras.src.initializers.random_initializers.RandomInitializer`, and
-  `Variable._direct_assign` (where `assign` writes) records the variables a load writes.
+- `draws_deferred`: in its block, the TF backend's `Variable._initialize_with_initializer` makes zeros of a seeded
+  `keras.src.initializers.random_initializers.RandomInitializer`; `Variable._direct_assign` records load writes.
 
 Outside this module, one private layout: bert_keras/serving/tfserving/c_api_loader.py compiles `c_api_predict.c`
 against the TensorFlow wheel's C headers (`tf.sysconfig`) and `libtensorflow_cc.so.2` (where the wheel keeps the
@@ -360,19 +359,23 @@ def onednn_enabled():
     return bool(_pywrap_util_port.IsMklEnabled())
 
 
+_one_deferring_block = threading.Lock()
+
+
 @contextlib.contextmanager
 def draws_deferred():
     """A block in which a model built to be loaded draws none of the random values the load overwrites (BERT-base:
     110M, 2.7 of its load's 4.5 CPU-seconds). A variable of an integer-seeded random initializer (Keras seeds each as
     it is made: every call draws the same) starts as zeros; on leaving, one nothing assigned and still zero is drawn,
-    as it would have been. Nested blocks are one; a block left by an exception draws nothing."""
+    as it would have been. One block defers at a time in a process (a nested one, or another thread's meanwhile,
+    defers nothing); a block left by an exception draws nothing."""
     from keras.src.backend.tensorflow.core import Variable
     from keras.src.initializers.random_initializers import RandomInitializer
 
-    keras_initialize, keras_assign = Variable._initialize_with_initializer, Variable._direct_assign
-    if getattr(keras_initialize, "defers_draws", False):
+    if not _one_deferring_block.acquire(blocking=False):
         yield
         return
+    keras_initialize, keras_assign = Variable._initialize_with_initializer, Variable._direct_assign
     owner, pending, assigned = threading.get_ident(), [], set()
 
     def initialize(variable, initializer):
@@ -386,12 +389,12 @@ def draws_deferred():
         assigned.add(id(variable))
         keras_assign(variable, value)
 
-    initialize.defers_draws = True
     Variable._initialize_with_initializer, Variable._direct_assign = initialize, direct_assign
     try:
         yield
     finally:
         Variable._initialize_with_initializer, Variable._direct_assign = keras_initialize, keras_assign
+        _one_deferring_block.release()
     for variable, initializer in pending:
         if id(variable) not in assigned and not np.any(keras.ops.convert_to_numpy(variable.value)):
             variable.assign(initializer(variable.shape, dtype=variable.dtype))

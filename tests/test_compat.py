@@ -112,6 +112,33 @@ def test_draws_deferred_check_fails_when_writes_are_not_seen(monkeypatch):
         compat_check._check_draws_deferred()
 
 
+def test_one_block_defers_at_a_time():
+    """A block entered in another thread while one runs defers nothing (its layer is drawn at
+    once), and the running block still defers its own layer and draws it on leaving."""
+    import threading
+
+    import numpy as np
+
+    layers = {}
+
+    def build(name):
+        layers[name] = keras.layers.Dense(3)
+        layers[name].build((None, 2))
+
+    def other_thread():
+        with compat.draws_deferred():
+            build("other")
+            layers["other inside"] = layers["other"].kernel.numpy()
+
+    with compat.draws_deferred():
+        build("own")
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+        own_inside = layers["own"].kernel.numpy()
+    assert np.any(layers["other inside"]) and not np.any(own_inside) and np.any(layers["own"].kernel.numpy())
+
+
 def test_keras_20585_check_fails_when_the_workaround_patches_nothing(monkeypatch):
     monkeypatch.setattr(compat_check, "keras_20585_workaround", lambda strategy: contextlib.nullcontext())
     with pytest.raises(AssertionError, match="is not the patched one inside the block"):
