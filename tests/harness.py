@@ -7,6 +7,7 @@ saved one weight for weight and output for output; an export must answer, throug
 TF1 session loader that TF Serving uses, what the Keras model computes on the same text.
 """
 
+import json
 import shutil
 from pathlib import Path
 
@@ -70,6 +71,17 @@ TINY = BertConfig(
 # TINY of one layer, for tests of what sits above the encoder (heads, windows): each
 # layer's trace costs CPU-seconds.
 ONE_LAYER_TINY = BertConfig.from_dict({**TINY.to_dict(), "num_hidden_layers": 1})
+
+
+def one_layer_bert_config(folder):
+    """The path of a bert_config.json of BERT-Tiny (`--config tiny`, the bert-base vocabulary)
+    with one layer, written into `folder`: for command runs whose test is not of depth."""
+    path = Path(folder) / "bert_config.json"
+    config = BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1)
+    path.write_text(json.dumps(config.to_dict()), encoding="utf-8")
+    return str(path)
+
+
 # An encoder config of odd sizes (vocabulary 99, feed-forward 37, 24 positions), for tests
 # on random ids that a swapped dimension would fail.
 ODD_TINY = BertConfig(

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import DATA, VOCAB_FILE, require
-from harness import markdown_table, validation_summaries
+from harness import markdown_table, one_layer_bert_config, validation_summaries
 
 from bert_keras import BertConfig, BertEncoder, BertTokenizer
 from bert_keras.data import pretraining_shards
@@ -176,7 +176,7 @@ def test_held_out_evaluation_at_every_checkpoint_and_no_nsp(tmp_path, no_nsp):
     argv = [
         "pretrain",
         "--config",
-        "tiny",
+        one_layer_bert_config(tmp_path),
         "--vocab",
         str(require(VOCAB_FILE)),
         "--corpus",
@@ -249,7 +249,12 @@ def test_steps_not_a_multiple_of_checkpoint_every_and_a_changed_corpus_is_refuse
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_bytes(require(SAMPLE).read_bytes())
-    flags = {"--corpus": str(corpus), "--steps": "7", "--checkpoint-every": "5"}
+    flags = {
+        "--corpus": str(corpus),
+        "--steps": "7",
+        "--checkpoint-every": "5",
+        "--config": one_layer_bert_config(tmp_path),
+    }
     run_in_process(tmp_path / "run", flags)
     assert completed(tmp_path / "run") == 2
     assert optimizer_iterations(tmp_path / "run") == 7

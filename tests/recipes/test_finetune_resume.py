@@ -7,7 +7,7 @@ import signal
 
 import numpy as np
 import pytest
-from harness import tiny_encoder, tiny_preprocessor
+from harness import ONE_LAYER_TINY, tiny_encoder, tiny_preprocessor
 
 from bert_keras import BertClassifier
 from bert_keras.datasets.metrics import accuracy
@@ -27,7 +27,7 @@ def batches():
 
 def run(output_dir, learning_rate=1e-3, backup_steps=2, train_batches=batches):
     """12 examples in batches of 4: two epochs of 3 steps, backed up every `backup_steps` steps."""
-    model = BertClassifier(tiny_encoder(), 2, preprocessor=tiny_preprocessor())
+    model = BertClassifier(tiny_encoder(config=ONE_LAYER_TINY), 2, preprocessor=tiny_preprocessor())
     return finetune(
         model,
         train_batches,

@@ -19,23 +19,26 @@ from bert_keras.tasks.task import with_windows
 from bert_keras_cli.cli import build_parser
 
 NO_DROPOUT = dataclasses.replace(TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+# One layer for the heads: what XLA changes is in the head's step, and each layer's trace and
+# compilation cost seconds. The distiller's teacher keeps two, for a student of one.
+ONE_LAYER = dataclasses.replace(NO_DROPOUT, num_hidden_layers=1)
 TEXTS = ["the film is good", "the film is bad", "a quick brown fox jumps", "the lazy dog", "it was good !", "bad"]
 OTHERS = ["the dog", "a fox", "it was bad", "john lives in paris", "the cat", "good"]
 LABELS = np.array([1, 0, 1, 0, 1, 0])
 
 
-def classifier():
-    return BertClassifier(BertEncoder(NO_DROPOUT), num_classes=2, dropout=0.0, preprocessor=tiny_preprocessor())
+def classifier(config=ONE_LAYER):
+    return BertClassifier(BertEncoder(config), num_classes=2, dropout=0.0, preprocessor=tiny_preprocessor())
 
 
 def span_labeler():
-    model = BertSpanLabeler(BertEncoder(NO_DROPOUT), preprocessor=tiny_preprocessor())
+    model = BertSpanLabeler(BertEncoder(ONE_LAYER), preprocessor=tiny_preprocessor())
     inputs = model.preprocessor((np.array(TEXTS), np.array(OTHERS)))
     return model, (inputs, {"start_logits": np.arange(6) % 4 + 1, "end_logits": np.arange(6) % 4 + 2})
 
 
 def distiller():
-    teacher = classifier()
+    teacher = classifier(NO_DROPOUT)
     return BertDistiller(teacher, student_of(teacher, "teacher:1"), alpha=0.5), (TEXTS, LABELS)
 
 
@@ -43,16 +46,16 @@ HEADS = {  # each fine-tuning kind's head, and data for it
     "glue/tsv": lambda: (classifier(), (TEXTS, LABELS)),
     "glue pairs": lambda: (classifier(), ((TEXTS, OTHERS), LABELS)),
     "conll": lambda: (
-        BertTokenClassifier(BertEncoder(NO_DROPOUT), num_classes=3, dropout=0.0, preprocessor=tiny_preprocessor()),
+        BertTokenClassifier(BertEncoder(ONE_LAYER), num_classes=3, dropout=0.0, preprocessor=tiny_preprocessor()),
         ([text.split() for text in TEXTS], [[len(word) % 3 for word in text.split()] for text in TEXTS]),
     ),
     "squad": span_labeler,
     "embedder": lambda: (
-        BertTextEmbedder(BertEncoder(NO_DROPOUT), preprocessor=tiny_preprocessor()),
+        BertTextEmbedder(BertEncoder(ONE_LAYER), preprocessor=tiny_preprocessor()),
         ((TEXTS, OTHERS),),
     ),
     "reranker": lambda: (
-        BertReranker(BertEncoder(NO_DROPOUT), dropout=0.0, preprocessor=tiny_preprocessor()),
+        BertReranker(BertEncoder(ONE_LAYER), dropout=0.0, preprocessor=tiny_preprocessor()),
         ((TEXTS, OTHERS), LABELS.astype("float32")),
     ),
     "distill": distiller,

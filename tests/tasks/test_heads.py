@@ -1,6 +1,8 @@
 """Task heads on a tiny random encoder: shapes, documented outputs, losses checked by
 hand in numpy, `.keras` round trips, raw strings through fit/predict."""
 
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
@@ -35,8 +37,9 @@ def preprocessor(vocab):
     return BertPreprocessor(BertTokenizer(vocab), seq_length=None)
 
 
-def encoder():
-    return BertEncoder(TINY)
+def encoder(layers=1):
+    """One layer where the test is of the head (each layer's trace costs a fit seconds)."""
+    return BertEncoder(dataclasses.replace(TINY, num_hidden_layers=layers))
 
 
 def log_softmax(x):
@@ -250,7 +253,7 @@ def test_multiple_choice_scores_each_pair_like_a_single_choice(preprocessor):
 
 
 def test_feature_extractor_layers_combinations_and_pooling(preprocessor):
-    enc = encoder()
+    enc = encoder(layers=2)
     inputs = packed(preprocessor, ["a much longer sentence than the other", "short"])
     outputs = enc(inputs)["encoder_outputs"]
     last, second = outputs[-1].numpy(), outputs[-2].numpy()
@@ -283,7 +286,7 @@ def test_feature_extractor_layers_combinations_and_pooling(preprocessor):
         lambda p: BertTokenClassifier(encoder(), num_classes=9, preprocessor=p),
         lambda p: BertSpanLabeler(encoder(), preprocessor=p),
         lambda p: BertMultipleChoice(encoder()),
-        lambda p: BertFeatureExtractor(encoder(), layers=(-1, 0), combine="sum", pooling="cls", preprocessor=p),
+        lambda p: BertFeatureExtractor(encoder(layers=2), layers=(-1, 0), combine="sum", pooling="cls", preprocessor=p),
     ],
     ids=["classifier", "token_classifier", "span_labeler", "multiple_choice", "feature_extractor"],
 )

@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 from conftest import DATA, VOCAB_FILE, require
 from distribute_runs import GLOBAL_BATCH, PREDICTIONS, SEQ_LENGTH, load_weights
+from harness import one_layer_bert_config
 
 from bert_keras.data import pretraining_shards
 from bert_keras.data.example_encoder import serialize_instance
@@ -241,7 +242,7 @@ def start_pretraining_workers(files, output, ports, temp_dirs):
         RUN_PRETRAIN,
         "pretrain",
         "--config",
-        "tiny",
+        one_layer_bert_config(output.parent),
         "--vocab",
         str(VOCAB_FILE),
         "--data",
@@ -724,7 +725,7 @@ def test_multi_worker_with_an_empty_shard_stops_both_workers_clearly(tmp_path, c
             "bert_keras_cli.cli",
             "pretrain",
             "--config",
-            "tiny",
+            one_layer_bert_config(tmp_path),
             "--vocab",
             str(VOCAB_FILE),
             "--data",
