@@ -7,7 +7,6 @@ saved one weight for weight and output for output; an export must answer, throug
 TF1 session loader that TF Serving uses, what the Keras model computes on the same text.
 """
 
-import json
 import shutil
 from pathlib import Path
 
@@ -77,8 +76,7 @@ def one_layer_bert_config(folder):
     """The path of a bert_config.json of BERT-Tiny (`--config tiny`, the bert-base vocabulary)
     with one layer, written into `folder`: for command runs whose test is not of depth."""
     path = Path(folder) / "bert_config.json"
-    config = BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1)
-    path.write_text(json.dumps(config.to_dict()), encoding="utf-8")
+    BertConfig.preset("tiny", vocab_size=30522, num_hidden_layers=1).write_original_json(path)
     return str(path)
 
 
